@@ -1,0 +1,25 @@
+"""Data set loaders: a local mirror or the public source -> verified files -> polars frames."""
+
+from rvu_pipelines.data.catalog import LoadedDataset, check_counts, load_catalog, load_dataset
+from rvu_pipelines.data.sources import (
+    DatasetSource,
+    MirrorDatasetSource,
+    PublicDatasetSource,
+    ResolvedFiles,
+    dataset_source_from_env,
+)
+from rvu_pipelines.data.specs import DatasetCatalog, DatasetSpec
+
+__all__ = [
+    "DatasetCatalog",
+    "DatasetSource",
+    "DatasetSpec",
+    "LoadedDataset",
+    "MirrorDatasetSource",
+    "PublicDatasetSource",
+    "ResolvedFiles",
+    "check_counts",
+    "dataset_source_from_env",
+    "load_catalog",
+    "load_dataset",
+]
