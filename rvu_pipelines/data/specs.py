@@ -81,8 +81,24 @@ class DatasetSpec(_Strict):
         return {f.path: f.sha256 for f in self.files}
 
 
+class SuiteCounts(_Strict):
+    user_tasks: int
+    injection_tasks: int
+
+
+class AgentDojoSpec(_Strict):
+    """AgentDojo's task suites, read from the installed package at a pinned benchmark version."""
+
+    package_version: str
+    benchmark_version: str
+    licence: str
+    url: str
+    suites: dict[str, SuiteCounts]
+
+
 class DatasetCatalog(_Strict):
     datasets: dict[str, DatasetSpec]
+    agentdojo: AgentDojoSpec
 
     @model_validator(mode="after")
     def _name_entries(self) -> DatasetCatalog:

@@ -1,0 +1,30 @@
+"""Sentence embeddings (sentence-transformers), L2-normalised float32 so inner product = cosine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+class SentenceEmbedder:
+    def __init__(self, model_path: Path, *, device: str = "cpu", batch_size: int = 64) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self.model_path = Path(model_path)
+        self.batch_size = batch_size
+        self._model = SentenceTransformer(str(model_path), device=device)
+
+    @property
+    def dimension(self) -> int:
+        return int(self._model.get_embedding_dimension())
+
+    def encode(self, texts: list[str], *, show_progress: bool = False) -> np.ndarray:
+        vectors = self._model.encode(
+            texts,
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=show_progress,
+        )
+        return np.asarray(vectors, dtype=np.float32)

@@ -1,0 +1,118 @@
+"""MLflow tracking: one run per piece of work that produces metrics, tagged so it can be found again.
+
+The default store is local (SQLite backend + artifact folder under the project's state folder); any
+tracking URI (an MLflow server) can replace it. Runs are opened and closed explicitly by the caller,
+never by an end-of-job hook, so a run holds exactly the metrics of the work it names.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rvu_pipelines.paths import project_root, state_dir
+
+TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+DEFAULT_EXPERIMENT = "rvu"
+
+
+def default_tracking_uri() -> str:
+    return os.environ.get(TRACKING_URI_ENV) or f"sqlite:///{state_dir() / 'mlflow.db'}"
+
+
+def default_artifact_root() -> Path:
+    return state_dir() / "mlartifacts"
+
+
+def git_commit(root: Path | None = None) -> str:
+    """The checkout's commit (with '-dirty' if it has uncommitted changes), or 'unknown'."""
+    cwd = root or project_root()
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{commit}-dirty" if dirty else commit
+
+
+@dataclass
+class TrackedRun:
+    """A thin handle over an active MLflow run."""
+
+    run_id: str
+    experiment_id: str
+    _client: Any
+
+    def log_params(self, params: Mapping[str, object]) -> None:
+        for key, value in sorted(params.items()):
+            self._client.log_param(self.run_id, key, str(value)[:6000])
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        for key, value in sorted(metrics.items()):
+            self._client.log_metric(self.run_id, key, float(value), step=step or 0)
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        self._client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def set_tags(self, tags: Mapping[str, object]) -> None:
+        for key, value in sorted(tags.items()):
+            self._client.set_tag(self.run_id, key, str(value))
+
+
+class MlflowTracker:
+    """Opens tagged MLflow runs against a tracking URI (local SQLite by default)."""
+
+    def __init__(self, tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT,
+                 artifact_root: Path | None = None) -> None:
+        self.tracking_uri = tracking_uri or default_tracking_uri()
+        self.experiment = experiment
+        self.artifact_root = Path(artifact_root) if artifact_root else default_artifact_root()
+
+    def _client(self) -> Any:
+        from mlflow.tracking import MlflowClient
+
+        return MlflowClient(tracking_uri=self.tracking_uri)
+
+    def experiment_id(self) -> str:
+        client = self._client()
+        found = client.get_experiment_by_name(self.experiment)
+        if found is not None:
+            return found.experiment_id
+        location = None
+        if "://" not in self.tracking_uri or self.tracking_uri.startswith("sqlite:"):
+            self.artifact_root.mkdir(parents=True, exist_ok=True)
+            location = (self.artifact_root / self.experiment).resolve().as_uri()
+        return client.create_experiment(self.experiment, artifact_location=location)
+
+    @contextmanager
+    def run(self, name: str, *, tags: Mapping[str, object] | None = None,
+            params: Mapping[str, object] | None = None) -> Iterator[TrackedRun]:
+        """A run that ends FINISHED when the block completes and FAILED if it raises."""
+        client = self._client()
+        all_tags = {"git_commit": git_commit(), **(tags or {})}
+        created = client.create_run(self.experiment_id(), run_name=name,
+                                    tags={k: str(v) for k, v in sorted(all_tags.items())})
+        run = TrackedRun(created.info.run_id, created.info.experiment_id, client)
+        if params:
+            run.log_params(params)
+        try:
+            yield run
+        except BaseException:
+            client.set_terminated(run.run_id, status="FAILED")
+            raise
+        client.set_terminated(run.run_id, status="FINISHED")
+
+    def latest_runs(self, max_results: int = 20, filter_string: str = "") -> list[Any]:
+        client = self._client()
+        found = client.get_experiment_by_name(self.experiment)
+        if found is None:
+            return []
+        return list(client.search_runs([found.experiment_id], filter_string=filter_string,
+                                       order_by=["attributes.start_time DESC"], max_results=max_results))
