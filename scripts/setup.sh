@@ -15,6 +15,11 @@ UV_VERSION=0.13.8
 STAMP="$VENV/.rvu-setup-stamp"
 inputs_hash=$(cat pyproject.toml requirements/constraints.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
 
+# DAGSTER_HOME lives in the project (git-ignored) so runs persist for the UI; telemetry off.
+DAGSTER_HOME_DIR=${DAGSTER_HOME:-$PWD/.dagster_home}
+mkdir -p "$DAGSTER_HOME_DIR"
+[ -f "$DAGSTER_HOME_DIR/dagster.yaml" ] || printf 'telemetry:\n  enabled: false\n' > "$DAGSTER_HOME_DIR/dagster.yaml"
+
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$inputs_hash" ] && [ -x "$VENV/bin/rvu" ]; then
   echo "set-up: $VENV is up to date (delete $STAMP to force a reinstall)"
   exit 0

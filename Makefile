@@ -1,0 +1,40 @@
+# Quick start (README): `make run` sets up and materializes everything; `make test` sets up and tests.
+SHELL := /bin/bash
+VENV := .venv
+BIN := $(VENV)/bin
+export DAGSTER_HOME := $(CURDIR)/.dagster_home
+# The offline data mirror beside the checkout is the embedded default; set RVU_DATA_MIRROR= (empty)
+# to read the public sources instead.
+RVU_DATA_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data),$(abspath $(CURDIR)/../shared/data),)
+export RVU_DATA_MIRROR
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup run test test-slow test-all dev mlflow-ui bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+run: setup
+	$(BIN)/dagster job execute -m rvu_pipelines.definitions -j default_profile_job
+	$(BIN)/rvu summary
+
+test: setup
+	$(BIN)/pytest -m "not slow"
+
+test-slow: setup
+	$(BIN)/pytest -m slow
+
+test-all: setup
+	$(BIN)/pytest
+
+dev: setup
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+mlflow-ui: setup
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/.rvu/mlflow.db -h 127.0.0.1 -p 5000
+
+bench: setup
+	@for script in benchmarks/bench_*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
+
+clean:
+	rm -rf .rvu .dagster_home

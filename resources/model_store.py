@@ -1,0 +1,22 @@
+from dagster import ConfigurableResource
+from pydantic import Field
+
+from rvu_pipelines.models import ModelConfig, ModelSpec, ModelStore, ResolvedModel, load_model_config
+
+
+class ModelStoreResource(ConfigurableResource):
+    """Resolves each role of a model profile (configs/models.yaml) to sha256-verified weights."""
+
+    profile: str | None = Field(default=None, description="Profile name; default RVU_MODEL_PROFILE, else the file's default.")
+
+    def config(self) -> ModelConfig:
+        return load_model_config()
+
+    def profile_name(self) -> str:
+        return self.config().profile_name(self.profile)
+
+    def spec(self, role: str) -> ModelSpec:
+        return self.config().profile(self.profile)[role]  # type: ignore[index]
+
+    def resolve(self, role: str) -> ResolvedModel:
+        return ModelStore().resolve(role, self.spec(role))

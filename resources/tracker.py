@@ -1,0 +1,33 @@
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from dagster import AssetExecutionContext, ConfigurableResource
+from pydantic import Field
+
+from rvu_pipelines.tracking import DEFAULT_EXPERIMENT, MlflowTracker, TrackedRun
+
+
+class MlflowTrackerResource(ConfigurableResource):
+    """One MLflow run per asset materialization, tagged with the Dagster run, asset and partition.
+
+    Our own thin resource rather than dagster-mlflow's end-of-run hook, which closes runs early
+    (dagster issue 21872).
+    """
+
+    tracking_uri: str | None = Field(default=None, description="Default: MLFLOW_TRACKING_URI, else SQLite in .rvu/")
+    experiment: str = DEFAULT_EXPERIMENT
+
+    def tracker(self) -> MlflowTracker:
+        return MlflowTracker(self.tracking_uri, self.experiment)
+
+    @contextmanager
+    def run_for(self, context: AssetExecutionContext, params: Mapping[str, object] | None = None) -> Iterator[TrackedRun]:
+        asset_key = context.asset_key.to_user_string()
+        tags = {
+            "dagster_run_id": context.run.run_id,
+            "dagster_job": context.run.job_name,
+            "asset_key": asset_key,
+            "partition": context.partition_key if context.has_partition_key else "",
+        }
+        with self.tracker().run(asset_key, tags=tags, params=params) as run:
+            yield run

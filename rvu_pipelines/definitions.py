@@ -1,0 +1,57 @@
+"""The Dagster code location: the one place that composes library, resources, assets and sensors.
+
+Everything else in rvu_pipelines/ is plain Python; `dagster dev -w workspace.yaml` loads this module.
+"""
+
+from __future__ import annotations
+
+import os
+
+from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
+
+from assets.datasets import dataset_assets
+from assets.models import model_assets
+from resources import (
+    DatasetSourceResource,
+    EmbedderResource,
+    LLMResource,
+    LocalTableIOManager,
+    MlflowTrackerResource,
+    ModelStoreResource,
+)
+from sensors import SCHEDULES, SENSORS
+
+ALL_ASSETS = [*dataset_assets(), *model_assets()]
+
+# In-process: the steps share one interpreter, so torch/transformers are imported once, not per step.
+default_profile_job = define_asset_job(
+    "default_profile_job",
+    selection=AssetSelection.all(),
+    executor_def=in_process_executor,
+    description="Materialize every asset of the default profile (data sets, models, smoke runs) with checks.",
+)
+
+
+def _resources() -> dict[str, object]:
+    """Embedded defaults; each reads its scale-out choice from the environment (see README)."""
+    return {
+        "io_manager": LocalTableIOManager(),
+        "data_source": DatasetSourceResource(),
+        "model_store": ModelStoreResource(),
+        "llm": LLMResource(
+            backend=os.environ.get("RVU_LLM_BACKEND", "llama_cpp"),  # type: ignore[arg-type]
+            base_url=os.environ.get("RVU_LLM_BASE_URL"),
+            model=os.environ.get("RVU_LLM_MODEL"),
+        ),
+        "embedder": EmbedderResource(),
+        "mlflow_tracker": MlflowTrackerResource(tracking_uri=os.environ.get("MLFLOW_TRACKING_URI")),
+    }
+
+
+defs = Definitions(
+    assets=ALL_ASSETS,
+    jobs=[default_profile_job],
+    schedules=SCHEDULES,
+    sensors=SENSORS,
+    resources=_resources(),
+)
