@@ -19,7 +19,7 @@ run: setup
 	$(BIN)/rvu summary
 
 test: setup
-	$(BIN)/pytest -m "not slow"
+	$(BIN)/pytest -m "not slow and not network"
 
 test-slow: setup
 	$(BIN)/pytest -m slow

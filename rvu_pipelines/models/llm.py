@@ -81,6 +81,7 @@ class LlamaCppChatModel:
                 temperature=temperature,
                 seed=seed,
                 stop=stop or [],
+                repeat_penalty=1.0,  # plain greedy at temperature 0: no repetition penalty
             )
             wall = time.perf_counter() - started
             perf = llama_cpp.llama_perf_context(context)
@@ -105,8 +106,11 @@ class OpenAICompatibleChatModel:
     """Any server speaking the OpenAI chat-completions API (llama.cpp server, vLLM, ...)."""
 
     def __init__(self, base_url: str, model: str, *, api_key_env: str = "OPENAI_API_KEY",
-                 timeout_s: float = 300.0) -> None:
+                 timeout_s: float = 300.0, extra_body: dict[str, object] | None = None) -> None:
+        """``extra_body`` carries server-specific sampling fields, e.g. {"repeat_penalty": 1.0} for
+        llama.cpp's server, whose default 1.1 penalty makes temperature 0 differ from plain greedy."""
         self.name = model
+        self.extra_body = dict(extra_body or {})
         self.base_url = base_url.rstrip("/")
         self.api_key_env = api_key_env
         self.timeout_s = timeout_s
@@ -119,8 +123,8 @@ class OpenAICompatibleChatModel:
         key = os.environ.get(self.api_key_env)
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        body = {"model": self.name, "messages": messages, "max_tokens": max_tokens, "temperature": temperature,
-                "seed": seed}
+        body = {**self.extra_body, "model": self.name, "messages": messages, "max_tokens": max_tokens,
+                "temperature": temperature, "seed": seed}
         if stop:
             body["stop"] = stop
         started = time.perf_counter()

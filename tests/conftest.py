@@ -1,0 +1,51 @@
+"""Shared fixtures: the real data mirror beside the checkout and an isolated state folder per session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("RVU_TEST_DATA_MIRROR", REPO_ROOT.parent / "shared" / "data")).resolve()
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not (SHARED_DATA / "SOURCES.md").is_file():
+        pytest.fail(f"The data mirror is expected at {SHARED_DATA} (../shared/data beside the checkout, "
+                    "or RVU_TEST_DATA_MIRROR).")
+    return SHARED_DATA
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_state(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Tests never write into the developer's .rvu/ or DAGSTER_HOME, nor reach a hub."""
+    state = tmp_path_factory.mktemp("rvu_home")
+    os.environ["RVU_HOME"] = str(state)
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{state / 'mlflow.db'}"
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ.pop("RVU_MODEL_PROFILE", None)
+    os.environ.pop("RVU_MODEL_LLM_PATH", None)
+    os.environ.pop("RVU_MODEL_EMBEDDER_PATH", None)
+    os.environ["RVU_DATA_MIRROR"] = str(SHARED_DATA)
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+@pytest.fixture(scope="session")
+def tiny_models():
+    """The tiny profile's resolved models (package-shipped SmolLM2 and MiniLM)."""
+    from rvu_pipelines.models import ModelStore, load_model_config
+
+    profile = load_model_config().profile("tiny")
+    store = ModelStore()
+    return {role: store.resolve(role, spec) for role, spec in profile.items()}
+
+
+@pytest.fixture(scope="session")
+def smollm(tiny_models):
+    from rvu_pipelines.models import LlamaCppChatModel
+
+    llm = tiny_models["llm"]
+    return LlamaCppChatModel(llm.path, n_ctx=llm.n_ctx, name=llm.name)

@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+import pytest
+
+from rvu_pipelines.tracking import MlflowTracker
+
+
+def test_run_round_trips_in_a_temp_tracking_dir(tmp_path) -> None:
+    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", experiment="roundtrip", artifact_root=tmp_path / "art")
+    artifact = tmp_path / "table.md"
+    artifact.write_text("| a |\n|---|\n| 1 |\n")
+    with tracker.run("asset_x", tags={"dagster_run_id": "r-1", "asset_key": "asset_x"}, params={"seed": 0}) as run:
+        run.log_metrics({"tokens_per_s": 41.5, "f1": 0.9})
+        run.log_artifact(artifact)
+    with pytest.raises(RuntimeError), tracker.run("asset_y") as failed:
+        raise RuntimeError("boom")
+
+    runs = {r.info.run_id: r for r in MlflowTracker(tracker.tracking_uri, "roundtrip").latest_runs()}
+    done = runs[run.run_id]
+    assert done.info.status == "FINISHED"
+    assert done.data.metrics == {"tokens_per_s": 41.5, "f1": 0.9}
+    assert done.data.params == {"seed": "0"}
+    assert done.data.tags["dagster_run_id"] == "r-1" and done.data.tags["git_commit"]
+    assert runs[failed.run_id].info.status == "FAILED"
+    assert (tmp_path / "art" / "roundtrip").is_dir()
