@@ -36,3 +36,69 @@ class ChecksumMismatchError(RvuError):
         if fix:
             message += f" {fix}"
         super().__init__(message)
+
+
+# ---- memory reference monitor (rvu_pipelines.memory). Rule rejections are Decisions, not errors;
+# these are malformed calls and integrity failures.
+
+
+class MemoryMonitorError(RvuError):
+    """A call to the memory reference monitor was malformed (a rule rejection is a Decision, not this)."""
+
+
+class ProvenanceError(MemoryMonitorError):
+    """A provenance label did not come from the runtime (e.g. a string the model produced)."""
+
+
+class NamespaceError(MemoryMonitorError):
+    """A session or namespace name is empty, or a session tried to act as the shared namespace."""
+
+
+class UnknownBeliefError(MemoryMonitorError):
+    """A dependency names a belief node that does not exist (yet)."""
+
+
+class GenesisClosedError(MemoryMonitorError):
+    """Items can be installed only into S_0, before the monitor decided anything."""
+
+
+class UserChannelError(MemoryMonitorError):
+    """A USER-channel write or promotion bypassed the §9.5 review (e.g. inside a batch)."""
+
+
+class AuditIntegrityError(RvuError):
+    """The hash-chained audit log does not verify: a record was altered, removed or reordered."""
+
+
+class IncidentValidationError(RvuError):
+    """An incident log failed validation; nothing from it was ingested.
+
+    ``issues`` holds one object per problem with ``file``, ``line``, ``field`` and ``message``
+    attributes, so callers (CLI, sensor dead-letter report) can print or serialise them.
+    """
+
+    def __init__(self, path: str, issues: list) -> None:  # list of IncidentIssue
+        self.path = path
+        self.issues = list(issues)
+        shown = "\n".join(f"  {issue}" for issue in self.issues[:50])
+        more = f"\n  ... and {len(self.issues) - 50} more" if len(self.issues) > 50 else ""
+        super().__init__(
+            f"Incident log {path} is invalid ({len(self.issues)} problem(s)); nothing was ingested:\n"
+            f"{shown}{more}"
+        )
+
+
+class StoreError(RvuError):
+    """The provenance store or its vector index cannot be opened or used as asked."""
+
+
+class EntryNotFoundError(StoreError):
+    """An entry id names no entry in the provenance store."""
+
+
+class RestoreError(RvuError):
+    """A quarantine cannot be lifted (the entry is purged, or was never quarantined)."""
+
+
+class SigningKeyError(RvuError):
+    """The certificate signing key cannot be created or read."""
