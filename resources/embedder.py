@@ -11,5 +11,5 @@ class EmbedderResource(ConfigurableResource):
     device: str = "cpu"
     batch_size: int = 64
 
-    def build(self, model_path: Path) -> SentenceEmbedder:
-        return SentenceEmbedder(model_path, device=self.device, batch_size=self.batch_size)
+    def build(self, model_path: Path, name: str | None = None) -> SentenceEmbedder:
+        return SentenceEmbedder(model_path, device=self.device, batch_size=self.batch_size, name=name)

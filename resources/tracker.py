@@ -22,11 +22,13 @@ class MlflowTrackerResource(ConfigurableResource):
 
     @contextmanager
     def run_for(self, context: AssetExecutionContext, params: Mapping[str, object] | None = None) -> Iterator[TrackedRun]:
-        asset_key = context.asset_key.to_user_string()
+        keys = sorted(key.to_user_string() for key in context.selected_asset_keys)
+        asset_key = keys[0] if len(keys) == 1 else context.op_execution_context.op.name  # multi-assets: the op
         tags = {
             "dagster_run_id": context.run.run_id,
             "dagster_job": context.run.job_name,
             "asset_key": asset_key,
+            "asset_keys": ",".join(keys),
             "partition": context.partition_key if context.has_partition_key else "",
         }
         with self.tracker().run(asset_key, tags=tags, params=params) as run:

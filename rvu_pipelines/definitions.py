@@ -11,6 +11,7 @@ from dagster import AssetSelection, Definitions, define_asset_job, in_process_ex
 
 from assets.datasets import dataset_assets
 from assets.models import model_assets
+from assets.recovery import recovery_assets
 from resources import (
     DatasetSourceResource,
     EmbedderResource,
@@ -19,16 +20,19 @@ from resources import (
     MlflowTrackerResource,
     ModelStoreResource,
 )
-from sensors import SCHEDULES, SENSORS
+from resources.recovery import RecoveryResource
+from sensors import JOBS, SCHEDULES, SENSORS
 
-ALL_ASSETS = [*dataset_assets(), *model_assets()]
+ALL_ASSETS = [*dataset_assets(), *model_assets(), *recovery_assets()]
 
 # In-process: the steps share one interpreter, so torch/transformers are imported once, not per step.
 default_profile_job = define_asset_job(
     "default_profile_job",
-    selection=AssetSelection.all(),
+    # everything unpartitioned; incident partitions are recovered by recovery_job (sensor-started)
+    selection=AssetSelection.all() - AssetSelection.groups("recovery"),
     executor_def=in_process_executor,
-    description="Materialize every asset of the default profile (data sets, models, smoke runs) with checks.",
+    description="Materialize every asset of the default profile (data sets, models, smoke runs, "
+    "reproductions) with checks.",
 )
 
 
@@ -45,12 +49,13 @@ def _resources() -> dict[str, object]:
         ),
         "embedder": EmbedderResource(),
         "mlflow_tracker": MlflowTrackerResource(tracking_uri=os.environ.get("MLFLOW_TRACKING_URI")),
+        "recovery": RecoveryResource(incident_dir=os.environ.get("RVU_INCIDENT_DIR")),
     }
 
 
 defs = Definitions(
     assets=ALL_ASSETS,
-    jobs=[default_profile_job],
+    jobs=[default_profile_job, *JOBS],
     schedules=SCHEDULES,
     sensors=SENSORS,
     resources=_resources(),

@@ -102,3 +102,18 @@ class RestoreError(RvuError):
 
 class SigningKeyError(RvuError):
     """The certificate signing key cannot be created or read."""
+
+
+# ---- injection detectors (rvu_pipelines.detectors)
+
+
+class DetectorError(RvuError):
+    """A detector was asked for something it cannot do (unknown corpus, bad input, unloadable weights)."""
+
+
+class UnsafePickleError(DetectorError):
+    """A pickle referenced a class outside the allow-list, or carried an unexpected state; refused unbuilt."""
+
+
+class RegisteredDetectorError(DetectorError):
+    """A detector is missing from the MLflow model registry, or its registered files cannot be loaded."""

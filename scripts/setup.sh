@@ -18,7 +18,16 @@ inputs_hash=$(cat pyproject.toml requirements/constraints.txt scripts/setup.sh |
 # DAGSTER_HOME lives in the project (git-ignored) so runs persist for the UI; telemetry off.
 DAGSTER_HOME_DIR=${DAGSTER_HOME:-$PWD/.dagster_home}
 mkdir -p "$DAGSTER_HOME_DIR"
-[ -f "$DAGSTER_HOME_DIR/dagster.yaml" ] || printf 'telemetry:\n  enabled: false\n' > "$DAGSTER_HOME_DIR/dagster.yaml"
+# Recovery runs share one provenance store: the instance runs at most one of them at a time.
+[ -f "$DAGSTER_HOME_DIR/dagster.yaml" ] || cat > "$DAGSTER_HOME_DIR/dagster.yaml" <<'YAML'
+telemetry:
+  enabled: false
+concurrency:
+  runs:
+    tag_concurrency_limits:
+      - key: rvu/provenance_store
+        limit: 1
+YAML
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$inputs_hash" ] && [ -x "$VENV/bin/rvu" ]; then
   echo "set-up: $VENV is up to date (delete $STAMP to force a reinstall)"

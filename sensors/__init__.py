@@ -1,4 +1,7 @@
-"""Sensors (incident logs) and schedules (nightly regression); added by the recovery and harness work."""
+"""Sensors (incident logs) and schedules (nightly regression)."""
 
-SENSORS: list = []
+from sensors.incidents import incident_log_sensor, recovery_job
+
+SENSORS = [incident_log_sensor]
 SCHEDULES: list = []
+JOBS = [recovery_job]

@@ -8,10 +8,12 @@ import numpy as np
 
 
 class SentenceEmbedder:
-    def __init__(self, model_path: Path, *, device: str = "cpu", batch_size: int = 64) -> None:
+    def __init__(self, model_path: Path, *, device: str = "cpu", batch_size: int = 64, name: str | None = None) -> None:
         from sentence_transformers import SentenceTransformer
 
         self.model_path = Path(model_path)
+        # recorded in the provenance store and certificates: a stable name, not a machine-specific path
+        self.name = name or self.model_path.name
         self.batch_size = batch_size
         self._model = SentenceTransformer(str(model_path), device=device)
 

@@ -1,0 +1,86 @@
+"""Recovery: FROC risk, tier actions on the store and the vector index, signed v2 certificates.
+
+Plain Python (no Dagster). ``recover(...)`` runs the whole pipeline; the stage functions in
+``pipeline`` are what the Dagster assets call one at a time.
+"""
+
+from rvu_pipelines.recovery.certificate import (
+    load_or_create_signing_key,
+    sign_certificate,
+    tamper_report,
+    trusted_fingerprint,
+    verify_certificate,
+    verify_certificate_bytes,
+    write_certificate,
+)
+from rvu_pipelines.recovery.froc import FrocPolicy, InfluenceSource, RecordedInfluence, RiskTable, Tier, compute_risk
+from rvu_pipelines.recovery.pipeline import (
+    AdapterGate,
+    Closures,
+    ContaminationDetector,
+    HeuristicDetector,
+    MembershipProbe,
+    NotRunProbe,
+    RecoveryResult,
+    SeedReport,
+    build_certificate_body,
+    compute_closures,
+    find_seeds,
+    ingest_incident,
+    plan_tiers,
+    recover,
+    restore,
+    score_incident,
+    score_risk,
+)
+from rvu_pipelines.recovery.tiers import (
+    AdapterRuntime,
+    Embedder,
+    HashingEmbedder,
+    TierOutcome,
+    TierPlan,
+    VectorIndex,
+    apply_tiers,
+    restore_entry,
+)
+
+__all__ = [
+    "AdapterGate",
+    "AdapterRuntime",
+    "Closures",
+    "ContaminationDetector",
+    "Embedder",
+    "FrocPolicy",
+    "HashingEmbedder",
+    "HeuristicDetector",
+    "InfluenceSource",
+    "MembershipProbe",
+    "NotRunProbe",
+    "RecordedInfluence",
+    "RecoveryResult",
+    "RiskTable",
+    "SeedReport",
+    "Tier",
+    "TierOutcome",
+    "TierPlan",
+    "VectorIndex",
+    "apply_tiers",
+    "build_certificate_body",
+    "compute_closures",
+    "compute_risk",
+    "find_seeds",
+    "ingest_incident",
+    "load_or_create_signing_key",
+    "plan_tiers",
+    "recover",
+    "restore",
+    "restore_entry",
+    "score_incident",
+    "score_risk",
+    "sign_certificate",
+    "tamper_report",
+    "trusted_fingerprint",
+    "verify_certificate",
+    "verify_certificate_bytes",
+    "write_certificate",
+]

@@ -1,0 +1,444 @@
+"""The recovery pipeline: incident log -> seeds -> closure v1/v2 -> FROC risk -> tiers -> certificate.
+
+:func:`recover` runs it end to end (the CLI's ``rvu recover``); the stage functions below it are what
+the Dagster assets call one by one. Every stage is deterministic and idempotent: re-running the same
+incident against the same store changes nothing more and yields a byte-identical certificate, also
+after a crash half-way through the tiers.
+
+Extension points for later issues, each a Protocol with a default:
+
+- ``ContaminationDetector``: P(contaminated | e) for incident entries (default: :class:`HeuristicDetector`,
+  regexes for injection phrases; the detectors issue plugs its trained classifiers in here);
+- ``InfluenceSource`` (froc.py): I(adapter) (default: the ``influence`` recorded in the log);
+- ``AdapterGate``: screening of each loaded adapter, reported in the certificate (default: not run);
+- ``MembershipProbe``: post-recovery probes (default: ``{"status": "not run"}``);
+- ``AdapterRuntime`` (tiers.py): unloading evicted adapters from a live runtime.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from rvu_pipelines import __version__
+from rvu_pipelines.hashing import sha256_bytes
+from rvu_pipelines.provenance.canonical import canonical_bytes
+from rvu_pipelines.provenance.closure import ClosureResult, ProvenanceGraph, closure_v1, closure_v2, union_ints, unique_ints
+from rvu_pipelines.provenance.incident import IncidentLog, IncidentRecord, load_incident
+from rvu_pipelines.provenance.store import IngestResult, ProvenanceStore
+from rvu_pipelines.recovery.certificate import (
+    CERTIFICATE_VERSION,
+    load_or_create_signing_key,
+    sign_certificate,
+    write_certificate,
+)
+from rvu_pipelines.recovery.froc import FrocPolicy, InfluenceSource, RecordedInfluence, RiskTable, Tier, compute_risk
+from rvu_pipelines.recovery.tiers import (
+    AdapterRuntime,
+    Embedder,
+    FaultHook,
+    HashingEmbedder,
+    TierOutcome,
+    TierPlan,
+    VectorIndex,
+    apply_tiers,
+    embedder_name,
+    restore_entry,
+)
+
+# ------------------------------------------------------------------------------------ extension points
+
+
+@runtime_checkable
+class ContaminationDetector(Protocol):
+    """Scores incident entries: P(contaminated | e) in [0, 1], one value per record, deterministically."""
+
+    name: str
+    version: str
+
+    def score(self, records: Sequence[IncidentRecord]) -> np.ndarray: ...
+
+
+class HeuristicDetector:
+    """Regexes for prompt-injection and exfiltration phrases: 1.0 on a match, else 0.0.
+
+    A deliberately simple default (a D1-style heuristic). Adapter lifecycle lines are never scored.
+    """
+
+    name = "heuristic"
+    version = "1"
+    PATTERNS: tuple[str, ...] = (
+        r"\bignore\s+(?:all\s+|any\s+|the\s+)?(?:previous\s+|prior\s+|above\s+|earlier\s+)?instructions\b",
+        r"\bdisregard\s+(?:all\s+|any\s+|the\s+)?(?:previous\s+|prior\s+|above\s+)?(?:instructions|rules)\b",
+        r"\bexfiltrat\w*",
+        r"\bsystem\s*:\s*(?:override|ignore|you are now|new instructions)",
+        r"\boverride mode\b",
+        r"\b(?:send|forward|post|upload|transfer|leak)\b[^.\n]{0,80}\b(?:credentials?|passwords?|api[ _-]?keys?|secrets?|tokens?)\b",
+        r"\b(?:curl|wget)\b[^\n]{0,120}https?://",
+    )
+
+    def __init__(self) -> None:
+        self._regex = re.compile("|".join(f"(?:{pattern})" for pattern in self.PATTERNS), re.IGNORECASE)
+
+    def score(self, records: Sequence[IncidentRecord]) -> np.ndarray:
+        return np.array([1.0 if record.is_action and self._regex.search(record.content) else 0.0 for record in records],
+                        dtype=np.float64)
+
+
+@runtime_checkable
+class AdapterGate(Protocol):
+    """Pre-load screening of an adapter (allowlist, Safe LoRA, OOD: the adapter-gate issue)."""
+
+    name: str
+
+    def screen(self, adapter: IncidentRecord) -> Mapping[str, Any]: ...
+
+
+@runtime_checkable
+class MembershipProbe(Protocol):
+    """Post-recovery membership-inference probes (Theorem 5); returns the certificate section."""
+
+    def run(self, store: ProvenanceStore, purged_entry_ids: Sequence[str]) -> Mapping[str, Any]: ...
+
+
+class NotRunProbe:
+    """No probes yet: the certificate says so plainly instead of claiming a verdict."""
+
+    def run(self, store: ProvenanceStore, purged_entry_ids: Sequence[str]) -> Mapping[str, Any]:
+        return {"status": "not run", "reason": "membership probes are not implemented yet"}
+
+
+# ------------------------------------------------------------------------------------ results
+
+
+@dataclass(frozen=True)
+class SeedReport:
+    """Contamination seeds of one incident: entry seqs and ids, P, and where each came from."""
+
+    seqs: np.ndarray
+    entry_ids: list[str]
+    scores: dict[str, float]
+    sources: dict[str, list[str]]
+
+
+@dataclass(frozen=True)
+class Closures:
+    v1: ClosureResult
+    v2: ClosureResult
+
+
+@dataclass
+class RecoveryResult:
+    """Everything one recovery produced (ids are entry/adapter ids as in the incident log)."""
+
+    incident_id: str
+    certificate_path: Path
+    certificate: dict[str, Any]
+    seeds: list[str]
+    closure_v1: list[str]
+    closure_v2: list[str]
+    tainted_adapters: list[str]
+    evicted_adapters: list[str]
+    risk_scores: dict[str, float]
+    tiers: dict[str, str]
+    tier_counts: dict[str, int]
+    applied: dict[str, int]
+    ingest: IngestResult
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def metrics(self) -> dict[str, float]:
+        """Flat numbers for MLflow: closure sizes, tier counts, what changed, stage timings."""
+        out: dict[str, float] = {
+            "seeds": len(self.seeds), "closure_v1_size": len(self.closure_v1), "closure_v2_size": len(self.closure_v2),
+            "adapter_expansion_gain": len(self.closure_v2) - len(self.closure_v1),
+            "tainted_adapters": len(self.tainted_adapters), "evicted_adapters": len(self.evicted_adapters),
+            "new_entries": self.ingest.new_entries,
+        }
+        out.update({f"tier_{name}": count for name, count in self.tier_counts.items()})
+        out.update({f"applied_{name}": count for name, count in self.applied.items()})
+        out.update({f"seconds_{name}": value for name, value in self.timings.items()})
+        return out
+
+
+# ------------------------------------------------------------------------------------ stages
+
+
+def score_incident(incident: IncidentLog, detector: ContaminationDetector | None = None) -> tuple[dict[str, float], dict[str, list[str]]]:
+    """P(contaminated | e) for each record: max of the log's flag (1.0) and the detector; plus sources."""
+    detector = detector or HeuristicDetector()
+    detected = np.clip(np.asarray(detector.score(incident.records), dtype=np.float64), 0.0, 1.0)
+    if detected.shape != (len(incident.records),):
+        raise ValueError(f"detector {detector.name} returned {detected.shape} scores for {len(incident.records)} records")
+    scores: dict[str, float] = {}
+    sources: dict[str, list[str]] = {}
+    for record, value in zip(incident.records, detected.tolist()):
+        found = []
+        if record.contaminated:
+            found.append("log_flag")
+        if value > 0:
+            found.append(f"detector:{detector.name}-v{detector.version}")
+        scores[record.entry_id] = max(1.0 if record.contaminated else 0.0, float(value))
+        sources[record.entry_id] = found
+    return scores, sources
+
+
+def ingest_incident(
+    store: ProvenanceStore,
+    incident: IncidentLog,
+    *,
+    detector: ContaminationDetector | None = None,
+    embedder: Embedder | None = None,
+) -> tuple[IngestResult, dict[str, list[str]]]:
+    """Validate against the store, score and embed the incident, and write it (all or nothing)."""
+    scores, sources = score_incident(incident, detector)
+    embedder = embedder or HashingEmbedder()
+    vectors = np.asarray(embedder.encode([record.content for record in incident.records]), dtype=np.float32)
+    result = store.ingest(incident, contamination=scores, vectors=vectors, embedder=embedder_name(embedder))
+    return result, sources
+
+
+def find_seeds(store: ProvenanceStore, incident: IncidentLog, policy: FrocPolicy,
+               sources: Mapping[str, list[str]] | None = None) -> SeedReport:
+    """Entries of this incident whose stored P(contaminated | e) reaches the seed threshold."""
+    seqs = store.incident_seqs(incident)
+    p_all = store.contamination_scores()
+    chosen = unique_ints(seqs[np.round(p_all[seqs], 12) >= policy.detection.seed_threshold])
+    ids = store.entry_ids(chosen)
+    return SeedReport(
+        seqs=chosen,
+        entry_ids=ids,
+        scores={entry_id: float(p_all[seq]) for entry_id, seq in zip(ids, chosen.tolist())},
+        sources={entry_id: list((sources or {}).get(entry_id) or ["store"]) for entry_id in ids},
+    )
+
+
+def compute_closures(graph: ProvenanceGraph, seeds: np.ndarray, policy: FrocPolicy) -> Closures:
+    """v1 (parent/child) and v2 (adapter-aware, Theorem 2c) closures at the policy's depth bound."""
+    depth = policy.closure.max_depth
+    return Closures(v1=closure_v1(graph, seeds, depth), v2=closure_v2(graph, seeds, depth))
+
+
+def score_risk(store: ProvenanceStore, graph: ProvenanceGraph, closures: Closures, policy: FrocPolicy,
+               influence: InfluenceSource | None = None) -> RiskTable:
+    """FROC risk and tier of every entry in the v2 closure."""
+    influence = influence or RecordedInfluence()
+    return compute_risk(graph, closures.v2.members, store.contamination_scores(), influence.adapter_influence(store), policy)
+
+
+def plan_tiers(risk: RiskTable, graph: ProvenanceGraph, closures: Closures, seeds: SeedReport) -> TierPlan:
+    """Tier plan from the risk table; contamination seeds are always at least flagged."""
+    plan = TierPlan.from_risk(risk, graph, closures.v2.tainted_adapters)
+    return TierPlan(
+        flag=union_ints(plan.flag, seeds.seqs), quarantine=plan.quarantine, quarantine_risk=plan.quarantine_risk,
+        purge=plan.purge, evict_adapters=plan.evict_adapters, tainted_adapters=plan.tainted_adapters,
+    )
+
+
+def _fmt(value: float) -> float:
+    return round(float(value), 6)
+
+
+def build_certificate_body(
+    store: ProvenanceStore,
+    index: VectorIndex | None,
+    incident: IncidentLog,
+    policy: FrocPolicy,
+    detector: ContaminationDetector,
+    seeds: SeedReport,
+    closures: Closures,
+    risk: RiskTable,
+    plan: TierPlan,
+    probe: Mapping[str, Any],
+    gate: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The unsigned v2 certificate: a pure function of the incident, the store's state and the policy."""
+    graph_ids = store.entry_ids
+    closure_ids = graph_ids(closures.v2.members)
+    closure_v1_ids = graph_ids(closures.v1.members)
+    tier_of = {int(seq): Tier(int(tier)) for seq, tier in zip(risk.seqs.tolist(), risk.tier.tolist())}
+    id_of = dict(zip(closures.v2.members.tolist(), closure_ids))
+    states = store.entry_states(closures.v2.members)
+    state_lines = sorted(
+        f"{id_of[int(seq)]}\t{int(t)}\t{int(q)}\t{int(p)}"
+        for seq, t, q, p in zip(closures.v2.members.tolist(), states["tainted"], states["quarantined"], states["purged"])
+    )
+    isolated = union_ints(plan.quarantine, plan.purge)
+    retrievable = int(index.contains(isolated).sum()) if index is not None and isolated.size else 0
+    manifest = []
+    rows = {row[0]: row for row in store.execute(
+        "SELECT p.seq, p.content_hash, p.action_type, p.active_adapter_id FROM provenance p "
+        "WHERE p.seq IN (SELECT unnest(?::BIGINT[]))", [closures.v2.members.tolist()]).fetchall()}
+    for seq, entry_id in sorted(zip(closures.v2.members.tolist(), closure_ids), key=lambda item: item[1]):
+        row = rows[seq]
+        manifest.append({"entry_id": entry_id, "content_hash": row[1], "action_type": row[2],
+                         "active_adapter_id": row[3], "tier": tier_of[seq].label})
+    risk_entries = {
+        entry_id: {
+            "score": _fmt(score), "tier": Tier(int(tier)).label, "contamination": _fmt(p), "influence": _fmt(i),
+            "closure_size": int(size),
+        }
+        for entry_id, score, tier, p, i, size in zip(
+            graph_ids(risk.seqs), risk.score.tolist(), risk.tier.tolist(), risk.contamination.tolist(),
+            risk.influence.tolist(), risk.closure_size.tolist())
+    }
+    # adapters: the ones this incident loaded or used, plus every adapter the closure tainted
+    incident_adapter_ids = {r.adapter_id for r in incident.records if r.adapter_id} | \
+                           {r.active_adapter_id for r in incident.records if r.active_adapter_id}
+    tainted_set = set(closures.v2.tainted_adapters.tolist())
+    evict_set = set(plan.evict_adapters.tolist())
+    adapters = []
+    for row in store.adapters():
+        if row.adapter_id not in incident_adapter_ids and row.seq not in tainted_set:
+            continue
+        evicted = row.seq in evict_set or row.purged
+        adapters.append({
+            "adapter_id": row.adapter_id, "adapter_name": row.adapter_name, "adapter_hash": row.adapter_hash,
+            "source": row.source, "fused": row.fused, "tainted": row.seq in tainted_set or row.tainted,
+            "status": "evicted" if evicted else "retained", "influence": _fmt(row.influence or 0.0),
+        })
+    adapters.sort(key=lambda item: item["adapter_id"])
+    fusion_warnings = [
+        {"adapter_id": a["adapter_id"],
+         "warning": "adapter was fused into the base weights; unloading cannot remove its contribution"}
+        for a in adapters if a["fused"] and (a["tainted"] or a["status"] == "evicted")
+    ]
+    flagged_ids = sorted(graph_ids(plan.flag))
+    quarantined_ids = sorted(graph_ids(plan.quarantine))
+    purged_ids = sorted(graph_ids(plan.purge))
+    return {
+        "version": CERTIFICATE_VERSION,
+        "certificate_type": "rvu-recovery",
+        "generated_by": {"software": "rvu-pipelines", "version": __version__},
+        "incident": {
+            "incident_id": incident.incident_id, "sha256": incident.sha256, "records": len(incident.records),
+            "episodes": incident.episodes, "last_timestamp": _fmt(incident.last_timestamp),
+        },
+        "policy": policy.summary(),
+        "detector": {"name": detector.name, "version": detector.version},
+        "runtime_recovery": {
+            "seed_ids": sorted(seeds.entry_ids),
+            "seeds": [{"entry_id": e, "score": _fmt(seeds.scores[e]), "sources": sorted(seeds.sources[e])}
+                      for e in sorted(seeds.entry_ids)],
+            "closure_ids": sorted(closure_ids), "closure_v1_ids": sorted(closure_v1_ids),
+            "closure_size": len(closure_ids), "closure_v1_size": len(closure_v1_ids),
+            "adapter_expansion_gain": len(closure_ids) - len(closure_v1_ids),
+            "flagged": flagged_ids, "quarantined": quarantined_ids, "purged": purged_ids,
+            "total_flagged": len(flagged_ids), "total_quarantined": len(quarantined_ids), "total_purged": len(purged_ids),
+            "manifest_entries": manifest,
+            "tier_counts": risk.counts(),
+            "state_digest": "sha256:" + sha256_bytes("\n".join(state_lines).encode()),
+            "index": {"isolated_vectors_retrievable": retrievable},
+        },
+        "adapter_attestation": {
+            "adapters": adapters,
+            "tainted": sorted(store.adapter_ids(closures.v2.tainted_adapters)),
+            "evicted": sorted(a["adapter_id"] for a in adapters if a["status"] == "evicted"),
+            "retained": sorted(a["adapter_id"] for a in adapters if a["status"] == "retained"),
+            "fusion_warnings": fusion_warnings,
+            "gate": dict(gate),
+        },
+        "risk_scores": {"entries": risk_entries, "total_entries": risk.total_entries},
+        "membership_probe": dict(probe),
+    }
+
+
+def _gate_section(gate: AdapterGate | None, incident: IncidentLog) -> dict[str, Any]:
+    if gate is None:
+        return {"status": "not run", "reason": "the adapter gate is not implemented yet"}
+    return {"status": "run", "gate": gate.name,
+            "results": {r.adapter_id: dict(gate.screen(r)) for r in incident.adapters_loaded}}
+
+
+# ------------------------------------------------------------------------------------ end to end
+
+
+def recover(
+    incident_path: Path | str,
+    store_path: Path | str,
+    index_path: Path | str | None,
+    key_dir: Path | str,
+    cert_out: Path | str,
+    detector: ContaminationDetector | None = None,
+    *,
+    policy: FrocPolicy | None = None,
+    embedder: Embedder | None = None,
+    influence: InfluenceSource | None = None,
+    gate: AdapterGate | None = None,
+    probe: MembershipProbe | None = None,
+    runtime: AdapterRuntime | None = None,
+) -> RecoveryResult:
+    """Recover from one incident log and write its signed v2 certificate to ``cert_out``.
+
+    Raises IncidentValidationError (nothing ingested) for a bad log, ConfigError for a bad policy.
+    """
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[name] = now - clock
+        clock = now
+
+    policy = policy or FrocPolicy.load()
+    detector = detector or HeuristicDetector()
+    embedder = embedder or HashingEmbedder()
+    incident = load_incident(incident_path)
+    key = load_or_create_signing_key(key_dir)
+    lap("validate")
+    with ProvenanceStore.open(store_path) as store:
+        ingest, sources = ingest_incident(store, incident, detector=detector, embedder=embedder)
+        index = VectorIndex.open(index_path, store, dimension=embedder.dimension) if index_path is not None else None
+        lap("ingest")
+        seeds = find_seeds(store, incident, policy, sources)
+        graph = store.graph()
+        closures = compute_closures(graph, seeds.seqs, policy)
+        lap("closure")
+        risk = score_risk(store, graph, closures, policy, influence)
+        lap("risk")
+        plan = plan_tiers(risk, graph, closures, seeds)
+        outcome: TierOutcome = apply_tiers(store, index, plan, details={"incident_id": incident.incident_id},
+                                           runtime=runtime, fault=FaultHook.from_env())
+        lap("tiers")
+        purged_ids = store.entry_ids(plan.purge)
+        probe_section = (probe or NotRunProbe()).run(store, purged_ids)
+        body = build_certificate_body(store, index, incident, policy, detector, seeds, closures, risk, plan,
+                                      probe_section, _gate_section(gate, incident))
+        certificate = sign_certificate(body, key)
+        path = write_certificate(certificate, cert_out)
+        lap("certificate")
+        risk_ids = store.entry_ids(risk.seqs)
+        return RecoveryResult(
+            incident_id=incident.incident_id,
+            certificate_path=path,
+            certificate=certificate,
+            seeds=sorted(seeds.entry_ids),
+            closure_v1=sorted(store.entry_ids(closures.v1.members)),
+            closure_v2=sorted(store.entry_ids(closures.v2.members)),
+            tainted_adapters=sorted(store.adapter_ids(closures.v2.tainted_adapters)),
+            evicted_adapters=sorted(store.adapter_ids(plan.evict_adapters)),
+            risk_scores={e: float(s) for e, s in zip(risk_ids, risk.score.tolist())},
+            tiers={e: Tier(int(t)).label for e, t in zip(risk_ids, risk.tier.tolist())},
+            tier_counts=risk.counts(),
+            applied=outcome.counts(),
+            ingest=ingest,
+            timings=timings,
+        )
+
+
+def restore(entry_id: str, store_path: Path | str, index_path: Path | str | None, *, reason: str = "operator") -> bool:
+    """Lift the quarantine of one entry (``rvu restore``). False if it was already restored."""
+    with ProvenanceStore.open(store_path) as store:
+        index = VectorIndex.open(index_path, store) if index_path is not None and store.embedding_dim else None
+        return restore_entry(store, index, entry_id, reason=reason)
+
+
+def certificate_digest(certificate: Mapping[str, Any]) -> str:
+    """sha256 of a certificate's canonical bytes (handy as a run tag)."""
+    return sha256_bytes(canonical_bytes(certificate))

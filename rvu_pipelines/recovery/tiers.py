@@ -1,0 +1,364 @@
+"""Tier actions (FLAG / QUARANTINE / PURGE / EVICT) on the provenance store and the FAISS index.
+
+- FLAG marks an entry tainted.
+- QUARANTINE removes its vector from the retrieval index, keeps the row, records the quarantine;
+  :func:`restore_entry` lifts it (vector re-added, ``restored`` event logged).
+- PURGE marks it purged and removes its vector (irreversible).
+- EVICT purges it and evicts its adapter (store marks it purged/unloaded; an ``AdapterRuntime``
+  hook unloads it from a live runtime).
+
+Every action only changes what is not already in the target state, so applying the same plan twice
+changes nothing and logs nothing. The store is the source of truth; the FAISS ``IndexIDMap`` (ids =
+entry seqs) is a cache of "vectors an agent may retrieve". Its invariant, on disk at every instant:
+index ids are a subset of what the store allows (not purged, not under an active quarantine).
+Removals therefore hit the index *before* the store commits, additions *after*; :meth:`VectorIndex.open`
+reconciles the two, so a crash anywhere leaves no purged or quarantined vector retrievable and the
+next open restores any vector a crash dropped early.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import faiss
+import numpy as np
+
+from rvu_pipelines.errors import StoreError
+from rvu_pipelines.provenance.closure import ProvenanceGraph, union_ints, unique_ints
+from rvu_pipelines.provenance.store import ProvenanceStore
+from rvu_pipelines.recovery.froc import RiskTable, Tier
+
+log = logging.getLogger(__name__)
+
+FAULT_PAUSE_ENV = "RVU_FAULT_PAUSE_AFTER_TIER_STEPS"
+FAULT_MARKER_ENV = "RVU_FAULT_MARKER"
+
+
+# ------------------------------------------------------------------------------------ embeddings
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns entry content into vectors. ``rvu_pipelines.models.embedder.SentenceEmbedder`` fits."""
+
+    @property
+    def dimension(self) -> int: ...
+
+    def encode(self, texts: list[str]) -> np.ndarray: ...
+
+
+class HashingEmbedder:
+    """A dependency-free, deterministic embedder: signed feature hashing of lower-cased word tokens.
+
+    Good enough to give every entry a retrievable vector in tests and offline runs; swap in the
+    MiniLM ``SentenceEmbedder`` for semantic retrieval.
+    """
+
+    _TOKEN = re.compile(r"[a-z0-9]+")
+
+    def __init__(self, dimension: int = 64) -> None:
+        self._dimension = dimension
+        self.name = f"hashing-{dimension}-v1"
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self._dimension), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for token in self._TOKEN.findall(text.lower()):
+                digest = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
+                out[row, digest % self._dimension] += 1.0 if (digest >> 63) & 1 else -1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms > 0, norms, 1.0)
+
+
+def embedder_name(embedder: Any) -> str:
+    name = getattr(embedder, "name", None)
+    if name:
+        return str(name)
+    path = getattr(embedder, "model_path", None)
+    return f"{type(embedder).__name__}:{path}" if path else type(embedder).__name__
+
+
+# ------------------------------------------------------------------------------------ vector index
+
+
+@dataclass(frozen=True)
+class ReconcileReport:
+    removed: int
+    added: int
+
+
+class VectorIndex:
+    """A FAISS ``IndexIDMap`` over inner product whose ids are entry seqs, kept in step with the store."""
+
+    def __init__(self, path: Path | None, index: faiss.IndexIDMap) -> None:
+        self.path = path
+        self._index = index
+
+    @property
+    def dimension(self) -> int:
+        return int(self._index.d)
+
+    @property
+    def ntotal(self) -> int:
+        return int(self._index.ntotal)
+
+    @classmethod
+    def open(cls, path: Path | str | None, store: ProvenanceStore, *, dimension: int | None = None) -> VectorIndex:
+        """Load the index at ``path`` (or start an empty one) and reconcile it with ``store``."""
+        dim = store.embedding_dim or dimension
+        if dim is None:
+            raise StoreError("The store holds no vectors yet and no dimension was given for the vector index.")
+        target = Path(path) if path is not None else None
+        index = None
+        if target is not None and target.exists():
+            try:
+                loaded = faiss.read_index(str(target))
+                if isinstance(loaded, faiss.IndexIDMap) and loaded.d == dim:
+                    index = loaded
+                else:
+                    log.warning("vector index %s does not match the store (d=%s); rebuilding it", target, loaded.d)
+            except RuntimeError as exc:
+                log.warning("vector index %s is unreadable (%s); rebuilding it from the store", target, exc)
+        if index is None:
+            index = faiss.IndexIDMap(faiss.IndexFlatIP(dim))
+        vector_index = cls(target, index)
+        report = vector_index.reconcile(store)
+        if report.removed or report.added:
+            log.info("reconciled vector index %s: removed %d, added %d", target, report.removed, report.added)
+        return vector_index
+
+    def ids(self) -> np.ndarray:
+        if self.ntotal == 0:
+            return np.zeros(0, dtype=np.int64)
+        return np.sort(faiss.vector_to_array(self._index.id_map).astype(np.int64))
+
+    def contains(self, seqs: np.ndarray | Sequence[int]) -> np.ndarray:
+        return np.isin(np.asarray(seqs, dtype=np.int64), self.ids())
+
+    def remove(self, seqs: np.ndarray | Sequence[int]) -> int:
+        seqs = np.ascontiguousarray(unique_ints(seqs))
+        if seqs.size == 0 or self.ntotal == 0:
+            return 0
+        return int(self._index.remove_ids(seqs))
+
+    def add(self, seqs: np.ndarray | Sequence[int], vectors: np.ndarray) -> None:
+        seqs = np.ascontiguousarray(np.asarray(seqs, dtype=np.int64))
+        if seqs.size:
+            self._index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), seqs)
+
+    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Inner-product scores and entry seqs (-1 = none) of the ``k`` nearest stored vectors."""
+        return self._index.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
+
+    def save(self) -> None:
+        """Write atomically: a crash leaves either the old file or the new one, never half of one."""
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temp = self.path.with_name(self.path.name + ".tmp")
+        faiss.write_index(self._index, str(temp))
+        with open(temp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(temp, self.path)
+
+    def reconcile(self, store: ProvenanceStore) -> ReconcileReport:
+        """Make the index hold exactly the vectors the store allows; save if anything changed."""
+        allowed = store.allowed_vector_seqs()
+        present = self.ids()
+        extra = np.setdiff1d(present, allowed, assume_unique=True)
+        missing = np.setdiff1d(allowed, present, assume_unique=True)
+        removed = self.remove(extra)
+        if missing.size:
+            self.add(missing, store.vectors(missing))
+        if removed or missing.size or (self.path is not None and not self.path.exists()):
+            self.save()
+        return ReconcileReport(removed=removed, added=int(missing.size))
+
+
+# ------------------------------------------------------------------------------------ hooks
+
+
+@runtime_checkable
+class AdapterRuntime(Protocol):
+    """Unloads an evicted adapter from a live agent runtime (the store records the eviction either way)."""
+
+    def unload(self, adapter_id: str) -> None: ...
+
+
+class NullAdapterRuntime:
+    """No live runtime attached: eviction is recorded in the store only."""
+
+    def unload(self, adapter_id: str) -> None:
+        return None
+
+
+class FaultHook:
+    """Test-only crash injection: after the N-th tier step, write a marker and sleep.
+
+    Steps of :func:`apply_tiers`: 1 flag, 2 quarantine, 3 purge, 4 evict (store statements run, not
+    committed; the index thread may or may not have saved), 5 index removals saved (still uncommitted),
+    6 committed.
+
+    Set ``RVU_FAULT_PAUSE_AFTER_TIER_STEPS=N`` (and optionally ``RVU_FAULT_MARKER=path``); a test then
+    SIGKILLs the paused process to simulate a crash at exactly that point. Unset, it does nothing.
+    """
+
+    def __init__(self, pause_after: int | None = None, marker: str | None = None) -> None:
+        self.pause_after = pause_after
+        self.marker = marker
+        self.steps = 0
+
+    @classmethod
+    def from_env(cls) -> FaultHook:
+        value = os.environ.get(FAULT_PAUSE_ENV)
+        return cls(int(value) if value else None, os.environ.get(FAULT_MARKER_ENV))
+
+    def step(self, name: str) -> None:
+        self.steps += 1
+        if self.pause_after is not None and self.steps == self.pause_after:
+            if self.marker:
+                Path(self.marker).write_text(f"{self.steps} {name}\n")
+            while True:  # wait to be killed
+                time.sleep(0.1)
+
+
+# ------------------------------------------------------------------------------------ plan and apply
+
+
+@dataclass(frozen=True)
+class TierPlan:
+    """What the tiers ask for, as entry / adapter seqs (sorted)."""
+
+    flag: np.ndarray  # every entry at FLAG or above: mark tainted
+    quarantine: np.ndarray  # QUARANTINE tier
+    quarantine_risk: np.ndarray
+    purge: np.ndarray  # PURGE and EVICT tiers
+    evict_adapters: np.ndarray  # adapters of EVICT-tier entries
+    tainted_adapters: np.ndarray  # adapters the v2 closure expanded (Theorem 2c)
+
+    @classmethod
+    def from_risk(cls, risk: RiskTable, graph: ProvenanceGraph, tainted_adapters: np.ndarray) -> TierPlan:
+        quarantine = risk.seqs_in(Tier.QUARANTINE)
+        evict_entries = risk.seqs_in(Tier.EVICT)
+        adapters = graph.adapter[evict_entries]
+        return cls(
+            flag=risk.seqs_in(Tier.FLAG, Tier.QUARANTINE, Tier.PURGE, Tier.EVICT),
+            quarantine=quarantine,
+            quarantine_risk=risk.score_of(quarantine),
+            purge=risk.seqs_in(Tier.PURGE, Tier.EVICT),
+            evict_adapters=unique_ints(adapters[adapters >= 0]),
+            tainted_adapters=unique_ints(tainted_adapters),
+        )
+
+
+@dataclass
+class TierOutcome:
+    """What actually changed (seqs); empty arrays when a plan was already applied."""
+
+    tainted: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    adapters_tainted: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    quarantined: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    purged: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    evicted: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    unloaded: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    vectors_removed: int = 0
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "tainted": int(self.tainted.size), "adapters_tainted": int(self.adapters_tainted.size),
+            "quarantined": int(self.quarantined.size), "purged": int(self.purged.size),
+            "evicted": int(self.evicted.size), "unloaded": int(self.unloaded.size),
+            "vectors_removed": int(self.vectors_removed),
+        }
+
+    @property
+    def changed(self) -> bool:
+        return any(self.counts().values())
+
+
+def apply_tiers(
+    store: ProvenanceStore,
+    index: VectorIndex | None,
+    plan: TierPlan,
+    *,
+    details: Mapping[str, Any] | None = None,
+    runtime: AdapterRuntime | None = None,
+    fault: FaultHook | None = None,
+) -> TierOutcome:
+    """Apply a tier plan: index removals saved first, then every store change in one transaction.
+
+    The index work (remove + atomic save) runs in a thread while the store statements execute, and
+    the store commits only after it finished: so the index never holds a vector the committed store
+    forbids. A crash before the commit leaves the store as it was (the index may lack vectors the
+    store still allows; the next :meth:`VectorIndex.open` puts them back); a crash after it leaves
+    the plan fully applied. Either way re-running finishes the job.
+    """
+    details = dict(details or {})
+    fault = fault or FaultHook()
+    outcome = TierOutcome()
+    removed: list[int] = []
+    failure: list[BaseException] = []
+
+    def index_work() -> None:
+        try:
+            count = index.remove(union_ints(plan.quarantine, plan.purge)) if index is not None else 0
+            if count:
+                index.save()
+            removed.append(count)
+        except BaseException as exc:  # surfaced below, before the commit
+            failure.append(exc)
+
+    worker = threading.Thread(target=index_work, name="rvu-index-removals")
+    with store.transaction():
+        worker.start()
+        try:
+            outcome.tainted = store.mark_tainted(plan.flag, {**details, "tier": "flag"})
+            outcome.adapters_tainted = store.mark_adapters_tainted(plan.tainted_adapters, {**details, "reason": "closure_v2"})
+            fault.step("flag")
+            outcome.quarantined = store.quarantine(plan.quarantine, plan.quarantine_risk, {**details, "tier": "quarantine"})
+            fault.step("quarantine")
+            outcome.purged = store.purge(plan.purge, {**details, "tier": "purge"})
+            fault.step("purge")
+            outcome.evicted, outcome.unloaded = store.evict_adapters(plan.evict_adapters, {**details, "tier": "evict"})
+            fault.step("evict")
+        finally:
+            worker.join()
+        if failure:
+            raise StoreError(f"Updating the vector index failed; the store was left unchanged: {failure[0]}") from failure[0]
+        outcome.vectors_removed = removed[0]
+        fault.step("index")
+    fault.step("commit")
+    if outcome.evicted.size:
+        runtime = runtime or NullAdapterRuntime()
+        for adapter_id in store.adapter_ids(outcome.evicted):
+            runtime.unload(adapter_id)
+    return outcome
+
+
+def restore_entry(store: ProvenanceStore, index: VectorIndex | None, entry_id: str, *, reason: str = "operator") -> bool:
+    """Lift the quarantine of ``entry_id``: store first, then its vector goes back into the index.
+
+    Returns False when the entry was already restored; raises RestoreError when it was never
+    quarantined or is purged, EntryNotFoundError when the id is unknown.
+    """
+    restored = store.restore(entry_id, {"reason": reason})
+    entry = store.entry(entry_id)
+    if index is not None and not entry.quarantined and not entry.purged and not index.contains([entry.seq])[0]:
+        vectors = store.vectors([entry.seq]) if store.has_vector(entry.seq) else None
+        if vectors is not None:
+            index.add([entry.seq], vectors)
+            index.save()
+    return restored

@@ -1,0 +1,45 @@
+"""Start recovery when an incident log lands in the inbox: one run per distinct file content."""
+
+from dagster import (
+    AssetSelection,
+    DefaultSensorStatus,
+    RunRequest,
+    SensorEvaluationContext,
+    SensorResult,
+    define_asset_job,
+    in_process_executor,
+    sensor,
+)
+
+from assets.recovery import GROUP, incident_partitions
+from resources.recovery import RecoveryResource
+from rvu_pipelines.recovery.inbox import triage_inbox
+
+recovery_job = define_asset_job(
+    "recovery_job",
+    selection=AssetSelection.groups(GROUP),
+    partitions_def=incident_partitions,
+    executor_def=in_process_executor,
+    description="Recover from one incident log (a partition of `incidents`): ingest, closure, risk, tiers, certificate.",
+    tags={"rvu/provenance_store": "default"},  # the instance limits this tag to one run at a time
+)
+
+
+@sensor(job=recovery_job, minimum_interval_seconds=15, default_status=DefaultSensorStatus.RUNNING,
+        description="Watches the incident inbox (RVU_INCIDENT_DIR/inbox): valid logs become `incidents` partitions "
+        "and start recovery, keyed by content sha256 so the same file twice starts one run; malformed logs move to "
+        "dead_letter/ with an .error.json report beside them.")
+def incident_log_sensor(context: SensorEvaluationContext, recovery: RecoveryResource) -> SensorResult:
+    folders = recovery.folders()
+    for outcome in triage_inbox(folders):
+        if outcome.error:
+            context.log.warning(f"dead-lettered {outcome.source}: {outcome.error.splitlines()[0]}")
+    accepted = folders.accepted_incidents()
+    known = set(context.instance.get_dynamic_partitions(incident_partitions.name))
+    new = [incident_id for incident_id, _ in accepted if incident_id not in known]
+    # every accepted log is requested each tick; Dagster drops run keys it has seen, so a crash
+    # between accepting a file and requesting its run loses nothing
+    return SensorResult(
+        run_requests=[RunRequest(run_key=sha256, partition_key=incident_id) for incident_id, sha256 in accepted],
+        dynamic_partitions_requests=[incident_partitions.build_add_request(new)] if new else [],
+    )
