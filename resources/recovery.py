@@ -3,9 +3,9 @@ from pathlib import Path
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from rvu_pipelines.paths import state_dir
 from rvu_pipelines.recovery.froc import FrocPolicy
 from rvu_pipelines.recovery.inbox import IncidentFolders, incident_folders
+from rvu_pipelines.recovery.state import RecoveryPaths
 
 
 class RecoveryResource(ConfigurableResource):
@@ -18,27 +18,23 @@ class RecoveryResource(ConfigurableResource):
     incident_dir: str | None = Field(default=None, description="Incident folder root; default RVU_INCIDENT_DIR")
     policy_path: str | None = Field(default=None, description="FROC policy YAML; default configs/adapters.yaml")
 
-    def _root(self) -> Path:
-        path = Path(self.root) if self.root else state_dir() / "recovery"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+    def paths(self) -> RecoveryPaths:
+        return RecoveryPaths.default(self.root)
 
     @property
     def store_path(self) -> Path:
-        return self._root() / "provenance.duckdb"
+        return self.paths().store
 
     @property
     def index_path(self) -> Path:
-        return self._root() / "index.faiss"
+        return self.paths().index
 
     @property
     def key_dir(self) -> Path:
-        return self._root() / "keys"
+        return self.paths().keys
 
     def certificate_path(self, incident_id: str) -> Path:
-        folder = self._root() / "certificates"
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder / f"{incident_id}.json"
+        return self.paths().certificate(incident_id)
 
     def folders(self) -> IncidentFolders:
         return incident_folders(self.incident_dir)

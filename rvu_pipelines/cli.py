@@ -111,6 +111,64 @@ def models_check(profile: str | None) -> None:
                           f"cos(unrelated)={smoke.unrelated_cosine:.3f}, {smoke.sentences_per_s:.0f} sentences/s")
 
 
+def _embedder_for_recovery():
+    """The profile's sentence embedder, named by model and sha256 so stores and certificates are portable."""
+    from rvu_pipelines.models import ModelStore, load_model_config
+    from rvu_pipelines.models.embedder import SentenceEmbedder
+
+    resolved = ModelStore().resolve("embedder", load_model_config().profile()["embedder"])
+    return SentenceEmbedder(resolved.path, name=f"{resolved.name}@{resolved.sha256[:12]}")
+
+
+@cli.command()
+@click.argument("incident", type=click.Path(exists=True, dir_okay=False))
+@click.option("--cert-out", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the signed certificate (default .rvu/recovery/certificates/<incident>.json).")
+@click.option("--state", type=click.Path(file_okay=False), default=None, help="Recovery state folder (default .rvu/recovery).")
+def recover(incident: str, cert_out: str | None, state: str | None) -> None:
+    """Recover from an incident log without Dagster: ingest, closure, risk, tiers, signed certificate."""
+    from rvu_pipelines.provenance.incident import load_incident
+    from rvu_pipelines.recovery import recover as run_recovery
+    from rvu_pipelines.recovery.state import RecoveryPaths
+
+    paths = RecoveryPaths.default(state)
+    incident_id = load_incident(incident).incident_id  # validates first: a bad file changes nothing
+    result = run_recovery(incident, paths.store, paths.index, paths.keys, cert_out or paths.certificate(incident_id),
+                          embedder=_embedder_for_recovery())
+    console.print(f"[bold]{result.incident_id}[/bold]: seeds {len(result.seeds)}, closure v1 {len(result.closure_v1)}, "
+                  f"v2 {len(result.closure_v2)}, tainted adapters {result.tainted_adapters or 'none'}")
+    console.print(f"tiers {result.tier_counts}; applied {result.applied}")
+    console.print(f"certificate {result.certificate_path}")
+
+
+@cli.command()
+@click.argument("certificate", type=click.Path(dir_okay=False))
+@click.option("--trust", multiple=True, help="Trusted public-key fingerprint(s); default: this machine's key if present.")
+def verify(certificate: str, trust: tuple[str, ...]) -> None:
+    """Exit 0 if the certificate's digest and Ed25519 signature verify, else 1 with the reason."""
+    from rvu_pipelines.recovery import trusted_fingerprint, verify_certificate
+    from rvu_pipelines.recovery.state import RecoveryPaths
+
+    trusted = list(trust) or [fp for fp in [trusted_fingerprint(RecoveryPaths.default().keys)] if fp] or None
+    ok, reason = verify_certificate(certificate, trusted_fingerprints=trusted)
+    console.print(f"[green]{reason}[/green]" if ok else f"[red]INVALID[/red]: {reason}", highlight=False)
+    sys.exit(0 if ok else 1)
+
+
+@cli.command()
+@click.argument("entry_id")
+@click.option("--state", type=click.Path(file_okay=False), default=None, help="Recovery state folder (default .rvu/recovery).")
+@click.option("--reason", default="operator", help="Recorded in the store's event log.")
+def restore(entry_id: str, state: str | None, reason: str) -> None:
+    """Lift the quarantine of ENTRY_ID: its vector is re-added to the index and the event logged."""
+    from rvu_pipelines.recovery import restore as run_restore
+    from rvu_pipelines.recovery.state import RecoveryPaths
+
+    paths = RecoveryPaths.default(state)
+    changed = run_restore(entry_id, paths.store, paths.index, reason=reason)
+    console.print(f"restored {entry_id}" if changed else f"{entry_id} was not quarantined; nothing changed")
+
+
 @cli.command()
 def summary() -> None:
     """What the last runs produced and where to look (Dagster UI, MLflow UI, files)."""

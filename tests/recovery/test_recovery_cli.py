@@ -1,0 +1,56 @@
+"""`rvu recover`, `rvu verify` and `rvu restore` as an operator runs them (the installed console script)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "configs" / "examples"
+RVU = shutil.which("rvu") or str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "rvu")
+
+
+def _rvu(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([RVU, *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "RVU_HOME": str(home)})
+
+
+@pytest.fixture(scope="module")
+def recovered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    home = tmp_path_factory.mktemp("cli_home")
+    cert = home / "cert.json"
+    done = _rvu(home, "recover", str(EXAMPLES / "incident_example.jsonl"), "--cert-out", str(cert))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "certificate" in done.stdout
+    return home, cert
+
+
+def test_verify_accepts_the_certificate_and_rejects_a_modified_one(recovered) -> None:
+    home, cert = recovered
+    assert _rvu(home, "verify", str(cert)).returncode == 0
+    body = json.loads(cert.read_text())
+    body["runtime_recovery"]["total_purged"] += 1
+    tampered = home / "tampered.json"
+    tampered.write_text(json.dumps(body, sort_keys=True))
+    done = _rvu(home, "verify", str(tampered))
+    assert done.returncode == 1 and "INVALID" in done.stdout and "Traceback" not in done.stdout + done.stderr
+
+
+def test_restore_lifts_a_quarantine_once(recovered) -> None:
+    home, cert = recovered
+    [quarantined] = json.loads(cert.read_text())["runtime_recovery"]["quarantined"]
+    first = _rvu(home, "restore", quarantined)
+    assert first.returncode == 0 and f"restored {quarantined}" in first.stdout
+    second = _rvu(home, "restore", quarantined)
+    assert second.returncode == 0 and "nothing changed" in second.stdout
+
+
+def test_malformed_incident_is_refused_with_file_line_and_field(tmp_path) -> None:
+    done = _rvu(tmp_path, "recover", str(EXAMPLES / "incident_malformed.jsonl"))
+    assert done.returncode == 2
+    assert "incident_malformed.jsonl:3: field 'timestamp'" in done.stdout and "nothing was ingested" in done.stdout
+    assert not (tmp_path / "recovery" / "provenance.duckdb").exists()
