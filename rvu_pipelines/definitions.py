@@ -10,6 +10,7 @@ import os
 from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
 
 from assets.datasets import dataset_assets
+from assets.memory import memory_assets
 from assets.models import model_assets
 from assets.recovery import recovery_assets
 from resources import (
@@ -23,7 +24,7 @@ from resources import (
 from resources.recovery import RecoveryResource
 from sensors import JOBS, SCHEDULES, SENSORS
 
-ALL_ASSETS = [*dataset_assets(), *model_assets(), *recovery_assets()]
+ALL_ASSETS = [*dataset_assets(), *model_assets(), *recovery_assets(), *memory_assets()]
 
 # In-process: the steps share one interpreter, so torch/transformers are imported once, not per step.
 default_profile_job = define_asset_job(
