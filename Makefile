@@ -9,7 +9,7 @@ RVU_DATA_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data),$(abspath $(CURDIR)
 export RVU_DATA_MIRROR
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run test test-slow test-all dev mlflow-ui bench clean
+.PHONY: setup run test test-slow test-all dev mlflow-ui bench bench-closure bench-monitor bench-detectors clean
 
 setup:
 	@bash scripts/setup.sh
@@ -33,8 +33,16 @@ dev: setup
 mlflow-ui: setup
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/.rvu/mlflow.db -h 127.0.0.1 -p 5000
 
-bench: setup
-	@for script in benchmarks/bench_*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
+bench: bench-closure bench-monitor bench-detectors
+
+bench-closure: setup
+	$(BIN)/python benchmarks/bench_closure.py
+
+bench-monitor: setup
+	$(BIN)/python benchmarks/bench_monitor.py
+
+bench-detectors: setup
+	$(BIN)/python benchmarks/bench_detectors.py
 
 clean:
 	rm -rf .rvu .dagster_home
