@@ -91,6 +91,23 @@ class HeuristicDetector:
                         dtype=np.float64)
 
 
+class TextDetectorContamination:
+    """Any text injection detector (``rvu_pipelines.detectors.InjectionDetector``: D1-D5 or a registered
+    MLflow model) as the recovery pipeline's contamination signal; adapter lifecycle lines score 0."""
+
+    def __init__(self, detector: Any, version: str = "1") -> None:
+        self.detector = detector
+        self.name = str(getattr(detector, "name", type(detector).__name__))
+        self.version = version
+
+    def score(self, records: Sequence[IncidentRecord]) -> np.ndarray:
+        scores = np.zeros(len(records), dtype=np.float64)
+        actions = [i for i, record in enumerate(records) if record.is_action]
+        if actions:
+            scores[actions] = np.asarray(self.detector.score([records[i].content for i in actions]), dtype=np.float64)
+        return scores
+
+
 @runtime_checkable
 class AdapterGate(Protocol):
     """Pre-load screening of an adapter (allowlist, Safe LoRA, OOD: the adapter-gate issue)."""
