@@ -9,7 +9,7 @@ RVU_DATA_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data),$(abspath $(CURDIR)
 export RVU_DATA_MIRROR
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run test test-slow test-all dev mlflow-ui bench bench-closure bench-monitor bench-detectors clean
+.PHONY: setup run detectors test test-slow test-all dev mlflow-ui bench bench-closure bench-monitor bench-detectors clean
 
 setup:
 	@bash scripts/setup.sh
@@ -17,6 +17,10 @@ setup:
 run: setup
 	$(BIN)/dagster job execute -m rvu_pipelines.definitions -j default_profile_job
 	$(BIN)/rvu summary
+
+# Seed 002 §5-6: train, register (MLflow) and evaluate D1-D5 on the three corpora (~30 min on 2 cores)
+detectors: setup
+	$(BIN)/dagster job execute -m rvu_pipelines.definitions -j detectors_job
 
 test: setup
 	$(BIN)/pytest -m "not slow and not network"

@@ -118,6 +118,20 @@ def stratified_split(frame: pl.DataFrame, *, test_fraction: float = TEST_FRACTIO
     return frame.with_columns(pl.Series("split", np.where(is_test, "test", "train")))
 
 
+def stratified_subsample(frame: pl.DataFrame, n: int | None, *, seed: int = SPLIT_SEED) -> pl.DataFrame:
+    """At most ``n`` rows keeping the label ratio (quick runs and tests), in id order; all rows if n is None."""
+    from sklearn.model_selection import train_test_split
+
+    if n is None or n >= frame.height:
+        return frame
+    if n < 2:
+        raise DetectorError(f"A subsample needs at least 2 rows (one per label); asked for {n}.")
+    frame = frame.sort("id")
+    keep, _ = train_test_split(np.arange(frame.height), train_size=n, stratify=frame["label"].to_numpy(),
+                               random_state=seed)
+    return frame[np.sort(keep)]
+
+
 def _finish(name: str, frame: pl.DataFrame) -> Corpus:
     frame = frame.select([pl.col(c).cast(t) for c, t in COLUMNS.items()]).sort("split", "id")
     return Corpus(name, frame, DESCRIPTIONS[name])

@@ -27,7 +27,10 @@ def test_default_job_selects_every_asset_with_checks() -> None:
     partitioned = {key for key in repository.asset_graph.get_all_asset_keys()
                    if repository.asset_graph.get(key).partitions_def is not None}
     assert partitioned  # the per-incident recovery assets run in recovery_job, started by the sensor
-    assert selected == set(repository.asset_graph.get_all_asset_keys()) - partitioned
+    detectors = {key for key in repository.asset_graph.get_all_asset_keys()
+                 if repository.asset_graph.get(key).group_name == "detectors"}
+    assert len(detectors) == 12  # trained and evaluated by detectors_job (~30 min)
+    assert selected == set(repository.asset_graph.get_all_asset_keys()) - partitioned - detectors
     assert len(list(job.asset_layer.asset_graph.asset_check_keys)) >= 14
 
 
@@ -45,3 +48,11 @@ def test_library_never_imports_dagster_outside_definitions() -> None:
             if any(name == "dagster" or name.startswith(("dagster.", "dagster_")) for name in names):
                 offenders.append(str(path.relative_to(REPO)))
     assert offenders == []
+
+
+def test_detectors_job_trains_every_detector_from_its_data() -> None:
+    job = defs.get_repository_def().get_job("detectors_job")
+    selected = {key.to_user_string() for key in job.asset_layer.executable_asset_keys}
+    assert {f"detector_evaluation_{c}" for c in ("deepset", "jailbreak", "combined")} <= selected
+    assert {"deepset_prompt_injections", "awesome_chatgpt_prompts", "trustair_jailbreaks"} <= selected
+    assert not any(key.startswith(("incident_", "memory_")) for key in selected)

@@ -1,0 +1,168 @@
+"""D2 and D4 as registered MLflow models, so any evaluation, the recovery pipeline or the attack
+harness can load "the current detector" by name.
+
+* D2 is logged with the ``mlflow.sklearn`` flavour in skops format (no pickle).
+* D4 is logged as an ``mlflow.pyfunc`` model from code (``mlflow_d4_model.py``) wrapping the
+  safetensors weights, so MLflow never cloudpickles a Python object.
+
+Each registration creates a new model version and points the alias ``current`` at it.
+:func:`load_registered_detector` reads the files itself and rebuilds an :class:`InjectionDetector`
+(skops with no extra trusted types, safetensors), so loading never unpickles and does not need
+MLflow's ``MLFLOW_ALLOW_PICKLE_DESERIALIZATION`` switch.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from rvu_pipelines.detectors.base import DetectorBase
+from rvu_pipelines.detectors.finetune import FinetunedDetector
+from rvu_pipelines.detectors.tfidf import TfidfDetector
+from rvu_pipelines.errors import RegisteredDetectorError
+from rvu_pipelines.tracking import default_tracking_uri
+
+CURRENT_ALIAS = "current"
+MODEL_ARTIFACT = "model"
+KIND_KEY = "rvu_detector"
+KINDS = {"d2": "d2-tfidf-skops", "d4": "d4-finetuned-safetensors"}
+_D4_CODE = Path(__file__).with_name("mlflow_d4_model.py")
+
+
+def registered_name(kind: str, corpus: str) -> str:
+    """The registry name of a detector kind (d2 | d4) trained on a corpus, e.g. rvu-detector-d4-deepset."""
+    if kind not in KINDS:
+        raise RegisteredDetectorError(f"Unknown registered detector kind '{kind}'. Allowed values: {', '.join(KINDS)}")
+    return f"rvu-detector-{kind}-{corpus}"
+
+
+@dataclass(frozen=True)
+class RegisteredDetector:
+    """Where a registered detector lives: registry name and version, the run that logged it."""
+
+    name: str
+    version: str
+    run_id: str
+    kind: str
+    tracking_uri: str
+
+    @property
+    def model_uri(self) -> str:
+        return f"models:/{self.name}/{self.version}"
+
+    def record(self) -> dict[str, str]:
+        return {"registered_name": self.name, "version": self.version, "run_id": self.run_id, "kind": self.kind,
+                "model_uri": self.model_uri, "tracking_uri": self.tracking_uri}
+
+
+def _client(tracking_uri: str) -> object:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+
+
+def _requirements(*names: str) -> list[str]:
+    from importlib.metadata import version
+
+    return [f"{name}=={version(name)}" for name in names]
+
+
+def _save_model_folder(detector: DetectorBase, folder: Path) -> str:
+    """Write the MLflow model folder for D2 or D4; returns its kind."""
+    if isinstance(detector, TfidfDetector):
+        import mlflow.sklearn
+
+        mlflow.sklearn.save_model(detector.pipeline, str(folder), serialization_format="skops",
+                                  pip_requirements=_requirements("scikit-learn", "skops"),
+                                  metadata={KIND_KEY: KINDS["d2"]})
+        return "d2"
+    if isinstance(detector, FinetunedDetector):
+        import mlflow.pyfunc
+
+        weights = detector.save(folder.parent / "d4_weights")
+        mlflow.pyfunc.save_model(str(folder), python_model=str(_D4_CODE), artifacts={"detector": str(weights)},
+                                 pip_requirements=_requirements("torch", "transformers", "safetensors", "mlflow"),
+                                 metadata={KIND_KEY: KINDS["d4"], "encoder": detector.encoder.record()})
+        return "d4"
+    raise RegisteredDetectorError(f"Only D2 (TfidfDetector) and D4 (FinetunedDetector) are registered; "
+                                  f"got {type(detector).__name__}.")
+
+
+def register_detector(detector: DetectorBase, *, name: str, run_id: str, tracking_uri: str | None = None,
+                      tags: Mapping[str, object] | None = None, description: str = "") -> RegisteredDetector:
+    """Log the detector as the ``model`` artifact of ``run_id``, register a new version, alias it ``current``."""
+    from mlflow.exceptions import MlflowException
+
+    uri = tracking_uri or default_tracking_uri()
+    client = _client(uri)
+    str_tags = {k: str(v) for k, v in sorted((tags or {}).items())}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / MODEL_ARTIFACT
+        kind = _save_model_folder(detector, folder)
+        client.log_artifacts(run_id, str(folder), MODEL_ARTIFACT)  # type: ignore[attr-defined]
+    try:
+        client.create_registered_model(name, description=description or None)  # type: ignore[attr-defined]
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+    version = client.create_model_version(  # type: ignore[attr-defined]
+        name, f"runs:/{run_id}/{MODEL_ARTIFACT}", run_id=run_id, tags={KIND_KEY: KINDS[kind], **str_tags},
+        description=description or None)
+    client.set_registered_model_alias(name, CURRENT_ALIAS, version.version)  # type: ignore[attr-defined]
+    return RegisteredDetector(name, str(version.version), run_id, kind, uri)
+
+
+def resolve_version(name: str, tracking_uri: str | None = None, version: str | int | None = None) -> RegisteredDetector:
+    """The version named (default: the one aliased ``current``) with the run that logged it."""
+    from mlflow.exceptions import MlflowException
+
+    uri = tracking_uri or default_tracking_uri()
+    client = _client(uri)
+    try:
+        found = (client.get_model_version(name, str(version)) if version is not None  # type: ignore[attr-defined]
+                 else client.get_model_version_by_alias(name, CURRENT_ALIAS))  # type: ignore[attr-defined]
+    except MlflowException as exc:
+        which = f"version {version}" if version is not None else f"alias '{CURRENT_ALIAS}'"
+        raise RegisteredDetectorError(
+            f"No registered detector '{name}' ({which}) in the MLflow registry at {uri}. Materialize the detector "
+            "assets (group 'detectors') or register one with register_detector().") from exc
+    kind = next((k for k, v in KINDS.items() if v == found.tags.get(KIND_KEY)), "")
+    return RegisteredDetector(name, str(found.version), str(found.run_id or ""), kind, uri)
+
+
+def load_registered_detector(name: str, tracking_uri: str | None = None, version: str | int | None = None) -> DetectorBase:
+    """The registered detector ``name`` (alias ``current`` unless ``version``) as an InjectionDetector."""
+    import mlflow.artifacts
+
+    ref = resolve_version(name, tracking_uri, version)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            source = _client(ref.tracking_uri).get_model_version_download_uri(ref.name, ref.version)  # type: ignore[attr-defined]
+            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=tmp,
+                                                             tracking_uri=ref.tracking_uri))
+        except Exception as exc:
+            raise RegisteredDetectorError(f"The files of {ref.model_uri} could not be downloaded from {ref.tracking_uri}: "
+                                          f"{type(exc).__name__}: {exc}") from exc
+        mlmodel = local / "MLmodel"
+        if not mlmodel.is_file():
+            raise RegisteredDetectorError(f"{ref.model_uri} has no MLmodel file; it is not a logged detector.")
+        spec = yaml.safe_load(mlmodel.read_text()) or {}
+        kind = (spec.get("metadata") or {}).get(KIND_KEY)
+        if kind == KINDS["d2"]:
+            flavor = spec.get("flavors", {}).get("sklearn", {})
+            if flavor.get("serialization_format") != "skops":
+                raise RegisteredDetectorError(f"{ref.model_uri} is not stored in skops format; refused (no pickle).")
+            detector: DetectorBase = TfidfDetector.load(local / flavor["pickled_model"])
+        elif kind == KINDS["d4"]:
+            artifacts = spec.get("flavors", {}).get("python_function", {}).get("artifacts", {})
+            weights = (artifacts.get("detector") or {}).get("path", "artifacts/d4_weights")
+            detector = FinetunedDetector.load(local / weights)
+        else:
+            raise RegisteredDetectorError(f"{ref.model_uri} is not an RVU detector (metadata {KIND_KEY}={kind!r}); "
+                                          f"expected one of {sorted(KINDS.values())}.")
+    detector.registered = ref  # type: ignore[attr-defined]
+    return detector

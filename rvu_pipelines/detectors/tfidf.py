@@ -1,0 +1,89 @@
+"""D2: character n-gram TF-IDF + class-balanced logistic regression, with seed 002's settings (§5.2, §11.3).
+
+Saved only in skops format and loaded only after skops reports no type outside its default safe set,
+so a tampered model file cannot run code (no pickle).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rvu_pipelines.detectors.base import DetectorBase
+from rvu_pipelines.errors import DetectorError, UnsafePickleError
+
+# Seed 002 §11.3: char n-grams (1, 4), max 15,000 features, sublinear TF, no lowercasing (§5.1:
+# "whitespace normalization only"); L-BFGS, balanced class weights, C = 1.0, random_state 42.
+TFIDF_SETTINGS: dict[str, Any] = {"analyzer": "char", "ngram_range": (1, 4), "max_features": 15_000,
+                                  "sublinear_tf": True, "lowercase": False}
+LOGREG_SETTINGS: dict[str, Any] = {"solver": "lbfgs", "class_weight": "balanced", "C": 1.0, "random_state": 42,
+                                   "max_iter": 1000}
+
+
+def build_pipeline() -> Any:
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+
+    return Pipeline([("tfidf", TfidfVectorizer(**TFIDF_SETTINGS)), ("logreg", LogisticRegression(**LOGREG_SETTINGS))])
+
+
+class TfidfDetector(DetectorBase):
+    """D2 around a fitted scikit-learn pipeline (``tfidf`` -> ``logreg``)."""
+
+    name = "D2 TF-IDF+LR"
+
+    def __init__(self, pipeline: Any, fit_seconds: float | None = None) -> None:
+        classes = list(getattr(pipeline, "classes_", []))
+        if classes != [0, 1]:
+            raise DetectorError(f"A D2 pipeline must be fitted on labels [0, 1]; it has classes {classes}.")
+        self.pipeline = pipeline
+        self.fit_seconds = fit_seconds
+
+    @classmethod
+    def train(cls, texts: Sequence[str], labels: Sequence[int] | np.ndarray) -> TfidfDetector:
+        y = np.asarray(labels, dtype=np.int64)
+        if len(texts) != len(y) or set(np.unique(y).tolist()) != {0, 1}:
+            raise DetectorError(f"D2 needs one 0/1 label per text with both labels present; got {len(texts)} texts, "
+                                f"labels {sorted(set(y.tolist()))}.")
+        pipeline = build_pipeline()
+        start = time.perf_counter()
+        pipeline.fit(list(texts), y)
+        return cls(pipeline, fit_seconds=time.perf_counter() - start)
+
+    def _score(self, texts: list[str]) -> np.ndarray:
+        return self.pipeline.predict_proba(texts)[:, 1]
+
+    @staticmethod
+    def params() -> dict[str, object]:
+        return {**{f"tfidf_{k}": v for k, v in TFIDF_SETTINGS.items()},
+                **{f"logreg_{k}": v for k, v in LOGREG_SETTINGS.items()}}
+
+    def save(self, path: Path) -> Path:
+        import skops.io
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        skops.io.dump(self.pipeline, path)
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> TfidfDetector:
+        return cls(load_skops(Path(path)))
+
+
+def load_skops(path: Path) -> Any:
+    """Load a skops file only if every type in it is in skops' default trusted set (no extra trust)."""
+    import skops.io
+
+    if not path.is_file():
+        raise DetectorError(f"No D2 model file at {path}.")
+    untrusted = skops.io.get_untrusted_types(file=path)
+    if untrusted:
+        raise UnsafePickleError(f"{path} references types outside the trusted set: {sorted(untrusted)}; refused. "
+                                "Only a TF-IDF + logistic-regression pipeline is accepted.")
+    return skops.io.load(path, trusted=[])
