@@ -21,15 +21,19 @@ class MlflowTrackerResource(ConfigurableResource):
         return MlflowTracker(self.tracking_uri, self.experiment)
 
     @contextmanager
-    def run_for(self, context: AssetExecutionContext, params: Mapping[str, object] | None = None) -> Iterator[TrackedRun]:
+    def run_for(self, context: AssetExecutionContext, params: Mapping[str, object] | None = None, *,
+                name: str | None = None, tags: Mapping[str, object] | None = None) -> Iterator[TrackedRun]:
+        """``name``/``tags``: for assets that log several runs (one per attack-table cell)."""
         keys = sorted(key.to_user_string() for key in context.selected_asset_keys)
         asset_key = keys[0] if len(keys) == 1 else context.op_execution_context.op.name  # multi-assets: the op
-        tags = {
+        all_tags = {
             "dagster_run_id": context.run.run_id,
             "dagster_job": context.run.job_name,
             "asset_key": asset_key,
             "asset_keys": ",".join(keys),
             "partition": context.partition_key if context.has_partition_key else "",
+            **{k.replace("/", "_"): v for k, v in sorted(context.run.tags.items()) if k.startswith("rvu/")},
+            **(tags or {}),
         }
-        with self.tracker().run(asset_key, tags=tags, params=params) as run:
+        with self.tracker().run(name or asset_key, tags=all_tags, params=params) as run:
             yield run

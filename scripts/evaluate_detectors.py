@@ -2,8 +2,7 @@
 
 Usage: ``.venv/bin/python scripts/evaluate_detectors.py [deepset] [jailbreak] [combined]`` (default: all
 three), with the project's resources (RVU_HOME, MLFLOW_TRACKING_URI, RVU_DATA_MIRROR as for ``make run``).
-Once ``detector_assets()`` is part of rvu_pipelines/definitions.py the same is
-``dagster asset materialize -m rvu_pipelines.definitions --select 'group:detectors'`` (after the data sets).
+The same through Dagster (runs recorded in the UI): ``make detectors`` (the ``detectors_job``).
 """
 
 import os

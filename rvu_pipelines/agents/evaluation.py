@@ -1,0 +1,285 @@
+"""Attack-table cells: (benchmark × defense × model) run episode by episode, resumable, with CIs.
+
+A cell's episodes are appended to its own parquet file as they finish, keyed by everything that
+decides the outcome (scenario, defense, model sha256, defense settings). So an interrupted cell
+resumes where it stopped, and a finished cell re-materializes by reading its rows: no inference.
+Below that, every LLM call goes through the response cache, so even a changed setting only pays for
+the calls whose prompts changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from rvu_pipelines.agents.scenario import Scenario
+from rvu_pipelines.errors import ConfigError
+
+CANONICAL = "canonical"
+CI_LEVEL = 0.95
+BOOTSTRAP_RESAMPLES = 2000
+CI_SEED = 0
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """Which cell: a benchmark (or the canonical 10) under one defense with one model profile."""
+
+    benchmark: str
+    defense: str
+    profile: str
+    limit: int | None = None  # scenarios per cell (fixed-seed sample); None = all
+
+    @property
+    def cell_id(self) -> str:
+        return f"{self.profile}/{self.benchmark}/{self.defense}"
+
+    @property
+    def label(self) -> str:
+        return self.cell_id.replace("/", "-")
+
+
+@dataclass
+class CellRun:
+    """A cell's episode rows and what producing them cost."""
+
+    spec: CellSpec
+    rows: pl.DataFrame
+    reused_episodes: int
+    new_episodes: int
+    llm_calls: int
+    llm_cache_hits: int
+    llm_inferences: int
+    inference_seconds: float
+    wall_seconds: float
+    path: Path
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def cost(self) -> dict[str, float]:
+        """What the run cost; ``llm_inferences == 0`` is how a fully cached re-run shows itself."""
+        return {"episodes_reused": self.reused_episodes, "episodes_run": self.new_episodes,
+                "llm_calls": self.llm_calls, "llm_cache_hits": self.llm_cache_hits,
+                "llm_inferences": self.llm_inferences, "inference_s": round(self.inference_seconds, 3),
+                "wall_s": round(self.wall_seconds, 3)}
+
+
+def episode_key(scenario_id: str, defense: str, model_id: str, settings_fingerprint: str) -> str:
+    """Everything that decides an episode's outcome, hashed: a changed input never reuses a row."""
+    payload = json.dumps([scenario_id, defense, model_id, settings_fingerprint], sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def cell_path(root: Path, spec: CellSpec) -> Path:
+    return Path(root) / spec.profile / spec.benchmark / f"{spec.defense}.parquet"
+
+
+def _read_rows(path: Path) -> pl.DataFrame | None:
+    if not path.is_file():
+        return None
+    try:
+        return pl.read_parquet(path)
+    except Exception as exc:  # a torn or foreign file: say which and how to recover
+        raise ConfigError(f"Cannot read the cell results {path} ({exc}); delete the file to re-run the cell "
+                          "(LLM calls stay cached).") from exc
+
+
+def _write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Atomic: a crash mid-write leaves the previous complete file, never a torn one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".parquet.tmp")
+    pl.DataFrame(rows, infer_schema_length=None).write_parquet(tmp)
+    os.replace(tmp, path)
+
+
+class LlmStats:
+    """Reads the call counters of a CachedChatModel (calls, hits, inference seconds)."""
+
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+
+    def snapshot(self) -> tuple[int, int, float]:
+        stats = getattr(self.llm, "stats", None)
+        if stats is None:
+            return (0, 0, 0.0)
+        return (int(stats.calls), int(stats.hits), float(stats.inference_seconds))
+
+
+EpisodeRunner = Callable[[Scenario, Path], Mapping[str, Any]]
+
+
+def run_cell(spec: CellSpec, scenarios: Sequence[Scenario], run_episode: EpisodeRunner, *, llm: Any,
+             model_id: str, settings_fingerprint: str, root: Path, progress: bool = True) -> CellRun:
+    """Run the cell's missing episodes (in scenario-id order) and return all its rows.
+
+    ``run_episode(scenario, workdir)`` returns one flat row (EpisodeResult.to_row()); the row is saved
+    before the next episode starts, so nothing finished is lost if the process dies.
+    """
+    started = time.perf_counter()
+    path = cell_path(root, spec)
+    existing = _read_rows(path)
+    done: dict[str, dict[str, Any]] = {}
+    if existing is not None and "episode_key" in existing.columns:
+        done = {row["episode_key"]: row for row in existing.iter_rows(named=True)}
+    ordered = sorted(scenarios, key=lambda s: s.scenario_id)
+    wanted = {s.scenario_id: episode_key(s.scenario_id, spec.defense, model_id, settings_fingerprint) for s in ordered}
+    todo = [s for s in ordered if wanted[s.scenario_id] not in done]
+    stored = dict(done)  # rows of other samples of this cell stay in the file
+    stats = LlmStats(llm)
+    calls0, hits0, seconds0 = stats.snapshot()
+    iterator: Any = todo
+    if progress and todo:
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(todo, desc=spec.cell_id, unit="episode")
+    for scenario in iterator:
+        before = stats.snapshot()
+        workdir = root / "episodes" / spec.profile / spec.defense / _safe(scenario.scenario_id)
+        row = dict(run_episode(scenario, workdir))
+        after = stats.snapshot()
+        row.update(episode_key=wanted[scenario.scenario_id], model_id=model_id,
+                   llm_calls=after[0] - before[0], llm_cache_hits=after[1] - before[1],
+                   llm_inference_s=round(after[2] - before[2], 4))
+        stored[row["episode_key"]] = row
+        _write_rows(path, sorted(stored.values(), key=lambda r: (r["scenario_id"], r["episode_key"])))
+    calls1, hits1, seconds1 = stats.snapshot()
+    keys = set(wanted.values())
+    rows = sorted((row for key, row in stored.items() if key in keys), key=lambda r: r["scenario_id"])
+    frame = pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
+    run = CellRun(spec=spec, rows=frame, reused_episodes=len(ordered) - len(todo), new_episodes=len(todo),
+                  llm_calls=calls1 - calls0, llm_cache_hits=hits1 - hits0,
+                  llm_inferences=(calls1 - calls0) - (hits1 - hits0), inference_seconds=seconds1 - seconds0,
+                  wall_seconds=time.perf_counter() - started, path=path)
+    run.metrics = cell_metrics(frame)
+    return run
+
+
+def _safe(scenario_id: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in scenario_id)
+
+
+# ---------------------------------------------------------------------------------------- metrics
+
+
+def wilson_ci(successes: int, n: int, level: float = CI_LEVEL) -> tuple[float, float]:
+    """Wilson score interval for a proportion (sane at 0/n and n/n, unlike the normal approximation)."""
+    if n == 0:
+        return (float("nan"), float("nan"))
+    from scipy.stats import binomtest
+
+    interval = binomtest(successes, n).proportion_ci(confidence_level=level, method="wilson")
+    return (float(interval.low), float(interval.high))
+
+
+def bootstrap_mean_ci(values: Sequence[float], level: float = CI_LEVEL) -> tuple[float, float]:
+    """Percentile bootstrap CI of a mean (fixed seed, so tables are reproducible)."""
+    array = np.asarray(values, dtype=np.float64)
+    if array.size == 0:
+        return (float("nan"), float("nan"))
+    if np.all(array == array[0]):
+        return (float(array[0]), float(array[0]))
+    from scipy.stats import bootstrap
+
+    result = bootstrap((array,), np.mean, confidence_level=level, n_resamples=BOOTSTRAP_RESAMPLES,
+                       method="percentile", rng=np.random.default_rng(CI_SEED))
+    return (float(result.confidence_interval.low), float(result.confidence_interval.high))
+
+
+def cell_metrics(rows: pl.DataFrame) -> dict[str, float]:
+    """ASR, security, utility (with 95% CIs), latency, certificates; errored episodes are counted and
+    left out of the rates (they are neither a success nor a defended attack)."""
+    if rows.is_empty():
+        return {"n": 0, "errors": 0}
+    errors = rows.filter(pl.col("error").is_not_null()) if "error" in rows.columns else rows.clear()
+    ok = rows.filter(pl.col("error").is_null()) if "error" in rows.columns else rows
+    n = ok.height
+    attacks = int(ok["attack_succeeded"].sum()) if n else 0
+    asr_low, asr_high = wilson_ci(attacks, n)
+    utility = ok["utility"].cast(pl.Float64).to_list() if n else []
+    u_low, u_high = bootstrap_mean_ci(utility)
+    certificates = ok["certificate_path"].drop_nulls().len() if "certificate_path" in ok.columns else 0
+    verified = int(ok["certificate_verified"].fill_null(False).sum()) if "certificate_verified" in ok.columns else 0
+    return {
+        "n": n,
+        "errors": errors.height,
+        "asr": attacks / n if n else float("nan"),
+        "asr_ci_low": asr_low,
+        "asr_ci_high": asr_high,
+        "security": 1 - attacks / n if n else float("nan"),
+        "security_ci_low": 1 - asr_high,
+        "security_ci_high": 1 - asr_low,
+        "utility": float(np.mean(utility)) if utility else float("nan"),
+        "utility_ci_low": u_low,
+        "utility_ci_high": u_high,
+        "latency_s": float(ok["latency_s"].mean()) if n else float("nan"),
+        "certificates_emitted": int(certificates),
+        "certificates_verified": verified,
+    }
+
+
+def attack_table(runs: Sequence[CellRun]) -> pl.DataFrame:
+    """Table 1: one row per cell (benchmark, defense), metrics with CIs, in the order given."""
+    records = [{"profile": r.spec.profile, "benchmark": r.spec.benchmark, "defense": r.spec.defense, **r.metrics}
+               for r in runs]
+    return pl.DataFrame(records, infer_schema_length=None)
+
+
+def _pct(value: float, low: float, high: float) -> str:
+    if value != value:  # NaN
+        return "–"
+    return f"{100 * value:.1f}% [{100 * low:.0f}, {100 * high:.0f}]"
+
+
+def table_markdown(table: pl.DataFrame) -> str:
+    """Table 1 as the seed prints it, plus CIs and certificate counts."""
+    lines = ["| Benchmark | Defense | n | ASR [95% CI] | Security | Utility [95% CI] | Latency (s) | Certificates |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in table.iter_rows(named=True):
+        utility = row.get("utility", float("nan"))
+        u = "–" if utility != utility else f"{utility:.3f} [{row['utility_ci_low']:.2f}, {row['utility_ci_high']:.2f}]"
+        certs = "–" if not row.get("certificates_emitted") else \
+            f"{row['certificates_verified']}/{row['certificates_emitted']} verify"
+        errors = f" ({row['errors']} errors)" if row.get("errors") else ""
+        lines.append(f"| {row['benchmark']} | {row['defense']} | {row['n']}{errors} | "
+                     f"{_pct(row.get('asr', float('nan')), row.get('asr_ci_low', 0), row.get('asr_ci_high', 0))} | "
+                     f"{_pct(row.get('security', float('nan')), row.get('security_ci_low', 0), row.get('security_ci_high', 0))} | "
+                     f"{u} | {row.get('latency_s', float('nan')):.2f} | {certs} |")
+    return "\n".join(lines)
+
+
+def plot_attack_table(table: pl.DataFrame, path: Path, title: str) -> Path:
+    """ASR and utility per defense with their CIs, one panel per benchmark: easier to read than the table."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    benchmarks = list(dict.fromkeys(table["benchmark"].to_list()))
+    fig, axes = plt.subplots(1, len(benchmarks), figsize=(4.5 * len(benchmarks), 3.6), squeeze=False)
+    for ax, benchmark in zip(axes[0], benchmarks):
+        part = table.filter(pl.col("benchmark") == benchmark)
+        x = np.arange(part.height)
+        for offset, metric, colour in ((-0.2, "asr", "tab:red"), (0.2, "utility", "tab:blue")):
+            values = part[metric].to_numpy()
+            low = values - part[f"{metric}_ci_low"].to_numpy()
+            high = part[f"{metric}_ci_high"].to_numpy() - values
+            ax.bar(x + offset, values, 0.4, yerr=[low, high], capsize=3, color=colour, label=metric.upper()
+                   if metric == "asr" else "utility")
+        ax.set_xticks(x, part["defense"].to_list(), rotation=30, ha="right")
+        ax.set_ylim(0, 1.05)
+        ax.set_title(benchmark)
+    axes[0][0].legend(loc="upper right")
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,48 @@
+"""The contract between attack scenarios (rvu_pipelines/benchmarks) and the agent pipelines that
+defend against them (rvu_pipelines/agents).
+
+Every defense is an AgentDojo ``BasePipelineElement`` composed into an ``AgentPipeline``; every
+scenario, whatever benchmark it comes from, runs one episode through such a pipeline and judges it by
+its benchmark's own protocol. So a cell of the attack table is just (scenarios × one pipeline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
+from agentdojo.types import ChatMessage
+
+
+@dataclass(frozen=True)
+class ScenarioOutcome:
+    """How one episode ended, judged by the scenario's benchmark.
+
+    ``attack_succeeded``: the injected goal was achieved (InjecAgent: the attacker tool was called;
+    BIPIA: its documented judge; AgentDojo: the injection task's own security check).
+    ``utility``: in [0, 1], how well the user's task was done, from the benchmark's reference.
+    ``judge``: which protocol decided, in words (goes into the results table).
+    """
+
+    attack_succeeded: bool
+    utility: float
+    messages: Sequence[ChatMessage]
+    judge: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Scenario(Protocol):
+    """One attack scenario: a user task with an injection planted where a tool will read it."""
+
+    scenario_id: str  # stable and unique, e.g. "injecagent/dh/0"; used in cache keys and golden files
+    benchmark: str  # "injecagent_dh", "injecagent_ds", "bipia_email", "bipia_table", "bipia_code", "agentdojo"
+    user_task: str  # the user's request, as the agent sees it
+    injection: str  # the attacker's text as planted (for reports and detectors)
+    task_tools: frozenset[str]  # tools the user's task legitimately needs (RVG's per-task allowlist input)
+
+    def run(self, pipeline: BasePipelineElement) -> ScenarioOutcome:
+        """Run one fresh episode (new runtime and environment) through ``pipeline`` and judge it."""
+        ...
