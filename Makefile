@@ -9,7 +9,7 @@ RVU_DATA_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data),$(abspath $(CURDIR)
 export RVU_DATA_MIRROR
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run detectors test test-slow test-all dev mlflow-ui bench bench-closure bench-monitor bench-detectors clean
+.PHONY: setup run detectors test test-slow test-all dev mlflow-ui bench bench-closure bench-monitor bench-detectors bench-agent regress clean
 
 setup:
 	@bash scripts/setup.sh
@@ -37,7 +37,7 @@ dev: setup
 mlflow-ui: setup
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/.rvu/mlflow.db -h 127.0.0.1 -p 5000
 
-bench: bench-closure bench-monitor bench-detectors
+bench: bench-closure bench-monitor bench-detectors bench-agent
 
 bench-closure: setup
 	$(BIN)/python benchmarks/bench_closure.py
@@ -47,6 +47,14 @@ bench-monitor: setup
 
 bench-detectors: setup
 	$(BIN)/python benchmarks/bench_detectors.py
+
+# cold vs KV-prefix-reused vs response-cached LLM time per agent scenario
+bench-agent: setup
+	$(BIN)/python benchmarks/bench_agent_speed.py
+
+# the nightly comparison outside Dagster: canonical attack cells vs configs/golden/
+regress: setup
+	$(BIN)/rvu regress
 
 clean:
 	rm -rf .rvu .dagster_home

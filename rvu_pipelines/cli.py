@@ -170,6 +170,45 @@ def restore(entry_id: str, state: str | None, reason: str) -> None:
 
 
 @cli.command()
+@click.option("--profile", default=None, help="Model profile (default: RVU_MODEL_PROFILE or the file's default).")
+@click.option("--golden", type=click.Path(dir_okay=False), default=None,
+              help="Golden file (default: configs/golden/table1_<profile>.json).")
+@click.option("--update-golden", is_flag=True, help="Write the current results as the golden file instead of comparing.")
+@click.option("--detector", default="nanoguard", show_default=True,
+              help="Classifier defense's detector: nanoguard, heuristic or registered:<name>.")
+def regress(profile: str | None, golden: str | None, update_golden: bool, detector: str) -> None:
+    """Run the canonical attack cells (Table 1) and compare them with the golden results, as the nightly
+    schedule does: exit 0 within tolerance, 1 with the diff otherwise. Finished cells are reused."""
+    from rvu_pipelines.agents.defenses import DEFENSES
+    from rvu_pipelines.agents.evaluation import CANONICAL, attack_table, table_markdown
+    from rvu_pipelines.agents.harness import AGENT_N_CTX, Harness
+    from rvu_pipelines.agents.regression import (compare_to_golden, drift_markdown, golden_path, load_golden,
+                                                 load_tolerance, write_golden)
+    from rvu_pipelines.models import LlamaCppChatModel, ModelStore, load_model_config
+
+    config = load_model_config()
+    name = config.profile_name(profile)
+    resolved = ModelStore().resolve("llm", config.profile(profile)["llm"])
+    chat = LlamaCppChatModel(resolved.path, n_ctx=max(AGENT_N_CTX, resolved.n_ctx), name=resolved.name)
+    harness = Harness.open(chat, profile=name, model_id=resolved.sha256, detector=detector)
+    runs = harness.run_table(CANONICAL, DEFENSES)
+    table = attack_table(runs)
+    console.print(table_markdown(table), highlight=False, soft_wrap=True)
+    inferences = sum(run.llm_inferences for run in runs)
+    console.print(f"LLM inferences this run: {inferences} (0 = every cell came from its rows or the response cache)")
+    path = Path(golden) if golden else golden_path(name)
+    if update_golden:
+        console.print(f"Golden results written to {write_golden(table, name, resolved.sha256, path)}")
+        return
+    drifts = compare_to_golden(table, load_golden(path), load_tolerance())
+    console.print(drift_markdown(drifts), highlight=False, soft_wrap=True)
+    if drifts:
+        console.print(f"[red]{len(drifts)} metric(s) moved beyond tolerance against {path}[/red]")
+        sys.exit(1)
+    console.print(f"[green]Within tolerance of {path}[/green]")
+
+
+@cli.command()
 def summary() -> None:
     """What the last runs produced and where to look (Dagster UI, MLflow UI, files)."""
     from rvu_pipelines.paths import state_dir

@@ -9,6 +9,7 @@ import os
 
 from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
 
+from assets.attacks import attack_assets, attack_cell, cell_partitions
 from assets.datasets import dataset_assets
 from assets.detectors import detector_assets
 from assets.memory import memory_assets
@@ -25,17 +26,29 @@ from resources import (
 from resources.recovery import RecoveryResource
 from sensors import JOBS, SCHEDULES, SENSORS
 
-ALL_ASSETS = [*dataset_assets(), *model_assets(), *recovery_assets(), *memory_assets(), *detector_assets()]
+ALL_ASSETS = [*dataset_assets(), *model_assets(), *recovery_assets(), *memory_assets(), *detector_assets(),
+              *attack_assets()]
 
 # In-process: the steps share one interpreter, so torch/transformers are imported once, not per step.
 default_profile_job = define_asset_job(
     "default_profile_job",
     # Everything that finishes in minutes. Incident partitions are recovered by recovery_job (sensor-started);
     # training and evaluating the five detectors on three corpora takes ~30 min on 2 cores: detectors_job.
-    selection=AssetSelection.all() - AssetSelection.groups("recovery", "detectors"),
+    # attack_cell is partitioned (benchmark × defense): backfills and the UI; the default job runs its
+    # unpartitioned siblings (Table 1 and the benchmark samples).
+    selection=AssetSelection.all() - AssetSelection.groups("recovery", "detectors") - AssetSelection.assets(attack_cell),
     executor_def=in_process_executor,
     description="Materialize every asset of the default profile (data sets, models, smoke runs, "
-    "reproductions, memory monitor evaluation) with checks.",
+    "reproductions, memory monitor evaluation, attack Table 1 and benchmark samples) with checks.",
+)
+
+attack_cells_job = define_asset_job(
+    "attack_cells_job",
+    selection=AssetSelection.assets(attack_cell),
+    partitions_def=cell_partitions,
+    executor_def=in_process_executor,
+    description="Attack-table cells (benchmark × defense partitions): launch or backfill any cell from the UI; "
+    "config `limit` sets the sample size (null = the whole benchmark).",
 )
 
 detectors_job = define_asset_job(
@@ -66,7 +79,7 @@ def _resources() -> dict[str, object]:
 
 defs = Definitions(
     assets=ALL_ASSETS,
-    jobs=[default_profile_job, detectors_job, *JOBS],
+    jobs=[default_profile_job, detectors_job, attack_cells_job, *JOBS],
     schedules=SCHEDULES,
     sensors=SENSORS,
     resources=_resources(),

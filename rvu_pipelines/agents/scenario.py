@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
+from agentdojo.functions_runtime import FunctionCall
 from agentdojo.types import ChatMessage
 
 
@@ -46,3 +47,15 @@ class Scenario(Protocol):
     def run(self, pipeline: BasePipelineElement) -> ScenarioOutcome:
         """Run one fresh episode (new runtime and environment) through ``pipeline`` and judge it."""
         ...
+
+
+def prefill_calls(scenario: Scenario) -> tuple[FunctionCall, ...]:
+    """Tool calls the benchmark's protocol makes on the agent's behalf before it acts (optional attribute).
+
+    InjecAgent hands the agent a scratchpad in which the user tool has already been called and has
+    returned the injected response; BIPIA puts the external content in front of the model. Both
+    measure what the model does *after* reading the injection, so their scenarios declare the call
+    and every defense's pipeline executes it (through that defense's tool boundary) as the first
+    step. AgentDojo starts from the bare user query and declares none.
+    """
+    return tuple(getattr(scenario, "prefill_calls", ()) or ())

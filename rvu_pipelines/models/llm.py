@@ -9,9 +9,13 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Literal, Protocol
+
+from rvu_pipelines.errors import ConfigError
 
 Message = dict[str, str]
 
@@ -49,29 +53,178 @@ class ChatModel(Protocol):
     ) -> ChatCompletion: ...
 
 
-class LlamaCppChatModel:
-    """A GGUF model run in-process by llama-cpp-python."""
+PrefixReuse = Literal["off", "last", "ram"]
+PREFIX_REUSE_MODES: tuple[str, ...] = ("off", "last", "ram")
 
-    def __init__(self, model_path: Path, *, n_ctx: int = 2048, n_threads: int | None = None, seed: int = 0,
-                 name: str | None = None) -> None:
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common token prefix of ``a`` and ``b``."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@dataclass
+class _KVSnapshot:
+    tokens: tuple[int, ...]
+    state: bytes
+
+
+class KVPrefixStore:
+    """Snapshots of the KV cache (sequence 0 only, no logits) keyed by the tokens they hold, LRU by bytes.
+
+    llama-cpp-python reuses only the prefix shared with the *previous* call. When calls with different
+    prefixes interleave (an agent and a defense's own LLM calls, several defenses), each switch would
+    re-evaluate the whole system prompt + tool schema. Before a call discards ``min_tokens`` or more of
+    the live context, the live context is saved here; a later call whose prompt shares a longer prefix
+    with a snapshot than with the live context restores it first. The restored KV values are the bytes
+    computed before, as in llama-cpp-python's own reuse of the last prefix; tests and the benchmark check
+    the text equals a cold run's. ``Llama.set_cache(LlamaRAMCache)`` does the same but saves the full
+    state and a (n_batch x n_vocab) float array after every call (~0.5 s per call on 2 cores).
+    """
+
+    def __init__(self, capacity_bytes: int = 512 << 20, min_tokens: int = 64) -> None:
+        self.capacity_bytes = int(capacity_bytes)
+        self.min_tokens = int(min_tokens)
+        self._snapshots: OrderedDict[tuple[int, ...], _KVSnapshot] = OrderedDict()
+        self.saves = 0
+        self.restores = 0
+
+    def __len__(self) -> int:
+        return len(self._snapshots)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(len(s.state) for s in self._snapshots.values())
+
+    def clear(self) -> None:
+        self._snapshots.clear()
+
+    def prepare(self, llm: Any, tokens: Sequence[int]) -> None:
+        """Called before ``llm.generate(tokens)``: save what it would discard, restore a better prefix."""
+        current = llm.input_ids[: llm.n_tokens].tolist()
+        live = _common_prefix(current, tokens)
+        if len(current) - live >= self.min_tokens:
+            self._save(llm, tuple(current))
+        best, best_len = None, live
+        for snapshot in self._snapshots.values():
+            shared = _common_prefix(snapshot.tokens, tokens)
+            if shared > best_len:
+                best, best_len = snapshot, shared
+        if best is not None and best_len - live >= self.min_tokens:
+            self._restore(llm, best)
+
+    def _save(self, llm: Any, tokens: tuple[int, ...]) -> None:
+        import ctypes
+
+        import llama_cpp
+
+        ctx = llm._ctx.ctx
+        size = int(llama_cpp.llama_state_seq_get_size(ctx, 0))
+        if size <= 0 or size > self.capacity_bytes:
+            return
+        buffer = (ctypes.c_uint8 * size)()
+        written = int(llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0))
+        if written <= 0:
+            return
+        # a snapshot whose tokens are a prefix of this one is superseded by it
+        for key in [k for k in self._snapshots if len(k) <= len(tokens) and tokens[: len(k)] == k]:
+            del self._snapshots[key]
+        self._snapshots[tokens] = _KVSnapshot(tokens, ctypes.string_at(buffer, written))
+        self.saves += 1
+        while self.size_bytes > self.capacity_bytes and self._snapshots:
+            self._snapshots.popitem(last=False)
+
+    def _restore(self, llm: Any, snapshot: _KVSnapshot) -> None:
+        import ctypes
+
+        import llama_cpp
+
+        buffer = (ctypes.c_uint8 * len(snapshot.state)).from_buffer_copy(snapshot.state)
+        if int(llama_cpp.llama_state_seq_set_data(llm._ctx.ctx, buffer, len(snapshot.state), 0)) != len(snapshot.state):
+            llm.reset()  # a failed restore leaves nothing reusable: evaluate the prompt from scratch
+            del self._snapshots[snapshot.tokens]
+            return
+        n = len(snapshot.tokens)
+        llm.input_ids[:n] = snapshot.tokens
+        llm.n_tokens = n
+        llm._requires_eval = True  # logits are not restored: generate() re-decodes at least one token
+        self._snapshots.move_to_end(snapshot.tokens)
+        self.restores += 1
+
+
+_PREFIX_LLAMA: type | None = None
+
+
+def _prefix_llama_class() -> type:
+    """``Llama`` whose ``generate`` first consults a ``KVPrefixStore`` (built lazily: llama_cpp is heavy)."""
+    global _PREFIX_LLAMA
+    if _PREFIX_LLAMA is None:
         from llama_cpp import Llama
 
+        class _PrefixReusingLlama(Llama):  # type: ignore[misc]
+            prefix_store: KVPrefixStore | None = None
+
+            def generate(self, tokens: Sequence[int], *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+                if self.prefix_store is not None and kwargs.get("reset", True):
+                    self.prefix_store.prepare(self, tokens)
+                return super().generate(tokens, *args, **kwargs)
+
+        _PREFIX_LLAMA = _PrefixReusingLlama
+    return _PREFIX_LLAMA
+
+
+class LlamaCppChatModel:
+    """A GGUF model run in-process by llama-cpp-python.
+
+    ``prefix_reuse`` says how the KV state of a shared prompt prefix is reused across calls:
+    "off" resets the context before every call (the cold baseline), "last" is llama-cpp-python's own
+    reuse of the prefix shared with the previous call, "ram" adds a ``KVPrefixStore`` so interleaved
+    prefixes (several defenses, an agent and a judge) are each evaluated once. Text is the same in
+    every mode at temperature 0 (KV values are reused as computed; checked by the tests). The default
+    "ram" was picked by benchmarks/bench_agent_speed.py: same as "last" on one prefix, several times
+    faster when prefixes interleave. ``prefix_cache_bytes`` bounds its snapshots (~23 KB per token for
+    SmolLM2-135M; least recently used first out).
+    """
+
+    def __init__(self, model_path: Path, *, n_ctx: int = 2048, n_threads: int | None = None, seed: int = 0,
+                 name: str | None = None, prefix_reuse: PrefixReuse = "ram",
+                 prefix_cache_bytes: int = 512 << 20) -> None:
+        if prefix_reuse not in PREFIX_REUSE_MODES:
+            raise ConfigError(f"LlamaCppChatModel: prefix_reuse={prefix_reuse!r} is not one of "
+                              f"{', '.join(PREFIX_REUSE_MODES)}.")
         self.name = name or Path(model_path).name
         self.model_path = Path(model_path)
+        self.prefix_reuse: PrefixReuse = prefix_reuse
         self._lock = threading.Lock()  # a llama.cpp context is not thread-safe
-        self._llm = Llama(
+        self._llm = _prefix_llama_class()(
             model_path=str(model_path),
             n_ctx=n_ctx,
             n_threads=n_threads or max(1, os.cpu_count() or 1),
             seed=seed,
             verbose=False,
         )
+        self.prefix_store: KVPrefixStore | None = (
+            KVPrefixStore(prefix_cache_bytes) if prefix_reuse == "ram" else None)
+        self._llm.prefix_store = self.prefix_store
+
+    def reset(self) -> None:
+        """Forget every reused prefix (live context and snapshots): the next call starts cold."""
+        with self._lock:
+            self._llm.reset()
+            if self.prefix_store is not None:
+                self.prefix_store.clear()
 
     def chat(self, messages: list[Message], *, max_tokens: int = 128, temperature: float = 0.0, seed: int = 0,
              stop: list[str] | None = None) -> ChatCompletion:
         import llama_cpp
 
         with self._lock:
+            if self.prefix_reuse == "off":
+                self._llm.reset()  # cold: no KV state from an earlier call is reused
             context = self._llm._ctx.ctx
             llama_cpp.llama_perf_context_reset(context)
             started = time.perf_counter()

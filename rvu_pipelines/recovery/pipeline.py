@@ -20,13 +20,14 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from rvu_pipelines import __version__
+from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.provenance.canonical import canonical_bytes
 from rvu_pipelines.provenance.closure import ClosureResult, ProvenanceGraph, closure_v1, closure_v2, union_ints, unique_ints
@@ -389,11 +390,17 @@ def recover(
     gate: AdapterGate | None = None,
     probe: MembershipProbe | None = None,
     runtime: AdapterRuntime | None = None,
+    closure_mode: str = "v2",
 ) -> RecoveryResult:
     """Recover from one incident log and write its signed v2 certificate to ``cert_out``.
 
+    ``closure_mode="v1"`` reproduces the RVU v1 baseline (the attack table's rvu_v1 defense): the
+    recovery acts on the parent/child closure only and purges all of it (binary purge, no graduated
+    tiers, no adapter eviction); the certificate then says ``runtime_recovery.closure_mode: "v1"``.
     Raises IncidentValidationError (nothing ingested) for a bad log, ConfigError for a bad policy.
     """
+    if closure_mode not in ("v1", "v2"):
+        raise ConfigError(f"Invalid closure_mode '{closure_mode}' for recover(); allowed values: v1, v2.")
     timings: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -416,8 +423,12 @@ def recover(
         seeds = find_seeds(store, incident, policy, sources)
         graph = store.graph()
         closures = compute_closures(graph, seeds.seqs, policy)
+        if closure_mode == "v1":  # act on the parent/child closure alone
+            closures = Closures(v1=closures.v1, v2=closures.v1)
         lap("closure")
         risk = score_risk(store, graph, closures, policy, influence)
+        if closure_mode == "v1":  # binary purge: every closure member is purged
+            risk = replace(risk, tier=np.full(risk.tier.shape, int(Tier.PURGE), dtype=risk.tier.dtype))
         lap("risk")
         plan = plan_tiers(risk, graph, closures, seeds)
         outcome: TierOutcome = apply_tiers(store, index, plan, details={"incident_id": incident.incident_id},
@@ -427,6 +438,8 @@ def recover(
         probe_section = (probe or NotRunProbe()).run(store, purged_ids)
         body = build_certificate_body(store, index, incident, policy, detector, seeds, closures, risk, plan,
                                       probe_section, _gate_section(gate, incident))
+        if closure_mode == "v1":
+            body["runtime_recovery"]["closure_mode"] = "v1"
         certificate = sign_certificate(body, key)
         path = write_certificate(certificate, cert_out)
         lap("certificate")

@@ -30,6 +30,7 @@ def test_default_job_selects_every_asset_with_checks() -> None:
     detectors = {key for key in repository.asset_graph.get_all_asset_keys()
                  if repository.asset_graph.get(key).group_name == "detectors"}
     assert len(detectors) == 12  # trained and evaluated by detectors_job (~30 min)
+    assert {key.to_user_string() for key in partitioned} >= {"attack_cell"}  # benchmark × defense cells
     assert selected == set(repository.asset_graph.get_all_asset_keys()) - partitioned - detectors
     assert len(list(job.asset_layer.asset_graph.asset_check_keys)) >= 14
 

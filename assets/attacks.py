@@ -1,0 +1,203 @@
+"""Attack harness assets (seed 000 E1, Table 1): cells of benchmark × defense on the profile's LLM.
+
+- ``attack_cell``: partitioned by benchmark × defense, so any cell of any size can be materialized or
+  backfilled from the UI;
+- ``attack_table_1``: the canonical 10 scenarios under all six defenses (Table 1), checked against the
+  committed golden results — the nightly regression sweep runs it;
+- ``attack_benchmark_samples``: a fixed-seed sample of each benchmark under all six defenses.
+
+Thin wrappers over rvu_pipelines.agents; every cell is one MLflow run.
+"""
+
+import base64
+from pathlib import Path
+
+import polars as pl
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetsDefinition,
+    Config,
+    MetadataValue,
+    MultiPartitionKey,
+    MultiPartitionsDefinition,
+    Output,
+    StaticPartitionsDefinition,
+    asset,
+)
+from pydantic import Field
+
+from resources import LLMResource, MlflowTrackerResource, ModelStoreResource
+from rvu_pipelines.agents.defenses import DEFENSES
+from rvu_pipelines.agents.evaluation import CANONICAL, CellRun, attack_table, plot_attack_table, table_markdown
+from rvu_pipelines.agents.harness import AGENT_N_CTX, Harness
+from rvu_pipelines.agents.regression import (
+    compare_to_golden,
+    drift_markdown,
+    drifts_as_dicts,
+    golden_path,
+    load_golden,
+    load_tolerance,
+)
+from rvu_pipelines.benchmarks import BENCHMARKS
+from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.paths import state_dir
+
+GROUP = "attacks"
+
+cell_partitions = MultiPartitionsDefinition({
+    "benchmark": StaticPartitionsDefinition([CANONICAL, *BENCHMARKS]),
+    "defense": StaticPartitionsDefinition(list(DEFENSES)),
+})
+
+
+class HarnessConfig(Config):
+    detector: str = Field(default="nanoguard", description="The classifier defense's detector: nanoguard (D3, "
+                          "the seed's PromptGuard role), heuristic (D1) or registered:<MLflow model name>.")
+    max_iters: int = Field(default=4, description="Tool-loop iterations per episode (bounded steps).")
+    max_tokens: int = Field(default=96, description="Generation budget per LLM call.")
+    progress: bool = True
+
+
+class AttackCellConfig(HarnessConfig):
+    limit: int | None = Field(default=20, description="Scenarios in the cell (fixed-seed sample, seed 42); "
+                              "null = the whole benchmark (InjecAgent dh 510 / ds 544, BIPIA test tasks × attacks).")
+
+
+class SamplesConfig(HarnessConfig):
+    per_benchmark: int = Field(default=2, description="Fixed-seed sample size of each benchmark.")
+
+
+def open_harness(config: HarnessConfig, llm_model: dict, llm: LLMResource, model_store: ModelStoreResource) -> Harness:
+    chat_model = llm.build(Path(llm_model["path"]), n_ctx=max(AGENT_N_CTX, int(llm_model["n_ctx"])),
+                           name=llm_model["name"])
+    return Harness.open(chat_model, profile=model_store.profile_name(), model_id=llm_model["sha256"],
+                        detector=config.detector, max_iters=config.max_iters, max_tokens=config.max_tokens)
+
+
+def _params(harness: Harness, run: CellRun, llm_model: dict) -> dict:
+    return {"benchmark": run.spec.benchmark, "defense": run.spec.defense, "profile": run.spec.profile,
+            "limit": run.spec.limit, "model": llm_model["name"], "model_sha256": llm_model["sha256"],
+            "detector": harness.detector_version, "settings": harness.settings_fingerprint()}
+
+
+def _log_cell(context: AssetExecutionContext, tracker: MlflowTrackerResource, harness: Harness, run: CellRun,
+              llm_model: dict) -> str:
+    """One MLflow run per cell: metrics with CIs and what the cell cost (inference vs cache)."""
+    with tracker.run_for(context, params=_params(harness, run, llm_model), name=f"cell {run.spec.cell_id}",
+                         tags={"cell": run.spec.cell_id, "benchmark": run.spec.benchmark,
+                               "defense": run.spec.defense, "profile": run.spec.profile}) as mlrun:
+        mlrun.log_metrics({k: float(v) for k, v in {**run.metrics, **run.cost()}.items() if v == v})
+        mlrun.log_artifact(run.path, "episodes")
+    return mlrun.run_id
+
+
+def _cost_totals(runs: list[CellRun]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for run in runs:
+        for key, value in run.cost().items():
+            totals[key] = totals.get(key, 0) + value
+    return totals
+
+
+def _png_markdown(path: Path) -> str:
+    return f"![Table 1](data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()})"
+
+
+def _table_output(context: AssetExecutionContext, runs: list[CellRun], run_ids: list[str], title: str, stem: str):
+    table = attack_table(runs)
+    plot = plot_attack_table(table, state_dir() / "attacks" / f"{stem}.png", title)
+    markdown = table_markdown(table)
+    context.log.info(f"{title}\n{markdown}")
+    cost = _cost_totals(runs)
+    return table, Output(table, metadata={
+        "dagster/row_count": table.height,
+        "table": MetadataValue.md(markdown),
+        "plot": MetadataValue.md(_png_markdown(plot)),
+        "plot_path": MetadataValue.path(str(plot)),
+        "mlflow_cell_run_ids": MetadataValue.json(run_ids),
+        **{k: float(v) for k, v in cost.items()},
+    })
+
+
+@asset(
+    group_name=GROUP,
+    partitions_def=cell_partitions,
+    kinds={"llama_cpp", "agentdojo", "mlflow"},
+    description="One cell of the attack table: a fixed-seed sample (config `limit`; null = all) of one benchmark "
+    "(InjecAgent dh/ds, BIPIA email/table/code, AgentDojo, or the canonical 10) run through one defense on the "
+    "profile's LLM, judged by the benchmark's own protocol. Episodes resume from where an interrupted run "
+    "stopped; a finished cell re-materializes from its rows and the LLM response cache with no inference.",
+)
+def attack_cell(context: AssetExecutionContext, config: AttackCellConfig, llm_model: dict, llm: LLMResource,
+                model_store: ModelStoreResource, mlflow_tracker: MlflowTrackerResource):
+    key = context.partition_key
+    keys = key.keys_by_dimension if isinstance(key, MultiPartitionKey) else dict(
+        zip(("benchmark", "defense"), str(key).split("|")))
+    harness = open_harness(config, llm_model, llm, model_store)
+    run = harness.run_cell(keys["benchmark"], keys["defense"], limit=config.limit, progress=config.progress)
+    run_id = _log_cell(context, mlflow_tracker, harness, run, llm_model)
+    return Output(run.rows, metadata={
+        "dagster/row_count": run.rows.height, "mlflow_run_id": run_id, "cell": run.spec.cell_id,
+        **{k: float(v) for k, v in {**run.metrics, **run.cost()}.items() if v == v},
+    })
+
+
+def _golden_check(table: pl.DataFrame, profile: str) -> AssetCheckResult:
+    path = golden_path(profile)
+    try:
+        golden = load_golden(path)
+    except ConfigError as exc:
+        return AssetCheckResult(check_name="matches_golden", passed=False, severity=AssetCheckSeverity.WARN,
+                                metadata={"reason": str(exc), "golden": str(path)})
+    tolerance = load_tolerance()
+    drifts = compare_to_golden(table, golden, tolerance)
+    return AssetCheckResult(check_name="matches_golden", passed=not drifts, severity=AssetCheckSeverity.ERROR,
+                            metadata={"golden": str(path), "drifts": MetadataValue.md(drift_markdown(drifts)),
+                                      "drift_rows": MetadataValue.json(drifts_as_dicts(drifts)),
+                                      "tolerance_asr": tolerance.asr, "tolerance_utility": tolerance.utility})
+
+
+@asset(
+    group_name=GROUP,
+    kinds={"llama_cpp", "agentdojo", "mlflow"},
+    description="Seed 000 Table 1 (E1): the 10 canonical scenarios (configs/benchmarks.yaml) under all six "
+    "defenses on the profile's LLM — ASR, security, utility with 95% CIs, latency, certificates emitted and "
+    "verified — as a markdown table, parquet and a plot; one MLflow run per cell. Checked against the committed "
+    "golden results (configs/golden/) by the nightly regression sweep.",
+    check_specs=[AssetCheckSpec("matches_golden", asset="attack_table_1",
+                                description="ASR and utility of every cell within tolerance (configs/regression.yaml) "
+                                "of configs/golden/table1_<profile>.json; the diff is in the metadata.")],
+)
+def attack_table_1(context: AssetExecutionContext, config: HarnessConfig, llm_model: dict, llm: LLMResource,
+                   model_store: ModelStoreResource, mlflow_tracker: MlflowTrackerResource):
+    harness = open_harness(config, llm_model, llm, model_store)
+    runs = harness.run_table(CANONICAL, DEFENSES, progress=config.progress)
+    run_ids = [_log_cell(context, mlflow_tracker, harness, run, llm_model) for run in runs]
+    table, output = _table_output(context, runs, run_ids, f"Table 1 — canonical scenarios ({harness.profile})",
+                                  "table1")
+    yield output
+    yield _golden_check(table, harness.profile)
+
+
+@asset(
+    group_name=GROUP,
+    kinds={"llama_cpp", "agentdojo", "mlflow"},
+    description="A fixed-seed sample (config `per_benchmark`, seed 42) of every benchmark — InjecAgent dh/ds, "
+    "BIPIA email/table/code, AgentDojo — under all six defenses; one MLflow run per cell. Full benchmarks are "
+    "`attack_cell` partitions.",
+)
+def attack_benchmark_samples(context: AssetExecutionContext, config: SamplesConfig, llm_model: dict,
+                             llm: LLMResource, model_store: ModelStoreResource, mlflow_tracker: MlflowTrackerResource):
+    harness = open_harness(config, llm_model, llm, model_store)
+    runs = [run for benchmark in BENCHMARKS
+            for run in harness.run_table(benchmark, DEFENSES, limit=config.per_benchmark, progress=config.progress)]
+    run_ids = [_log_cell(context, mlflow_tracker, harness, run, llm_model) for run in runs]
+    _, output = _table_output(context, runs, run_ids, f"Benchmark samples ({harness.profile})", "samples")
+    return output
+
+
+def attack_assets() -> list[AssetsDefinition]:
+    return [attack_cell, attack_table_1, attack_benchmark_samples]

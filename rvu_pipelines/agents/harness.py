@@ -1,0 +1,107 @@
+"""The attack harness: one object that owns the cached LLM, the defense settings and the results
+folder, and runs cells of the attack table. Dagster assets, the nightly schedule and ``rvu regress``
+all go through it, so a cell computed by one is reused by the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rvu_pipelines.agents.evaluation import CANONICAL, CellRun, CellSpec, run_cell
+from rvu_pipelines.agents.scenario import Scenario
+from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.paths import state_dir
+
+DETECTOR_CHOICES = ("nanoguard", "heuristic", "registered:<name>")
+AGENT_N_CTX = 8192  # SmolLM2 and Qwen2.5 both take 8k; AgentDojo tool schemas need more than a 2k smoke context
+
+
+def load_detector(choice: str) -> tuple[Any, str]:
+    """The classifier defense's detector and a version string for cache keys.
+
+    ``nanoguard`` (D3 offline, the default: the seed's PromptGuard role), ``heuristic`` (D1),
+    or ``registered:<name>`` (a D2/D4 model registered in MLflow, alias 'current').
+    """
+    from rvu_pipelines.detectors import load_pretrained_detector
+    from rvu_pipelines.detectors.heuristic import HeuristicDetector
+
+    if choice == "heuristic":
+        detector = HeuristicDetector()
+        return detector, f"heuristic:{detector.name}"
+    if choice == "nanoguard":
+        loaded = load_pretrained_detector("nanoguard")
+        return loaded.detector, f"nanoguard:{loaded.record.get('sha256', loaded.record.get('model'))}"
+    if choice.startswith("registered:"):
+        from rvu_pipelines.detectors import load_registered_detector
+        from rvu_pipelines.tracking import default_tracking_uri
+
+        detector = load_registered_detector(choice.split(":", 1)[1], default_tracking_uri())
+        return detector, f"{choice}@{detector.registered.version}"
+    raise ConfigError(f"Invalid detector '{choice}' for the classifier defense; allowed values: "
+                      f"{', '.join(DETECTOR_CHOICES)}.")
+
+
+def scenarios_for(benchmark: str, limit: int | None = None, seed: int = 42) -> list[Scenario]:
+    """The canonical 10, or a fixed-seed sample of one benchmark."""
+    from rvu_pipelines.benchmarks import canonical_scenarios, load_scenarios
+
+    if benchmark == CANONICAL:
+        scenarios = canonical_scenarios()
+        return scenarios[:limit] if limit else scenarios
+    return load_scenarios(benchmark, limit=limit, seed=seed)
+
+
+@dataclass
+class Harness:
+    """Cached LLM + defense settings + results root for one model profile."""
+
+    profile: str
+    llm: Any  # CachedChatModel
+    model_id: str  # sha256 of the model weights (cache and episode keys)
+    settings: Any  # DefenseSettings
+    detector_version: str
+    root: Path
+
+    @classmethod
+    def open(cls, chat_model: Any, *, profile: str, model_id: str, detector: str = "nanoguard",
+             root: Path | None = None, cache_path: Path | None = None, **settings: Any) -> Harness:
+        from rvu_pipelines.agents.defenses import DefenseSettings
+        from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
+
+        root = Path(root) if root else state_dir() / "attacks"
+        cache = ResponseCache(cache_path or state_dir() / "llm_cache.sqlite")
+        detector_obj, detector_version = load_detector(detector)
+        defense_settings = DefenseSettings(detector=detector_obj, **settings)
+        return cls(profile=profile, llm=CachedChatModel(chat_model, cache, model_id), model_id=model_id,
+                   settings=defense_settings, detector_version=detector_version, root=root)
+
+    def settings_fingerprint(self) -> str:
+        """Every setting that changes an episode's outcome, hashed (the detector by name + version)."""
+        fields = {k: v for k, v in sorted(vars(self.settings).items()) if k not in ("detector", "fath_key")}
+        payload = json.dumps({"detector": self.detector_version, **fields}, sort_keys=True, default=str)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def run_cell(self, benchmark: str, defense: str, *, limit: int | None = None, progress: bool = True,
+                 scenarios: Sequence[Scenario] | None = None) -> CellRun:
+        from rvu_pipelines.agents.episode import run_episode
+
+        spec = CellSpec(benchmark=benchmark, defense=defense, profile=self.profile, limit=limit)
+        chosen = list(scenarios) if scenarios is not None else scenarios_for(benchmark, limit)
+
+        def episode(scenario: Scenario, workdir: Path) -> dict[str, Any]:
+            return run_episode(scenario, defense, self.llm, self.settings, workdir).to_row()
+
+        return run_cell(spec, chosen, episode, llm=self.llm, model_id=self.model_id,
+                        settings_fingerprint=self.settings_fingerprint(), root=self.root, progress=progress)
+
+    def run_table(self, benchmark: str, defenses: Sequence[str], *, limit: int | None = None,
+                  progress: bool = True) -> list[CellRun]:
+        """Every defense on the same scenarios (loaded once)."""
+        chosen = scenarios_for(benchmark, limit)
+        return [self.run_cell(benchmark, d, limit=limit, progress=progress, scenarios=chosen) for d in defenses]
+

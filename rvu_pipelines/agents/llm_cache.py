@@ -1,0 +1,241 @@
+"""A persistent response cache for chat models, so a finished cell re-runs with no inference.
+
+Every LLM call of the attack harness goes through ``CachedChatModel``. Its key is the sha256 of the
+canonical JSON of everything that determines the output (the GGUF's sha256, the full message list,
+max_tokens, temperature, seed, stop), so a changed prompt, model or parameter is a miss and nothing
+stale is ever returned. Each answer is committed as soon as it exists: an interrupted cell resumes at
+the first call it had not finished. The store is one SQLite file in WAL mode (several processes may
+read and write it at once); completions are JSON, never pickle, so a cache file cannot run code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from rvu_pipelines.errors import RvuError
+from rvu_pipelines.models.llm import ChatCompletion, ChatModel, Message
+from rvu_pipelines.paths import state_dir
+
+SCHEMA_NAME = "rvu-llm-response-cache"
+SCHEMA_VERSION = 1
+KEY_VERSION = 1  # bump when the key's payload changes meaning: old entries then simply miss
+_COMPLETION_FIELDS = tuple(f.name for f in dataclasses.fields(ChatCompletion))
+
+
+class LlmCacheError(RvuError):
+    """The LLM response cache file is corrupt, foreign, or from an incompatible version."""
+
+
+def default_cache_path() -> Path:
+    """The project's store: ``state_dir()/llm_cache.sqlite`` (RVU_HOME moves it)."""
+    return state_dir() / "llm_cache.sqlite"
+
+
+def response_key(model_id: str, messages: Sequence[Message], *, max_tokens: int, temperature: float, seed: int,
+                 stop: Sequence[str] | None) -> str:
+    """sha256 hex of the canonical JSON (sorted keys, no spaces) of every input that determines the output.
+
+    ``model_id`` should be the weights' sha256, not a display name, so a swapped GGUF never hits.
+    ``stop=None`` and ``stop=[]`` mean the same to every backend and give the same key.
+    """
+    payload = {
+        "v": KEY_VERSION,
+        "model_id": str(model_id),
+        "messages": [dict(m) for m in messages],
+        "max_tokens": int(max_tokens),
+        "temperature": float(temperature),
+        "seed": int(seed),
+        "stop": [str(s) for s in (stop or [])],
+    }
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """key -> ChatCompletion in a SQLite file (WAL, busy timeout), safe for several processes.
+
+    One connection per process (re-opened after a fork); a lock serialises threads. Writes commit
+    immediately. A file that is not this cache raises ``LlmCacheError`` naming it and the fix.
+    """
+
+    def __init__(self, path: Path | str | None = None, *, timeout_s: float = 60.0) -> None:
+        self.path = Path(path) if path is not None else default_cache_path()
+        self.timeout_s = float(timeout_s)
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = -1
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            self._connection()
+
+    # ---- connection and schema
+
+    def _fail(self, problem: str) -> LlmCacheError:
+        return LlmCacheError(
+            f"LLM response cache {self.path}: {problem}. It holds only cached answers, so it is safe to "
+            f"delete: rm -f '{self.path}' '{self.path}-wal' '{self.path}-shm' (or point RVU_HOME elsewhere); "
+            "it is rebuilt on the next run.")
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is not None and self._pid == os.getpid():
+            return self._conn
+        self._conn = None  # a connection inherited through fork must not be used: open our own
+        try:
+            conn = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None, check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout={int(self.timeout_s * 1000)}")
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            conn.execute("PRAGMA synchronous=NORMAL")  # safe with WAL; a crash loses at most the last answers
+            self._init_schema(conn)
+        except sqlite3.DatabaseError as exc:
+            raise self._fail(f"cannot be opened as this cache ({exc})") from exc
+        if str(mode).lower() != "wal":
+            raise self._fail(f"could not switch to WAL mode (journal_mode={mode})")
+        self._conn, self._pid = conn, os.getpid()
+        return conn
+
+    def _init_schema(self, conn: sqlite3.Connection) -> None:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if tables and "rvu_cache_meta" not in tables:
+            raise self._fail(f"is a SQLite database of something else (tables: {', '.join(sorted(tables))})")
+        conn.execute("BEGIN IMMEDIATE")  # two processes creating the file at once: one wins, both agree
+        try:
+            conn.execute("CREATE TABLE IF NOT EXISTS rvu_cache_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            conn.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, completion TEXT NOT NULL, "
+                         "created_at REAL NOT NULL)")
+            conn.execute("INSERT OR IGNORE INTO rvu_cache_meta VALUES ('schema', ?), ('version', ?)",
+                         (SCHEMA_NAME, str(SCHEMA_VERSION)))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        meta = dict(conn.execute("SELECT name, value FROM rvu_cache_meta").fetchall())
+        if meta.get("schema") != SCHEMA_NAME or meta.get("version") != str(SCHEMA_VERSION):
+            raise self._fail(f"has schema {meta.get('schema')!r} version {meta.get('version')!r}, expected "
+                             f"{SCHEMA_NAME!r} version {SCHEMA_VERSION}")
+
+    # ---- mapping
+
+    def get(self, key: str) -> ChatCompletion | None:
+        with self._lock:
+            try:
+                row = self._connection().execute("SELECT completion FROM responses WHERE key = ?", (key,)).fetchone()
+            except sqlite3.DatabaseError as exc:
+                raise self._fail(f"could not be read ({exc})") from exc
+        if row is None:
+            return None
+        try:
+            fields = json.loads(row[0])
+            return ChatCompletion(**{name: fields[name] for name in _COMPLETION_FIELDS})
+        except (ValueError, TypeError, KeyError) as exc:
+            raise self._fail(f"entry {key[:12]}... is not a stored completion ({exc!r})") from exc
+
+    def put(self, key: str, completion: ChatCompletion) -> None:
+        """Store (first writer wins: the same key always carries the same deterministic answer)."""
+        payload = json.dumps(dataclasses.asdict(completion), sort_keys=True, ensure_ascii=False)
+        with self._lock:
+            try:
+                self._connection().execute("INSERT OR IGNORE INTO responses VALUES (?, ?, ?)",
+                                           (key, payload, time.time()))
+            except sqlite3.DatabaseError as exc:
+                raise self._fail(f"could not be written ({exc})") from exc
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key) is not None
+
+    def __len__(self) -> int:
+        with self._lock:
+            try:
+                return int(self._connection().execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+            except sqlite3.DatabaseError as exc:
+                raise self._fail(f"could not be read ({exc})") from exc
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> ResponseCache:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+@dataclass
+class CacheStats:
+    """Counters since the last ``reset_stats()``; misses include uncacheable (temperature > 0) calls."""
+
+    calls: int = 0
+    hits: int = 0
+    misses: int = 0
+    uncacheable: int = 0
+    inference_seconds: float = 0.0
+    prompt_tokens_evaluated: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class CachedChatModel:
+    """A ``ChatModel`` that answers from a ``ResponseCache`` when it can and from ``model`` otherwise.
+
+    Only temperature-0 calls are cached: a sampled answer is one draw from a distribution, and
+    replaying it would silently turn repeated trials into one. Those calls always run the model.
+    """
+
+    def __init__(self, model: ChatModel, cache: ResponseCache, model_id: str) -> None:
+        if not model_id:
+            raise LlmCacheError("CachedChatModel: model_id is empty; pass the model file's sha256 "
+                                "(ResolvedModel.sha256) so answers of different weights never mix.")
+        self.model = model
+        self.cache = cache
+        self.model_id = model_id
+        self.name = model.name
+        self.stats = CacheStats()
+        self._lock = threading.Lock()
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self.stats = CacheStats()
+
+    def key(self, messages: list[Message], *, max_tokens: int = 128, temperature: float = 0.0, seed: int = 0,
+            stop: list[str] | None = None) -> str:
+        return response_key(self.model_id, messages, max_tokens=max_tokens, temperature=temperature, seed=seed,
+                            stop=stop)
+
+    def chat(self, messages: list[Message], *, max_tokens: int = 128, temperature: float = 0.0, seed: int = 0,
+             stop: list[str] | None = None) -> ChatCompletion:
+        cacheable = float(temperature) == 0.0
+        key = self.key(messages, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop)
+        if cacheable:
+            hit = self.cache.get(key)
+            if hit is not None:
+                with self._lock:
+                    self.stats.calls += 1
+                    self.stats.hits += 1
+                return hit
+        started = time.perf_counter()
+        completion = self.model.chat(messages, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop)
+        elapsed = time.perf_counter() - started
+        if cacheable:
+            self.cache.put(key, completion)
+        with self._lock:
+            self.stats.calls += 1
+            self.stats.misses += 1
+            self.stats.uncacheable += 0 if cacheable else 1
+            self.stats.inference_seconds += elapsed
+            self.stats.prompt_tokens_evaluated += int(completion.prompt_tokens)
+        return completion

@@ -1,0 +1,123 @@
+"""An agent episode as incident-log records (configs/schemas/incident_log.schema.json).
+
+Every step becomes one provenance entry: the user query (root), each assistant message, each tool
+call it made (also the ones the tool boundary blocked), each tool result and each defense notice, with
+parent edges along the conversation (a call's parent is its assistant message, a result's parent is
+its call, the next assistant message's parent is the last thing it read). Timestamps are a logical
+clock (1, 2, 3, ...), not wall time, so the same episode always gives the same bytes and so the same
+certificate. Tool results the detector flags carry ``contaminated: true``: the recovery seeds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentdojo.types import ChatMessage, get_text_content_as_str
+
+from rvu_pipelines.agents.scenario import Scenario
+from rvu_pipelines.provenance.incident import write_incident as _write_jsonl
+
+_ID_CHARS = re.compile(r"[^A-Za-z0-9._:@/+-]")
+MAX_EPISODE_ID = 100  # entry ids append "/e000" and must stay within the schema's 128 characters
+
+
+def episode_id(scenario_id: str, defense: str) -> str:
+    """A schema-valid, stable identifier for (defense, scenario)."""
+    raw = _ID_CHARS.sub("-", f"{defense}:{scenario_id}")
+    if not raw[0].isalnum():
+        raw = "e" + raw
+    if len(raw) > MAX_EPISODE_ID:
+        digest = hashlib.sha256(raw.encode()).hexdigest()[:16]
+        raw = f"{raw[:MAX_EPISODE_ID - 17]}+{digest}"
+    return raw
+
+
+def _text(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    return get_text_content_as_str(content) if content else ""  # type: ignore[arg-type]
+
+
+def _call_text(function: str, args: Mapping[str, Any]) -> str:
+    return json.dumps({"tool": function, "arguments": dict(args)}, sort_keys=True, default=str)
+
+
+def episode_records(
+    scenario: Scenario,
+    defense: str,
+    messages: Sequence[ChatMessage],
+    *,
+    detector: Any = None,
+    threshold: float = 0.5,
+    trace: Any = None,
+) -> list[dict[str, Any]]:
+    """The episode's steps as incident-log action records, in conversation order.
+
+    ``trace`` (an ``EpisodeTrace``) supplies blocked calls and the original text of tool outputs a
+    defense rewrote; ``detector`` (any ``InjectionDetector``) flags contaminated tool outputs, scored
+    on the text the tool really returned.
+    """
+    episode = episode_id(scenario.scenario_id, defense)
+    blocked: dict[int, list[Any]] = {}
+    originals: Mapping[int, str] = {}
+    if trace is not None:
+        for call in trace.blocked:
+            blocked.setdefault(call.message_index, []).append(call)
+        originals = trace.original_outputs
+
+    # tool outputs, as the tools returned them, scored in one batch
+    tool_texts = {i: originals.get(i, _text(m) if not m.get("error") else f"error: {m['error']}")
+                  for i, m in enumerate(messages) if m["role"] == "tool"}
+    flagged: set[int] = set()
+    scored = [i for i, text in tool_texts.items() if text.strip()]
+    if detector is not None and scored:
+        scores = detector.score([tool_texts[i] for i in scored])
+        flagged = {i for i, score in zip(scored, [float(s) for s in scores]) if score >= threshold}
+
+    records: list[dict[str, Any]] = []
+    last_id: str | None = None  # the newest entry of the conversation (parent of the next message)
+    call_entry: dict[str, str] = {}  # tool_call_id -> entry id of the call
+
+    def add(action_type: str, content: str, parent: str | None, contaminated: bool = False) -> str:
+        entry = f"{episode}/e{len(records):03d}"
+        records.append({
+            "kind": "action", "entry_id": entry, "episode_id": episode, "action_type": action_type,
+            "content": content, "parent_id": parent, "timestamp": float(len(records) + 1),
+            "active_adapter_id": None, "contaminated": contaminated,
+        })
+        return entry
+
+    for index, message in enumerate(messages):
+        role = message["role"]
+        if role == "system":
+            continue  # the system prompt is configuration, not an episode step
+        if role == "user":
+            action = "user_input" if last_id is None else "defense_notice"
+            last_id = add(action, _text(message), last_id)
+        elif role == "assistant":
+            assistant = add("assistant_output", _text(message), last_id)
+            last_id = assistant
+            for call in message.get("tool_calls") or []:
+                entry = add("tool_call", _call_text(call.function, call.args), assistant)
+                call_entry[str(call.id)] = entry
+            for call in blocked.get(index, []):
+                add("tool_call_blocked", _call_text(call.function, call.args) + f" blocked: {call.reason}", assistant)
+        elif role == "tool":
+            call = message.get("tool_call")
+            parent = call_entry.get(str(message.get("tool_call_id") if message.get("tool_call_id") is not None
+                                        else getattr(call, "id", None)), last_id)
+            last_id = add("tool_output", tool_texts[index], parent, contaminated=index in flagged)
+    return records
+
+
+def contaminated_count(records: Sequence[Mapping[str, Any]]) -> int:
+    return sum(1 for record in records if record.get("contaminated"))
+
+
+def write_incident(path: Path | str, records: Sequence[Mapping[str, Any]]) -> Path:
+    """Write the records as a JSONL incident log (sorted keys, one line each)."""
+    return _write_jsonl(records, path)

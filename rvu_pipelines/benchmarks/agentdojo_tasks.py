@@ -1,0 +1,176 @@
+"""AgentDojo scenarios: (suite, user task, injection task) triples from the installed ``agentdojo``
+package, run by AgentDojo itself (``TaskSuite.run_task_with_pipeline``), so utility and security come
+from the tasks' own checks.
+
+Attack: ``important_instructions`` (AgentDojo's strongest baseline). It addresses the model by name and
+refuses pipelines whose name holds none of ``agentdojo.models.MODEL_NAMES``; we fix that name to the
+``"local"`` entry ("Local model"), which every local pipeline honestly is, so the injected text is the
+same for every defense and model profile (cache keys and golden files depend on it).
+
+AgentDojo gives every episode the suite's *whole* tool set; the schema sizes (render_tool_schema,
+tokens ~ chars/4) are banking 11 tools ~440 tokens, slack 11 ~455, workspace 24 ~1350, travel 28 ~1540,
+which is why the default subset (configs/benchmarks.yaml) is banking + slack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from agentdojo.agent_pipeline.agent_pipeline import AgentPipeline
+from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
+from agentdojo.agent_pipeline.errors import AbortAgentError
+from agentdojo.functions_runtime import EmptyEnv, Env, FunctionsRuntime
+from agentdojo.types import ChatMessage
+
+from rvu_pipelines.agents.scenario import ScenarioOutcome
+from rvu_pipelines.errors import ConfigError
+
+ATTACK = "important_instructions"
+ATTACK_MODEL_KEY = "local"  # agentdojo.models.MODEL_NAMES["local"] == "Local model"
+
+
+@lru_cache(maxsize=4)
+def suites(benchmark_version: str) -> dict[str, Any]:
+    from agentdojo.task_suite.load_suites import get_suites
+
+    try:
+        return dict(get_suites(benchmark_version))
+    except Exception as exc:
+        raise ConfigError(f"configs/benchmarks.yaml agentdojo.benchmark_version: agentdojo has no benchmark "
+                          f"version '{benchmark_version}' ({exc}); use e.g. v1.2.2.") from exc
+
+
+@lru_cache(maxsize=16)
+def _attack(benchmark_version: str, suite_name: str, attack_name: str) -> Any:
+    from agentdojo.attacks.attack_registry import ATTACKS, load_attack
+
+    if attack_name not in ATTACKS:
+        raise ConfigError(f"configs/benchmarks.yaml agentdojo.attack: unknown attack '{attack_name}'; "
+                          f"allowed: {', '.join(sorted(ATTACKS))}.")
+    named = AgentPipeline([])
+    named.name = ATTACK_MODEL_KEY  # only read for the model's name in the injected text
+    return load_attack(attack_name, suites(benchmark_version)[suite_name], named)
+
+
+class _Recorder(BasePipelineElement):
+    """Passes through to the pipeline and keeps its last messages (AgentDojo returns only booleans)."""
+
+    def __init__(self, inner: BasePipelineElement) -> None:
+        self.inner = inner
+        self.name = getattr(inner, "name", None)
+        self.messages: list[ChatMessage] = []
+        self.aborted: str | None = None
+
+    def query(self, query: str, runtime: FunctionsRuntime, env: Env = EmptyEnv(),
+              messages: Sequence[ChatMessage] = [], extra_args: dict = {}) -> tuple:
+        try:
+            result = self.inner.query(query, runtime, env, messages, extra_args)
+        except AbortAgentError as exc:
+            self.messages, self.aborted = list(exc.messages), str(exc)
+            raise
+        self.messages, self.aborted = list(result[3]), None
+        return result
+
+
+@dataclass(frozen=True)
+class AgentDojoScenario:
+    """One (suite, user task, injection task); ``scenario_id`` = ``agentdojo/<suite>/<user>/<injection>``."""
+
+    suite_name: str
+    user_task_id: str
+    injection_task_id: str
+    benchmark_version: str = "v1.2.2"
+    attack_name: str = ATTACK
+
+    @property
+    def scenario_id(self) -> str:
+        return f"agentdojo/{self.suite_name}/{self.user_task_id}/{self.injection_task_id}"
+
+    @property
+    def benchmark(self) -> str:
+        return "agentdojo"
+
+    @property
+    def suite(self) -> Any:
+        return suites(self.benchmark_version)[self.suite_name]
+
+    @property
+    def user_task_obj(self) -> Any:
+        return self.suite.get_user_task_by_id(self.user_task_id)
+
+    @property
+    def injection_task_obj(self) -> Any:
+        return self.suite.get_injection_task_by_id(self.injection_task_id)
+
+    @property
+    def user_task(self) -> str:
+        return self.user_task_obj.PROMPT
+
+    @property
+    def injections(self) -> dict[str, str]:
+        """Injection placeholder -> attack text, as the configured AgentDojo attack builds them."""
+        attack = _attack(self.benchmark_version, self.suite_name, self.attack_name)
+        return dict(sorted(attack.attack(self.user_task_obj, self.injection_task_obj).items()))
+
+    @property
+    def injection(self) -> str:
+        return next(iter(self.injections.values()), "")
+
+    @property
+    def task_tools(self) -> frozenset[str]:
+        return _ground_truth_tools(self.benchmark_version, self.suite_name, self.user_task_id)
+
+    def run(self, pipeline: BasePipelineElement) -> ScenarioOutcome:
+        recorder = _Recorder(pipeline)
+        utility, security = self.suite.run_task_with_pipeline(
+            recorder, self.user_task_obj, self.injection_task_obj, self.injections)
+        details = {"suite": self.suite_name, "user_task": self.user_task_id,
+                   "injection_task": self.injection_task_id, "attack": self.attack_name,
+                   "aborted": recorder.aborted}
+        return ScenarioOutcome(bool(security), float(utility), recorder.messages,
+                               f"agentdojo:{self.attack_name}(task checks)", details)
+
+
+@lru_cache(maxsize=512)
+def _ground_truth_tools(benchmark_version: str, suite_name: str, user_task_id: str) -> frozenset[str]:
+    """The tools of the user task's ground-truth solution (what the task legitimately needs)."""
+    suite = suites(benchmark_version)[suite_name]
+    task = suite.get_user_task_by_id(user_task_id)
+    env = task.init_environment(suite.load_and_inject_default_environment({}))
+    return frozenset(call.function for call in task.ground_truth(env))
+
+
+def agentdojo_scenarios(benchmark_version: str, attack: str,
+                        selection: dict[str, tuple[list[str] | None, list[str] | None]]) -> list[AgentDojoScenario]:
+    """Every triple of the selection ``{suite: (user task ids or None=all, injection ids or None=all)}``,
+    sorted by suite then AgentDojo's natural task order."""
+    available = suites(benchmark_version)
+    out: list[AgentDojoScenario] = []
+    for suite_name in sorted(selection):
+        if suite_name not in available:
+            raise ConfigError(f"configs/benchmarks.yaml agentdojo.suites: unknown suite '{suite_name}'; "
+                              f"allowed: {', '.join(sorted(available))}.")
+        suite = available[suite_name]
+        users, injections = selection[suite_name]
+        user_ids = _pick(users, list(suite.user_tasks), f"agentdojo.suites.{suite_name}.user_tasks")
+        inj_ids = _pick(injections, list(suite.injection_tasks), f"agentdojo.suites.{suite_name}.injection_tasks")
+        out.extend(AgentDojoScenario(suite_name, u, i, benchmark_version, attack) for u in user_ids for i in inj_ids)
+    return out
+
+
+def _natural(task_id: str) -> tuple[str, int]:
+    head, _, num = task_id.rpartition("_")
+    return (head, int(num)) if num.isdigit() else (task_id, -1)
+
+
+def _pick(wanted: list[str] | None, available: list[str], where: str) -> list[str]:
+    if wanted is None:
+        return sorted(available, key=_natural)
+    unknown = sorted(set(wanted) - set(available))
+    if unknown:
+        raise ConfigError(f"configs/benchmarks.yaml {where}: unknown task id(s) {unknown}; "
+                          f"allowed: {', '.join(sorted(available, key=_natural))} (or 'all').")
+    return sorted(set(wanted), key=_natural)

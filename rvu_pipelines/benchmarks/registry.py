@@ -1,0 +1,144 @@
+"""Which scenarios exist: ``load_scenarios`` (a fixed-seed sample of one benchmark),
+``canonical_scenarios`` (the seed's 10, listed in configs/benchmarks.yaml) and ``scenario_by_id``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rvu_pipelines.agents.scenario import Scenario
+from rvu_pipelines.benchmarks.agentdojo_tasks import AgentDojoScenario, agentdojo_scenarios
+from rvu_pipelines.benchmarks.bipia import BipiaScenario, bipia_scenarios
+from rvu_pipelines.benchmarks.common import fixed_sample
+from rvu_pipelines.benchmarks.injecagent import InjecAgentScenario, injecagent_scenarios
+from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.paths import config_dir
+
+BENCHMARKS: tuple[str, ...] = ("injecagent_dh", "injecagent_ds", "bipia_email", "bipia_table", "bipia_code",
+                               "agentdojo")
+CANONICAL_COUNT = 10
+
+
+@dataclass(frozen=True)
+class CanonicalEntry:
+    scenario_id: str
+    why: str
+
+
+@dataclass(frozen=True)
+class BenchmarksConfig:
+    """configs/benchmarks.yaml, validated."""
+
+    path: Path
+    agentdojo_version: str
+    agentdojo_attack: str
+    agentdojo_suites: dict[str, tuple[list[str] | None, list[str] | None]]
+    canonical: tuple[CanonicalEntry, ...]
+
+
+def _ids(value: Any, where: str) -> list[str] | None:
+    if value in (None, "all"):
+        return None
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise ConfigError(f"{where} must be 'all' or a list of task ids, got {value!r}.")
+
+
+def load_benchmarks_config(path: Path | None = None) -> BenchmarksConfig:
+    """Read and validate configs/benchmarks.yaml (or ``path``)."""
+    path = Path(path) if path else config_dir() / "benchmarks.yaml"
+    if not path.is_file():
+        raise ConfigError(f"The benchmarks config {path} does not exist; restore configs/benchmarks.yaml "
+                          "from the repository or set RVU_CONFIG_DIR.")
+    raw = yaml.safe_load(path.read_text()) or {}
+    ad = raw.get("agentdojo")
+    if not isinstance(ad, dict) or not isinstance(ad.get("suites"), dict):
+        raise ConfigError(f"{path}: 'agentdojo.suites' must map suite name -> {{user_tasks, injection_tasks}}.")
+    selection = {}
+    for suite, spec in ad["suites"].items():
+        spec = spec or {}
+        selection[str(suite)] = (_ids(spec.get("user_tasks"), f"{path}: agentdojo.suites.{suite}.user_tasks"),
+                                 _ids(spec.get("injection_tasks"), f"{path}: agentdojo.suites.{suite}.injection_tasks"))
+    entries = raw.get("canonical")
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and "id" in e for e in entries):
+        raise ConfigError(f"{path}: 'canonical' must be a list of {{id, why}} entries.")
+    canonical = tuple(CanonicalEntry(str(e["id"]), str(e.get("why", ""))) for e in entries)
+    ids = [e.scenario_id for e in canonical]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"{path}: 'canonical' lists an id twice: {sorted(i for i in ids if ids.count(i) > 1)}.")
+    return BenchmarksConfig(path, str(ad.get("benchmark_version", "v1.2.2")),
+                            str(ad.get("attack", "important_instructions")), selection, canonical)
+
+
+def _check_benchmark(benchmark: str) -> None:
+    if benchmark not in BENCHMARKS:
+        raise ConfigError(f"Unknown benchmark '{benchmark}'; allowed values: {', '.join(BENCHMARKS)}.")
+
+
+@lru_cache(maxsize=2)
+def _frames() -> tuple[Any, Any, Path]:
+    """(injecagent frame, bipia frame, injecagent tools.json) from the configured data source."""
+    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+
+    catalog, source = load_catalog(), dataset_source_from_env()
+    injecagent = load_dataset(catalog.get("injecagent"), source)
+    bipia = load_dataset(catalog.get("bipia"), source)
+    return injecagent.frame, bipia.frame, injecagent.resolved.files["tools.json"]
+
+
+def all_scenarios(benchmark: str, config: BenchmarksConfig | None = None) -> list[Scenario]:
+    """Every scenario of one benchmark (AgentDojo: the configured subset), in a fixed order."""
+    _check_benchmark(benchmark)
+    if benchmark == "agentdojo":
+        config = config or load_benchmarks_config()
+        return list(agentdojo_scenarios(config.agentdojo_version, config.agentdojo_attack,
+                                        config.agentdojo_suites))
+    injecagent, bipia, tools_json = _frames()
+    family, _, part = benchmark.partition("_")
+    if family == "injecagent":
+        return list(injecagent_scenarios(injecagent, tools_json, part))
+    return list(bipia_scenarios(bipia, part))
+
+
+def load_scenarios(benchmark: str, *, limit: int | None = None, seed: int = 42) -> list[Scenario]:
+    """A fixed-seed sample of ``limit`` scenarios of one benchmark (all when None), in benchmark order."""
+    scenarios = all_scenarios(benchmark)
+    return [scenarios[i] for i in fixed_sample(len(scenarios), limit, seed)]
+
+
+def scenario_by_id(scenario_id: str, config: BenchmarksConfig | None = None) -> Scenario:
+    """Resolve one scenario id (``injecagent/dh/3``, ``bipia/email/0/<attack>/<pos>``, ``agentdojo/...``)."""
+    parts = scenario_id.split("/")
+    benchmark = {"injecagent": lambda: f"injecagent_{parts[1]}", "bipia": lambda: f"bipia_{parts[1]}",
+                 "agentdojo": lambda: "agentdojo"}.get(parts[0], lambda: "")() if len(parts) > 1 else ""
+    if benchmark not in BENCHMARKS:
+        raise ConfigError(f"Scenario id '{scenario_id}' names no benchmark; ids look like "
+                          "'injecagent/dh/<case>', 'bipia/<email|table|code>/<task>/<attack>/<position>' or "
+                          "'agentdojo/<suite>/<user_task>/<injection_task>'.")
+    if benchmark == "agentdojo" and len(parts) == 4:
+        config = config or load_benchmarks_config()
+        found = agentdojo_scenarios(config.agentdojo_version, config.agentdojo_attack,
+                                    {parts[1]: ([parts[2]], [parts[3]])})
+        return found[0]
+    for scenario in all_scenarios(benchmark, config):
+        if scenario.scenario_id == scenario_id:
+            return scenario
+    raise ConfigError(f"Scenario id '{scenario_id}' does not exist in benchmark '{benchmark}'.")
+
+
+def canonical_scenarios(config: BenchmarksConfig | None = None) -> list[Scenario]:
+    """The seed's 10 canonical scenarios, in the order configs/benchmarks.yaml lists them."""
+    config = config or load_benchmarks_config()
+    if len(config.canonical) != CANONICAL_COUNT:
+        raise ConfigError(f"{config.path}: 'canonical' must list exactly {CANONICAL_COUNT} scenario ids, "
+                          f"it lists {len(config.canonical)}.")
+    return [scenario_by_id(entry.scenario_id, config) for entry in config.canonical]
+
+
+__all__ = ["BENCHMARKS", "AgentDojoScenario", "BipiaScenario", "InjecAgentScenario", "all_scenarios",
+           "canonical_scenarios", "load_benchmarks_config", "load_scenarios", "scenario_by_id"]

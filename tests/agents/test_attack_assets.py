@@ -1,0 +1,73 @@
+"""The attack harness through Dagster on the real tiny model: a partitioned cell materializes, logs one
+MLflow run, and a second materialization of the finished cell does no LLM inference; Table 1's golden
+check fails when a golden value is moved beyond tolerance; the nightly schedule is defined."""
+
+from __future__ import annotations
+
+import json
+
+from dagster import DagsterInstance, materialize
+
+from assets.attacks import attack_cell
+from assets.models import model_assets
+from resources import LocalTableIOManager, MlflowTrackerResource
+from rvu_pipelines.agents.regression import Tolerance, compare_to_golden, golden_path, load_golden
+from rvu_pipelines.definitions import _resources, defs
+from rvu_pipelines.tracking import MlflowTracker
+
+EXPERIMENT = "attack-assets-test"
+PARTITION = "canonical|vanilla"
+
+
+def _run_config(limit: int = 1) -> dict:
+    return {"ops": {"attack_cell": {"config": {"limit": limit, "detector": "heuristic", "max_tokens": 48,
+                                               "max_iters": 2, "progress": False}}}}
+
+
+def test_cell_materializes_then_rematerializes_without_inference(tmp_path) -> None:
+    tracker = MlflowTracker(experiment=EXPERIMENT)
+    resources = _resources() | {
+        "io_manager": LocalTableIOManager(base_dir=str(tmp_path / "assets")),
+        "mlflow_tracker": MlflowTrackerResource(tracking_uri=tracker.tracking_uri, experiment=EXPERIMENT),
+    }
+    llm_model = next(a for a in model_assets() if a.key.to_user_string() == "llm_model")
+    with DagsterInstance.ephemeral() as instance:
+        assert materialize([llm_model], resources=resources, instance=instance).success
+        results = [materialize([llm_model, attack_cell], selection=[attack_cell], partition_key=PARTITION,
+                               resources=resources, instance=instance, run_config=_run_config()) for _ in range(2)]
+    metadata = [next(e.materialization.metadata for e in r.get_asset_materialization_events()) for r in results]
+    assert all(r.success for r in results)
+    assert metadata[0]["episodes_run"].value == 1 and metadata[0]["llm_calls"].value >= 1
+    assert metadata[1]["episodes_run"].value == 0 and metadata[1]["llm_inferences"].value == 0
+    assert metadata[1]["n"].value == metadata[0]["n"].value == 1
+
+    runs = [r for r in tracker.latest_runs(20) if r.data.tags.get("cell") == "tiny/canonical/vanilla"]
+    assert len(runs) == 2 and {r.data.tags["partition"] for r in runs} == {PARTITION}
+    assert "asr" in runs[0].data.metrics and runs[0].data.params["defense"] == "vanilla"
+
+
+def test_golden_check_fails_when_a_golden_value_moves(tmp_path) -> None:
+    import polars as pl
+
+    golden = load_golden(golden_path("tiny"))
+    rows = [{"benchmark": cell.split("/")[0], "defense": cell.split("/")[1], **values}
+            for cell, values in golden["cells"].items()]
+    table = pl.DataFrame(rows)
+    assert compare_to_golden(table, golden, Tolerance()) == []
+    moved = json.loads(json.dumps(golden))
+    first = sorted(moved["cells"])[0]
+    moved["cells"][first]["asr"] = min(1.0, moved["cells"][first]["asr"] + 0.3) if moved["cells"][first]["asr"] < 0.7 \
+        else moved["cells"][first]["asr"] - 0.3
+    drifts = compare_to_golden(table, moved, Tolerance())
+    assert [(d.cell, d.metric) for d in drifts] == [(first, "asr")]
+
+
+def test_nightly_schedule_runs_table_1_at_two() -> None:
+    repository = defs.get_repository_def()
+    schedule = repository.get_schedule_def("nightly_regression_sweep")
+    assert schedule.cron_schedule == "0 2 * * *"
+    job = repository.get_job(schedule.job_name)
+    assert {k.to_user_string() for k in job.asset_layer.executable_asset_keys} == {"attack_table_1"}
+    assert job.tags.get("rvu/sweep") == "nightly"
+    checks = {k.name for k in job.asset_layer.asset_graph.asset_check_keys}
+    assert "matches_golden" in checks
