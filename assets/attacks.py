@@ -56,8 +56,10 @@ cell_partitions = MultiPartitionsDefinition({
 class HarnessConfig(Config):
     detector: str = Field(default="nanoguard", description="The classifier defense's detector: nanoguard (D3, "
                           "the seed's PromptGuard role), heuristic (D1) or registered:<MLflow model name>.")
-    max_iters: int = Field(default=4, description="Tool-loop iterations per episode (bounded steps).")
-    max_tokens: int = Field(default=96, description="Generation budget per LLM call.")
+    max_iters: int | None = Field(default=None, description="Tool rounds per episode (bounded steps); "
+                                  "default DefenseSettings' (4), as `rvu regress` and the golden file use.")
+    max_tokens: int | None = Field(default=None, description="Generation budget per LLM call; default "
+                                   "DefenseSettings' (128).")
     progress: bool = True
 
 
@@ -71,10 +73,13 @@ class SamplesConfig(HarnessConfig):
 
 
 def open_harness(config: HarnessConfig, llm_model: dict, llm: LLMResource, model_store: ModelStoreResource) -> Harness:
-    chat_model = llm.build(Path(llm_model["path"]), n_ctx=max(AGENT_N_CTX, int(llm_model["n_ctx"])),
-                           name=llm_model["name"])
-    return Harness.open(chat_model, profile=model_store.profile_name(), model_id=llm_model["sha256"],
-                        detector=config.detector, max_iters=config.max_iters, max_tokens=config.max_tokens)
+    def build():  # only when a prompt misses the response cache
+        return llm.build(Path(llm_model["path"]), n_ctx=max(AGENT_N_CTX, int(llm_model["n_ctx"])),
+                         name=llm_model["name"])
+
+    overrides = {k: v for k, v in (("max_iters", config.max_iters), ("max_tokens", config.max_tokens)) if v is not None}
+    return Harness.open((build, llm_model["name"]), profile=model_store.profile_name(), model_id=llm_model["sha256"],
+                        detector=config.detector, **overrides)
 
 
 def _params(harness: Harness, run: CellRun, llm_model: dict) -> dict:

@@ -189,8 +189,10 @@ def regress(profile: str | None, golden: str | None, update_golden: bool, detect
     config = load_model_config()
     name = config.profile_name(profile)
     resolved = ModelStore().resolve("llm", config.profile(profile)["llm"])
-    chat = LlamaCppChatModel(resolved.path, n_ctx=max(AGENT_N_CTX, resolved.n_ctx), name=resolved.name)
-    harness = Harness.open(chat, profile=name, model_id=resolved.sha256, detector=detector)
+    def build() -> LlamaCppChatModel:  # only when a prompt misses the response cache
+        return LlamaCppChatModel(resolved.path, n_ctx=max(AGENT_N_CTX, resolved.n_ctx), name=resolved.name)
+
+    harness = Harness.open((build, resolved.name), profile=name, model_id=resolved.sha256, detector=detector)
     runs = harness.run_table(CANONICAL, DEFENSES)
     table = attack_table(runs)
     console.print(table_markdown(table), highlight=False, soft_wrap=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,49 @@ from rvu_pipelines.paths import state_dir
 
 DETECTOR_CHOICES = ("nanoguard", "heuristic", "registered:<name>")
 AGENT_N_CTX = 8192  # SmolLM2 and Qwen2.5 both take 8k; AgentDojo tool schemas need more than a 2k smoke context
+
+
+class LazyDetector:
+    """A detector loaded on its first ``score``: a cell whose episodes are all saved never loads it."""
+
+    def __init__(self, choice: str, name: str) -> None:
+        self.choice = choice
+        self.name = name
+        self._detector: Any = None
+
+    def score(self, texts: Sequence[str]) -> Any:
+        if self._detector is None:
+            self._detector, _ = load_detector(self.choice)
+        return self._detector.score(texts)
+
+    def predict(self, texts: Sequence[str], threshold: float = 0.5) -> Any:
+        return self.score(texts) >= threshold
+
+
+class LazyChatModel:
+    """A chat model built on its first call: with every answer in the response cache it is never built."""
+
+    def __init__(self, factory: Callable[[], Any], name: str) -> None:
+        self._factory = factory
+        self._model: Any = None
+        self.name = name
+
+    def chat(self, messages: list[dict[str, str]], **kwargs: Any) -> Any:
+        if self._model is None:
+            self._model = self._factory()
+        return self._model.chat(messages, **kwargs)
+
+
+def detector_for(choice: str) -> tuple[Any, str]:
+    """The classifier defense's detector and its version string, loading nothing heavy up front:
+    NanoGuard's weights ship in a pinned package, so the package version identifies them."""
+    if choice == "nanoguard":
+        from importlib.metadata import version
+
+        from rvu_pipelines.detectors.pretrained import NanoGuardDetector
+
+        return LazyDetector(choice, NanoGuardDetector.name), f"nanoguard:{version('metatronnanoguard')}"
+    return load_detector(choice)
 
 
 def load_detector(choice: str) -> tuple[Any, str]:
@@ -70,12 +113,15 @@ class Harness:
     @classmethod
     def open(cls, chat_model: Any, *, profile: str, model_id: str, detector: str = "nanoguard",
              root: Path | None = None, cache_path: Path | None = None, **settings: Any) -> Harness:
+        """``chat_model``: a ChatModel, or ``(factory, name)`` to build it only when a prompt misses the cache."""
         from rvu_pipelines.agents.defenses import DefenseSettings
         from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
 
+        if isinstance(chat_model, tuple):
+            chat_model = LazyChatModel(*chat_model)
         root = Path(root) if root else state_dir() / "attacks"
         cache = ResponseCache(cache_path or state_dir() / "llm_cache.sqlite")
-        detector_obj, detector_version = load_detector(detector)
+        detector_obj, detector_version = detector_for(detector)
         defense_settings = DefenseSettings(detector=detector_obj, **settings)
         return cls(profile=profile, llm=CachedChatModel(chat_model, cache, model_id), model_id=model_id,
                    settings=defense_settings, detector_version=detector_version, root=root)
