@@ -30,8 +30,8 @@ from dagster import (
 from pydantic import Field
 
 from resources import LLMResource, MlflowTrackerResource, ModelStoreResource
-from rvu_pipelines.agents.defenses import DEFENSES
-from rvu_pipelines.agents.evaluation import CANONICAL, CellRun, attack_table, plot_attack_table, table_markdown
+from rvu_pipelines.agents.cells import BENCHMARKS, CANONICAL, DEFENSES
+from rvu_pipelines.agents.evaluation import CellRun, attack_table, plot_attack_table, table_markdown
 from rvu_pipelines.agents.harness import AGENT_N_CTX, Harness
 from rvu_pipelines.agents.regression import (
     compare_to_golden,
@@ -41,7 +41,6 @@ from rvu_pipelines.agents.regression import (
     load_golden,
     load_tolerance,
 )
-from rvu_pipelines.benchmarks import BENCHMARKS
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import state_dir
 

@@ -39,15 +39,14 @@ from agentdojo.functions_runtime import EmptyEnv, Env, FunctionCall, FunctionsRu
 from agentdojo.types import ChatAssistantMessage, ChatMessage, ChatUserMessage, get_text_content_as_str, text_content_block_from_string
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from rvu_pipelines.agents.cells import DEFENSES, RECOVERING_DEFENSES
 from rvu_pipelines.agents.llm_element import DEFAULT_SYSTEM_PROMPT, ChatModelLLM
 from rvu_pipelines.agents.scenario import Scenario, prefill_calls
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.models.llm import ChatModel
 from rvu_pipelines.paths import config_dir, state_dir
 
-DEFENSES: tuple[str, ...] = ("vanilla", "classifier", "fath", "rvg", "rvu_v1", "rvu_v2")
 GATED_DEFENSES = frozenset({"rvg", "rvu_v1", "rvu_v2"})
-RECOVERING_DEFENSES = frozenset({"rvu_v1", "rvu_v2"})
 ALLOWLIST_BENCHMARKS: tuple[str, ...] = (
     "default", "injecagent_dh", "injecagent_ds", "bipia_email", "bipia_table", "bipia_code", "agentdojo",
 )

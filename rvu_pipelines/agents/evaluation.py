@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from rvu_pipelines.agents.cells import CANONICAL
 from rvu_pipelines.agents.scenario import Scenario
 from rvu_pipelines.errors import ConfigError
 
-CANONICAL = "canonical"
 CI_LEVEL = 0.95
 BOOTSTRAP_RESAMPLES = 2000
 CI_SEED = 0

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rvu_pipelines.agents.evaluation import CANONICAL, CellRun, CellSpec, run_cell
+from rvu_pipelines.agents.cells import CANONICAL
+from rvu_pipelines.agents.evaluation import CellRun, CellSpec, run_cell
 from rvu_pipelines.agents.scenario import Scenario
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import state_dir

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
-from agentdojo.functions_runtime import FunctionCall
-from agentdojo.types import ChatMessage
+if TYPE_CHECKING:  # annotations only: importing the contract must not import AgentDojo (~8 s)
+    from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
+    from agentdojo.functions_runtime import FunctionCall
+    from agentdojo.types import ChatMessage
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from rvu_pipelines.agents.cells import BENCHMARKS
 from rvu_pipelines.agents.scenario import Scenario
 from rvu_pipelines.benchmarks.agentdojo_tasks import AgentDojoScenario, agentdojo_scenarios
 from rvu_pipelines.benchmarks.bipia import BipiaScenario, bipia_scenarios
@@ -19,8 +20,6 @@ from rvu_pipelines.benchmarks.injecagent import InjecAgentScenario, injecagent_s
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import config_dir
 
-BENCHMARKS: tuple[str, ...] = ("injecagent_dh", "injecagent_ds", "bipia_email", "bipia_table", "bipia_code",
-                               "agentdojo")
 CANONICAL_COUNT = 10
 
 
