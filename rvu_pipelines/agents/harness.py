@@ -123,7 +123,9 @@ class Harness:
         root = Path(root) if root else state_dir() / "attacks"
         cache = ResponseCache(cache_path or state_dir() / "llm_cache.sqlite")
         detector_obj, detector_version = detector_for(detector)
-        defense_settings = DefenseSettings(detector=detector_obj, **settings)
+        from rvu_pipelines.detectors.base import MemoizedDetector
+
+        defense_settings = DefenseSettings(detector=MemoizedDetector(detector_obj), **settings)
         return cls(profile=profile, llm=CachedChatModel(chat_model, cache, model_id), model_id=model_id,
                    settings=defense_settings, detector_version=detector_version, root=root)
 
