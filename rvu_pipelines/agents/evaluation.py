@@ -43,10 +43,6 @@ class CellSpec:
     def cell_id(self) -> str:
         return f"{self.profile}/{self.benchmark}/{self.defense}"
 
-    @property
-    def label(self) -> str:
-        return self.cell_id.replace("/", "-")
-
 
 @dataclass
 class CellRun:
