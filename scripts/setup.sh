@@ -2,9 +2,12 @@
 # Idempotent set-up of the project's virtual environment (.venv).
 #
 # Order matters: torch goes in first as the pinned CPU build, so nothing that depends on it can pull
-# a multi-GB CUDA build; then uv installs the project (editable) under requirements/constraints.txt.
-# llama-cpp-python compiles from source once (~11 min on 2 cores); uv caches the wheel, so later
-# set-ups take seconds. A stamp of the inputs makes a second run skip finished work.
+# a multi-GB CUDA build; then llama-cpp-python from a wheel built for a portable CPU target
+# (scripts/build_llama_cpp.py: x86-64-v3, no AVX-512/AMX, cached in ~/.cache/rvu/wheels by its build
+# flags; ~10 min on 2 cores the first time, seconds after); then uv installs the project (editable)
+# under requirements/constraints.txt. A stamp of the inputs makes a second run skip finished work.
+# Set-up ends with one llama.cpp generation in a child process: if llama.cpp crashes on this CPU,
+# set-up fails naming the signal, the CPU features and the switch to try (RVU_LLAMA_CPU, RVU_LLAMA_EXTRA_BUFTS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +16,10 @@ PYTHON=${RVU_PYTHON:-$(command -v python3.11 || command -v python3)}
 TORCH_VERSION=2.13.0
 UV_VERSION=0.13.8
 STAMP="$VENV/.rvu-setup-stamp"
-inputs_hash=$(cat pyproject.toml requirements/constraints.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
+# the llama.cpp build target (portable level or native + this CPU's flags) is part of what set-up made
+llama_build=$("$PYTHON" scripts/build_llama_cpp.py key)
+inputs_hash=$( (cat pyproject.toml requirements/constraints.txt scripts/setup.sh scripts/build_llama_cpp.py; \
+                echo "$llama_build") | sha256sum | cut -d' ' -f1)
 
 # DAGSTER_HOME lives in the project (git-ignored) so runs persist for the UI; telemetry off.
 DAGSTER_HOME_DIR=${DAGSTER_HOME:-$PWD/.dagster_home}
@@ -29,8 +35,18 @@ concurrency:
         limit: 1
 YAML
 
+# One generation in a child process (remembered once it passed for this model, build, settings and CPU).
+smoke_generation() {
+  if ! "$VENV/bin/python" -m rvu_pipelines.models.native_probe --cached; then
+    echo "set-up: FAILED: llama.cpp cannot generate on this machine (details above). Nothing else is wrong" \
+         "with the set-up; after changing a switch, run 'make setup' again, then 'rvu doctor'." >&2
+    exit 1
+  fi
+}
+
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$inputs_hash" ] && [ -x "$VENV/bin/rvu" ]; then
   echo "set-up: $VENV is up to date (delete $STAMP to force a reinstall)"
+  smoke_generation
   exit 0
 fi
 
@@ -48,9 +64,18 @@ if [[ "$have_torch" != "$TORCH_VERSION"* ]]; then
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${extra[@]}" "torch==$TORCH_VERSION"
 fi
 
-echo "set-up: installing the project and its pinned dependencies (first run compiles llama-cpp-python, ~11 min)"
-CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
-  "$VENV/bin/uv" pip install --python "$VENV/bin/python" -c requirements/constraints.txt -e '.[dev]'
+# llama-cpp-python: our own build, never one uv compiled with -march=native (its cache key knows no CPU)
+build_info="$VENV/rvu-llama-build.json"
+wheel=$("$PYTHON" scripts/build_llama_cpp.py wheel)
+if ! cmp -s "$(dirname "$wheel")/build-info.json" "$build_info"; then
+  echo "set-up: installing $(basename "$wheel") (build $llama_build)"
+  "$VENV/bin/uv" pip install --python "$VENV/bin/python" --reinstall-package llama-cpp-python --no-deps "$wheel"
+  cp "$(dirname "$wheel")/build-info.json" "$build_info"
+fi
+
+echo "set-up: installing the project and its pinned dependencies"
+"$VENV/bin/uv" pip install --python "$VENV/bin/python" -c requirements/constraints.txt -e '.[dev]'
 
 echo "$inputs_hash" > "$STAMP"
+smoke_generation
 echo "set-up: done"

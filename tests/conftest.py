@@ -44,7 +44,20 @@ def tiny_models():
 
 
 @pytest.fixture(scope="session")
-def smollm(tiny_models):
+def llama_generates(tiny_models) -> None:
+    """llama.cpp can generate on this machine. The check runs in a child process, so a native crash
+    (e.g. the AMX path on Sapphire Rapids) fails the tests that need the LLM, with the signal and the
+    fix in the message, instead of killing the test session."""
+    from rvu_pipelines.models.native_probe import NativeCrashError, ensure_llama_runs
+
+    try:
+        ensure_llama_runs(tiny_models["llm"].path)
+    except NativeCrashError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def smollm(tiny_models, llama_generates):
     from rvu_pipelines.models import LlamaCppChatModel
 
     llm = tiny_models["llm"]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.models.llama_runtime import LlamaRuntimeSettings, open_llama
 
 Message = dict[str, str]
 
@@ -187,12 +188,14 @@ class LlamaCppChatModel:
     every mode at temperature 0 (KV values are reused as computed; checked by the tests). The default
     "ram" was picked by benchmarks/bench_agent_speed.py: same as "last" on one prefix, several times
     faster when prefixes interleave. ``prefix_cache_bytes`` bounds its snapshots (~23 KB per token for
-    SmolLM2-135M; least recently used first out).
+    SmolLM2-135M; least recently used first out). ``runtime`` holds the llama.cpp model parameters the
+    project sets (default from the environment: no extra buffer types, see ``llama_runtime``); the
+    first load of a model on a machine is tried in a child process first (``native_probe``).
     """
 
     def __init__(self, model_path: Path, *, n_ctx: int = 2048, n_threads: int | None = None, seed: int = 0,
                  name: str | None = None, prefix_reuse: PrefixReuse = "ram",
-                 prefix_cache_bytes: int = 512 << 20) -> None:
+                 prefix_cache_bytes: int = 512 << 20, runtime: LlamaRuntimeSettings | None = None) -> None:
         if prefix_reuse not in PREFIX_REUSE_MODES:
             raise ConfigError(f"LlamaCppChatModel: prefix_reuse={prefix_reuse!r} is not one of "
                               f"{', '.join(PREFIX_REUSE_MODES)}.")
@@ -200,13 +203,15 @@ class LlamaCppChatModel:
         self.model_path = Path(model_path)
         self.prefix_reuse: PrefixReuse = prefix_reuse
         self._lock = threading.Lock()  # a llama.cpp context is not thread-safe
-        self._llm = _prefix_llama_class()(
-            model_path=str(model_path),
-            n_ctx=n_ctx,
-            n_threads=n_threads or max(1, os.cpu_count() or 1),
-            seed=seed,
-            verbose=False,
-        )
+        self.runtime = runtime or LlamaRuntimeSettings.from_env()
+        threads = n_threads or max(1, os.cpu_count() or 1)
+        # a crash inside llama.cpp would kill this process: try the same load + generation in a child first
+        # (imported here so `python -m rvu_pipelines.models.native_probe` does not find itself pre-imported)
+        from rvu_pipelines.models.native_probe import ensure_llama_runs
+
+        ensure_llama_runs(self.model_path, settings=self.runtime, n_threads=threads)
+        self._llm = open_llama(_prefix_llama_class(), model_path, self.runtime,
+                               n_ctx=n_ctx, n_threads=threads, seed=seed, verbose=False)
         self.prefix_store: KVPrefixStore | None = (
             KVPrefixStore(prefix_cache_bytes) if prefix_reuse == "ram" else None)
         self._llm.prefix_store = self.prefix_store

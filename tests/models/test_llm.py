@@ -39,25 +39,35 @@ def _free_port() -> int:
 
 
 @pytest.mark.integration
-def test_openai_compatible_backend_against_llama_cpp_server(tiny_models, smollm) -> None:
-    """The scale-out path: llama.cpp's own OpenAI-compatible server on loopback, same model, same answer."""
+def test_openai_compatible_backend_against_llama_cpp_server(tiny_models, smollm, tmp_path) -> None:
+    """The scale-out path: llama.cpp's OpenAI-compatible server on loopback, same model, same answer.
+
+    The server is started through the project's wrapper, so it loads the model with the same llama.cpp
+    parameters as the in-process backend (no extra buffer types: no AMX repacking, issue 9).
+    """
     port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(tiny_models["llm"].path), "--host", "127.0.0.1",
-         "--port", str(port), "--n_ctx", "2048", "--model_alias", "smollm2",
-         "--n_threads", str(os.cpu_count() or 1), "--seed", "0"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    log_path = tmp_path / "server.log"
+    with log_path.open("w") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "rvu_pipelines.models.llama_server", "--model", str(tiny_models["llm"].path),
+             "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--model_alias", "smollm2",
+             "--n_threads", str(os.cpu_count() or 1), "--seed", "0", "--verbose", "True"],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
+            if server.poll() is not None:  # died: name the signal, show what it said
+                tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
+                how = f"signal {-server.returncode}" if server.returncode < 0 else f"exit {server.returncode}"
+                pytest.fail(f"the llama.cpp server died ({how}) before answering; run `rvu doctor`.\n{tail}")
             try:
                 if requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).ok:
                     break
             except requests.ConnectionError:
                 time.sleep(0.5)
         else:
-            pytest.fail("llama_cpp.server did not start within 90 s")
+            pytest.fail("the llama.cpp server did not start within 90 s")
         remote = OpenAICompatibleChatModel(f"http://127.0.0.1:{port}/v1", "smollm2",
                                            extra_body={"repeat_penalty": 1.0})
         over_http = remote.chat(MESSAGES, max_tokens=32, temperature=0.0, seed=0)
@@ -67,3 +77,7 @@ def test_openai_compatible_backend_against_llama_cpp_server(tiny_models, smollm)
     finally:
         server.terminate()
         server.wait(timeout=30)
+    load_log = log_path.read_text(errors="replace")
+    buffers = [line for line in load_log.splitlines() if "model buffer size" in line]
+    assert buffers, "the server's llama.cpp load log was not captured"
+    assert not any("AMX" in line or "REPACK" in line for line in buffers), buffers
