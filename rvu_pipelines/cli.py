@@ -236,6 +236,29 @@ def summary() -> None:
     )
 
 
+@cli.command()
+@click.option("--no-generation", is_flag=True, help="Skip the child-process generation (the slowest check).")
+def doctor(no_generation: bool) -> None:
+    """Check this machine: CPU features, llama.cpp build and settings, torch, model files and sha256, one
+    generation in a child process, MLflow and Dagster home. Exit 1 naming every failed check."""
+    from rvu_pipelines.doctor import run_checks
+
+    with console.status("checking") as status:
+        checks = run_checks(generation=not no_generation,
+                            progress=lambda name: status.update(f"checking {name}"))
+    for check in checks:
+        mark = "[red]✗[/red]" if not check.passed else ("[yellow]![/yellow]" if check.advisory else "[green]✓[/green]")
+        lines = check.detail.splitlines() or [""]
+        console.print(f"{mark} [bold]{check.name}[/bold]: {lines[0]}", highlight=False, soft_wrap=True)
+        for line in lines[1:]:
+            console.print(f"    {line}", highlight=False, soft_wrap=True)
+    failed = [check.name for check in checks if not check.passed]
+    if failed:
+        console.print(f"[red]doctor: {len(failed)} check(s) failed: {', '.join(failed)}[/red]")
+        sys.exit(1)
+    console.print(f"[green]doctor: all {len(checks)} checks passed[/green]")
+
+
 def main() -> None:
     try:
         cli(standalone_mode=True)

@@ -46,3 +46,34 @@ def test_models_check_loads_tiny_models_and_prints_real_output() -> None:
     assert "deterministic=True" in done.stdout and "dim=384" in done.stdout
     output_lines = [line for line in done.stdout.splitlines() if line.strip().startswith("output")]
     assert len(output_lines) == 2 and len(output_lines[0]) > 20
+
+
+def test_doctor_passes_and_shows_the_cpu_and_a_generation(tmp_path) -> None:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    done = _rvu("doctor", DAGSTER_HOME=str(home))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "cpu:" in done.stdout and "logical cores" in done.stdout
+    assert "CPU : " in done.stdout and "use_extra_bufts=False" in done.stdout  # llama.cpp's own feature line
+    generation = next(line for line in done.stdout.splitlines() if "generation:" in line)
+    assert len(generation.split("generation:", 1)[1].strip()) > 10  # a generated sentence
+    assert "all 9 checks passed" in done.stdout
+
+
+def test_doctor_reports_a_native_crash_and_exits_1(tmp_path) -> None:
+    """A real SIGSEGV in the generation child (fault switch) is a failed check with the signal, the CPU
+    features llama.cpp reported and the switch to try; every other check still runs."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    done = _rvu("doctor", DAGSTER_HOME=str(home), RVU_LLAMA_PROBE_FAULT="segv")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "SIGSEGV" in done.stdout and "llama.cpp reported: CPU :" in done.stdout
+    assert "RVU_LLAMA_EXTRA_BUFTS" in done.stdout and "failed: generation" in done.stdout
+    assert "dagster home:" in done.stdout and "Traceback" not in done.stdout + done.stderr
+
+
+def test_doctor_without_dagster_home_says_how_to_set_it() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    done = subprocess.run([RVU, "doctor", "--no-generation"], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 1
+    assert "DAGSTER_HOME is not set" in done.stdout
