@@ -9,18 +9,22 @@ RVU_DATA_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data),$(abspath $(CURDIR)
 export RVU_DATA_MIRROR
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run detectors test test-slow test-all dev mlflow-ui bench bench-closure bench-monitor bench-detectors bench-agent regress clean
+.PHONY: setup run doctor detectors test test-slow test-all dev mlflow-ui bench bench-closure bench-monitor bench-detectors bench-agent bench-llama regress clean
 
 setup:
 	@bash scripts/setup.sh
 
 run: setup
-	$(BIN)/dagster job execute -m rvu_pipelines.definitions -j default_profile_job
+	$(BIN)/dg launch --job default_profile_job -m rvu_pipelines.definitions
 	$(BIN)/rvu summary
 
 # Seed 002 §5-6: train, register (MLflow) and evaluate D1-D5 on the three corpora (~30 min on 2 cores)
 detectors: setup
-	$(BIN)/dagster job execute -m rvu_pipelines.definitions -j detectors_job
+	$(BIN)/dg launch --job detectors_job -m rvu_pipelines.definitions
+
+# Is this machine able to run the platform? CPU, llama.cpp build + settings, models, one generation, MLflow, Dagster
+doctor: setup
+	$(BIN)/rvu doctor
 
 test: setup
 	$(BIN)/pytest -m "not slow and not network"
@@ -37,7 +41,7 @@ dev: setup
 mlflow-ui: setup
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/.rvu/mlflow.db -h 127.0.0.1 -p 5000
 
-bench: bench-closure bench-monitor bench-detectors bench-agent
+bench: bench-closure bench-monitor bench-detectors bench-agent bench-llama
 
 bench-closure: setup
 	$(BIN)/python benchmarks/bench_closure.py
@@ -51,6 +55,10 @@ bench-detectors: setup
 # cold vs KV-prefix-reused vs response-cached LLM time per agent scenario
 bench-agent: setup
 	$(BIN)/python benchmarks/bench_agent_speed.py
+
+# llama.cpp prompt / generation tokens/s: portable vs native build, extra buffer types off vs on
+bench-llama: setup
+	$(BIN)/python benchmarks/bench_llama_cpu.py
 
 # the nightly comparison outside Dagster: canonical attack cells vs configs/golden/
 regress: setup
