@@ -4,7 +4,7 @@ from contextlib import contextmanager
 from dagster import AssetExecutionContext, ConfigurableResource
 from pydantic import Field
 
-from rvu_pipelines.tracking import DEFAULT_EXPERIMENT, MlflowTracker, TrackedRun
+from rvu_pipelines.tracking import MlflowTracker, TrackedRun, experiment_for
 
 
 class MlflowTrackerResource(ConfigurableResource):
@@ -15,10 +15,11 @@ class MlflowTrackerResource(ConfigurableResource):
     """
 
     tracking_uri: str | None = Field(default=None, description="Default: MLFLOW_TRACKING_URI, else SQLite in .rvu/")
-    experiment: str = DEFAULT_EXPERIMENT
+    experiment: str | None = Field(default=None, description="One experiment for every run; default: one per "
+                                   "domain, from the asset's group (rvu-attacks, rvu-recovery, ...)")
 
-    def tracker(self) -> MlflowTracker:
-        return MlflowTracker(self.tracking_uri, self.experiment)
+    def tracker(self, group: str | None = None) -> MlflowTracker:
+        return MlflowTracker(self.tracking_uri, self.experiment or experiment_for(group))
 
     @contextmanager
     def run_for(self, context: AssetExecutionContext, params: Mapping[str, object] | None = None, *,
@@ -35,5 +36,7 @@ class MlflowTrackerResource(ConfigurableResource):
             **{k.replace("/", "_"): v for k, v in sorted(context.run.tags.items()) if k.startswith("rvu/")},
             **(tags or {}),
         }
-        with self.tracker().run(name or asset_key, tags=all_tags, params=params) as run:
+        groups = context.assets_def.group_names_by_key
+        group = next((groups[key] for key in sorted(context.selected_asset_keys) if key in groups), None)
+        with self.tracker(group).run(name or asset_key, tags=all_tags, params=params) as run:
             yield run

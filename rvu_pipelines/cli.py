@@ -219,15 +219,16 @@ def summary() -> None:
     outputs = sorted((state_dir() / "assets").glob("**/*.*"))
     console.print(f"[bold]Asset outputs[/bold] ({len(outputs)}) in {state_dir() / 'assets'}")
     tracker = MlflowTracker()
-    table = Table("MLflow run", "asset", "status", "metrics")
+    experiments = {e.experiment_id: e.name for e in tracker.project_experiments()}
+    table = Table("MLflow run", "experiment", "asset", "status", "metrics")
     seen: set[str] = set()
-    for run in tracker.latest_runs(max_results=50):
+    for run in tracker.latest_project_runs(max_results=200):
         name = run.data.tags.get("asset_key", run.info.run_name)
         if name in seen:
             continue
         seen.add(name)
         metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(run.data.metrics.items()))
-        table.add_row(run.info.run_id[:8], name, run.info.status, metrics)
+        table.add_row(run.info.run_id[:8], experiments.get(run.info.experiment_id, "?"), name, run.info.status, metrics)
     console.print(table)
     console.print(
         "Where to look:\n"

@@ -19,6 +19,27 @@ from rvu_pipelines.paths import project_root, state_dir
 
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 DEFAULT_EXPERIMENT = "rvu"
+EXPERIMENT_PREFIX = "rvu-"
+
+# One MLflow experiment per domain, so "compare runs" compares like with like. Keys are the Dagster
+# asset groups (and CLI domains); a group not listed lands in DEFAULT_EXPERIMENT.
+DOMAIN_EXPERIMENTS: dict[str, str] = {
+    "datasets": "rvu-data-models",
+    "models": "rvu-data-models",
+    "recovery": "rvu-recovery",
+    "recovery_reproductions": "rvu-recovery",
+    "memory": "rvu-memory",
+    "detectors": "rvu-detectors",
+    "attacks": "rvu-attacks",
+    "memory_poisoning": "rvu-memory-poisoning",
+    "spectral": "rvu-spectral",
+    "adapters": "rvu-adapters",
+}
+
+
+def experiment_for(domain: str | None) -> str:
+    """The MLflow experiment a domain's runs go to (asset group name or CLI domain)."""
+    return DOMAIN_EXPERIMENTS.get(domain or "", DEFAULT_EXPERIMENT)
 
 
 def default_tracking_uri() -> str:
@@ -108,6 +129,20 @@ class MlflowTracker:
             client.set_terminated(run.run_id, status="FAILED")
             raise
         client.set_terminated(run.run_id, status="FINISHED")
+
+    def project_experiments(self) -> list[Any]:
+        """Every experiment of this platform in the store (the per-domain ones and the default)."""
+        client = self._client()
+        found = client.search_experiments(max_results=1000)
+        return sorted((e for e in found if e.name == DEFAULT_EXPERIMENT or e.name.startswith(EXPERIMENT_PREFIX)),
+                      key=lambda e: e.name)
+
+    def latest_project_runs(self, max_results: int = 50) -> list[Any]:
+        """The newest runs across all of the platform's experiments, newest first."""
+        ids = [e.experiment_id for e in self.project_experiments()]
+        if not ids:
+            return []
+        return list(self._client().search_runs(ids, order_by=["attributes.start_time DESC"], max_results=max_results))
 
     def latest_runs(self, max_results: int = 20, filter_string: str = "") -> list[Any]:
         client = self._client()

@@ -23,3 +23,25 @@ def test_run_round_trips_in_a_temp_tracking_dir(tmp_path) -> None:
     assert done.data.tags["dagster_run_id"] == "r-1" and done.data.tags["git_commit"]
     assert runs[failed.run_id].info.status == "FAILED"
     assert (tmp_path / "art" / "roundtrip").is_dir()
+
+
+def test_each_domain_has_its_own_experiment(tmp_path) -> None:
+    """Without an explicit experiment, an asset's run lands in its domain's experiment (by asset group)."""
+    from dagster import DagsterInstance, materialize
+
+    from assets.recovery import e2_closure_reproduction
+    from resources import MlflowTrackerResource
+    from rvu_pipelines.tracking import DOMAIN_EXPERIMENTS, experiment_for
+
+    assert experiment_for("attacks") == "rvu-attacks" and experiment_for("recovery_reproductions") == "rvu-recovery"
+    assert experiment_for("datasets") == experiment_for("models") == "rvu-data-models"
+    assert len(set(DOMAIN_EXPERIMENTS.values())) >= 8  # data/models, recovery, memory, detectors, attacks + new ones
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize([e2_closure_reproduction], resources={"mlflow_tracker": MlflowTrackerResource(tracking_uri=uri)},
+                             instance=instance)
+    assert result.success
+    tracker = MlflowTracker(uri)
+    assert [e.name for e in tracker.project_experiments()] == ["rvu-recovery"]
+    runs = tracker.latest_project_runs()
+    assert len(runs) == 1 and runs[0].data.tags["asset_key"] == "e2_closure_reproduction"
