@@ -16,7 +16,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rvu_pipelines.cpu_features import host_cpu_flags
 from rvu_pipelines.errors import RvuError
+from rvu_pipelines.models import ModelStore, load_model_config
+from rvu_pipelines.models.llama_runtime import (
+    BUILD_TARGET_ENV,
+    EXTRA_BUFTS_ENV,
+    LlamaRuntimeSettings,
+    default_model_params,
+    host_cpu_summary,
+    installed_build_info,
+    missing_instruction_sets,
+    parse_system_info,
+)
+from rvu_pipelines.models.native_probe import run_probe
+from rvu_pipelines.tracking import MlflowTracker
 
 
 @dataclass(frozen=True)
@@ -29,8 +43,6 @@ class Check:
 
 
 def check_cpu() -> Check:
-    from rvu_pipelines.models.llama_runtime import host_cpu_flags, host_cpu_summary
-
     flags = host_cpu_flags()
     summary = host_cpu_summary(flags)
     if platform.machine().lower() in ("x86_64", "amd64") and flags and "avx2" not in flags:
@@ -41,9 +53,6 @@ def check_cpu() -> Check:
 
 def check_llama_build() -> Check:
     """The installed llama-cpp-python: version, what set-up built it for, and whether this CPU can run it."""
-    from rvu_pipelines.models.llama_runtime import (BUILD_TARGET_ENV, host_cpu_flags, installed_build_info,
-                                                    missing_instruction_sets, parse_system_info)
-
     try:
         import llama_cpp
     except Exception as exc:  # an ImportError or a failed dlopen of the shared library
@@ -64,8 +73,6 @@ def check_llama_build() -> Check:
 
 
 def check_llama_settings() -> Check:
-    from rvu_pipelines.models.llama_runtime import EXTRA_BUFTS_ENV, LlamaRuntimeSettings, default_model_params
-
     settings = LlamaRuntimeSettings.from_env()
     params = default_model_params(settings)
     detail = (f"model parameters passed to llama.cpp: use_extra_bufts={bool(params.use_extra_bufts)} "
@@ -87,8 +94,6 @@ def check_torch() -> Check:
 
 
 def check_models() -> list[Check]:
-    from rvu_pipelines.models import ModelStore, load_model_config
-
     config = load_model_config()
     checks = []
     try:
@@ -112,9 +117,6 @@ def check_models() -> list[Check]:
 
 def check_generation() -> Check:
     """One generation with the configured LLM, in a child process, with the project's settings."""
-    from rvu_pipelines.models import ModelStore, load_model_config
-    from rvu_pipelines.models.native_probe import run_probe
-
     try:
         resolved = ModelStore().resolve("llm", load_model_config().profile()["llm"])
     except RvuError as exc:
@@ -133,8 +135,6 @@ def check_generation() -> Check:
 
 
 def check_mlflow() -> Check:
-    from rvu_pipelines.tracking import MlflowTracker
-
     tracker = MlflowTracker()
     try:
         from mlflow.tracking import MlflowClient

@@ -39,12 +39,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from rvu_pipelines.cpu_features import host_cpu_flags, x86_64_level  # noqa: E402  (stdlib only)
 CONSTRAINTS = ROOT / "requirements" / "constraints.txt"
 TARGETS = ("portable", "native")
-
-# x86-64 micro-architecture levels (psABI) by the /proc/cpuinfo flags they need
-X86_64_V3 = ("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "movbe")
-X86_64_V2 = ("sse4_1", "sse4_2", "ssse3", "popcnt")
 
 # The ISA switches of ggml that a portable build sets explicitly (everything not ON is OFF).
 GGML_X86_SWITCHES = ("GGML_SSE42", "GGML_AVX", "GGML_AVX_VNNI", "GGML_AVX2", "GGML_BMI2", "GGML_FMA",
@@ -67,27 +65,6 @@ def llama_cpp_python_version() -> str:
     return match.group(1)
 
 
-def cpu_flags() -> set[str]:
-    """The CPU feature flags Linux reports (empty where /proc/cpuinfo is absent or has none)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return set(value.split())
-    return set()
-
-
-def x86_level(flags: set[str]) -> str:
-    if all(f in flags for f in X86_64_V3):
-        return "x86-64-v3"
-    if all(f in flags for f in X86_64_V2):
-        return "x86-64-v2"
-    return "x86-64"
-
-
 def compiler_version() -> str:
     compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or "c++"
     try:
@@ -104,7 +81,7 @@ def plan(target: str | None = None) -> dict[str, object]:
         raise SystemExit(f"RVU_LLAMA_CPU={target!r} is not one of {', '.join(TARGETS)} "
                          "(portable: runs on every CPU of its level; native: -march=native for this host).")
     machine = platform.machine().lower()
-    flags = cpu_flags()
+    flags = host_cpu_flags()
     cmake = list(COMMON_CMAKE_ARGS)
     host_key = ""
     if target == "native":
@@ -113,7 +90,7 @@ def plan(target: str | None = None) -> dict[str, object]:
         # the binary depends on this host's ISA: the key must too
         host_key = hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest()[:16]
     elif machine in ("x86_64", "amd64"):
-        level = x86_level(flags)
+        level = x86_64_level(flags)
         cmake.append("-DGGML_NATIVE=OFF")
         cmake += [f"-D{s}={'ON' if s in GGML_X86_ON[level] else 'OFF'}" for s in GGML_X86_SWITCHES]
     else:
@@ -167,7 +144,7 @@ def build(info: dict[str, object]) -> Path:
         wheels = list(Path(staging).glob("llama_cpp_python-*.whl"))
         if len(wheels) != 1:
             raise SystemExit(f"build-llama-cpp: expected one wheel in {staging}, found {wheels}")
-        built = dict(info, built_on=sorted(cpu_flags()), build_seconds=round(time.monotonic() - started, 1),
+        built = dict(info, built_on=sorted(host_cpu_flags()), build_seconds=round(time.monotonic() - started, 1),
                      wheel=wheels[0].name)
         (Path(staging) / "build-info.json").write_text(json.dumps(built, indent=2, sort_keys=True) + "\n")
         if directory.exists():

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rvu_pipelines.cpu_features import host_cpu_flags
 from rvu_pipelines.errors import ConfigError
 
 EXTRA_BUFTS_ENV = "RVU_LLAMA_EXTRA_BUFTS"
@@ -110,19 +111,6 @@ def default_model_params(settings: LlamaRuntimeSettings | None = None) -> Any:
 
     with model_params_applied(settings or LlamaRuntimeSettings.from_env()):
         return lib.llama_model_default_params()
-
-
-def host_cpu_flags() -> set[str]:
-    """The CPU feature flags the kernel reports (empty where /proc/cpuinfo is unavailable)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return set(value.split())
-    return set()
 
 
 def host_cpu_model() -> str:

@@ -24,12 +24,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rvu_pipelines.cpu_features import host_cpu_flags
 from rvu_pipelines.errors import RvuError
 from rvu_pipelines.models.llama_runtime import (
     BUILD_TARGET_ENV,
     EXTRA_BUFTS_ENV,
     LlamaRuntimeSettings,
-    host_cpu_flags,
     host_cpu_summary,
     missing_instruction_sets,
     parse_system_info,

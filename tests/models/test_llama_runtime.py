@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from rvu_pipelines.cpu_features import host_cpu_flags, x86_64_level
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.models.llama_runtime import (
     EXTRA_BUFTS_ENV,
     LlamaRuntimeSettings,
     default_model_params,
-    host_cpu_flags,
     installed_build_info,
     missing_instruction_sets,
     parse_system_info,
@@ -148,3 +148,10 @@ def test_explanations_name_the_cause() -> None:
     assert "SIGSEGV" in text and "20824" in text and f"{EXTRA_BUFTS_ENV}=0" in text
     timeout = ProbeResult(model_path="m.gguf", settings={}, returncode=-999, seconds=180.0)
     assert "time limit" in timeout.explanation()
+
+
+def test_x86_64_levels_follow_the_psabi_flags() -> None:
+    v3 = {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "movbe", "sse4_1", "sse4_2", "ssse3", "popcnt"}
+    assert x86_64_level(v3) == "x86-64-v3"
+    assert x86_64_level(v3 - {"avx2"}) == "x86-64-v2"  # an AVX2-less CPU gets the SSE4.2 build
+    assert x86_64_level({"sse2"}) == "x86-64"
