@@ -92,7 +92,7 @@ def load_detector(choice: str) -> tuple[Any, str]:
 
 def scenarios_for(benchmark: str, limit: int | None = None, seed: int = 42) -> list[Scenario]:
     """The canonical 10, or a fixed-seed sample of one benchmark."""
-    from rvu_pipelines.benchmarks import canonical_scenarios, load_scenarios
+    from rvu_pipelines.scenarios import canonical_scenarios, load_scenarios
 
     if benchmark == CANONICAL:
         scenarios = canonical_scenarios()

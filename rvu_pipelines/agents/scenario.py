@@ -1,4 +1,4 @@
-"""The contract between attack scenarios (rvu_pipelines/benchmarks) and the agent pipelines that
+"""The contract between attack scenarios (rvu_pipelines/scenarios) and the agent pipelines that
 defend against them (rvu_pipelines/agents).
 
 Every defense is an AgentDojo ``BasePipelineElement`` composed into an ``AgentPipeline``; every

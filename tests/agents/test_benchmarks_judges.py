@@ -1,4 +1,4 @@
-"""Unit tests of the deterministic judges and utility metrics (rvu_pipelines/benchmarks/judges.py)."""
+"""Unit tests of the deterministic judges and utility metrics (rvu_pipelines/scenarios/judges.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import base64
 
 import pytest
 
-from rvu_pipelines.benchmarks.bipia import POSITIONS, insert_attack
-from rvu_pipelines.benchmarks.common import fixed_sample, stable_choice
-from rvu_pipelines.benchmarks.judges import (
+from rvu_pipelines.scenarios.bipia import POSITIONS, insert_attack
+from rvu_pipelines.scenarios.common import fixed_sample, stable_choice
+from rvu_pipelines.scenarios.judges import (
     bipia_judge,
     code_utility,
     judge_base_encoding,

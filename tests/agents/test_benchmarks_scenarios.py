@@ -19,7 +19,7 @@ from agentdojo.functions_runtime import EmptyEnv, FunctionCall
 from agentdojo.types import ChatAssistantMessage, get_text_content_as_str, text_content_block_from_string
 
 from rvu_pipelines.agents.scenario import Scenario
-from rvu_pipelines.benchmarks import (
+from rvu_pipelines.scenarios import (
     BENCHMARKS,
     canonical_scenarios,
     load_benchmarks_config,

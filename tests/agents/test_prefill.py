@@ -8,7 +8,7 @@ from agentdojo.types import get_text_content_as_str
 
 from rvu_pipelines.agents.defenses import DefenseSettings, build_pipeline
 from rvu_pipelines.agents.scenario import prefill_calls
-from rvu_pipelines.benchmarks import canonical_scenarios
+from rvu_pipelines.scenarios import canonical_scenarios
 from rvu_pipelines.detectors.heuristic import HeuristicDetector
 
 

@@ -13,10 +13,10 @@ import yaml
 
 from rvu_pipelines.agents.cells import BENCHMARKS
 from rvu_pipelines.agents.scenario import Scenario
-from rvu_pipelines.benchmarks.agentdojo_tasks import AgentDojoScenario, agentdojo_scenarios
-from rvu_pipelines.benchmarks.bipia import BipiaScenario, bipia_scenarios
-from rvu_pipelines.benchmarks.common import fixed_sample
-from rvu_pipelines.benchmarks.injecagent import InjecAgentScenario, injecagent_scenarios
+from rvu_pipelines.scenarios.agentdojo_tasks import AgentDojoScenario, agentdojo_scenarios
+from rvu_pipelines.scenarios.bipia import BipiaScenario, bipia_scenarios
+from rvu_pipelines.scenarios.common import fixed_sample
+from rvu_pipelines.scenarios.injecagent import InjecAgentScenario, injecagent_scenarios
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import config_dir
 

@@ -36,7 +36,7 @@ import string
 from collections import Counter
 from collections.abc import Callable
 
-from rvu_pipelines.benchmarks.common import ToolLog
+from rvu_pipelines.scenarios.common import ToolLog
 
 # ---------------------------------------------------------------- InjecAgent
 

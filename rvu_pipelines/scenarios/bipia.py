@@ -23,8 +23,8 @@ from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
 from agentdojo.functions_runtime import Function, FunctionCall
 
 from rvu_pipelines.agents.scenario import ScenarioOutcome
-from rvu_pipelines.benchmarks.common import ToolLog, final_answer, make_tool, run_pipeline, stable_choice
-from rvu_pipelines.benchmarks.judges import bipia_judge, code_utility, qa_utility
+from rvu_pipelines.scenarios.common import ToolLog, final_answer, make_tool, run_pipeline, stable_choice
+from rvu_pipelines.scenarios.judges import bipia_judge, code_utility, qa_utility
 
 TASKS = ("email", "table", "code")
 POSITIONS = ("start", "middle", "end")

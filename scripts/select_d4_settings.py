@@ -1,7 +1,7 @@
 """How D4's learning rates and trainable layers were chosen: on a validation split carved from deepset's
 *training* split (stratified 20%, seed 42). The test split is never read.
 
-Usage: ``python benchmarks/select_d4_settings.py '{"head_learning_rate": 1e-3}' '{"trainable_layers": 2}' ...``
+Usage: ``python scripts/select_d4_settings.py '{"head_learning_rate": 1e-3}' '{"trainable_layers": 2}' ...``
 (each argument: overrides of ``settings_for("deepset")``; none = the current defaults). Prints validation
 F1/AUROC of D4 and of the 0.4/0.6 ensemble with D2 trained on the same 80%.
 """

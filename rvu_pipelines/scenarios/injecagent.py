@@ -23,8 +23,8 @@ from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
 from agentdojo.functions_runtime import Function, FunctionCall
 
 from rvu_pipelines.agents.scenario import ScenarioOutcome
-from rvu_pipelines.benchmarks.common import ToolLog, final_answer, make_tool, run_pipeline
-from rvu_pipelines.benchmarks.judges import judge_injecagent
+from rvu_pipelines.scenarios.common import ToolLog, final_answer, make_tool, run_pipeline
+from rvu_pipelines.scenarios.judges import judge_injecagent
 
 SETTINGS = ("dh", "ds")
 _TYPES: dict[str, type] = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list,
