@@ -237,6 +237,25 @@ def summary() -> None:
     )
 
 
+@cli.command("settings")
+@click.option("--markdown", is_flag=True, help="Print the reference table README shows instead of current values.")
+def settings_command(markdown: bool) -> None:
+    """Every environment variable the platform reads, its group, default and current value."""
+    import os
+
+    from rvu_pipelines.settings import SETTINGS, markdown_table
+
+    if markdown:
+        click.echo(markdown_table())
+        return
+    table = Table("variable", "group", "current", "default", "what it does")
+    for setting in SETTINGS:
+        current = os.environ.get(setting.name)
+        table.add_row(setting.name, setting.group, current if current is not None else "[dim]unset[/dim]",
+                      setting.default or "-", setting.help)
+    console.print(table)
+
+
 @cli.command()
 @click.option("--no-generation", is_flag=True, help="Skip the child-process generation (the slowest check).")
 def doctor(no_generation: bool) -> None:

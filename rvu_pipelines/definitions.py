@@ -5,8 +5,6 @@ Everything else in rvu_pipelines/ is plain Python; `dagster dev -w workspace.yam
 
 from __future__ import annotations
 
-import os
-
 from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
 
 from assets.attacks import attack_assets, attack_cell, cell_partitions
@@ -24,6 +22,7 @@ from resources import (
     ModelStoreResource,
 )
 from resources.recovery import RecoveryResource
+from rvu_pipelines.settings import env_value
 from sensors import JOBS, SCHEDULES, SENSORS
 
 ALL_ASSETS = [*dataset_assets(), *model_assets(), *recovery_assets(), *memory_assets(), *detector_assets(),
@@ -73,13 +72,13 @@ def _resources() -> dict[str, object]:
         "data_source": DatasetSourceResource(),
         "model_store": ModelStoreResource(),
         "llm": LLMResource(
-            backend=os.environ.get("RVU_LLM_BACKEND", "llama_cpp"),  # type: ignore[arg-type]
-            base_url=os.environ.get("RVU_LLM_BASE_URL"),
-            model=os.environ.get("RVU_LLM_MODEL"),
+            backend=env_value("RVU_LLM_BACKEND") or "llama_cpp",  # type: ignore[arg-type]
+            base_url=env_value("RVU_LLM_BASE_URL"),
+            model=env_value("RVU_LLM_MODEL"),
         ),
         "embedder": EmbedderResource(),
-        "mlflow_tracker": MlflowTrackerResource(tracking_uri=os.environ.get("MLFLOW_TRACKING_URI")),
-        "recovery": RecoveryResource(incident_dir=os.environ.get("RVU_INCIDENT_DIR")),
+        "mlflow_tracker": MlflowTrackerResource(tracking_uri=env_value("MLFLOW_TRACKING_URI")),
+        "recovery": RecoveryResource(incident_dir=env_value("RVU_INCIDENT_DIR")),
     }
 
 

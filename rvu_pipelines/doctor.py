@@ -30,6 +30,7 @@ from rvu_pipelines.models.llama_runtime import (
     parse_system_info,
 )
 from rvu_pipelines.models.native_probe import run_probe
+from rvu_pipelines.settings import env_value
 from rvu_pipelines.tracking import MlflowTracker
 
 
@@ -76,7 +77,7 @@ def check_llama_settings() -> Check:
     settings = LlamaRuntimeSettings.from_env()
     params = default_model_params(settings)
     detail = (f"model parameters passed to llama.cpp: use_extra_bufts={bool(params.use_extra_bufts)} "
-              f"({EXTRA_BUFTS_ENV}={os.environ.get(EXTRA_BUFTS_ENV, '0 (default)')})")
+              f"({EXTRA_BUFTS_ENV}={env_value(EXTRA_BUFTS_ENV) or '0 (default)'})")
     if settings.extra_bufts:
         detail += "; weight repacking ON: the AMX path is live if the build has it"
     return Check("llama.cpp settings", True, detail, advisory=settings.extra_bufts)
@@ -148,7 +149,7 @@ def check_mlflow() -> Check:
 
 def check_dagster_home() -> Check:
     """DAGSTER_HOME set, writable, and an instance Dagster itself can open (asked in a child process)."""
-    home = os.environ.get("DAGSTER_HOME")
+    home = env_value("DAGSTER_HOME")
     if not home:
         return Check("dagster home", False, "DAGSTER_HOME is not set: runs would vanish from the UI. The Makefile "
                      "sets it to .dagster_home/; outside make, export DAGSTER_HOME=$PWD/.dagster_home.")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from rvu_pipelines.settings import env_value
 
 PROJECT_ROOT_ENV = "RVU_PROJECT_ROOT"
 STATE_DIR_ENV = "RVU_HOME"
@@ -12,19 +13,19 @@ CONFIG_DIR_ENV = "RVU_CONFIG_DIR"
 
 def project_root() -> Path:
     """The checkout the library runs from (override with RVU_PROJECT_ROOT)."""
-    override = os.environ.get(PROJECT_ROOT_ENV)
+    override = env_value(PROJECT_ROOT_ENV)
     return Path(override).resolve() if override else Path(__file__).resolve().parents[1]
 
 
 def config_dir() -> Path:
     """The folder holding models.yaml, datasets.yaml and the other YAML configs."""
-    override = os.environ.get(CONFIG_DIR_ENV)
+    override = env_value(CONFIG_DIR_ENV)
     return Path(override).resolve() if override else project_root() / "configs"
 
 
 def state_dir() -> Path:
     """Git-ignored local state: outputs, MLflow store, caches (override with RVU_HOME)."""
-    override = os.environ.get(STATE_DIR_ENV)
+    override = env_value(STATE_DIR_ENV)
     path = Path(override).resolve() if override else project_root() / ".rvu"
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -7,7 +7,6 @@ never by an end-of-job hook, so a run holds exactly the metrics of the work it n
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rvu_pipelines.paths import project_root, state_dir
+from rvu_pipelines.settings import env_value
 
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 DEFAULT_EXPERIMENT = "rvu"
@@ -43,7 +43,7 @@ def experiment_for(domain: str | None) -> str:
 
 
 def default_tracking_uri() -> str:
-    return os.environ.get(TRACKING_URI_ENV) or f"sqlite:///{state_dir() / 'mlflow.db'}"
+    return env_value(TRACKING_URI_ENV) or f"sqlite:///{state_dir() / 'mlflow.db'}"
 
 
 def default_artifact_root() -> Path:

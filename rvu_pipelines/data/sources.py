@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -26,9 +25,9 @@ from rvu_pipelines.data.transforms import apply_transform
 from rvu_pipelines.errors import ChecksumMismatchError, DatasetUnavailableError
 from rvu_pipelines.hashing import sha256_file
 from rvu_pipelines.paths import cache_dir
+from rvu_pipelines.settings import env_value, is_offline
 
 MIRROR_ENV = "RVU_DATA_MIRROR"
-OFFLINE_ENVS = ("RVU_OFFLINE", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 GITHUB_RAW_BASE_ENV = "RVU_GITHUB_RAW_BASE"
 PYPI_INDEX_ENV = "RVU_PYPI_INDEX_URL"
 _TIMEOUT_S = 60
@@ -104,10 +103,6 @@ def _datasets_hf_loader(repo: str, config: str | None, split: str, revision: str
     return datasets.load_dataset(repo, config, split=split, revision=revision)
 
 
-def _offline() -> bool:
-    return any(os.environ.get(name, "").lower() in ("1", "true", "yes") for name in OFFLINE_ENVS)
-
-
 class PublicDatasetSource:
     """Download from the canonical public source into a local cache laid out like the mirror.
 
@@ -127,10 +122,10 @@ class PublicDatasetSource:
         self.cache_root = Path(cache_root) if cache_root else cache_dir("datasets")
         self.hf_loader = hf_loader or _datasets_hf_loader
         self.github_raw_base = (
-            github_raw_base or os.environ.get(GITHUB_RAW_BASE_ENV) or "https://raw.githubusercontent.com"
+            github_raw_base or env_value(GITHUB_RAW_BASE_ENV) or "https://raw.githubusercontent.com"
         ).rstrip("/")
-        self.pypi_index_url = pypi_index_url or os.environ.get(PYPI_INDEX_ENV)
-        self.offline = _offline() if offline is None else offline
+        self.pypi_index_url = pypi_index_url or env_value(PYPI_INDEX_ENV)
+        self.offline = is_offline() if offline is None else offline
 
     def describe(self) -> str:
         return f"public sources, cached in {self.cache_root}"
@@ -240,7 +235,7 @@ def _http_get(url: str) -> bytes:
 
 def dataset_source_from_env() -> DatasetSource:
     """RVU_DATA_MIRROR names a mirror folder; without it, read the public sources."""
-    mirror = os.environ.get(MIRROR_ENV)
+    mirror = env_value(MIRROR_ENV)
     if mirror:
         root = Path(mirror).expanduser()
         if not root.is_dir():

@@ -15,7 +15,6 @@ a text that appears with both labels is dropped entirely. Every row keeps a stab
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -23,6 +22,7 @@ import numpy as np
 import polars as pl
 
 from rvu_pipelines.errors import DatasetUnavailableError, DetectorError
+from rvu_pipelines.settings import is_offline
 
 CORPUS_NAMES: tuple[str, ...] = ("deepset", "jailbreak", "combined")
 SPLIT_SEED = 42
@@ -203,8 +203,7 @@ def load_corpora(names: Iterable[str] = CORPUS_NAMES, source: object | None = No
 
 
 def _hub_rows(repo: str, split: str, revision: str) -> Iterable[Mapping[str, object]]:
-    if any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in ("RVU_OFFLINE", "HF_HUB_OFFLINE",
-                                                                            "HF_DATASETS_OFFLINE")):
+    if is_offline():
         raise DatasetUnavailableError(
             f"{repo} lives on the HuggingFace hub, but this machine is offline (RVU_OFFLINE/HF_HUB_OFFLINE). "
             "Use the 'jailbreak' corpus (its offline stand-in), or go online.")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib.util
 import io
-import os
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +27,14 @@ from typing import Any, Literal
 import numpy as np
 
 from rvu_pipelines.detectors.base import DetectorBase
-from rvu_pipelines.errors import ChecksumMismatchError, DetectorError, ModelUnavailableError, UnsafePickleError
+from rvu_pipelines.errors import (
+    ChecksumMismatchError,
+    DetectorError,
+    ModelUnavailableError,
+    UnsafePickleError,
+)
 from rvu_pipelines.hashing import sha256_bytes
+from rvu_pipelines.settings import env_value, is_offline
 
 NANOGUARD_DISTRIBUTION = "metatronnanoguard"
 NANOGUARD_VERSION = "0.1.0"
@@ -223,15 +228,11 @@ class HubClassifierDetector(DetectorBase):
         return out
 
 
-def _offline() -> bool:
-    return any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in ("RVU_OFFLINE", "HF_HUB_OFFLINE"))
-
-
 def hub_reachable(repo: str = PROTECTAI_REPO, timeout_s: float = 5.0) -> tuple[bool, str]:
     """One quick request to the hub's model API, so an unreachable hub costs seconds, not minutes of retries."""
     import requests
 
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    endpoint = (env_value("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
     try:
         response = requests.get(f"{endpoint}/api/models/{repo}", timeout=timeout_s)
     except requests.RequestException as exc:
@@ -255,7 +256,7 @@ def load_pretrained_detector(prefer: PretrainedChoice = "auto", *, protectai_rev
         raise DetectorError(f"Invalid pretrained choice '{prefer}'. Allowed values: auto, nanoguard, protectai")
     reason = "asked for NanoGuard"
     if prefer in ("auto", "protectai"):
-        reachable, why = (False, "offline (RVU_OFFLINE/HF_HUB_OFFLINE)") if _offline() else hub_reachable()
+        reachable, why = (False, "offline (RVU_OFFLINE/HF_HUB_OFFLINE)") if is_offline() else hub_reachable()
         if prefer == "auto" and not reachable:
             reason = f"{why}: NanoGuard stands in for protectai"
         else:

@@ -1,6 +1,11 @@
 """Model resolution (package / local / hub, sha256-verified), chat LLMs and sentence embedders."""
 
-from rvu_pipelines.models.llm import ChatCompletion, ChatModel, LlamaCppChatModel, OpenAICompatibleChatModel
+from rvu_pipelines.models.llm import (
+    ChatCompletion,
+    ChatModel,
+    LlamaCppChatModel,
+    OpenAICompatibleChatModel,
+)
 from rvu_pipelines.models.specs import ROLES, ModelConfig, ModelSpec, load_model_config
 from rvu_pipelines.models.store import ModelStore, ResolvedModel
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rvu_pipelines.cpu_features import host_cpu_flags
-from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.settings import env_flag
 
 EXTRA_BUFTS_ENV = "RVU_LLAMA_EXTRA_BUFTS"
 BUILD_TARGET_ENV = "RVU_LLAMA_CPU"
@@ -41,8 +41,6 @@ SYSTEM_INFO_TO_CPU_FLAG = {"SSE3": "pni", "SSSE3": "ssse3", "AVX": "avx", "AVX_V
                            "AVX2": "avx2", "F16C": "f16c", "FMA": "fma", "BMI2": "bmi2", "AVX512": "avx512f",
                            "AVX512_VBMI": "avx512_vbmi", "AVX512_VNNI": "avx512_vnni",
                            "AVX512_BF16": "avx512_bf16", "AMX_INT8": "amx_int8"}
-
-_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
 
 
 @dataclass(frozen=True)
@@ -58,12 +56,7 @@ class LlamaRuntimeSettings:
 
     @classmethod
     def from_env(cls) -> LlamaRuntimeSettings:
-        raw = os.environ.get(EXTRA_BUFTS_ENV, "0").strip().lower()
-        if raw not in _TRUE | _FALSE:
-            raise ConfigError(f"{EXTRA_BUFTS_ENV}={os.environ[EXTRA_BUFTS_ENV]!r} is not a switch: use 0 (default, "
-                              "no weight repacking, the AMX path stays off) or 1 (repack, faster on some "
-                              "quantisations; crashes on AMX CPUs with a native build).")
-        return cls(extra_bufts=raw in _TRUE)
+        return cls(extra_bufts=env_flag(EXTRA_BUFTS_ENV))
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

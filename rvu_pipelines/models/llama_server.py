@@ -11,7 +11,10 @@ from __future__ import annotations
 import runpy
 import sys
 
-from rvu_pipelines.models.llama_runtime import LlamaRuntimeSettings, model_params_applied
+from rvu_pipelines.models.llama_runtime import (
+    LlamaRuntimeSettings,
+    model_params_applied,
+)
 
 
 def main(argv: list[str] | None = None) -> None:

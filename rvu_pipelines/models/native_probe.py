@@ -35,6 +35,7 @@ from rvu_pipelines.models.llama_runtime import (
     parse_system_info,
 )
 from rvu_pipelines.paths import cache_dir
+from rvu_pipelines.settings import env_flag, env_value
 
 PROBE_ENV = "RVU_LLAMA_PROBE"  # 0 skips the child-process check (not recommended)
 # Fault injection for the crash path's own tests and for trying `rvu doctor`'s report on a machine
@@ -194,7 +195,7 @@ def ensure_llama_runs(model_path: Path | str, *, settings: LlamaRuntimeSettings 
     and remembers a pass; ``RVU_LLAMA_PROBE=0`` skips it. Returns the fresh result, or None when a
     remembered pass (or the switch) made running it unnecessary.
     """
-    if os.environ.get(PROBE_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+    if not env_flag(PROBE_ENV, default=True):
         return None
     settings = settings or LlamaRuntimeSettings.from_env()
     model_path = Path(model_path)
@@ -230,7 +231,7 @@ def _child(model_path: str, report: Path, n_ctx: int, n_threads: int, extra_buft
         llm = open_llama(llama_cpp.Llama, model_path, LlamaRuntimeSettings(extra_bufts=extra_bufts),
                          n_ctx=n_ctx, n_threads=n_threads, seed=0, verbose=True)
         save(loaded=True)
-        if os.environ.get(FAULT_ENV) == "segv":
+        if env_value(FAULT_ENV) == "segv":
             import ctypes
 
             ctypes.string_at(0)  # SIGSEGV, as a crash inside llama.cpp would be

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Literal
 
@@ -11,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rvu_pipelines.config import load_yaml_config
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import config_dir
+from rvu_pipelines.settings import env_value
 
 Role = Literal["llm", "embedder"]
 ROLES: tuple[Role, ...] = ("llm", "embedder")
@@ -65,7 +65,7 @@ class ModelConfig(BaseModel):
 
     def profile(self, name: str | None = None) -> dict[Role, ModelSpec]:
         """The named profile (else RVU_MODEL_PROFILE, else default), with local-path overrides applied."""
-        chosen = name or os.environ.get(PROFILE_ENV) or self.default_profile
+        chosen = name or env_value(PROFILE_ENV) or self.default_profile
         if chosen not in self.profiles:
             raise ConfigError(
                 f"Invalid config: key 'profile' (or {PROFILE_ENV}) is '{chosen}'; "
@@ -74,12 +74,12 @@ class ModelConfig(BaseModel):
         return {role: _with_env_override(role, spec) for role, spec in self.profiles[chosen].items()}
 
     def profile_name(self, name: str | None = None) -> str:
-        return name or os.environ.get(PROFILE_ENV) or self.default_profile
+        return name or env_value(PROFILE_ENV) or self.default_profile
 
 
 def _with_env_override(role: str, spec: ModelSpec) -> ModelSpec:
     """RVU_MODEL_<ROLE>_PATH points a role at a local file or folder (sha256 from RVU_MODEL_<ROLE>_SHA256)."""
-    path = os.environ.get(f"RVU_MODEL_{role.upper()}_PATH")
+    path = env_value(f"RVU_MODEL_{role.upper()}_PATH")
     if not path:
         return spec
     return ModelSpec(
@@ -87,7 +87,7 @@ def _with_env_override(role: str, spec: ModelSpec) -> ModelSpec:
         source="local",
         path=path,
         licence="see the model's own licence",
-        sha256=os.environ.get(f"RVU_MODEL_{role.upper()}_SHA256") or None,
+        sha256=env_value(f"RVU_MODEL_{role.upper()}_SHA256"),
         n_ctx=spec.n_ctx,
     )
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -11,8 +10,7 @@ from rvu_pipelines.errors import ChecksumMismatchError, ModelUnavailableError
 from rvu_pipelines.hashing import sha256_path
 from rvu_pipelines.models.specs import ModelSpec
 from rvu_pipelines.paths import cache_dir
-
-_OFFLINE_ENVS = ("RVU_OFFLINE", "HF_HUB_OFFLINE")
+from rvu_pipelines.settings import is_offline
 
 
 @dataclass(frozen=True)
@@ -46,9 +44,7 @@ class ModelStore:
 
     def __init__(self, hub_cache: Path | None = None, offline: bool | None = None) -> None:
         self.hub_cache = Path(hub_cache) if hub_cache else None
-        if offline is None:
-            offline = any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in _OFFLINE_ENVS)
-        self.offline = offline
+        self.offline = is_offline() if offline is None else offline
 
     def resolve(self, role: str, spec: ModelSpec) -> ResolvedModel:
         path, source = self._locate(role, spec)

