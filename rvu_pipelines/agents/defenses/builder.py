@@ -1,0 +1,149 @@
+"""The six defenses of the attack table, each an AgentDojo pipeline over the same LLM element.
+
+``build_pipeline(defense, llm, scenario, settings)`` returns a :class:`DefensePipeline` (an
+``AgentPipeline`` that also carries an :class:`EpisodeTrace` of what the defense did: blocked calls,
+filtered tool outputs, rejected tags), so the episode runner can count and record it as provenance.
+
+- ``vanilla``: system message, user query, LLM, tool loop: the undefended agent.
+- ``classifier``: tool outputs scored by an injection detector before the LLM reads them; flagged ones
+  are replaced by a notice (AgentDojo's ``PromptInjectionDetector`` with any ``InjectionDetector``).
+- ``fath``: FATH (Li et al. 2024): the user's instruction is wrapped in a tag carrying an HMAC-SHA256
+  of it under a secret key, verified before every LLM call; tool outputs are wrapped as untrusted data;
+  the answer is taken from the response section carrying the same tag.
+- ``rvg``: a verifier-gated tool boundary: each call is checked against ``configs/tool_allowlist.yaml``
+  and the scenario's task tools before it runs; blocked calls never execute and the model is told.
+- ``rvu_v1`` / ``rvu_v2``: the RVG pipeline; after the episode its provenance goes through recovery
+  (v1 parent/child closure + binary purge, or the v2 adapter-aware core) and a signed certificate
+  (done by ``rvu_pipelines.agents.episode``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
+from agentdojo.agent_pipeline.basic_elements import InitQuery, SystemMessage
+from agentdojo.agent_pipeline.tool_execution import ToolsExecutionLoop, ToolsExecutor
+from agentdojo.functions_runtime import EmptyEnv, Env, FunctionCall, FunctionsRuntime
+from agentdojo.types import ChatAssistantMessage, ChatMessage
+
+from rvu_pipelines.agents.cells import DEFENSES
+from rvu_pipelines.agents.defenses.allowlist import ToolAllowlist, load_tool_allowlist
+from rvu_pipelines.agents.defenses.elements import (
+    DefensePipeline,
+    DetectorFilter,
+    EpisodeTrace,
+    FathInitQuery,
+    FathResponse,
+    FathUntrustedTools,
+    FathVerify,
+    ToolGate,
+)
+from rvu_pipelines.agents.defenses.fath import FATH_POLICY, load_or_create_fath_key
+from rvu_pipelines.agents.llm_element import DEFAULT_SYSTEM_PROMPT, ChatModelLLM
+from rvu_pipelines.agents.scenario import Scenario, prefill_calls
+from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.models.llm import ChatModel
+
+GATED_DEFENSES = frozenset({"rvg", "rvu_v1", "rvu_v2"})
+
+
+# ---------------------------------------------------------------------------------------- settings
+
+
+def _default_detector() -> Any:
+    from rvu_pipelines.detectors.heuristic import HeuristicDetector
+
+    return HeuristicDetector()
+
+
+@dataclass(frozen=True)
+class DefenseSettings:
+    """Everything the defenses need besides the LLM and the scenario.
+
+    ``max_iters`` bounds the tool rounds (AgentDojo's ``ToolsExecutionLoop``), so an episode makes at
+    most ``max_iters + 1`` LLM calls. ``fath_key`` defaults to ``state_dir()/keys/fath.key``.
+    ``signing_key_dir`` holds the certificate key (default: the recovery folder's keys).
+    """
+
+    detector: Any = field(default_factory=_default_detector)
+    threshold: float = 0.5
+    allowlist: ToolAllowlist = field(default_factory=load_tool_allowlist)
+    fath_key: bytes | None = field(default=None, repr=False)
+    max_iters: int = 4
+    max_tokens: int = 128
+    seed: int = 0
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    signing_key_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= float(self.threshold) <= 1.0:
+            raise ConfigError(f"DefenseSettings.threshold={self.threshold} is invalid; allowed values: 0.0 to 1.0.")
+        if int(self.max_iters) < 1:
+            raise ConfigError(f"DefenseSettings.max_iters={self.max_iters} is invalid; use 1 or more tool rounds.")
+        if int(self.max_tokens) < 1:
+            raise ConfigError(f"DefenseSettings.max_tokens={self.max_tokens} is invalid; use 1 or more.")
+        if self.fath_key is not None and len(self.fath_key) < 16:
+            raise ConfigError("DefenseSettings.fath_key is shorter than 16 bytes; use 32 random bytes "
+                              "(or leave it unset to use state_dir()/keys/fath.key).")
+        if not hasattr(self.detector, "score"):
+            raise ConfigError(f"DefenseSettings.detector {self.detector!r} has no score(texts) method; pass an "
+                              "InjectionDetector (HeuristicDetector, load_pretrained_detector('nanoguard'), ...).")
+
+    def resolved_fath_key(self) -> bytes:
+        return self.fath_key if self.fath_key is not None else load_or_create_fath_key()
+
+
+# ----------------------------------------------------------------------------------------- builder
+
+
+class PrefilledToolCalls(BasePipelineElement):
+    """Appends an assistant turn holding the scenario's pre-filled tool calls (see ``prefill_calls``)."""
+
+    name = "prefilled_tool_calls"
+
+    def __init__(self, calls: Sequence[FunctionCall]) -> None:
+        self.calls = list(calls)
+
+    def query(self, query: str, runtime: FunctionsRuntime, env: Env = EmptyEnv(),
+              messages: Sequence[ChatMessage] = [], extra_args: dict = {}) -> tuple:  # noqa: B006 - AgentDojo's signature
+        turn = ChatAssistantMessage(role="assistant", content=None, tool_calls=list(self.calls))
+        return query, runtime, env, [*messages, turn], extra_args
+
+
+def build_pipeline(defense: str, llm: ChatModel, scenario: Scenario, settings: DefenseSettings) -> DefensePipeline:
+    """The pipeline of one defense for one scenario (fresh elements and trace per episode)."""
+    if defense not in DEFENSES:
+        raise ConfigError(f"Unknown defense '{defense}'; allowed values: {', '.join(DEFENSES)}.")
+    trace = EpisodeTrace()
+    element = ChatModelLLM(llm, max_tokens=settings.max_tokens, seed=settings.seed,
+                           default_system=settings.system_prompt)
+    # The first agent turn: the LLM, or the benchmark protocol's pre-filled tool call, which the loop
+    # below then executes through this defense's own tool boundary like any other call.
+    prefill = prefill_calls(scenario)
+    first: BasePipelineElement = PrefilledToolCalls(prefill) if prefill else element
+    if defense == "vanilla":
+        elements: list[BasePipelineElement] = [
+            SystemMessage(settings.system_prompt), InitQuery(), first,
+            ToolsExecutionLoop([ToolsExecutor(), element], max_iters=settings.max_iters)]
+    elif defense == "classifier":
+        elements = [
+            SystemMessage(settings.system_prompt), InitQuery(), first,
+            ToolsExecutionLoop([ToolsExecutor(), DetectorFilter(settings.detector, settings.threshold, trace), element],
+                               max_iters=settings.max_iters)]
+    elif defense == "fath":
+        key = settings.resolved_fath_key()
+        verify = FathVerify(key, trace)
+        elements = [
+            SystemMessage(f"{settings.system_prompt}\n\n{FATH_POLICY}"), FathInitQuery(key), verify, first,
+            ToolsExecutionLoop([ToolsExecutor(), FathUntrustedTools(trace), verify, element], max_iters=settings.max_iters),
+            FathResponse(key, trace)]
+    else:  # rvg, rvu_v1, rvu_v2: the same gated agent; the RVU ones recover after the episode
+        gate = ToolGate(settings.allowlist.policy_for(scenario.benchmark), scenario.task_tools, trace)
+        elements = [
+            SystemMessage(settings.system_prompt), InitQuery(), first,
+            ToolsExecutionLoop([gate, element], max_iters=settings.max_iters)]
+    return DefensePipeline(elements, defense, trace)
