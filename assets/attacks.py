@@ -30,7 +30,6 @@ from dagster import (
 from pydantic import Field
 
 from resources import LLMResource, MlflowTrackerResource, ModelStoreResource
-from rvu_pipelines.agents.cells import BENCHMARKS, CANONICAL, DEFENSES
 from rvu_pipelines.agents.evaluation import CellRun, attack_table, plot_attack_table, table_markdown
 from rvu_pipelines.agents.harness import AGENT_N_CTX, Harness
 from rvu_pipelines.agents.regression import (
@@ -43,6 +42,7 @@ from rvu_pipelines.agents.regression import (
 )
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import state_dir
+from rvu_pipelines.scenarios.axes import BENCHMARKS, CANONICAL, DEFENSES
 
 GROUP = "attacks"
 

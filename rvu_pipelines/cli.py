@@ -179,12 +179,12 @@ def restore(entry_id: str, state: str | None, reason: str) -> None:
 def regress(profile: str | None, golden: str | None, update_golden: bool, detector: str) -> None:
     """Run the canonical attack cells (Table 1) and compare them with the golden results, as the nightly
     schedule does: exit 0 within tolerance, 1 with the diff otherwise. Finished cells are reused."""
-    from rvu_pipelines.agents.cells import CANONICAL, DEFENSES
     from rvu_pipelines.agents.evaluation import attack_table, table_markdown
     from rvu_pipelines.agents.harness import AGENT_N_CTX, Harness
     from rvu_pipelines.agents.regression import (compare_to_golden, drift_markdown, golden_path, load_golden,
                                                  load_tolerance, write_golden)
     from rvu_pipelines.models import LlamaCppChatModel, ModelStore, load_model_config
+    from rvu_pipelines.scenarios.axes import CANONICAL, DEFENSES
 
     config = load_model_config()
     name = config.profile_name(profile)

@@ -15,8 +15,11 @@ from typing import Any
 
 from rvu_pipelines.agents.defenses import RECOVERING_DEFENSES, DefenseSettings, build_pipeline
 from rvu_pipelines.agents.provenance_log import contaminated_count, episode_records, write_incident
-from rvu_pipelines.agents.scenario import Scenario
 from rvu_pipelines.models.llm import ChatModel
+from rvu_pipelines.recovery.certificate import trusted_fingerprint, verify_certificate
+from rvu_pipelines.recovery.pipeline import TextDetectorContamination, recover
+from rvu_pipelines.recovery.state import RecoveryPaths
+from rvu_pipelines.scenarios.contract import Scenario
 
 INCIDENT_FILE = "incident.jsonl"
 CERTIFICATE_FILE = "certificate.json"
@@ -56,10 +59,6 @@ class EpisodeResult:
 def _recover(incident: Path, defense: str, settings: DefenseSettings, workdir: Path) -> dict[str, Any]:
     """Recovery for rvu_v1 / rvu_v2 into a fresh per-episode store; the certificate is then verified
     against the pinned signing key."""
-    from rvu_pipelines.recovery.certificate import trusted_fingerprint, verify_certificate
-    from rvu_pipelines.recovery.pipeline import TextDetectorContamination, recover
-    from rvu_pipelines.recovery.state import RecoveryPaths
-
     folder = workdir / RECOVERY_FOLDER
     shutil.rmtree(folder, ignore_errors=True)  # a re-run starts from an empty store: same bytes out
     folder.mkdir(parents=True)

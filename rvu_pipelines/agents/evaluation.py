@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+from tqdm.auto import tqdm
 
-from rvu_pipelines.agents.cells import CANONICAL
-from rvu_pipelines.agents.scenario import Scenario
 from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.scenarios.contract import Scenario
 
 CI_LEVEL = 0.95
 BOOTSTRAP_RESAMPLES = 2000
@@ -133,8 +133,6 @@ def run_cell(spec: CellSpec, scenarios: Sequence[Scenario], run_episode: Episode
     calls0, hits0, seconds0 = stats.snapshot()
     iterator: Any = todo
     if progress and todo:
-        from tqdm.auto import tqdm
-
         iterator = tqdm(todo, desc=spec.cell_id, unit="episode")
     for scenario in iterator:
         before = stats.snapshot()
@@ -169,7 +167,7 @@ def wilson_ci(successes: int, n: int, level: float = CI_LEVEL) -> tuple[float, f
     """Wilson score interval for a proportion (sane at 0/n and n/n, unlike the normal approximation)."""
     if n == 0:
         return (float("nan"), float("nan"))
-    from scipy.stats import binomtest
+    from scipy.stats import binomtest  # scipy.stats (~3 s cold): only when a table is computed
 
     interval = binomtest(successes, n).proportion_ci(confidence_level=level, method="wilson")
     return (float(interval.low), float(interval.high))
@@ -182,7 +180,7 @@ def bootstrap_mean_ci(values: Sequence[float], level: float = CI_LEVEL) -> tuple
         return (float("nan"), float("nan"))
     if np.all(array == array[0]):
         return (float(array[0]), float(array[0]))
-    from scipy.stats import bootstrap
+    from scipy.stats import bootstrap  # scipy.stats (~3 s cold): only when a table is computed
 
     result = bootstrap((array,), np.mean, confidence_level=level, n_resamples=BOOTSTRAP_RESAMPLES,
                        method="percentile", rng=np.random.default_rng(CI_SEED))
@@ -253,7 +251,7 @@ def table_markdown(table: pl.DataFrame) -> str:
 
 def plot_attack_table(table: pl.DataFrame, path: Path, title: str) -> Path:
     """ASR and utility per defense with their CIs, one panel per benchmark: easier to read than the table."""
-    import matplotlib
+    import matplotlib  # matplotlib (~2 s cold): only when a figure is drawn
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

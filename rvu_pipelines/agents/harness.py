@@ -9,14 +9,30 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rvu_pipelines.agents.cells import CANONICAL
+import numpy as np
+
 from rvu_pipelines.agents.evaluation import CellRun, CellSpec, run_cell
-from rvu_pipelines.agents.scenario import Scenario
+from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
+from rvu_pipelines.detectors import (
+    HeuristicDetector,
+    InjectionDetector,
+    NanoGuardDetector,
+    load_pretrained_detector,
+    load_registered_detector,
+)
+from rvu_pipelines.detectors.base import MemoizedDetector
 from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.models.llm import ChatCompletion, ChatModel, Message
 from rvu_pipelines.paths import state_dir
+from rvu_pipelines.scenarios import Scenario, scenarios_for
+from rvu_pipelines.tracking import default_tracking_uri
+
+if TYPE_CHECKING:  # annotations only: the defenses import AgentDojo (~8 s), the code location imports this
+    from rvu_pipelines.agents.defenses import DefenseSettings
 
 DETECTOR_CHOICES = ("nanoguard", "heuristic", "registered:<name>")
 AGENT_N_CTX = 8192  # SmolLM2 and Qwen2.5 both take 8k; AgentDojo tool schemas need more than a 2k smoke context
@@ -28,76 +44,56 @@ class LazyDetector:
     def __init__(self, choice: str, name: str) -> None:
         self.choice = choice
         self.name = name
-        self._detector: Any = None
+        self._detector: InjectionDetector | None = None
 
-    def score(self, texts: Sequence[str]) -> Any:
+    def score(self, texts: Sequence[str]) -> np.ndarray:
         if self._detector is None:
             self._detector, _ = load_detector(self.choice)
         return self._detector.score(texts)
 
-    def predict(self, texts: Sequence[str], threshold: float = 0.5) -> Any:
+    def predict(self, texts: Sequence[str], threshold: float = 0.5) -> np.ndarray:
         return self.score(texts) >= threshold
 
 
 class LazyChatModel:
     """A chat model built on its first call: with every answer in the response cache it is never built."""
 
-    def __init__(self, factory: Callable[[], Any], name: str) -> None:
+    def __init__(self, factory: Callable[[], ChatModel], name: str) -> None:
         self._factory = factory
-        self._model: Any = None
+        self._model: ChatModel | None = None
         self.name = name
 
-    def chat(self, messages: list[dict[str, str]], **kwargs: Any) -> Any:
+    def chat(self, messages: list[Message], **kwargs: Any) -> ChatCompletion:
         if self._model is None:
             self._model = self._factory()
         return self._model.chat(messages, **kwargs)
 
 
-def detector_for(choice: str) -> tuple[Any, str]:
+def detector_for(choice: str) -> tuple[InjectionDetector, str]:
     """The classifier defense's detector and its version string, loading nothing heavy up front:
     NanoGuard's weights ship in a pinned package, so the package version identifies them."""
     if choice == "nanoguard":
-        from importlib.metadata import version
-
-        from rvu_pipelines.detectors.pretrained import NanoGuardDetector
-
         return LazyDetector(choice, NanoGuardDetector.name), f"nanoguard:{version('metatronnanoguard')}"
     return load_detector(choice)
 
 
-def load_detector(choice: str) -> tuple[Any, str]:
+def load_detector(choice: str) -> tuple[InjectionDetector, str]:
     """The classifier defense's detector and a version string for cache keys.
 
     ``nanoguard`` (D3 offline, the default: the seed's PromptGuard role), ``heuristic`` (D1),
     or ``registered:<name>`` (a D2/D4 model registered in MLflow, alias 'current').
     """
-    from rvu_pipelines.detectors import load_pretrained_detector
-    from rvu_pipelines.detectors.heuristic import HeuristicDetector
-
     if choice == "heuristic":
-        detector = HeuristicDetector()
-        return detector, f"heuristic:{detector.name}"
+        heuristic = HeuristicDetector()
+        return heuristic, f"heuristic:{heuristic.name}"
     if choice == "nanoguard":
         loaded = load_pretrained_detector("nanoguard")
         return loaded.detector, f"nanoguard:{loaded.record.get('sha256', loaded.record.get('model'))}"
     if choice.startswith("registered:"):
-        from rvu_pipelines.detectors import load_registered_detector
-        from rvu_pipelines.tracking import default_tracking_uri
-
-        detector = load_registered_detector(choice.split(":", 1)[1], default_tracking_uri())
-        return detector, f"{choice}@{detector.registered.version}"
+        registered = load_registered_detector(choice.split(":", 1)[1], default_tracking_uri())
+        return registered, f"{choice}@{registered.registered.version}"  # type: ignore[attr-defined]
     raise ConfigError(f"Invalid detector '{choice}' for the classifier defense; allowed values: "
                       f"{', '.join(DETECTOR_CHOICES)}.")
-
-
-def scenarios_for(benchmark: str, limit: int | None = None, seed: int = 42) -> list[Scenario]:
-    """The canonical 10, or a fixed-seed sample of one benchmark."""
-    from rvu_pipelines.scenarios import canonical_scenarios, load_scenarios
-
-    if benchmark == CANONICAL:
-        scenarios = canonical_scenarios()
-        return scenarios[:limit] if limit else scenarios
-    return load_scenarios(benchmark, limit=limit, seed=seed)
 
 
 @dataclass
@@ -105,26 +101,24 @@ class Harness:
     """Cached LLM + defense settings + results root for one model profile."""
 
     profile: str
-    llm: Any  # CachedChatModel
+    llm: CachedChatModel
     model_id: str  # sha256 of the model weights (cache and episode keys)
-    settings: Any  # DefenseSettings
+    settings: DefenseSettings
     detector_version: str
     root: Path
 
     @classmethod
-    def open(cls, chat_model: Any, *, profile: str, model_id: str, detector: str = "nanoguard",
-             root: Path | None = None, cache_path: Path | None = None, **settings: Any) -> Harness:
+    def open(cls, chat_model: ChatModel | tuple[Callable[[], ChatModel], str], *, profile: str, model_id: str,
+             detector: str = "nanoguard", root: Path | None = None, cache_path: Path | None = None,
+             **settings: Any) -> Harness:
         """``chat_model``: a ChatModel, or ``(factory, name)`` to build it only when a prompt misses the cache."""
-        from rvu_pipelines.agents.defenses import DefenseSettings
-        from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
+        from rvu_pipelines.agents.defenses import DefenseSettings  # runtime only: imports AgentDojo (~8 s)
 
         if isinstance(chat_model, tuple):
             chat_model = LazyChatModel(*chat_model)
         root = Path(root) if root else state_dir() / "attacks"
         cache = ResponseCache(cache_path or state_dir() / "llm_cache.sqlite")
         detector_obj, detector_version = detector_for(detector)
-        from rvu_pipelines.detectors.base import MemoizedDetector
-
         defense_settings = DefenseSettings(detector=MemoizedDetector(detector_obj), **settings)
         return cls(profile=profile, llm=CachedChatModel(chat_model, cache, model_id), model_id=model_id,
                    settings=defense_settings, detector_version=detector_version, root=root)
@@ -137,7 +131,7 @@ class Harness:
 
     def run_cell(self, benchmark: str, defense: str, *, limit: int | None = None, progress: bool = True,
                  scenarios: Sequence[Scenario] | None = None) -> CellRun:
-        from rvu_pipelines.agents.episode import run_episode
+        from rvu_pipelines.agents.episode import run_episode  # runtime only: imports AgentDojo (~8 s)
 
         spec = CellSpec(benchmark=benchmark, defense=defense, profile=self.profile, limit=limit)
         chosen = list(scenarios) if scenarios is not None else scenarios_for(benchmark, limit)

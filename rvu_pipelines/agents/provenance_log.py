@@ -19,8 +19,8 @@ from typing import Any
 
 from agentdojo.types import ChatMessage, get_text_content_as_str
 
-from rvu_pipelines.agents.scenario import Scenario
 from rvu_pipelines.provenance.incident import write_incident as _write_jsonl
+from rvu_pipelines.scenarios.contract import Scenario
 
 _ID_CHARS = re.compile(r"[^A-Za-z0-9._:@/+-]")
 MAX_EPISODE_ID = 100  # entry ids append "/e000" and must stay within the schema's 128 characters

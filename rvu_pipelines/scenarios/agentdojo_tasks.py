@@ -25,8 +25,8 @@ from agentdojo.agent_pipeline.errors import AbortAgentError
 from agentdojo.functions_runtime import EmptyEnv, Env, FunctionsRuntime
 from agentdojo.types import ChatMessage
 
-from rvu_pipelines.agents.scenario import ScenarioOutcome
 from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.scenarios.contract import ScenarioOutcome
 
 ATTACK = "important_instructions"
 ATTACK_MODEL_KEY = "local"  # agentdojo.models.MODEL_NAMES["local"] == "Local model"
@@ -34,7 +34,7 @@ ATTACK_MODEL_KEY = "local"  # agentdojo.models.MODEL_NAMES["local"] == "Local mo
 
 @lru_cache(maxsize=4)
 def suites(benchmark_version: str) -> dict[str, Any]:
-    from agentdojo.task_suite.load_suites import get_suites
+    from agentdojo.task_suite.load_suites import get_suites  # every suite's environment (~3 s): on first use
 
     try:
         return dict(get_suites(benchmark_version))
@@ -45,7 +45,7 @@ def suites(benchmark_version: str) -> dict[str, Any]:
 
 @lru_cache(maxsize=16)
 def _attack(benchmark_version: str, suite_name: str, attack_name: str) -> Any:
-    from agentdojo.attacks.attack_registry import ATTACKS, load_attack
+    from agentdojo.attacks.attack_registry import ATTACKS, load_attack  # with the suites: on first use
 
     if attack_name not in ATTACKS:
         raise ConfigError(f"configs/benchmarks.yaml agentdojo.attack: unknown attack '{attack_name}'; "

@@ -19,11 +19,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import polars as pl
 from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
 from agentdojo.functions_runtime import Function, FunctionCall
 
-from rvu_pipelines.agents.scenario import ScenarioOutcome
 from rvu_pipelines.scenarios.common import ToolLog, final_answer, make_tool, run_pipeline, stable_choice
+from rvu_pipelines.scenarios.contract import ScenarioOutcome
 from rvu_pipelines.scenarios.judges import bipia_judge, code_utility, qa_utility
 
 TASKS = ("email", "table", "code")
@@ -139,8 +140,6 @@ def _question(task: str, row: dict[str, Any]) -> str:
 
 def bipia_scenarios(frame: Any, task: str) -> list[BipiaScenario]:
     """Every (test task, test attack) pair of ``task``, in (task index, category, attack index) order."""
-    import polars as pl
-
     tasks = frame.filter((pl.col("record_type") == "task") & (pl.col("task") == task)
                          & (pl.col("split") == "test")).sort("index")
     kind = "code" if task == "code" else "text"

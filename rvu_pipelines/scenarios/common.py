@@ -18,7 +18,7 @@ from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
 from agentdojo.agent_pipeline.errors import AbortAgentError
 from agentdojo.functions_runtime import EmptyEnv, Function, FunctionCall, FunctionsRuntime
 from agentdojo.types import ChatMessage, get_text_content_as_str
-from pydantic import BaseModel, ConfigDict, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 
 @dataclass
@@ -64,8 +64,6 @@ def make_tool(name: str, description: str, parameters: dict[str, tuple[type, str
 
 
 def _field(description: str) -> Any:
-    from pydantic import Field
-
     return Field(default=None, description=description)
 
 

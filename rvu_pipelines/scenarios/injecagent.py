@@ -22,8 +22,8 @@ from typing import Any
 from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
 from agentdojo.functions_runtime import Function, FunctionCall
 
-from rvu_pipelines.agents.scenario import ScenarioOutcome
 from rvu_pipelines.scenarios.common import ToolLog, final_answer, make_tool, run_pipeline
+from rvu_pipelines.scenarios.contract import ScenarioOutcome
 from rvu_pipelines.scenarios.judges import judge_injecagent
 
 SETTINGS = ("dh", "ds")

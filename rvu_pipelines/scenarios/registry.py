@@ -11,14 +11,15 @@ from typing import Any
 
 import yaml
 
-from rvu_pipelines.agents.cells import BENCHMARKS
-from rvu_pipelines.agents.scenario import Scenario
-from rvu_pipelines.scenarios.agentdojo_tasks import AgentDojoScenario, agentdojo_scenarios
-from rvu_pipelines.scenarios.bipia import BipiaScenario, bipia_scenarios
-from rvu_pipelines.scenarios.common import fixed_sample
-from rvu_pipelines.scenarios.injecagent import InjecAgentScenario, injecagent_scenarios
+from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import config_dir
+from rvu_pipelines.scenarios.agentdojo_tasks import AgentDojoScenario, agentdojo_scenarios
+from rvu_pipelines.scenarios.axes import BENCHMARKS
+from rvu_pipelines.scenarios.bipia import BipiaScenario, bipia_scenarios
+from rvu_pipelines.scenarios.common import fixed_sample
+from rvu_pipelines.scenarios.contract import Scenario
+from rvu_pipelines.scenarios.injecagent import InjecAgentScenario, injecagent_scenarios
 
 CANONICAL_COUNT = 10
 
@@ -82,8 +83,6 @@ def _check_benchmark(benchmark: str) -> None:
 @lru_cache(maxsize=2)
 def _frames() -> tuple[Any, Any, Path]:
     """(injecagent frame, bipia frame, injecagent tools.json) from the configured data source."""
-    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
-
     catalog, source = load_catalog(), dataset_source_from_env()
     injecagent = load_dataset(catalog.get("injecagent"), source)
     bipia = load_dataset(catalog.get("bipia"), source)

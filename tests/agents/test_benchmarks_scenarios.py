@@ -18,15 +18,15 @@ from agentdojo.agent_pipeline.tool_execution import ToolsExecutionLoop, ToolsExe
 from agentdojo.functions_runtime import EmptyEnv, FunctionCall
 from agentdojo.types import ChatAssistantMessage, get_text_content_as_str, text_content_block_from_string
 
-from rvu_pipelines.agents.scenario import Scenario
-from rvu_pipelines.scenarios import (
+from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.scenarios.contract import Scenario
+from rvu_pipelines.scenarios.registry import (
     BENCHMARKS,
     canonical_scenarios,
     load_benchmarks_config,
     load_scenarios,
     scenario_by_id,
 )
-from rvu_pipelines.errors import ConfigError
 
 FULL_COUNTS = {"injecagent_dh": 510, "injecagent_ds": 544, "bipia_email": 50 * 75, "bipia_table": 100 * 75,
                "bipia_code": 50 * 50, "agentdojo": 16 * 9 + 21 * 5}

@@ -7,9 +7,9 @@ from __future__ import annotations
 from agentdojo.types import get_text_content_as_str
 
 from rvu_pipelines.agents.defenses import DefenseSettings, build_pipeline
-from rvu_pipelines.agents.scenario import prefill_calls
-from rvu_pipelines.scenarios import canonical_scenarios
 from rvu_pipelines.detectors.heuristic import HeuristicDetector
+from rvu_pipelines.scenarios.contract import prefill_calls
+from rvu_pipelines.scenarios.registry import canonical_scenarios
 
 
 def test_prefilled_call_runs_first_through_each_defense(smollm, shared_data) -> None:

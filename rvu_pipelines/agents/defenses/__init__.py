@@ -5,7 +5,6 @@ Split where the code divides: ``allowlist`` (the RVG tool policy), ``fath`` (key
 ``elements`` (the pipeline elements and the episode trace) and ``builder`` (settings and assembly).
 """
 
-from rvu_pipelines.agents.cells import DEFENSES, RECOVERING_DEFENSES
 from rvu_pipelines.agents.defenses.allowlist import (
     ALLOWLIST_BENCHMARKS,
     ToolAllowlist,
@@ -43,6 +42,7 @@ from rvu_pipelines.agents.defenses.fath import (
     verify_instruction,
     wrap_instruction,
 )
+from rvu_pipelines.scenarios.axes import DEFENSES, RECOVERING_DEFENSES
 
 __all__ = [
     "ALLOWLIST_BENCHMARKS",

@@ -30,7 +30,6 @@ from agentdojo.agent_pipeline.tool_execution import ToolsExecutionLoop, ToolsExe
 from agentdojo.functions_runtime import EmptyEnv, Env, FunctionCall, FunctionsRuntime
 from agentdojo.types import ChatAssistantMessage, ChatMessage
 
-from rvu_pipelines.agents.cells import DEFENSES
 from rvu_pipelines.agents.defenses.allowlist import ToolAllowlist, load_tool_allowlist
 from rvu_pipelines.agents.defenses.elements import (
     DefensePipeline,
@@ -44,9 +43,11 @@ from rvu_pipelines.agents.defenses.elements import (
 )
 from rvu_pipelines.agents.defenses.fath import FATH_POLICY, load_or_create_fath_key
 from rvu_pipelines.agents.llm_element import DEFAULT_SYSTEM_PROMPT, ChatModelLLM
-from rvu_pipelines.agents.scenario import Scenario, prefill_calls
+from rvu_pipelines.detectors.heuristic import HeuristicDetector
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.models.llm import ChatModel
+from rvu_pipelines.scenarios.axes import DEFENSES
+from rvu_pipelines.scenarios.contract import Scenario, prefill_calls
 
 GATED_DEFENSES = frozenset({"rvg", "rvu_v1", "rvu_v2"})
 
@@ -55,8 +56,6 @@ GATED_DEFENSES = frozenset({"rvg", "rvu_v1", "rvu_v2"})
 
 
 def _default_detector() -> Any:
-    from rvu_pipelines.detectors.heuristic import HeuristicDetector
-
     return HeuristicDetector()
 
 
@@ -139,7 +138,8 @@ def build_pipeline(defense: str, llm: ChatModel, scenario: Scenario, settings: D
         verify = FathVerify(key, trace)
         elements = [
             SystemMessage(f"{settings.system_prompt}\n\n{FATH_POLICY}"), FathInitQuery(key), verify, first,
-            ToolsExecutionLoop([ToolsExecutor(), FathUntrustedTools(trace), verify, element], max_iters=settings.max_iters),
+            ToolsExecutionLoop([ToolsExecutor(), FathUntrustedTools(trace), verify, element],
+                               max_iters=settings.max_iters),
             FathResponse(key, trace)]
     else:  # rvg, rvu_v1, rvu_v2: the same gated agent; the RVU ones recover after the episode
         gate = ToolGate(settings.allowlist.policy_for(scenario.benchmark), scenario.task_tools, trace)

@@ -20,7 +20,7 @@ from agentdojo.types import ChatMessage, ChatUserMessage, get_text_content_as_st
 
 from rvu_pipelines.agents.defenses.allowlist import ToolPolicy
 from rvu_pipelines.agents.defenses.fath import (
-    _RESPONSE,
+    RESPONSE_SECTION,
     authenticated_response,
     defang,
     verify_instruction,
@@ -48,7 +48,8 @@ class EpisodeTrace:
     """What the defense elements did during one episode (read by the provenance log and the counts)."""
 
     blocked: list[BlockedCall] = field(default_factory=list)
-    original_outputs: dict[int, str] = field(default_factory=dict)  # tool message index -> text before a defense changed it
+    # tool message index -> text before a defense changed it
+    original_outputs: dict[int, str] = field(default_factory=dict)
     filtered: dict[int, float] = field(default_factory=dict)  # tool message index -> detector score (replaced)
     rejected_instructions: int = 0  # user messages whose FATH tag did not verify
     response_authenticated: bool | None = None  # FATH: the final answer carried a valid tag
@@ -123,7 +124,8 @@ class FathInitQuery(BasePipelineElement):
     def query(self, query: str, runtime: FunctionsRuntime, env: Env = EmptyEnv(),
               messages: Sequence[ChatMessage] = [], extra_args: dict = {}
               ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
-        message = ChatUserMessage(role="user", content=[text_content_block_from_string(wrap_instruction(self._key, query))])
+        wrapped = wrap_instruction(self._key, query)
+        message = ChatUserMessage(role="user", content=[text_content_block_from_string(wrapped)])
         return query, runtime, env, [*messages, message], extra_args
 
 
@@ -192,9 +194,9 @@ class FathResponse(BasePipelineElement):
         answer = authenticated_response(self._key, query, text)
         self.trace.response_authenticated = answer is not None
         if answer is None:
-            if _RESPONSE.search(text) is None:
+            if RESPONSE_SECTION.search(text) is None:
                 return query, runtime, env, messages, extra_args
-            answer = _RESPONSE.sub("", text).strip()  # only forged sections: drop them
+            answer = RESPONSE_SECTION.sub("", text).strip()  # only forged sections: drop them
         final = {**messages[-1], "content": [text_content_block_from_string(answer)]}
         return query, runtime, env, [*messages[:-1], final], extra_args  # type: ignore[list-item]
 

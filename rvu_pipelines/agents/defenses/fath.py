@@ -53,7 +53,7 @@ def wrap_instruction(key: bytes, instruction: str) -> str:
 
 
 _WRAPPED = re.compile(r'\A<user_instruction auth="([^"]*)">\n(.*)\n</user_instruction>\Z', re.DOTALL)
-_RESPONSE = re.compile(r'<response auth="([^"]*)">(.*?)(?:</response>|\Z)', re.DOTALL)
+RESPONSE_SECTION = re.compile(r'<response auth="([^"]*)">(.*?)(?:</response>|\Z)', re.DOTALL)
 _FATH_MARKUP = re.compile(r"<(/?)(user_instruction|response|untrusted_data)\b", re.IGNORECASE)
 
 
@@ -69,7 +69,7 @@ def verify_instruction(key: bytes, text: str) -> str | None:
 def authenticated_response(key: bytes, instruction: str, text: str) -> str | None:
     """The text of the first response section tagged for this instruction, else None."""
     expected = fath_tag(key, instruction).encode()
-    for match in _RESPONSE.finditer(text):
+    for match in RESPONSE_SECTION.finditer(text):
         if hmac.compare_digest(match.group(1).encode(), expected):
             return match.group(2).strip()
     return None

@@ -1,5 +1,6 @@
 """The contract between attack scenarios (rvu_pipelines/scenarios) and the agent pipelines that
-defend against them (rvu_pipelines/agents).
+defend against them (rvu_pipelines/agents). It lives here, with the scenarios, so the dependency runs one
+way: agents import scenarios, never the reverse.
 
 Every defense is an AgentDojo ``BasePipelineElement`` composed into an ``AgentPipeline``; every
 scenario, whatever benchmark it comes from, runs one episode through such a pipeline and judges it by
