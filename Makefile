@@ -9,7 +9,7 @@ RVU_DATA_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data),$(abspath $(CURDIR)
 export RVU_DATA_MIRROR
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run doctor detectors test test-slow test-all dev mlflow-ui bench bench-closure bench-monitor bench-detectors bench-agent bench-llama regress clean
+.PHONY: setup run doctor detectors lint format test test-slow test-all dev mlflow-ui bench bench-closure bench-monitor bench-detectors bench-agent bench-llama regress clean
 
 setup:
 	@bash scripts/setup.sh
@@ -25,6 +25,16 @@ detectors: setup
 # Is this machine able to run the platform? CPU, llama.cpp build + settings, models, one generation, MLflow, Dagster
 doctor: setup
 	$(BIN)/rvu doctor
+
+# ruff (lint + format check, line length 120) and mypy, as configured in pyproject.toml; CI runs it first
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: setup
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 test: setup
 	$(BIN)/pytest -m "not slow and not network"
