@@ -48,7 +48,8 @@ def build_dataset_asset(spec: DatasetSpec) -> AssetsDefinition:
     @asset(
         name=spec.name,
         group_name=GROUP,
-        description=f"{spec.title}. {spec.description} Licence {spec.licence}. Public source: {spec.public.describe()}.",
+        description=f"{spec.title}. {spec.description} Licence {spec.licence}. "
+                    f"Public source: {spec.public.describe()}.",
         kinds={"polars", "parquet"},
         check_specs=[
             AssetCheckSpec(COUNT_CHECK, asset=spec.name, blocking=True,

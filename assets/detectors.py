@@ -41,6 +41,7 @@ from rvu_pipelines.detectors import (
 from rvu_pipelines.detectors.corpora import DESCRIPTIONS, SOURCE_DATASETS, stratified_subsample
 from rvu_pipelines.detectors.evaluation import ORDER
 from rvu_pipelines.detectors.finetune import ENCODER_ROLE, EncoderRef
+from rvu_pipelines.detectors.registry import registered_ref
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.reporting import markdown_table
 
@@ -88,7 +89,8 @@ def _corpus_asset(name: str) -> AssetsDefinition:
         "(1 = injection), split, source; whitespace-normalised.",
         kinds={"polars", "parquet"},
         check_specs=[AssetCheckSpec("split_is_clean", asset=key, blocking=True,
-                                    description="No text in both splits; both labels in both splits; split sizes as specified.")],
+                                    description="No text in both splits; both labels in both splits; "
+                                                "split sizes as specified.")],
     )
     def _corpus_fn(context: AssetExecutionContext, **datasets: pl.DataFrame):
         corpus = build_corpus(name, datasets)
@@ -136,7 +138,8 @@ def _d2_asset(corpus_name: str) -> AssetsDefinition:
         f"{registered_name('d2', corpus_name)} (alias 'current').",
         kinds={"scikitlearn", "mlflow"},
         check_specs=[AssetCheckSpec(REGISTRY_CHECK, asset=key, blocking=True,
-                                    description="The registered model loads by name and gives the trained model's scores.")],
+                                    description="The registered model loads by name and gives the trained "
+                                                "model's scores.")],
     )
     def _d2(context: AssetExecutionContext, config: D2TrainConfig, corpus_frame: pl.DataFrame,
             mlflow_tracker: MlflowTrackerResource):
@@ -153,7 +156,8 @@ def _d2_asset(corpus_name: str) -> AssetsDefinition:
                        **{f"test_{k}": v for k, v in point_metrics(y, scores).items()}}
             run.log_metrics(metrics)
             registered = register_detector(detector, name=registered_name("d2", corpus_name), run_id=run.run_id,
-                                           tracking_uri=uri, tags={"corpus": corpus_name, "test_f1": metrics["test_f1"]},
+                                           tracking_uri=uri,
+                                           tags={"corpus": corpus_name, "test_f1": metrics["test_f1"]},
                                            description=f"D2 TF-IDF+LR trained on the {corpus_name} training split.")
         record = {**registered.record(), "corpus": corpus_name, **metrics}
         yield Output(record, metadata={"registered_name": registered.name, "version": registered.version,
@@ -183,7 +187,8 @@ def _d4_asset(corpus_name: str) -> AssetsDefinition:
         f"safetensors weights and registered as {registered_name('d4', corpus_name)} (alias 'current').",
         kinds={"pytorch", "mlflow"},
         check_specs=[AssetCheckSpec(REGISTRY_CHECK, asset=key, blocking=True,
-                                    description="The registered model loads by name and gives the trained model's scores.")],
+                                    description="The registered model loads by name and gives the trained "
+                                                "model's scores.")],
     )
     def _d4(context: AssetExecutionContext, config: D4TrainConfig, corpus_frame: pl.DataFrame,
             mlflow_tracker: MlflowTrackerResource, model_store: ModelStoreResource):
@@ -203,7 +208,8 @@ def _d4_asset(corpus_name: str) -> AssetsDefinition:
             metrics = {**report.metrics(), **{f"test_{k}": v for k, v in point_metrics(y, scores).items()}}
             run.log_metrics(metrics)
             registered = register_detector(detector, name=registered_name("d4", corpus_name), run_id=run.run_id,
-                                           tracking_uri=uri, tags={"corpus": corpus_name, "test_f1": metrics["test_f1"]},
+                                           tracking_uri=uri,
+                                           tags={"corpus": corpus_name, "test_f1": metrics["test_f1"]},
                                            description=f"D4 MiniLM fine-tuned on the {corpus_name} training split.")
         context.log.info(f"D4 {corpus_name}: fine-tuned {train.height} texts in {report.wall_seconds:.1f}s, "
                          f"test F1 {metrics['test_f1']:.4f}")
@@ -260,7 +266,8 @@ def _evaluation_asset(corpus_name: str) -> AssetsDefinition:
         d3_note = f"{pretrained.chosen} ({pretrained.reason})"
         if corpus_name in ("deepset", "combined"):
             d3_note += f"; trained on deepset: {pretrained.record.get('trained_on_deepset', 'unknown')}"
-        versions = {"d2_version": d2_detector.registered.version, "d4_version": d4_detector.registered.version}
+        versions = {"d2_version": registered_ref(d2_detector).version,
+                    "d4_version": registered_ref(d4_detector).version}
         params = {"corpus": corpus_name, "n_bootstrap": config.n_bootstrap, "n_single_latency": config.n_single_latency,
                   "max_test_samples": config.max_test_samples, "d2_model": d2["registered_name"],
                   "d4_model": d4["registered_name"], "d3_model": pretrained.record.get("model"),
@@ -293,7 +300,8 @@ def _evaluation_asset(corpus_name: str) -> AssetsDefinition:
         valid = all(0.0 <= row[f"{m}_ci_low"] <= row[f"{m}_ci_high"] <= 1.0 and 0.0 <= row[m] <= 1.0
                     for row in rows for m in names)
         inside = all(row[f"{m}_ci_low"] - 1e-12 <= row[m] <= row[f"{m}_ci_high"] + 1e-12 for row in rows for m in names)
-        yield AssetCheckResult(check_name="table_complete", passed=valid and [r["detector"][:2] for r in rows] == list(ORDER),
+        yield AssetCheckResult(check_name="table_complete",
+                               passed=valid and [r["detector"][:2] for r in rows] == list(ORDER),
                                metadata={"rows": len(rows), "every_point_inside_its_ci": inside})
         if corpus_name in SEED_GOAL_F1:
             best = max(evaluation.results["D4"].metrics["f1"], evaluation.results["D5"].metrics["f1"])

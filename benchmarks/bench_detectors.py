@@ -82,7 +82,7 @@ def main() -> int:
 
     print(f"\nDetector latency, torch threads = {THREADS} ({os.cpu_count()} CPUs visible); D4 = {d4_source}; "
           f"D4 max_length = {d4.settings.max_length} tokens")
-    print(f"| detector | texts | n | batched ms/sample | single ms/sample |\n|---|---|---|---|---|")
+    print("| detector | texts | n | batched ms/sample | single ms/sample |\n|---|---|---|---|---|")
     for name, corpus, n, batched, single in rows:
         print(f"| {name} | {corpus} test | {n} | {batched:.2f} | {single:.2f} |")
     for label, value in (("float32", rows[0][3]), ("int8 dynamic", rows[2][3])):

@@ -107,7 +107,8 @@ def main() -> None:
     base_gen = statistics.median(r["gen_tps"] for r in base)
     print(f"model {Path(model).name}, {args.threads} threads, ~{args.prompt_words} prompt words, {args.tokens} "
           f"generated tokens, {args.rounds} rounds x {args.repeats} generations per configuration\n")
-    print("| build | extra buffer types | prompt tok/s (median, min-max) | vs default | generation tok/s | vs default | same text |")
+    print("| build | extra buffer types | prompt tok/s (median, min-max) | vs default | generation tok/s | vs default "
+          "| same text |")
     print("|---|---|---|---|---|---|---|")
     reference_text = base[0]["text"] if base else ""
     for build, bufts in configs:
@@ -120,7 +121,8 @@ def main() -> None:
         same = all(r["text"] == reference_text for r in runs)
         print(f"| {build} | {'on' if bufts == '1' else 'off (default)' if build.startswith('portable') else 'off'} | "
               f"{statistics.median(prompt):.0f} ({min(prompt):.0f}-{max(prompt):.0f}) | "
-              f"{statistics.median(prompt) / base_prompt:.2f}x | {statistics.median(gen):.0f} ({min(gen):.0f}-{max(gen):.0f}) | "
+              f"{statistics.median(prompt) / base_prompt:.2f}x | "
+              f"{statistics.median(gen):.0f} ({min(gen):.0f}-{max(gen):.0f}) | "
               f"{statistics.median(gen) / base_gen:.2f}x | {'yes' if same else 'no'} |")
     print()
     for build, line in info.items():

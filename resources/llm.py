@@ -13,7 +13,8 @@ class LLMResource(ConfigurableResource):
     backend: Literal["llama_cpp", "openai_compatible"] = "llama_cpp"
     base_url: str | None = Field(default=None, description="Endpoint for openai_compatible, e.g. http://127.0.0.1:8080/v1")
     model: str | None = Field(default=None, description="Model name sent to the endpoint.")
-    extra_body: dict[str, float] = Field(default_factory=dict, description="Server-specific sampling fields, e.g. repeat_penalty.")
+    extra_body: dict[str, float] = Field(default_factory=dict,
+                                         description="Server-specific sampling fields, e.g. repeat_penalty.")
     n_threads: int | None = None
     seed: int = 0
 

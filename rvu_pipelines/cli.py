@@ -34,7 +34,13 @@ def data() -> None:
 @click.option("--mirror", type=click.Path(), default=None, help="Mirror folder (default: RVU_DATA_MIRROR).")
 def data_check(mirror: str | None) -> None:
     """List each data set with rows and sha256 status; exit 1 if a required one is unusable."""
-    from rvu_pipelines.data import MirrorDatasetSource, check_counts, dataset_source_from_env, load_catalog, load_dataset
+    from rvu_pipelines.data import (
+        MirrorDatasetSource,
+        check_counts,
+        dataset_source_from_env,
+        load_catalog,
+        load_dataset,
+    )
 
     catalog = load_catalog()
     source = MirrorDatasetSource(Path(mirror)) if mirror else dataset_source_from_env()
@@ -83,7 +89,8 @@ def models() -> None:
 
 
 @models.command("check")
-@click.option("--profile", default=None, help="Model profile from configs/models.yaml (default: RVU_MODEL_PROFILE or the file's default).")
+@click.option("--profile", default=None,
+              help="Model profile from configs/models.yaml (default: RVU_MODEL_PROFILE or the file's default).")
 def models_check(profile: str | None) -> None:
     """Resolve and load each model of a profile; print its source, sha256 and one line of real output."""
     from rvu_pipelines.models import LlamaCppChatModel, ModelStore, load_model_config
@@ -124,7 +131,8 @@ def _embedder_for_recovery():
 @click.argument("incident", type=click.Path(exists=True, dir_okay=False))
 @click.option("--cert-out", type=click.Path(dir_okay=False), default=None,
               help="Where to write the signed certificate (default .rvu/recovery/certificates/<incident>.json).")
-@click.option("--state", type=click.Path(file_okay=False), default=None, help="Recovery state folder (default .rvu/recovery).")
+@click.option("--state", type=click.Path(file_okay=False), default=None,
+              help="Recovery state folder (default .rvu/recovery).")
 def recover(incident: str, cert_out: str | None, state: str | None) -> None:
     """Recover from an incident log without Dagster: ingest, closure, risk, tiers, signed certificate."""
     from rvu_pipelines.provenance.incident import load_incident
@@ -143,7 +151,8 @@ def recover(incident: str, cert_out: str | None, state: str | None) -> None:
 
 @cli.command()
 @click.argument("certificate", type=click.Path(dir_okay=False))
-@click.option("--trust", multiple=True, help="Trusted public-key fingerprint(s); default: this machine's key if present.")
+@click.option("--trust", multiple=True,
+              help="Trusted public-key fingerprint(s); default: this machine's key if present.")
 def verify(certificate: str, trust: tuple[str, ...]) -> None:
     """Exit 0 if the certificate's digest and Ed25519 signature verify, else 1 with the reason."""
     from rvu_pipelines.recovery import trusted_fingerprint, verify_certificate
@@ -157,7 +166,8 @@ def verify(certificate: str, trust: tuple[str, ...]) -> None:
 
 @cli.command()
 @click.argument("entry_id")
-@click.option("--state", type=click.Path(file_okay=False), default=None, help="Recovery state folder (default .rvu/recovery).")
+@click.option("--state", type=click.Path(file_okay=False), default=None,
+              help="Recovery state folder (default .rvu/recovery).")
 @click.option("--reason", default="operator", help="Recorded in the store's event log.")
 def restore(entry_id: str, state: str | None, reason: str) -> None:
     """Lift the quarantine of ENTRY_ID: its vector is re-added to the index and the event logged."""
@@ -173,7 +183,8 @@ def restore(entry_id: str, state: str | None, reason: str) -> None:
 @click.option("--profile", default=None, help="Model profile (default: RVU_MODEL_PROFILE or the file's default).")
 @click.option("--golden", type=click.Path(dir_okay=False), default=None,
               help="Golden file (default: configs/golden/table1_<profile>.json).")
-@click.option("--update-golden", is_flag=True, help="Write the current results as the golden file instead of comparing.")
+@click.option("--update-golden", is_flag=True,
+              help="Write the current results as the golden file instead of comparing.")
 @click.option("--detector", default="nanoguard", show_default=True,
               help="Classifier defense's detector: nanoguard, heuristic or registered:<name>.")
 def regress(profile: str | None, golden: str | None, update_golden: bool, detector: str) -> None:
@@ -181,8 +192,14 @@ def regress(profile: str | None, golden: str | None, update_golden: bool, detect
     schedule does: exit 0 within tolerance, 1 with the diff otherwise. Finished cells are reused."""
     from rvu_pipelines.agents.evaluation import attack_table, table_markdown
     from rvu_pipelines.agents.harness import AGENT_N_CTX, Harness
-    from rvu_pipelines.agents.regression import (compare_to_golden, drift_markdown, golden_path, load_golden,
-                                                 load_tolerance, write_golden)
+    from rvu_pipelines.agents.regression import (
+        compare_to_golden,
+        drift_markdown,
+        golden_path,
+        load_golden,
+        load_tolerance,
+        write_golden,
+    )
     from rvu_pipelines.models import LlamaCppChatModel, ModelStore, load_model_config
     from rvu_pipelines.scenarios.axes import CANONICAL, DEFENSES
 

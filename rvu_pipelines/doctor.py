@@ -57,7 +57,8 @@ def check_llama_build() -> Check:
     try:
         import llama_cpp
     except Exception as exc:  # an ImportError or a failed dlopen of the shared library
-        return Check("llama.cpp build", False, f"llama_cpp does not import ({type(exc).__name__}: {exc}); run `make setup`.")
+        return Check("llama.cpp build", False,
+                     f"llama_cpp does not import ({type(exc).__name__}: {exc}); run `make setup`.")
     system_info = llama_cpp.llama_print_system_info().decode(errors="replace").strip()
     build = installed_build_info()
     built_for = (f"built by set-up for {build.get('target')} / {build.get('level')} (key {build.get('key')})"

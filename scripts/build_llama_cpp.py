@@ -41,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from rvu_pipelines.cpu_features import host_cpu_flags, x86_64_level  # noqa: E402  (stdlib only)
+
 CONSTRAINTS = ROOT / "requirements" / "constraints.txt"
 TARGETS = ("portable", "native")
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -71,11 +72,11 @@ def trustair_jailbreaks(files: Files) -> pl.DataFrame:
     )
 
 
-def _choices(value: object) -> list[str]:
+def _choices(value: str | Iterable[object]) -> list[str]:
     """The mirror stores choices as a Python-literal string; the hub as a list."""
-    if isinstance(value, str):
-        value = ast.literal_eval(value)  # literal_eval evaluates literals only, never code
-    return [str(choice) for choice in value]  # type: ignore[union-attr]
+    # literal_eval evaluates literals only, never code
+    choices = ast.literal_eval(value) if isinstance(value, str) else value
+    return [str(choice) for choice in choices]
 
 
 def wmdp_cyber(files: Files) -> pl.DataFrame:
@@ -111,7 +112,8 @@ def injecagent(files: Files) -> pl.DataFrame:
         cases = _read_json(files[f"test_cases_{setting}_base.json"])
         assert isinstance(cases, list)
         for index, case in enumerate(cases):
-            record = {"setting": setting, "case_index": index, "modified": bool(case.get("Modifed", 0))}
+            record: dict[str, Any] = {"setting": setting, "case_index": index,
+                                      "modified": bool(case.get("Modifed", 0))}
             record.update({new: case.get(old) for old, new in columns.items()})
             record["attacker_tools"] = list(record["attacker_tools"] or [])
             records.append(record)
@@ -217,9 +219,12 @@ def agentpoison_strategyqa(files: Files) -> pl.DataFrame:
 
 def minja(files: Files) -> pl.DataFrame:
     """victim, session, instruction, with the victim's injection target and target price."""
-    targets = {t["victim"]: t for t in _read_json(files["victim_target.json"])}  # type: ignore[union-attr]
+    victim_targets = _read_json(files["victim_target.json"])
+    victim_questions = _read_json(files["victim_questions.json"])
+    assert isinstance(victim_targets, list) and isinstance(victim_questions, list)
+    targets = {t["victim"]: t for t in victim_targets}
     records = []
-    for victim in _read_json(files["victim_questions.json"]):  # type: ignore[union-attr]
+    for victim in victim_questions:
         target = targets.get(victim["victim"], {})
         for question in victim["questions"]:
             records.append(

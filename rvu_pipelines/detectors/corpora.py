@@ -102,7 +102,8 @@ def deduplicate(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.unique(subset="text", keep="first", maintain_order=True)
 
 
-def stratified_split(frame: pl.DataFrame, *, test_fraction: float = TEST_FRACTION, seed: int = SPLIT_SEED) -> pl.DataFrame:
+def stratified_split(frame: pl.DataFrame, *, test_fraction: float = TEST_FRACTION,
+                     seed: int = SPLIT_SEED) -> pl.DataFrame:
     """The seed's rule: sklearn ``train_test_split(stratify=y, random_state=42)`` over rows in id order."""
     from sklearn.model_selection import train_test_split
 
@@ -110,7 +111,7 @@ def stratified_split(frame: pl.DataFrame, *, test_fraction: float = TEST_FRACTIO
     labels = frame["label"].to_numpy()
     if len(set(labels.tolist())) < 2 or min(np.bincount(labels)) < 2:
         raise DetectorError("A stratified split needs at least two rows of each label; the corpus has "
-                            f"{dict(zip(*np.unique(labels, return_counts=True)))}.")
+                            f"{dict(zip(*np.unique(labels, return_counts=True), strict=True))}.")
     _, test_index = train_test_split(np.arange(frame.height), test_size=test_fraction, stratify=labels,
                                      random_state=seed)
     is_test = np.zeros(frame.height, dtype=bool)

@@ -56,7 +56,8 @@ class CorpusEvaluation:
         return out
 
 
-def held_out_sample(corpus: Corpus, max_test: int | None = None, seed: int = BOOTSTRAP_SEED) -> tuple[list[str], np.ndarray]:
+def held_out_sample(corpus: Corpus, max_test: int | None = None,
+                    seed: int = BOOTSTRAP_SEED) -> tuple[list[str], np.ndarray]:
     """The test split, or a stratified subsample of ``max_test`` rows (quick runs, tests); order by id."""
     part = stratified_subsample(corpus.part("test"), max_test, seed=seed)
     return part["text"].to_list(), part["label"].to_numpy().astype(np.int64)

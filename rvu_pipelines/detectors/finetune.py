@@ -33,7 +33,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -43,7 +43,7 @@ from rvu_pipelines.errors import ChecksumMismatchError, DetectorError
 FORMAT = "rvu-d4-finetuned/1"
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "detector.json"
-ENCODER_ROLE = "embedder"
+ENCODER_ROLE: Final = "embedder"  # Final: typed as the Literal model role
 SEED_EPOCHS = {"deepset": 3, "jailbreak": 3, "combined": 2, "jackhhao": 3}
 
 
@@ -224,13 +224,15 @@ class FinetunedDetector(DetectorBase):
 
         with warnings.catch_warnings():  # torch.ao.quantization is deprecated in favour of torchao (not a dependency)
             warnings.simplefilter("ignore")
-            model = torch.ao.quantization.quantize_dynamic(copy.deepcopy(self.model), {torch.nn.Linear}, dtype=torch.qint8)
+            model = torch.ao.quantization.quantize_dynamic(copy.deepcopy(self.model), {torch.nn.Linear},
+                                                           dtype=torch.qint8)
         clone = FinetunedDetector(model, self.tokenizer, self.settings, self.encoder, batch_size=self.batch_size)
         clone.name = f"{self.name} (int8)"
         return clone
 
     def trainable_state(self) -> dict[str, Any]:
-        return {k: v.detach().contiguous() for k, v in self.model.state_dict().items() if k in _trainable_keys(self.model)}
+        return {k: v.detach().contiguous() for k, v in self.model.state_dict().items()
+                if k in _trainable_keys(self.model)}
 
     def save(self, folder: Path) -> Path:
         """``model.safetensors`` (the trained tensors) + ``detector.json`` (settings, base encoder digest)."""
@@ -327,7 +329,8 @@ def _batches(lengths: Sequence[int], batch_size: int, generator: Any, group_by_l
 
 
 def finetune(texts: Sequence[str], labels: Sequence[int] | np.ndarray, *, encoder: EncoderRef | None = None,
-             settings: FinetuneSettings | None = None, progress: bool = True) -> tuple[FinetunedDetector, FinetuneReport]:
+             settings: FinetuneSettings | None = None,
+             progress: bool = True) -> tuple[FinetunedDetector, FinetuneReport]:
     """Fine-tune D4 on one training split; deterministic for a given seed, data and thread count.
 
     The frozen lower layers are a fixed feature extractor (eval mode, no dropout), so their output
@@ -339,7 +342,8 @@ def finetune(texts: Sequence[str], labels: Sequence[int] | np.ndarray, *, encode
     settings = settings or FinetuneSettings()
     y = np.asarray(labels, dtype=np.int64)
     if len(texts) != len(y) or len(y) == 0 or not set(np.unique(y).tolist()) <= {0, 1}:
-        raise DetectorError(f"D4 needs one 0/1 label per text; got {len(texts)} texts and labels {sorted(set(y.tolist()))}.")
+        raise DetectorError(f"D4 needs one 0/1 label per text; got {len(texts)} texts and labels "
+                            f"{sorted(set(y.tolist()))}.")
     start = time.perf_counter()
     base = encoder or resolve_encoder()
     tokenizer = _tokenizer(base)
@@ -384,7 +388,8 @@ def finetune(texts: Sequence[str], labels: Sequence[int] | np.ndarray, *, encode
     return FinetunedDetector(model, tokenizer, settings, base), report
 
 
-def untrained_detector(encoder: EncoderRef | None = None, settings: FinetuneSettings | None = None) -> FinetunedDetector:
+def untrained_detector(encoder: EncoderRef | None = None,
+                       settings: FinetuneSettings | None = None) -> FinetunedDetector:
     """The D4 architecture with a fresh head: for latency benchmarks (latency does not depend on weights)."""
     base = encoder or resolve_encoder()
     settings = settings or FinetuneSettings()

@@ -144,7 +144,8 @@ class NanoGuardDetector(DetectorBase):
         from nanoguard.model import Classifier, ModelConfig
 
         folder = Path(assets_dir) if assets_dir else nanoguard_assets_dir()
-        self.encoding = load_tiktoken_encoding(_read_verified(folder / "tokenizer.pkl", NANOGUARD_SHA256["tokenizer.pkl"]))
+        self.encoding = load_tiktoken_encoding(
+            _read_verified(folder / "tokenizer.pkl", NANOGUARD_SHA256["tokenizer.pkl"]))
         checkpoint_bytes = _read_verified(folder / "model.pt", NANOGUARD_SHA256["model.pt"])
         checkpoint = torch.load(io.BytesIO(checkpoint_bytes), map_location="cpu", weights_only=True)
         config = dict(checkpoint["config"], dropout=0.0)
@@ -194,13 +195,15 @@ class HubClassifierDetector(DetectorBase):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(model_id, revision=revision, local_files_only=local_files_only)
+            self.tokenizer = AutoTokenizer.from_pretrained(model_id, revision=revision,
+                                                           local_files_only=local_files_only)
             self.model = AutoModelForSequenceClassification.from_pretrained(
                 model_id, revision=revision, local_files_only=local_files_only).eval()
         except Exception as exc:
             raise ModelUnavailableError(
                 f"D3 classifier {model_id} @ {revision} could not be loaded: {type(exc).__name__}: "
-                f"{str(exc).splitlines()[0] if str(exc) else ''}. Offline, use the NanoGuard model (pretrained='nanoguard')."
+                f"{str(exc).splitlines()[0] if str(exc) else ''}. "
+                "Offline, use the NanoGuard model (pretrained='nanoguard')."
             ) from exc
         labels = {int(k): str(v).upper() for k, v in self.model.config.id2label.items()}
         injection = [k for k, v in labels.items() if "INJECT" in v or "JAILBREAK" in v or v == "UNSAFE"]
@@ -250,7 +253,8 @@ class PretrainedChoiceRecord:
     record: dict[str, Any] = field(default_factory=dict)
 
 
-def load_pretrained_detector(prefer: PretrainedChoice = "auto", *, protectai_revision: str = "main") -> PretrainedChoiceRecord:
+def load_pretrained_detector(prefer: PretrainedChoice = "auto", *,
+                             protectai_revision: str = "main") -> PretrainedChoiceRecord:
     """``auto``: protectai's DeBERTa when the hub is reachable, else NanoGuard (offline fallback)."""
     if prefer not in ("auto", "protectai", "nanoguard"):
         raise DetectorError(f"Invalid pretrained choice '{prefer}'. Allowed values: auto, nanoguard, protectai")
@@ -261,7 +265,8 @@ def load_pretrained_detector(prefer: PretrainedChoice = "auto", *, protectai_rev
             reason = f"{why}: NanoGuard stands in for protectai"
         else:
             try:
-                hub = HubClassifierDetector(PROTECTAI_REPO, revision=protectai_revision, name="D3 DeBERTa-v3 protectai (zero-shot)")
+                hub = HubClassifierDetector(PROTECTAI_REPO, revision=protectai_revision,
+                                            name="D3 DeBERTa-v3 protectai (zero-shot)")
                 return PretrainedChoiceRecord(hub, "protectai", "hub reachable", hub.record)
             except ModelUnavailableError as exc:
                 if prefer == "protectai":

@@ -134,7 +134,16 @@ def resolve_version(name: str, tracking_uri: str | None = None, version: str | i
     return RegisteredDetector(name, str(found.version), str(found.run_id or ""), kind, uri)
 
 
-def load_registered_detector(name: str, tracking_uri: str | None = None, version: str | int | None = None) -> DetectorBase:
+def registered_ref(detector: DetectorBase) -> RegisteredDetector:
+    """Where a detector from :func:`load_registered_detector` was loaded from (its ``registered`` attribute)."""
+    ref = getattr(detector, "registered", None)
+    if not isinstance(ref, RegisteredDetector):
+        raise RegisteredDetectorError(f"{detector.name} was not loaded from the MLflow registry.")
+    return ref
+
+
+def load_registered_detector(name: str, tracking_uri: str | None = None,
+                             version: str | int | None = None) -> DetectorBase:
     """The registered detector ``name`` (alias ``current`` unless ``version``) as an InjectionDetector."""
     import mlflow.artifacts
 
@@ -145,8 +154,8 @@ def load_registered_detector(name: str, tracking_uri: str | None = None, version
             local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=tmp,
                                                              tracking_uri=ref.tracking_uri))
         except Exception as exc:
-            raise RegisteredDetectorError(f"The files of {ref.model_uri} could not be downloaded from {ref.tracking_uri}: "
-                                          f"{type(exc).__name__}: {exc}") from exc
+            raise RegisteredDetectorError(f"The files of {ref.model_uri} could not be downloaded from "
+                                          f"{ref.tracking_uri}: {type(exc).__name__}: {exc}") from exc
         mlmodel = local / "MLmodel"
         if not mlmodel.is_file():
             raise RegisteredDetectorError(f"{ref.model_uri} has no MLmodel file; it is not a logged detector.")

@@ -19,7 +19,9 @@ class SentenceEmbedder:
 
     @property
     def dimension(self) -> int:
-        return int(self._model.get_embedding_dimension())
+        dimension = self._model.get_embedding_dimension()
+        assert dimension is not None, f"{self.name} does not report its embedding dimension"
+        return int(dimension)
 
     def encode(self, texts: list[str], *, show_progress: bool = False) -> np.ndarray:
         vectors = self._model.encode(

@@ -61,7 +61,7 @@ PREFIX_REUSE_MODES: tuple[str, ...] = ("off", "last", "ram")
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common token prefix of ``a`` and ``b``."""
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):  # stops at the shorter sequence on purpose
         if x != y:
             break
         n += 1

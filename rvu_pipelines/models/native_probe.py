@@ -126,8 +126,8 @@ class ProbeResult:
                          f"{EXTRA_BUFTS_ENV}=0 (the default), or rebuild without AMX: "
                          f"`{BUILD_TARGET_ENV}=portable make setup`.")
         elif missing:
-            lines.append(f"The installed llama.cpp was compiled for instruction sets this CPU lacks ({', '.join(missing)}): "
-                         f"it was built on another machine. Rebuild it for a portable target: "
+            lines.append(f"The installed llama.cpp was compiled for instruction sets this CPU lacks "
+                         f"({', '.join(missing)}): it was built on another machine. Rebuild it for a portable target: "
                          f"`{BUILD_TARGET_ENV}=portable make setup` (scripts/build_llama_cpp.py).")
         else:
             lines.append(f"Try {EXTRA_BUFTS_ENV}=0 (no weight repacking) and a portable rebuild "

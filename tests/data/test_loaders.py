@@ -70,7 +70,8 @@ def test_count_check_reports_a_missing_row(catalog, shared_data) -> None:
     spec = catalog.get("injecagent")
     frame = load_dataset(spec, MirrorDatasetSource(shared_data)).frame
     problems = check_counts(spec, frame.slice(1))
-    assert [str(p) for p in problems] == ["rows: expected 1054, got 1053", "rows with setting=dh: expected 510, got 509"]
+    assert [str(p) for p in problems] == ["rows: expected 1054, got 1053",
+                                          "rows with setting=dh: expected 510, got 509"]
 
 
 def test_agentdojo_suites_from_package(catalog) -> None:

@@ -8,7 +8,6 @@ import json
 import shutil
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -108,7 +107,8 @@ def test_hf_public_path_exports_the_mirror_layout(catalog, shared_data, tmp_path
 
     source = PublicDatasetSource(cache_root=tmp_path, hf_loader=hf_loader, offline=False)
     loaded = load_dataset(catalog.get("deepset_prompt_injections"), source)
-    assert calls == [("deepset/prompt-injections", None, "train", "main"), ("deepset/prompt-injections", None, "test", "main")]
+    assert calls == [("deepset/prompt-injections", None, "train", "main"),
+                     ("deepset/prompt-injections", None, "test", "main")]
     assert loaded.resolved.origin == "hf:deepset/prompt-injections@main"
     assert loaded.resolved.verified == {"prompt_injections.jsonl": False}  # rebuilt, so recorded not compared
     assert check_counts(loaded.spec, loaded.frame) == []

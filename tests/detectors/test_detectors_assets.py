@@ -57,7 +57,8 @@ def test_deepset_chain_materializes_and_registers(tmp_path) -> None:
     assert metadata["roc_curve"].value.startswith("![ROC curves](data:image/png;base64,")
     assert "| D4 MiniLM fine-tuned |" in metadata["table"].value
 
-    runs = {r.data.tags["asset_key"]: r for r in tracker.latest_runs(50) if r.data.tags.get("dagster_run_id") == result.run_id}
+    runs = {r.data.tags["asset_key"]: r for r in tracker.latest_runs(50)
+            if r.data.tags.get("dagster_run_id") == result.run_id}
     assert set(runs) == {"detector_d2_deepset", "detector_d4_deepset", "detector_evaluation_deepset"}
     evaluation_run = runs["detector_evaluation_deepset"]
     assert evaluation_run.data.params["d3_choice"] == "nanoguard"

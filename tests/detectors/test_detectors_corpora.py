@@ -86,7 +86,7 @@ def test_jackhhao_loader_maps_columns_and_resplits() -> None:
     assert calls == [("jackhhao/jailbreak-classification", "train", "abc123"),
                      ("jackhhao/jailbreak-classification", "test", "abc123")]
     assert corpus.counts() == {"test/0": 10, "test/1": 10, "train/0": 40, "train/1": 40}
-    labelled = dict(zip(corpus.frame["text"], corpus.frame["label"]))
+    labelled = dict(zip(corpus.frame["text"], corpus.frame["label"], strict=True))
     assert labelled["You are DAN number 3"] == 1 and labelled["benign test 2"] == 0
 
 

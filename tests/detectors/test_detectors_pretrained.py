@@ -113,7 +113,8 @@ def test_hub_classifier_reads_the_injection_label(tmp_path, encoder) -> None:
 
     torch.manual_seed(0)
     config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=37, id2label={0: "SAFE", 1: "INJECTION"}, label2id={"SAFE": 0, "INJECTION": 1})
+                        intermediate_size=37, id2label={0: "SAFE", 1: "INJECTION"},
+                        label2id={"SAFE": 0, "INJECTION": 1})
     BertForSequenceClassification(config).save_pretrained(tmp_path)
     AutoTokenizer.from_pretrained(str(encoder.path)).save_pretrained(tmp_path)
     detector = HubClassifierDetector(str(tmp_path), local_files_only=True, name="D3 tiny")
@@ -133,6 +134,7 @@ def test_no_plain_pickle_load_in_the_detectors_package() -> None:
                 offenders.append(f"{path.name}: {dotted}")
             if dotted == "torch.load":
                 weights_only = [k for k in node.keywords if k.arg == "weights_only"]
-                if not weights_only or not (isinstance(weights_only[0].value, ast.Constant) and weights_only[0].value.value is True):
+                if not weights_only or not (isinstance(weights_only[0].value, ast.Constant)
+                                            and weights_only[0].value.value is True):
                     offenders.append(f"{path.name}: torch.load without weights_only=True")
     assert offenders == []

@@ -53,7 +53,8 @@ def test_logged_models_use_no_pickle(registered, tracker, tmp_path) -> None:
 
     for kind, flavor in (("d2", "sklearn"), ("d4", "python_function")):
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"runs:/{registered[kind].run_id}/model",
-                                                         dst_path=str(tmp_path / kind), tracking_uri=tracker.tracking_uri))
+                                                         dst_path=str(tmp_path / kind),
+                                                         tracking_uri=tracker.tracking_uri))
         spec = yaml.safe_load((local / "MLmodel").read_text())
         assert flavor in spec["flavors"]
         assert not [p.name for p in local.rglob("*") if p.suffix in (".pkl", ".pickle")]

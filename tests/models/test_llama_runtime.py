@@ -66,7 +66,8 @@ def test_a_bad_switch_value_names_the_variable(monkeypatch, value: str) -> None:
 
 
 def test_system_info_is_parsed_and_compared_with_the_cpu() -> None:
-    info = "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | AVX512 = 1 | AMX_INT8 = 1 | REPACK = 1 |"
+    info = ("CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | AVX512 = 1 | AMX_INT8 = 1 "
+            "| REPACK = 1 |")
     parsed = parse_system_info(info)
     assert parsed["AVX512"] == "1" and parsed["REPACK"] == "1"
     avx2_only = {"pni", "ssse3", "avx", "avx2", "f16c", "fma"}

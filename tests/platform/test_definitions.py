@@ -33,7 +33,8 @@ def test_default_job_selects_every_asset_with_checks() -> None:
     assert {key.to_user_string() for key in partitioned} >= {"attack_cell"}  # benchmark × defense cells
     # D2 and D4 on deepset are trained and registered by the default job, so MLflow has models after `make run`
     default_detectors = {key for key in detectors
-                         if key.to_user_string() in ("detector_corpus_deepset", "detector_d2_deepset", "detector_d4_deepset")}
+                         if key.to_user_string() in ("detector_corpus_deepset", "detector_d2_deepset",
+                                                     "detector_d4_deepset")}
     assert len(default_detectors) == 3
     assert selected == (set(repository.asset_graph.get_all_asset_keys()) - partitioned - detectors) | default_detectors
     assert len(list(job.asset_layer.asset_graph.asset_check_keys)) >= 14

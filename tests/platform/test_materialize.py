@@ -5,8 +5,8 @@ from __future__ import annotations
 import polars as pl
 from dagster import DagsterInstance, materialize
 
-from resources import LocalTableIOManager, MlflowTrackerResource
 from assets.recovery import incident_recovery
+from resources import LocalTableIOManager, MlflowTrackerResource
 from rvu_pipelines.definitions import ALL_ASSETS, _resources
 from rvu_pipelines.tracking import MlflowTracker
 
