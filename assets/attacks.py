@@ -76,9 +76,8 @@ def open_harness(config: HarnessConfig, llm_model: dict, llm: LLMResource, model
         return llm.build(Path(llm_model["path"]), n_ctx=max(AGENT_N_CTX, int(llm_model["n_ctx"])),
                          name=llm_model["name"])
 
-    overrides = {k: v for k, v in (("max_iters", config.max_iters), ("max_tokens", config.max_tokens)) if v is not None}
     return Harness.open((build, llm_model["name"]), profile=model_store.profile_name(), model_id=llm_model["sha256"],
-                        detector=config.detector, **overrides)
+                        detector=config.detector, max_iters=config.max_iters, max_tokens=config.max_tokens)
 
 
 def _params(harness: Harness, run: CellRun, llm_model: dict) -> dict:
@@ -139,7 +138,7 @@ def attack_cell(context: AssetExecutionContext, config: AttackCellConfig, llm_mo
                 model_store: ModelStoreResource, mlflow_tracker: MlflowTrackerResource):
     key = context.partition_key
     keys = key.keys_by_dimension if isinstance(key, MultiPartitionKey) else dict(
-        zip(("benchmark", "defense"), str(key).split("|")))
+        zip(("benchmark", "defense"), str(key).split("|"), strict=True))
     harness = open_harness(config, llm_model, llm, model_store)
     run = harness.run_cell(keys["benchmark"], keys["defense"], limit=config.limit, progress=config.progress)
     run_id = _log_cell(context, mlflow_tracker, harness, run, llm_model)

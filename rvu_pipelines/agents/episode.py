@@ -68,7 +68,8 @@ def _recover(incident: Path, defense: str, settings: DefenseSettings, workdir: P
     result = recover(incident, folder / "provenance.duckdb", None, key_dir, workdir / CERTIFICATE_FILE,
                      TextDetectorContamination(settings.detector), closure_mode=mode)
     fingerprint = trusted_fingerprint(key_dir)
-    verified, _ = verify_certificate(result.certificate_path, trusted_fingerprints=[fingerprint] if fingerprint else None)
+    verified, _ = verify_certificate(result.certificate_path,
+                                     trusted_fingerprints=[fingerprint] if fingerprint else None)
     return {
         "certificate_path": str(result.certificate_path), "certificate_verified": bool(verified),
         "closure_mode": mode, "closure_seeds": len(result.seeds), "closure_v1_size": len(result.closure_v1),

@@ -200,6 +200,9 @@ def cell_metrics(rows: pl.DataFrame) -> dict[str, float]:
     utility = ok["utility"].cast(pl.Float64).to_list() if n else []
     u_low, u_high = bootstrap_mean_ci(utility)
     certificates = ok["certificate_path"].drop_nulls().len() if "certificate_path" in ok.columns else 0
+    latency = ok["latency_s"].mean() if n else float("nan")
+    if not isinstance(latency, (int, float)):  # EpisodeResult.latency_s is a non-null float: the mean is one
+        raise TypeError(f"The mean of latency_s is {latency!r}, not a number.")
     verified = int(ok["certificate_verified"].fill_null(False).sum()) if "certificate_verified" in ok.columns else 0
     return {
         "n": n,
@@ -213,7 +216,7 @@ def cell_metrics(rows: pl.DataFrame) -> dict[str, float]:
         "utility": float(np.mean(utility)) if utility else float("nan"),
         "utility_ci_low": u_low,
         "utility_ci_high": u_high,
-        "latency_s": float(ok["latency_s"].mean()) if n else float("nan"),
+        "latency_s": float(latency),
         "certificates_emitted": int(certificates),
         "certificates_verified": verified,
     }
@@ -242,9 +245,11 @@ def table_markdown(table: pl.DataFrame) -> str:
         certs = "–" if not row.get("certificates_emitted") else \
             f"{row['certificates_verified']}/{row['certificates_emitted']} verify"
         errors = f" ({row['errors']} errors)" if row.get("errors") else ""
+        security = _pct(row.get("security", float("nan")), row.get("security_ci_low", 0),
+                        row.get("security_ci_high", 0))
         lines.append(f"| {row['benchmark']} | {row['defense']} | {row['n']}{errors} | "
                      f"{_pct(row.get('asr', float('nan')), row.get('asr_ci_low', 0), row.get('asr_ci_high', 0))} | "
-                     f"{_pct(row.get('security', float('nan')), row.get('security_ci_low', 0), row.get('security_ci_high', 0))} | "
+                     f"{security} | "
                      f"{u} | {row.get('latency_s', float('nan')):.2f} | {certs} |")
     return "\n".join(lines)
 
@@ -258,7 +263,7 @@ def plot_attack_table(table: pl.DataFrame, path: Path, title: str) -> Path:
 
     benchmarks = list(dict.fromkeys(table["benchmark"].to_list()))
     fig, axes = plt.subplots(1, len(benchmarks), figsize=(4.5 * len(benchmarks), 3.6), squeeze=False)
-    for ax, benchmark in zip(axes[0], benchmarks):
+    for ax, benchmark in zip(axes[0], benchmarks, strict=True):
         part = table.filter(pl.col("benchmark") == benchmark)
         x = np.arange(part.height)
         for offset, metric, colour in ((-0.2, "asr", "tab:red"), (0.2, "utility", "tab:blue")):

@@ -110,8 +110,11 @@ class Harness:
     @classmethod
     def open(cls, chat_model: ChatModel | tuple[Callable[[], ChatModel], str], *, profile: str, model_id: str,
              detector: str = "nanoguard", root: Path | None = None, cache_path: Path | None = None,
-             **settings: Any) -> Harness:
-        """``chat_model``: a ChatModel, or ``(factory, name)`` to build it only when a prompt misses the cache."""
+             max_iters: int | None = None, max_tokens: int | None = None, **settings: Any) -> Harness:
+        """``chat_model``: a ChatModel, or ``(factory, name)`` to build it only when a prompt misses the cache.
+
+        ``max_iters`` / ``max_tokens``: None keeps DefenseSettings' default; ``settings``: other DefenseSettings.
+        """
         from rvu_pipelines.agents.defenses import DefenseSettings  # runtime only: imports AgentDojo (~8 s)
 
         if isinstance(chat_model, tuple):
@@ -119,7 +122,9 @@ class Harness:
         root = Path(root) if root else state_dir() / "attacks"
         cache = ResponseCache(cache_path or state_dir() / "llm_cache.sqlite")
         detector_obj, detector_version = detector_for(detector)
-        defense_settings = DefenseSettings(detector=MemoizedDetector(detector_obj), **settings)
+        limits: dict[str, Any] = {k: v for k, v in (("max_iters", max_iters), ("max_tokens", max_tokens))
+                                  if v is not None}
+        defense_settings = DefenseSettings(detector=MemoizedDetector(detector_obj), **limits, **settings)
         return cls(profile=profile, llm=CachedChatModel(chat_model, cache, model_id), model_id=model_id,
                    settings=defense_settings, detector_version=detector_version, root=root)
 

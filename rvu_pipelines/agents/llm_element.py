@@ -189,7 +189,8 @@ def _candidate_regions(text: str) -> list[str]:
     return [*regions, text]
 
 
-def parse_tool_calls(text: str, tool_names: frozenset[str] | set[str], *, call_id_prefix: str = "call") -> list[FunctionCall]:
+def parse_tool_calls(text: str, tool_names: frozenset[str] | set[str], *,
+                     call_id_prefix: str = "call") -> list[FunctionCall]:
     """Tool calls found in a model reply; [] when there is none (never raises).
 
     Accepts ``{"tool": ..., "arguments": {...}}`` (also ``name``/``function`` and ``args``/``parameters``),
@@ -255,7 +256,7 @@ class ChatModelLLM(BasePipelineElement):
         runtime: FunctionsRuntime,
         env: Env = EmptyEnv(),
         messages: Sequence[ChatMessage] = [],
-        extra_args: dict = {},
+        extra_args: dict = {},  # noqa: B006 (AgentDojo's BasePipelineElement.query signature)
     ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
         rendered = render_messages(messages, runtime.functions, self.default_system)
         completion = self.llm.chat(rendered, max_tokens=self.max_tokens, temperature=0.0, seed=self.seed)

@@ -76,7 +76,7 @@ def episode_records(
     scored = [i for i, text in tool_texts.items() if text.strip()]
     if detector is not None and scored:
         scores = detector.score([tool_texts[i] for i in scored])
-        flagged = {i for i, score in zip(scored, [float(s) for s in scores]) if score >= threshold}
+        flagged = {i for i, score in zip(scored, [float(s) for s in scores], strict=True) if score >= threshold}
 
     records: list[dict[str, Any]] = []
     last_id: str | None = None  # the newest entry of the conversation (parent of the next message)

@@ -65,7 +65,7 @@ class _Recorder(BasePipelineElement):
         self.aborted: str | None = None
 
     def query(self, query: str, runtime: FunctionsRuntime, env: Env = EmptyEnv(),
-              messages: Sequence[ChatMessage] = [], extra_args: dict = {}) -> tuple:
+              messages: Sequence[ChatMessage] = [], extra_args: dict = {}) -> tuple:  # noqa: B006 (AgentDojo's signature)
         try:
             result = self.inner.query(query, runtime, env, messages, extra_args)
         except AbortAgentError as exc:

@@ -38,13 +38,35 @@ class ScenarioOutcome:
 
 @runtime_checkable
 class Scenario(Protocol):
-    """One attack scenario: a user task with an injection planted where a tool will read it."""
+    """One attack scenario: a user task with an injection planted where a tool will read it.
 
-    scenario_id: str  # stable and unique, e.g. "injecagent/dh/0"; used in cache keys and golden files
-    benchmark: str  # "injecagent_dh", "injecagent_ds", "bipia_email", "bipia_table", "bipia_code", "agentdojo"
-    user_task: str  # the user's request, as the agent sees it
-    injection: str  # the attacker's text as planted (for reports and detectors)
-    task_tools: frozenset[str]  # tools the user's task legitimately needs (RVG's per-task allowlist input)
+    The attributes are read-only properties, so frozen dataclasses (every scenario type) satisfy it.
+    """
+
+    @property
+    def scenario_id(self) -> str:
+        """Stable and unique, e.g. "injecagent/dh/0"; used in cache keys and golden files."""
+        ...
+
+    @property
+    def benchmark(self) -> str:
+        """One of "injecagent_dh", "injecagent_ds", "bipia_email", "bipia_table", "bipia_code", "agentdojo"."""
+        ...
+
+    @property
+    def user_task(self) -> str:
+        """The user's request, as the agent sees it."""
+        ...
+
+    @property
+    def injection(self) -> str:
+        """The attacker's text as planted (for reports and detectors)."""
+        ...
+
+    @property
+    def task_tools(self) -> frozenset[str]:
+        """Tools the user's task legitimately needs (RVG's per-task allowlist input)."""
+        ...
 
     def run(self, pipeline: BasePipelineElement) -> ScenarioOutcome:
         """Run one fresh episode (new runtime and environment) through ``pipeline`` and judge it."""

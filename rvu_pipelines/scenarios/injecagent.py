@@ -75,7 +75,8 @@ class InjecAgentScenario:
     attack_type: str
     tool_response: str
     tool_specs: dict[str, ToolSpec] = field(repr=False, compare=False, hash=False)
-    tool_parameters: str = "{}"  # the pre-filled user-tool call's arguments (a Python literal, as InjecAgent ships them)
+    # the pre-filled user-tool call's arguments (a Python literal, as InjecAgent ships them)
+    tool_parameters: str = "{}"
 
     @property
     def scenario_id(self) -> str:

@@ -106,7 +106,8 @@ NAMES = frozenset({"read_inbox", "get_weather", "send_money"})
 @pytest.mark.parametrize(("text", "expected"), [
     ('{"tool": "read_inbox", "arguments": {}}', [("read_inbox", {})]),
     ('```json\n{"tool": "get_weather", "arguments": {"city": "Oslo"}}\n```', [("get_weather", {"city": "Oslo"})]),
-    ("<tool_call>{'tool': 'get_weather', 'arguments': {'city': 'Rome'}}</tool_call>", [("get_weather", {"city": "Rome"})]),
+    ("<tool_call>{'tool': 'get_weather', 'arguments': {'city': 'Rome'}}</tool_call>",
+     [("get_weather", {"city": "Rome"})]),
     ('Sure! {"name": "send_money", "args": {"recipient": "X", "amount": 5}} I will do it now.',
      [("send_money", {"recipient": "X", "amount": 5})]),
     ('{"tool": "send_money", "arguments": "{\\"recipient\\": \\"X\\", \\"amount\\": 1}"}',
@@ -127,7 +128,8 @@ def test_parser_accepts_calls_in_many_shapes(text: str, expected: list[tuple[str
 
 
 @pytest.mark.parametrize("text", [
-    "", "The meeting is on Friday.", '{"tool": "rm_rf", "arguments": {}}', '{"tool": "read_inbox", "arguments": [1, 2]}',
+    "", "The meeting is on Friday.", '{"tool": "rm_rf", "arguments": {}}',
+    '{"tool": "read_inbox", "arguments": [1, 2]}',
     '{"tool": "send_money", "arguments": {"recipient": "US12', "{tool: read_inbox}", '{"tool": 42}', "{{{{", "}}}}",
     '{"arguments": {"city": "Oslo"}}', '["read_inbox"]', '{"tool": "get_weather", "arguments": {1: 2}}',
 ])

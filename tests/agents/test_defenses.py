@@ -107,10 +107,12 @@ def _gated_transcript() -> tuple[list, EpisodeTrace, InboxScenario]:
     runtime = scenario.runtime()
     trace = EpisodeTrace()
     gate = ToolGate(load_tool_allowlist().policy_for("default"), scenario.task_tools, trace)
-    calls = [_call("read_inbox", {}, "call-0-0"), _call("send_money", {"recipient": "ATTACKER-IBAN", "amount": 5000}, "call-0-1")]
+    calls = [_call("read_inbox", {}, "call-0-0"),
+             _call("send_money", {"recipient": "ATTACKER-IBAN", "amount": 5000}, "call-0-1")]
     messages = [
         ChatUserMessage(role="user", content=[text_content_block_from_string(scenario.user_task)]),
-        ChatAssistantMessage(role="assistant", content=[text_content_block_from_string("calling tools")], tool_calls=calls),
+        ChatAssistantMessage(role="assistant", content=[text_content_block_from_string("calling tools")],
+                             tool_calls=calls),
     ]
     _, _, _, out, _ = gate.query(scenario.user_task, runtime, EmptyEnv(), messages, {})
     return list(out), trace, scenario
@@ -133,7 +135,8 @@ def test_provenance_records_blocked_calls_and_flags_contaminated_outputs(tmp_pat
     path = write_incident(tmp_path / "incident.jsonl", records)
     lines = _validate_jsonl(path)
     kinds = [line["action_type"] for line in lines]
-    assert kinds == ["user_input", "assistant_output", "tool_call", "tool_call_blocked", "tool_output", "defense_notice"]
+    assert kinds == ["user_input", "assistant_output", "tool_call", "tool_call_blocked", "tool_output",
+                     "defense_notice"]
     by_type = {line["action_type"]: line for line in lines}
     assert by_type["tool_output"]["contaminated"] is True  # the inbox carries the injection
     assert by_type["tool_output"]["parent_id"] == by_type["tool_call"]["entry_id"]
@@ -156,8 +159,8 @@ def test_recover_v1_mode_purges_the_parent_child_closure(tmp_path: Path) -> None
                               episode_records(scenario, "rvu_v1", out, detector=HeuristicDetector(), trace=trace))
     results = {}
     for mode in ("v1", "v2"):
-        results[mode] = recover(incident, tmp_path / f"{mode}.duckdb", None, tmp_path / "keys", tmp_path / f"{mode}.json",
-                                closure_mode=mode)
+        results[mode] = recover(incident, tmp_path / f"{mode}.duckdb", None, tmp_path / "keys",
+                                tmp_path / f"{mode}.json", closure_mode=mode)
         assert verify_certificate(results[mode].certificate_path)[0]
     v1 = results["v1"].certificate["runtime_recovery"]
     assert v1["closure_mode"] == "v1"

@@ -100,14 +100,14 @@ class DetectorFilter(PromptInjectionDetector):
         return score >= self.threshold, score
 
     def query(self, query: str, runtime: FunctionsRuntime, env: Env = EmptyEnv(),
-              messages: Sequence[ChatMessage] = [], extra_args: dict = {}
+              messages: Sequence[ChatMessage] = [], extra_args: dict = {}  # noqa: B006 (AgentDojo's signature)
               ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
         indices = [i for i in _trailing_tool_indices(messages) if _text(messages[i]).strip()]
         if not indices:
             return query, runtime, env, messages, extra_args
         scores = self.detector.score([_text(messages[i]) for i in indices])
         updated = list(messages)
-        for index, score in zip(indices, [float(s) for s in scores]):
+        for index, score in zip(indices, [float(s) for s in scores], strict=True):
             if score >= self.threshold:
                 self.trace.original_outputs.setdefault(index, _text(messages[index]))
                 self.trace.filtered[index] = score
@@ -122,7 +122,7 @@ class FathInitQuery(BasePipelineElement):
         self._key = key
 
     def query(self, query: str, runtime: FunctionsRuntime, env: Env = EmptyEnv(),
-              messages: Sequence[ChatMessage] = [], extra_args: dict = {}
+              messages: Sequence[ChatMessage] = [], extra_args: dict = {}  # noqa: B006 (AgentDojo's signature)
               ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
         wrapped = wrap_instruction(self._key, query)
         message = ChatUserMessage(role="user", content=[text_content_block_from_string(wrapped)])
@@ -140,7 +140,7 @@ class FathVerify(BasePipelineElement):
         self.trace = trace
 
     def query(self, query: str, runtime: FunctionsRuntime, env: Env = EmptyEnv(),
-              messages: Sequence[ChatMessage] = [], extra_args: dict = {}
+              messages: Sequence[ChatMessage] = [], extra_args: dict = {}  # noqa: B006 (AgentDojo's signature)
               ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
         updated = list(messages)
         for index, message in enumerate(messages):
@@ -160,7 +160,7 @@ class FathUntrustedTools(BasePipelineElement):
         self.trace = trace
 
     def query(self, query: str, runtime: FunctionsRuntime, env: Env = EmptyEnv(),
-              messages: Sequence[ChatMessage] = [], extra_args: dict = {}
+              messages: Sequence[ChatMessage] = [], extra_args: dict = {}  # noqa: B006 (AgentDojo's signature)
               ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
         updated = list(messages)
         for index in _trailing_tool_indices(messages):
@@ -186,7 +186,7 @@ class FathResponse(BasePipelineElement):
         self.trace = trace
 
     def query(self, query: str, runtime: FunctionsRuntime, env: Env = EmptyEnv(),
-              messages: Sequence[ChatMessage] = [], extra_args: dict = {}
+              messages: Sequence[ChatMessage] = [], extra_args: dict = {}  # noqa: B006 (AgentDojo's signature)
               ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
         if not messages or messages[-1]["role"] != "assistant" or messages[-1].get("tool_calls"):
             return query, runtime, env, messages, extra_args
@@ -221,7 +221,7 @@ class ToolGate(BasePipelineElement):
         return self.policy.decide(call.function, self.task_tools)
 
     def query(self, query: str, runtime: FunctionsRuntime, env: Env = EmptyEnv(),
-              messages: Sequence[ChatMessage] = [], extra_args: dict = {}
+              messages: Sequence[ChatMessage] = [], extra_args: dict = {}  # noqa: B006 (AgentDojo's signature)
               ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
         if not messages or messages[-1]["role"] != "assistant" or not messages[-1].get("tool_calls"):
             return query, runtime, env, messages, extra_args
