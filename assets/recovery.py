@@ -26,7 +26,7 @@ from resources import EmbedderResource, MlflowTrackerResource, ModelStoreResourc
 from resources.recovery import RecoveryResource
 from rvu_pipelines.recovery import Tier, recover, verify_certificate
 from rvu_pipelines.recovery.certificate import trusted_fingerprint
-from rvu_pipelines.recovery.scenarios import run_e2, run_e3, run_e8
+from rvu_pipelines.recovery.reproductions import run_e2, run_e3, run_e8
 from rvu_pipelines.reporting import markdown_table
 
 GROUP = "recovery"

@@ -18,7 +18,7 @@ from rvu_pipelines.provenance import (
     reference_closure,
     reference_closure_sizes,
 )
-from rvu_pipelines.recovery.scenarios import E2_EXPECTED, run_e2
+from rvu_pipelines.recovery.reproductions import E2_EXPECTED, run_e2
 
 
 def test_e2_reproduced_exactly(tmp_path: Path) -> None:

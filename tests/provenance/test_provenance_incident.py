@@ -13,7 +13,7 @@ from rvu_pipelines.errors import IncidentValidationError, RvuError
 from rvu_pipelines.provenance import ProvenanceStore, load_incident, parse_incident, write_incident
 from rvu_pipelines.provenance.incident import incident_line, incident_validator, schema_path
 from rvu_pipelines.recovery.pipeline import ingest_incident
-from rvu_pipelines.recovery.scenarios import e2_records, e3_records, e8_records
+from rvu_pipelines.recovery.reproductions import e2_records, e3_records, e8_records
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "configs" / "examples"

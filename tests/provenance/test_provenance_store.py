@@ -10,7 +10,7 @@ import pytest
 from rvu_pipelines.errors import EntryNotFoundError, IncidentValidationError, RestoreError, StoreError
 from rvu_pipelines.provenance import ProvenanceStore, load_incident, write_incident
 from rvu_pipelines.recovery.pipeline import ingest_incident
-from rvu_pipelines.recovery.scenarios import e2_records
+from rvu_pipelines.recovery.reproductions import e2_records
 
 
 @pytest.fixture

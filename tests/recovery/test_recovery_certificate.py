@@ -24,7 +24,7 @@ from rvu_pipelines.recovery.certificate import (
     with_leaf_changed,
 )
 from rvu_pipelines.recovery.pipeline import recover
-from rvu_pipelines.recovery.scenarios import e8_records, run_e8
+from rvu_pipelines.recovery.reproductions import e8_records, run_e8
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ import pytest
 
 from rvu_pipelines.provenance import ProvenanceStore, write_incident
 from rvu_pipelines.recovery.pipeline import recover
-from rvu_pipelines.recovery.scenarios import e8_records
+from rvu_pipelines.recovery.reproductions import e8_records
 from rvu_pipelines.recovery.tiers import FAULT_MARKER_ENV, FAULT_PAUSE_ENV, VectorIndex
 
 REPO = Path(__file__).resolve().parents[2]

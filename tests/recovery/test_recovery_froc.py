@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.provenance import ProvenanceGraph
 from rvu_pipelines.recovery.froc import FrocPolicy, Tier, compute_risk
-from rvu_pipelines.recovery.scenarios import TABLE3_SEED, run_e3
+from rvu_pipelines.recovery.reproductions import TABLE3_SEED, run_e3
 
 REPO = Path(__file__).resolve().parents[2]
 

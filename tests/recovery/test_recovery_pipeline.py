@@ -11,7 +11,7 @@ from rvu_pipelines.errors import IncidentValidationError
 from rvu_pipelines.provenance import ProvenanceStore, write_incident
 from rvu_pipelines.recovery import ContaminationDetector, recover, verify_certificate
 from rvu_pipelines.recovery.certificate import trusted_fingerprint
-from rvu_pipelines.recovery.scenarios import e2_records
+from rvu_pipelines.recovery.reproductions import e2_records
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ import pytest
 from rvu_pipelines.errors import EntryNotFoundError, RestoreError
 from rvu_pipelines.provenance import ProvenanceStore, write_incident
 from rvu_pipelines.recovery.pipeline import recover, restore
-from rvu_pipelines.recovery.scenarios import e8_records
+from rvu_pipelines.recovery.reproductions import e8_records
 from rvu_pipelines.recovery.tiers import TierPlan, VectorIndex, apply_tiers, restore_entry
 
 
