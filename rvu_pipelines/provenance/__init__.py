@@ -13,7 +13,6 @@ from rvu_pipelines.provenance.closure import (
     DEFAULT_MAX_DEPTH,
     ClosureResult,
     ProvenanceGraph,
-    closure_sizes,
     closure_v1,
     closure_v2,
     reference_closure,
@@ -28,6 +27,7 @@ from rvu_pipelines.provenance.incident import (
     schema_path,
     write_incident,
 )
+from rvu_pipelines.provenance.propagation import closure_sizes
 from rvu_pipelines.provenance.store import AdapterRow, ChainReport, EntryRow, Event, IngestResult, ProvenanceStore
 
 __all__ = [

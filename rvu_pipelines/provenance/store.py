@@ -33,8 +33,9 @@ import numpy as np
 from rvu_pipelines.errors import EntryNotFoundError, IncidentValidationError, RestoreError, StoreError
 from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.provenance.canonical import canonical_bytes, canonical_dumps
-from rvu_pipelines.provenance.closure import ProvenanceGraph, unique_ints
+from rvu_pipelines.provenance.closure import ProvenanceGraph
 from rvu_pipelines.provenance.incident import IncidentIssue, IncidentLog
+from rvu_pipelines.provenance.intsets import unique_ints
 
 SCHEMA_VERSION = "1"
 GENESIS_HASH = "0" * 64

@@ -21,7 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rvu_pipelines.config import load_yaml_config
 from rvu_pipelines.paths import config_dir
-from rvu_pipelines.provenance.closure import ProvenanceGraph, closure_sizes, unique_ints
+from rvu_pipelines.provenance.closure import ProvenanceGraph
+from rvu_pipelines.provenance.intsets import unique_ints
+from rvu_pipelines.provenance.propagation import closure_sizes
 
 SCORE_DECIMALS = 12
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import rvu_pipelines.provenance.closure as closure_module
+import rvu_pipelines.provenance.propagation as closure_module
 from rvu_pipelines.provenance import (
     ProvenanceGraph,
     closure_sizes,
