@@ -51,7 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rvu_pipelines.provenance import ProvenanceGraph, ProvenanceStore, closure_v1, closure_v2  # noqa: E402
 from rvu_pipelines.provenance.intsets import union_ints  # noqa: E402
 from rvu_pipelines.recovery.froc import FrocPolicy, Tier, compute_risk  # noqa: E402
-from rvu_pipelines.recovery.tiers import TierPlan, VectorIndex, apply_tiers  # noqa: E402
+from rvu_pipelines.recovery.tiers import TierPlan, apply_tiers  # noqa: E402
+from rvu_pipelines.recovery.vector_index import VectorIndex  # noqa: E402
 
 MAX_DEPTH = 10
 RISK_DEPTH = 3

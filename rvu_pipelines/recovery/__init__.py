@@ -34,16 +34,8 @@ from rvu_pipelines.recovery.pipeline import (
     score_incident,
     score_risk,
 )
-from rvu_pipelines.recovery.tiers import (
-    AdapterRuntime,
-    Embedder,
-    HashingEmbedder,
-    TierOutcome,
-    TierPlan,
-    VectorIndex,
-    apply_tiers,
-    restore_entry,
-)
+from rvu_pipelines.recovery.tiers import AdapterRuntime, TierOutcome, TierPlan, apply_tiers, restore_entry
+from rvu_pipelines.recovery.vector_index import Embedder, HashingEmbedder, VectorIndex
 
 __all__ = [
     "AdapterGate",

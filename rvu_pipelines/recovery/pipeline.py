@@ -41,18 +41,8 @@ from rvu_pipelines.recovery.certificate import (
     write_certificate,
 )
 from rvu_pipelines.recovery.froc import FrocPolicy, InfluenceSource, RecordedInfluence, RiskTable, Tier, compute_risk
-from rvu_pipelines.recovery.tiers import (
-    AdapterRuntime,
-    Embedder,
-    FaultHook,
-    HashingEmbedder,
-    TierOutcome,
-    TierPlan,
-    VectorIndex,
-    apply_tiers,
-    embedder_name,
-    restore_entry,
-)
+from rvu_pipelines.recovery.tiers import AdapterRuntime, FaultHook, TierOutcome, TierPlan, apply_tiers, restore_entry
+from rvu_pipelines.recovery.vector_index import Embedder, HashingEmbedder, VectorIndex, embedder_name
 
 # ------------------------------------------------------------------------------------ extension points
 

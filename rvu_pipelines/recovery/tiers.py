@@ -18,18 +18,15 @@ next open restores any vector a crash dropped early.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-import faiss
 import numpy as np
 
 from rvu_pipelines.errors import StoreError
@@ -37,156 +34,12 @@ from rvu_pipelines.provenance.closure import ProvenanceGraph
 from rvu_pipelines.provenance.intsets import union_ints, unique_ints
 from rvu_pipelines.provenance.store import ProvenanceStore
 from rvu_pipelines.recovery.froc import RiskTable, Tier
+from rvu_pipelines.recovery.vector_index import VectorIndex
 
 log = logging.getLogger(__name__)
 
 FAULT_PAUSE_ENV = "RVU_FAULT_PAUSE_AFTER_TIER_STEPS"
 FAULT_MARKER_ENV = "RVU_FAULT_MARKER"
-
-
-# ------------------------------------------------------------------------------------ embeddings
-
-
-@runtime_checkable
-class Embedder(Protocol):
-    """Turns entry content into vectors. ``rvu_pipelines.models.embedder.SentenceEmbedder`` fits."""
-
-    @property
-    def dimension(self) -> int: ...
-
-    def encode(self, texts: list[str]) -> np.ndarray: ...
-
-
-class HashingEmbedder:
-    """A dependency-free, deterministic embedder: signed feature hashing of lower-cased word tokens.
-
-    Good enough to give every entry a retrievable vector in tests and offline runs; swap in the
-    MiniLM ``SentenceEmbedder`` for semantic retrieval.
-    """
-
-    _TOKEN = re.compile(r"[a-z0-9]+")
-
-    def __init__(self, dimension: int = 64) -> None:
-        self._dimension = dimension
-        self.name = f"hashing-{dimension}-v1"
-
-    @property
-    def dimension(self) -> int:
-        return self._dimension
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self._dimension), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for token in self._TOKEN.findall(text.lower()):
-                digest = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
-                out[row, digest % self._dimension] += 1.0 if (digest >> 63) & 1 else -1.0
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms > 0, norms, 1.0)
-
-
-def embedder_name(embedder: Any) -> str:
-    name = getattr(embedder, "name", None)
-    if name:
-        return str(name)
-    path = getattr(embedder, "model_path", None)
-    return f"{type(embedder).__name__}:{path}" if path else type(embedder).__name__
-
-
-# ------------------------------------------------------------------------------------ vector index
-
-
-@dataclass(frozen=True)
-class ReconcileReport:
-    removed: int
-    added: int
-
-
-class VectorIndex:
-    """A FAISS ``IndexIDMap`` over inner product whose ids are entry seqs, kept in step with the store."""
-
-    def __init__(self, path: Path | None, index: faiss.IndexIDMap) -> None:
-        self.path = path
-        self._index = index
-
-    @property
-    def dimension(self) -> int:
-        return int(self._index.d)
-
-    @property
-    def ntotal(self) -> int:
-        return int(self._index.ntotal)
-
-    @classmethod
-    def open(cls, path: Path | str | None, store: ProvenanceStore, *, dimension: int | None = None) -> VectorIndex:
-        """Load the index at ``path`` (or start an empty one) and reconcile it with ``store``."""
-        dim = store.embedding_dim or dimension
-        if dim is None:
-            raise StoreError("The store holds no vectors yet and no dimension was given for the vector index.")
-        target = Path(path) if path is not None else None
-        index = None
-        if target is not None and target.exists():
-            try:
-                loaded = faiss.read_index(str(target))
-                if isinstance(loaded, faiss.IndexIDMap) and loaded.d == dim:
-                    index = loaded
-                else:
-                    log.warning("vector index %s does not match the store (d=%s); rebuilding it", target, loaded.d)
-            except RuntimeError as exc:
-                log.warning("vector index %s is unreadable (%s); rebuilding it from the store", target, exc)
-        if index is None:
-            index = faiss.IndexIDMap(faiss.IndexFlatIP(dim))
-        vector_index = cls(target, index)
-        report = vector_index.reconcile(store)
-        if report.removed or report.added:
-            log.info("reconciled vector index %s: removed %d, added %d", target, report.removed, report.added)
-        return vector_index
-
-    def ids(self) -> np.ndarray:
-        if self.ntotal == 0:
-            return np.zeros(0, dtype=np.int64)
-        return np.sort(faiss.vector_to_array(self._index.id_map).astype(np.int64))
-
-    def contains(self, seqs: np.ndarray | Sequence[int]) -> np.ndarray:
-        return np.isin(np.asarray(seqs, dtype=np.int64), self.ids())
-
-    def remove(self, seqs: np.ndarray | Sequence[int]) -> int:
-        seqs = np.ascontiguousarray(unique_ints(seqs))
-        if seqs.size == 0 or self.ntotal == 0:
-            return 0
-        return int(self._index.remove_ids(seqs))
-
-    def add(self, seqs: np.ndarray | Sequence[int], vectors: np.ndarray) -> None:
-        seqs = np.ascontiguousarray(np.asarray(seqs, dtype=np.int64))
-        if seqs.size:
-            self._index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), seqs)
-
-    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Inner-product scores and entry seqs (-1 = none) of the ``k`` nearest stored vectors."""
-        return self._index.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
-
-    def save(self) -> None:
-        """Write atomically: a crash leaves either the old file or the new one, never half of one."""
-        if self.path is None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temp = self.path.with_name(self.path.name + ".tmp")
-        faiss.write_index(self._index, str(temp))
-        with open(temp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(temp, self.path)
-
-    def reconcile(self, store: ProvenanceStore) -> ReconcileReport:
-        """Make the index hold exactly the vectors the store allows; save if anything changed."""
-        allowed = store.allowed_vector_seqs()
-        present = self.ids()
-        extra = np.setdiff1d(present, allowed, assume_unique=True)
-        missing = np.setdiff1d(allowed, present, assume_unique=True)
-        removed = self.remove(extra)
-        if missing.size:
-            self.add(missing, store.vectors(missing))
-        if removed or missing.size or (self.path is not None and not self.path.exists()):
-            self.save()
-        return ReconcileReport(removed=removed, added=int(missing.size))
 
 
 # ------------------------------------------------------------------------------------ hooks

@@ -23,7 +23,8 @@ import pytest
 from rvu_pipelines.provenance import ProvenanceStore, write_incident
 from rvu_pipelines.recovery.pipeline import recover
 from rvu_pipelines.recovery.reproductions import e8_records
-from rvu_pipelines.recovery.tiers import FAULT_MARKER_ENV, FAULT_PAUSE_ENV, VectorIndex
+from rvu_pipelines.recovery.tiers import FAULT_MARKER_ENV, FAULT_PAUSE_ENV
+from rvu_pipelines.recovery.vector_index import VectorIndex
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = (

@@ -12,7 +12,8 @@ from rvu_pipelines.errors import EntryNotFoundError, RestoreError
 from rvu_pipelines.provenance import ProvenanceStore, write_incident
 from rvu_pipelines.recovery.pipeline import recover, restore
 from rvu_pipelines.recovery.reproductions import e8_records
-from rvu_pipelines.recovery.tiers import TierPlan, VectorIndex, apply_tiers, restore_entry
+from rvu_pipelines.recovery.tiers import TierPlan, apply_tiers, restore_entry
+from rvu_pipelines.recovery.vector_index import VectorIndex
 
 
 class RecordingRuntime:
