@@ -18,6 +18,7 @@ from rvu_pipelines.provenance.closure import (
     reference_closure,
     reference_closure_sizes,
 )
+from rvu_pipelines.provenance.duckdb_store import ProvenanceStore
 from rvu_pipelines.provenance.incident import (
     IncidentIssue,
     IncidentLog,
@@ -28,7 +29,7 @@ from rvu_pipelines.provenance.incident import (
     write_incident,
 )
 from rvu_pipelines.provenance.propagation import closure_sizes
-from rvu_pipelines.provenance.store import AdapterRow, ChainReport, EntryRow, Event, IngestResult, ProvenanceStore
+from rvu_pipelines.provenance.store import AdapterRow, ChainReport, EntryRow, Event, IngestResult
 
 __all__ = [
     "DEFAULT_MAX_DEPTH",

@@ -31,9 +31,10 @@ from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.provenance.canonical import canonical_bytes
 from rvu_pipelines.provenance.closure import ClosureResult, ProvenanceGraph, closure_v1, closure_v2
+from rvu_pipelines.provenance.duckdb_store import ProvenanceStore
 from rvu_pipelines.provenance.incident import IncidentLog, IncidentRecord, load_incident
 from rvu_pipelines.provenance.intsets import union_ints, unique_ints
-from rvu_pipelines.provenance.store import IngestResult, ProvenanceStore
+from rvu_pipelines.provenance.store import IngestResult
 from rvu_pipelines.recovery.certificate import (
     CERTIFICATE_VERSION,
     load_or_create_signing_key,

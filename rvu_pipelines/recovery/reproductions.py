@@ -18,8 +18,8 @@ from typing import Any
 
 from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.provenance.closure import closure_v1, closure_v2
+from rvu_pipelines.provenance.duckdb_store import ProvenanceStore
 from rvu_pipelines.provenance.incident import load_incident, write_incident
-from rvu_pipelines.provenance.store import ProvenanceStore
 from rvu_pipelines.recovery.certificate import (
     certificate_bytes,
     completeness_problems,
