@@ -48,7 +48,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rvu_pipelines.provenance import ProvenanceGraph, ProvenanceStore, closure_v1, closure_v2  # noqa: E402
+from rvu_pipelines.provenance import DuckDBProvenanceStore, ProvenanceGraph, closure_v1, closure_v2  # noqa: E402
 from rvu_pipelines.provenance.intsets import union_ints  # noqa: E402
 from rvu_pipelines.recovery.froc import FrocPolicy, Tier, compute_risk  # noqa: E402
 from rvu_pipelines.recovery.tiers import TierPlan, apply_tiers  # noqa: E402
@@ -122,7 +122,7 @@ def build_duckdb(trace: Trace, workdir: Path, dim: int) -> tuple[Path, Path]:
     contamination[trace.seeds] = 1.0
     entry_ids = np.array([f"e{i:09d}" for i in range(trace.n)], dtype=object)
     adapter_ids = np.array([f"adapter-{i:06d}" for i in range(trace.n_adapters)], dtype=object)
-    with ProvenanceStore.open(store_path) as store:
+    with DuckDBProvenanceStore.open(store_path) as store:
         store.bulk_load(entry_ids=entry_ids, parent_seq=trace.parent, adapter_seq=trace.adapter,
                         contamination=contamination, adapter_ids=adapter_ids, influence=trace.influence,
                         vectors=vectors, episode_ids=np.array([f"ep{e}" for e in trace.episode_of], dtype=object))
@@ -294,7 +294,7 @@ def run_ours(store_path: Path, index_path: Path, policy: FrocPolicy, seeds: np.n
     gc.collect()
     t = {}
     start = time.perf_counter()
-    with ProvenanceStore.open(store_path) as store:
+    with DuckDBProvenanceStore.open(store_path) as store:
         t["open store"] = time.perf_counter() - start
         mark = time.perf_counter()
         index = VectorIndex.open(index_path, store)

@@ -1,9 +1,9 @@
-"""Provenance: the incident-log format, the DuckDB provenance store, and contamination closure.
+"""Provenance: the incident-log format, the provenance store (an interface, DuckDB behind it), closure.
 
 Plain Python (no Dagster). Typical use::
 
     incident = load_incident("incident.jsonl")          # validates every line, raises on any problem
-    with ProvenanceStore.open("provenance.duckdb") as store:
+    with open_store("provenance.duckdb") as store:      # a ProvenanceStore (today: DuckDBProvenanceStore)
         store.ingest(incident, contamination=..., vectors=...)
         graph = store.graph()
         v2 = closure_v2(graph, seeds)                     # adapter-aware (Theorem 2c)
@@ -18,7 +18,7 @@ from rvu_pipelines.provenance.closure import (
     reference_closure,
     reference_closure_sizes,
 )
-from rvu_pipelines.provenance.duckdb_store import ProvenanceStore
+from rvu_pipelines.provenance.duckdb_store import DuckDBProvenanceStore
 from rvu_pipelines.provenance.incident import (
     IncidentIssue,
     IncidentLog,
@@ -29,25 +29,37 @@ from rvu_pipelines.provenance.incident import (
     write_incident,
 )
 from rvu_pipelines.provenance.propagation import closure_sizes
-from rvu_pipelines.provenance.store import AdapterRow, ChainReport, EntryRow, Event, IngestResult
+from rvu_pipelines.provenance.store import (
+    AdapterRow,
+    ChainReport,
+    EntryRow,
+    Event,
+    IngestResult,
+    ManifestRow,
+    ProvenanceStore,
+    open_store,
+)
 
 __all__ = [
     "DEFAULT_MAX_DEPTH",
     "AdapterRow",
     "ChainReport",
     "ClosureResult",
+    "DuckDBProvenanceStore",
     "EntryRow",
     "Event",
     "IncidentIssue",
     "IncidentLog",
     "IncidentRecord",
     "IngestResult",
+    "ManifestRow",
     "ProvenanceGraph",
     "ProvenanceStore",
     "closure_sizes",
     "closure_v1",
     "closure_v2",
     "load_incident",
+    "open_store",
     "parse_incident",
     "reference_closure",
     "reference_closure_sizes",

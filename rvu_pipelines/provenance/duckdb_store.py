@@ -1,4 +1,8 @@
-"""The provenance store: a DuckDB file holding what the agent did and every recovery decision.
+"""The DuckDB provenance store: one file holding what the agent did and every recovery decision.
+
+It implements :class:`rvu_pipelines.provenance.store.ProvenanceStore`; all of its SQL lives here and in
+:mod:`duckdb_ingest` (the write path for new rows, split off for length). The class stays one unit
+because every method shares one connection, its transaction depth and its temporary-view helpers.
 
 Tables (seed 000 §3.2, plus what recovery at scale needs):
 
@@ -14,7 +18,7 @@ Tables (seed 000 §3.2, plus what recovery at scale needs):
 The store is the source of truth. Writes happen in transactions; a failed write leaves nothing.
 The tables carry no PRIMARY KEY/UNIQUE constraints on purpose: DuckDB rewrites a row of an indexed
 table as delete + insert, which made a 300k-row tier update take 20 s instead of 0.1 s. Uniqueness
-of entry and adapter ids is enforced by :meth:`ProvenanceStore.ingest`, the only writer of new rows.
+of entry and adapter ids is enforced by :meth:`DuckDBProvenanceStore.ingest`, the only writer of new rows.
 """
 
 from __future__ import annotations
@@ -29,14 +33,14 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from rvu_pipelines.errors import EntryNotFoundError, IncidentValidationError, RestoreError, StoreError
-from rvu_pipelines.hashing import sha256_bytes
+from rvu_pipelines.errors import EntryNotFoundError, RestoreError, StoreError
+from rvu_pipelines.provenance import duckdb_ingest
 from rvu_pipelines.provenance.canonical import canonical_dumps
 from rvu_pipelines.provenance.closure import ProvenanceGraph
-from rvu_pipelines.provenance.events import EVENT_KINDS, GENESIS_HASH, _event_hash
-from rvu_pipelines.provenance.incident import IncidentIssue, IncidentLog
+from rvu_pipelines.provenance.events import EVENT_KINDS, GENESIS_HASH, event_hash, verify_chain
+from rvu_pipelines.provenance.incident import IncidentLog
 from rvu_pipelines.provenance.intsets import unique_ints
-from rvu_pipelines.provenance.store import AdapterRow, ChainReport, EntryRow, Event, IngestResult
+from rvu_pipelines.provenance.store import AdapterRow, ChainReport, EntryRow, Event, IngestResult, ManifestRow
 
 SCHEMA_VERSION = "1"
 
@@ -111,8 +115,8 @@ def _as_seqs(values: Sequence[int] | np.ndarray) -> np.ndarray:
     return unique_ints(values) if len(values) else np.zeros(0, dtype=np.int64)
 
 
-class ProvenanceStore:
-    """A provenance store over one DuckDB file (``":memory:"`` for throwaway stores)."""
+class DuckDBProvenanceStore:
+    """A :class:`ProvenanceStore` over one DuckDB file (``":memory:"`` for throwaway stores)."""
 
     def __init__(self, connection: duckdb.DuckDBPyConnection, path: str, read_only: bool) -> None:
         self._con = connection
@@ -124,7 +128,7 @@ class ProvenanceStore:
     # ---------------------------------------------------------------- lifecycle
 
     @classmethod
-    def open(cls, path: Path | str, *, read_only: bool = False, lock_timeout_s: float = 30.0) -> ProvenanceStore:
+    def open(cls, path: Path | str, *, read_only: bool = False, lock_timeout_s: float = 30.0) -> DuckDBProvenanceStore:
         """Open (creating if needed) the store at ``path``; waits up to ``lock_timeout_s`` for a lock."""
         target = str(path)
         if target != ":memory:":
@@ -159,7 +163,7 @@ class ProvenanceStore:
         with contextlib.suppress(Exception):
             self._con.close()
 
-    def __enter__(self) -> ProvenanceStore:
+    def __enter__(self) -> DuckDBProvenanceStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -335,225 +339,35 @@ class ProvenanceStore:
     def incident_seqs(self, incident: IncidentLog) -> np.ndarray:
         return self.seqs_of(incident.entry_ids)
 
+    def manifest(self, seqs: Sequence[int] | np.ndarray) -> list[ManifestRow]:
+        """Manifest rows of the given entry seqs, in the given order; EntryNotFoundError for an unknown seq."""
+        seqs = np.asarray(seqs, dtype=np.int64)
+        if seqs.size == 0:
+            return []
+        with self._registered({"seq": unique_ints(seqs)}) as view:
+            rows = self._con.execute(
+                f"SELECT p.seq, p.entry_id, p.content_hash, p.action_type, p.active_adapter_id "
+                f"FROM provenance p JOIN {view} v USING (seq)").fetchall()
+        found = {int(row[0]): ManifestRow(int(row[0]), row[1], row[2], row[3], row[4]) for row in rows}
+        missing = [seq for seq in seqs.tolist() if seq not in found]
+        if missing:
+            raise EntryNotFoundError(f"Unknown entry seq(s) in {self.path}: {missing[:10]}")
+        return [found[seq] for seq in seqs.tolist()]
+
     # ---------------------------------------------------------------- ingest
 
-    def ingest(
-        self,
-        incident: IncidentLog,
-        *,
-        contamination: Mapping[str, float] | None = None,
-        vectors: np.ndarray | None = None,
-        embedder: str | None = None,
-    ) -> IngestResult:
-        """Write a validated incident: all of it, or (on any problem) nothing.
-
-        Entries already in the store with the same record hash are skipped, so ingesting the same
-        file twice changes nothing; an id already present with different content is an error.
-        ``contamination`` maps entry id -> P(contaminated) (raised, never lowered, on re-ingest);
-        ``vectors`` (one row per record, float32) are stored so the vector index can be rebuilt.
-        """
-        records = incident.records
-        if vectors is not None:
-            vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-            if vectors.ndim != 2 or vectors.shape[0] != len(records):
-                raise StoreError("vectors must have one row per incident record")
-        scores = np.array([float((contamination or {}).get(r.entry_id, 0.0)) for r in records], dtype=np.float64)
-        issues: list[IncidentIssue] = []
-        with self.transaction():
-            existing = self._existing_entries(incident.entry_ids)
-            for record in records:
-                if record.entry_id in existing and existing[record.entry_id][1] != record.record_hash:
-                    issues.append(IncidentIssue(incident.path, record.line, "entry_id",
-                                                f"entry {record.entry_id!r} is already in the store with different "
-                                                f"content (from incident {existing[record.entry_id][2]})"))
-            parents = self._existing_entries(list(incident.external_parents))
-            for parent, lines in incident.external_parents.items():
-                if parent not in parents:
-                    issues.extend(IncidentIssue(incident.path, line, "parent_id",
-                                                f"parent {parent!r} is neither on an earlier line nor in the store")
-                                  for line in lines)
-            adapters = self._existing_adapters()
-            for adapter, lines in incident.external_adapters.items():
-                if adapter not in adapters:
-                    issues.extend(IncidentIssue(incident.path, line, "active_adapter_id",
-                                                f"adapter {adapter!r} is neither loaded on an earlier line nor in the store")
-                                  for line in lines)
-            for record in incident.adapters_loaded:
-                known = adapters.get(record.adapter_id or "")
-                if known is not None and known[1] != record.entry_id:
-                    issues.append(IncidentIssue(incident.path, record.line, "adapter_id",
-                                                f"adapter {record.adapter_id!r} was already loaded by entry {known[1]!r}"))
-            dim = self.embedding_dim
-            if vectors is not None and dim is not None and vectors.shape[1] != dim:
-                raise StoreError(f"Store {self.path} holds {dim}-d vectors ({self.embedder_name}); got {vectors.shape[1]}-d.")
-            if issues:
-                issues.sort(key=lambda issue: (issue.line, issue.field))
-                raise IncidentValidationError(incident.path, issues)
-            result = self._write_incident(incident, existing, parents, adapters, scores, vectors, embedder)
-        return result
-
-    def _existing_entries(self, entry_ids: Sequence[str]) -> dict[str, tuple[int, str, str]]:
-        if not entry_ids:
-            return {}
-        with self._registered({"entry_id": np.array(list(entry_ids), dtype=object)}) as view:
-            rows = self._con.execute(
-                f"SELECT p.entry_id, p.seq, p.record_hash, p.incident_id FROM provenance p JOIN {view} v USING (entry_id)"
-            ).fetchall()
-        return {row[0]: (int(row[1]), row[2], row[3]) for row in rows}
-
-    def _existing_adapters(self) -> dict[str, tuple[int, str]]:
-        rows = self._con.execute("SELECT adapter_id, seq, load_entry_id FROM adapter_provenance").fetchall()
-        return {row[0]: (int(row[1]), row[2]) for row in rows}
-
-    def _next_seq(self, table: str) -> int:
-        return int(self._first(f"SELECT coalesce(max(seq) + 1, 0) FROM {table}")[0])
-
-    def _write_incident(self, incident: IncidentLog, existing: dict, parents: dict, adapters: dict,
-                        scores: np.ndarray, vectors: np.ndarray | None, embedder: str | None) -> IngestResult:
-        records = incident.records
-        now = time.time()
-        entry_seq: dict[str, int] = {key: value[0] for key, value in existing.items()}
-        entry_seq.update({key: value[0] for key, value in parents.items()})
-        adapter_seq: dict[str, int] = {key: value[0] for key, value in adapters.items()}
-        next_entry, next_adapter = self._next_seq("provenance"), self._next_seq("adapter_provenance")
-        new_rows: list[int] = []
-        new_adapters: list[int] = []
-        for index, record in enumerate(records):
-            if record.kind == "adapter_loaded" and record.adapter_id not in adapter_seq:
-                adapter_seq[record.adapter_id] = next_adapter
-                new_adapters.append(index)
-                next_adapter += 1
-            if record.entry_id not in existing:
-                entry_seq[record.entry_id] = next_entry
-                new_rows.append(index)
-                next_entry += 1
-        seqs = np.array([entry_seq[record.entry_id] for record in records], dtype=np.int64)
-
-        if new_rows:
-            chosen = [records[i] for i in new_rows]
-
-            def column(values: list[Any]) -> np.ndarray:
-                return np.array(values, dtype=object)
-
-            frame = {
-                "entry_id": column([r.entry_id for r in chosen]),
-                "episode_id": column([r.episode_id for r in chosen]),
-                "action_type": column([r.action_type for r in chosen]),
-                "content": column([r.content for r in chosen]),
-                "content_hash": column([sha256_bytes(r.content.encode("utf-8")) for r in chosen]),
-                "parent_id": column([r.parent_id for r in chosen]),
-                "ts": np.array([r.timestamp for r in chosen], dtype=np.float64),
-                "active_adapter_id": column([r.active_adapter_id for r in chosen]),
-                "seq": seqs[new_rows],
-                "parent_seq": np.array([entry_seq[r.parent_id] if r.parent_id else -1 for r in chosen], dtype=np.int64),
-                "adapter_seq": np.array([adapter_seq[r.active_adapter_id] if r.active_adapter_id else -1 for r in chosen],
-                                        dtype=np.int64),
-                "score": scores[new_rows],
-                "record_hash": column([r.record_hash for r in chosen]),
-                "line_no": np.array([r.line for r in chosen], dtype=np.int64),
-            }
-            with self._registered(frame) as view:
-                self._con.execute(
-                    f"INSERT INTO provenance SELECT entry_id, episode_id, action_type, content, content_hash, parent_id, "
-                    f"ts, 0, 0, active_adapter_id, seq, nullif(parent_seq, -1), nullif(adapter_seq, -1), score, "
-                    f"record_hash, ?, line_no FROM {view}", [incident.incident_id])
-            if vectors is not None:
-                blobs = column([vectors[i].tobytes() for i in new_rows])
-                with self._registered({"seq": seqs[new_rows], "vector": blobs}) as view:
-                    self._con.execute(f"INSERT INTO embeddings SELECT seq, vector FROM {view}")
-                if self.embedding_dim is None:
-                    self._set_meta("embedding_dim", str(vectors.shape[1]))
-                    self._set_meta("embedder", embedder or "unknown")
-            self._append_event("ingested", "entry", seqs[new_rows],
-                               {"incident_id": incident.incident_id, "sha256": incident.sha256})
-        # scores of entries that were already present: raise, never lower
-        present = [i for i, r in enumerate(records) if r.entry_id in existing]
-        if present:
-            with self._registered({"seq": seqs[present], "score": scores[present]}) as view:
-                raised = self._con.execute(
-                    f"UPDATE provenance SET contamination_score = v.score FROM {view} v "
-                    f"WHERE provenance.seq = v.seq AND v.score > coalesce(provenance.contamination_score, 0) "
-                    f"RETURNING provenance.seq").fetchnumpy()["seq"]
-            if len(raised):
-                self._append_event("contamination_scored", "entry", np.asarray(raised), {"incident_id": incident.incident_id})
-        # adapter lifecycle
-        loaded_seqs = []
-        for index in new_adapters:
-            record = records[index]
-            seq = adapter_seq[record.adapter_id]
-            self._con.execute(
-                "INSERT INTO adapter_provenance (adapter_id, adapter_name, adapter_hash, source, loaded_at, parent_adapter_id, "
-                "episode_id, seq, influence, load_entry_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [record.adapter_id, record.adapter_name, record.adapter_hash, record.source, record.timestamp,
-                 record.parent_adapter_id, record.episode_id, seq, record.influence, record.entry_id])
-            loaded_seqs.append(seq)
-        if loaded_seqs:
-            self._append_event("adapter_loaded", "adapter", loaded_seqs, {"incident_id": incident.incident_id})
-        for kind, column_name, event in (("adapter_unloaded", "unloaded_at", "adapter_unloaded"),
-                                         ("adapter_fused", "fused", "adapter_fused")):
-            changed: list[int] = []
-            for index in new_rows:
-                record = records[index]
-                if record.kind != kind:
-                    continue
-                seq = adapter_seq[record.adapter_id]
-                if column_name == "unloaded_at":
-                    hit = self._con.execute("UPDATE adapter_provenance SET unloaded_at = ? WHERE seq = ? AND unloaded_at IS NULL "
-                                            "RETURNING seq", [record.timestamp, seq]).fetchall()
-                else:
-                    hit = self._con.execute("UPDATE adapter_provenance SET fused = 1 WHERE seq = ? AND fused = 0 RETURNING seq",
-                                            [seq]).fetchall()
-                changed.extend(int(row[0]) for row in hit)
-            if changed:
-                self._append_event(event, "adapter", changed, {"incident_id": incident.incident_id})
-        known = self._first("SELECT count(*) FROM incidents WHERE incident_id = ?", [incident.incident_id])[0]
-        if not known:
-            self._con.execute("INSERT INTO incidents VALUES (?, ?, ?, ?, ?)",
-                              [incident.incident_id, incident.sha256, incident.path, len(records), now])
-        return IngestResult(incident.incident_id, len(new_rows), len(records) - len(new_rows), len(new_adapters), seqs)
+    def ingest(self, incident: IncidentLog, *, contamination: Mapping[str, float] | None = None,
+               vectors: np.ndarray | None = None, embedder: str | None = None) -> IngestResult:
+        """Write a validated incident: all of it, or (on any problem) nothing (:func:`duckdb_ingest.ingest`)."""
+        return duckdb_ingest.ingest(self, incident, contamination=contamination, vectors=vectors, embedder=embedder)
 
     def bulk_load(self, *, entry_ids: np.ndarray, parent_seq: np.ndarray, adapter_seq: np.ndarray,
                   contamination: np.ndarray, adapter_ids: np.ndarray, influence: np.ndarray,
                   vectors: np.ndarray | None = None, episode_ids: np.ndarray | None = None) -> None:
-        """Load a synthetic graph into an empty store in one statement per table (benchmarks, migrations).
-
-        Skips per-record validation (the caller vouches for ids being unique and parents coming first)
-        but records one ``ingested`` event like a normal ingest.
-        """
-        if self.entry_count:
-            raise StoreError("bulk_load needs an empty store")
-        n = int(parent_seq.size)
-        seqs = np.arange(n, dtype=np.int64)
-        with self.transaction():
-            frame = {
-                "entry_id": entry_ids, "seq": seqs, "parent_seq": np.asarray(parent_seq, dtype=np.int64),
-                "adapter_seq": np.asarray(adapter_seq, dtype=np.int64), "score": np.asarray(contamination, dtype=np.float64),
-                "episode_id": episode_ids if episode_ids is not None else np.full(n, "bulk", dtype=object),
-            }
-            with self._registered(frame) as view:
-                self._con.execute(
-                    f"INSERT INTO provenance SELECT v.entry_id, v.episode_id, 'tool_output', 'entry ' || v.entry_id, "
-                    f"sha256('entry ' || v.entry_id), NULL, v.seq, 0, 0, NULL, v.seq, nullif(v.parent_seq, -1), "
-                    f"nullif(v.adapter_seq, -1), v.score, NULL, 'bulk', NULL FROM {view} v")
-            with self._registered({"adapter_id": adapter_ids, "seq": np.arange(adapter_ids.size, dtype=np.int64),
-                                   "influence": np.asarray(influence, dtype=np.float64)}) as view:
-                self._con.execute(
-                    f"INSERT INTO adapter_provenance (adapter_id, adapter_name, adapter_hash, seq, influence) "
-                    f"SELECT adapter_id, adapter_id, sha256(adapter_id), seq, influence FROM {view}")
-            self._con.execute(
-                "UPDATE provenance SET parent_id = p.entry_id FROM provenance p WHERE provenance.parent_seq = p.seq")
-            self._con.execute(
-                "UPDATE provenance SET active_adapter_id = a.adapter_id FROM adapter_provenance a "
-                "WHERE provenance.adapter_seq = a.seq")
-            if vectors is not None:
-                vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-                blobs = np.empty(n, dtype=object)
-                blobs[:] = [row.tobytes() for row in vectors]
-                with self._registered({"seq": seqs, "vector": blobs}) as view:
-                    self._con.execute(f"INSERT INTO embeddings SELECT seq, vector FROM {view}")
-                self._set_meta("embedding_dim", str(vectors.shape[1]))
-                self._set_meta("embedder", "bulk")
-            self._append_event("ingested", "entry", [], {"bulk": True, "entries": n})
+        """Load a synthetic graph into an empty store, one statement per table (benchmarks; DuckDB only)."""
+        duckdb_ingest.bulk_load(self, entry_ids=entry_ids, parent_seq=parent_seq, adapter_seq=adapter_seq,
+                                contamination=contamination, adapter_ids=adapter_ids, influence=influence,
+                                vectors=vectors, episode_ids=episode_ids)
 
     # ---------------------------------------------------------------- tier state changes
 
@@ -704,7 +518,7 @@ class ProvenanceStore:
             subjects_json = "[" + ",".join(map(str, np.asarray(subjects, dtype=np.int64).tolist())) + "]"
             details_json = canonical_dumps(dict(details))
             created = int(time.time() * 1_000_000)
-            digest = _event_hash(seq, kind, subject_type, subjects_json, details_json, created, prev_hash)
+            digest = event_hash(seq, kind, subject_type, subjects_json, details_json, created, prev_hash)
             self._con.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                               [seq, kind, subject_type, subjects_json, details_json, created, prev_hash, digest])
 
@@ -723,21 +537,11 @@ class ProvenanceStore:
 
     def verify_event_chain(self) -> ChainReport:
         """Recompute every event hash and link; any edit, deletion or reordering breaks the chain."""
-        rows = self._con.execute(
+        return verify_chain(self._con.execute(
             "SELECT seq, kind, subject_type, subjects, details, created_at_us, prev_hash, hash FROM events ORDER BY seq"
-        ).fetchall()
-        prev = GENESIS_HASH
-        for index, row in enumerate(rows):
-            seq, kind, subject_type, subjects, details, created, prev_hash, digest = row
-            if int(seq) != index:
-                return ChainReport(False, len(rows), prev, f"event seq {seq} found where {index} was expected (gap or reorder)")
-            if prev_hash != prev:
-                return ChainReport(False, len(rows), prev, f"event {seq}: prev_hash does not match the previous event's hash")
-            if _event_hash(int(seq), kind, subject_type, subjects, details, int(created), prev_hash) != digest:
-                return ChainReport(False, len(rows), prev, f"event {seq}: content does not match its hash (edited)")
-            prev = digest
-        return ChainReport(True, len(rows), prev)
+        ).fetchall())
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> duckdb.DuckDBPyConnection:
-        """Raw SQL for read-only inspection in tests and notebooks (writes bypass the event log; don't)."""
+        """Raw SQL for inspecting the tables in DuckDB-specific tests and notebooks; not part of
+        :class:`ProvenanceStore`, and never used by recovery (writes here bypass the event log; don't)."""
         return self._con.execute(sql, params or [])

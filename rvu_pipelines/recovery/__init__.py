@@ -5,6 +5,7 @@ Plain Python (no Dagster). ``recover(...)`` runs the whole pipeline; the stage f
 """
 
 from rvu_pipelines.recovery.certificate import (
+    build_certificate_body,
     load_or_create_signing_key,
     sign_certificate,
     tamper_report,
@@ -24,7 +25,6 @@ from rvu_pipelines.recovery.pipeline import (
     RecoveryResult,
     SeedReport,
     TextDetectorContamination,
-    build_certificate_body,
     compute_closures,
     find_seeds,
     ingest_incident,

@@ -26,17 +26,15 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from rvu_pipelines import __version__
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.provenance.canonical import canonical_bytes
 from rvu_pipelines.provenance.closure import ClosureResult, ProvenanceGraph, closure_v1, closure_v2
-from rvu_pipelines.provenance.duckdb_store import ProvenanceStore
 from rvu_pipelines.provenance.incident import IncidentLog, IncidentRecord, load_incident
 from rvu_pipelines.provenance.intsets import union_ints, unique_ints
-from rvu_pipelines.provenance.store import IngestResult
+from rvu_pipelines.provenance.store import IngestResult, ProvenanceStore, open_store
 from rvu_pipelines.recovery.certificate import (
-    CERTIFICATE_VERSION,
+    build_certificate_body,
     load_or_create_signing_key,
     sign_certificate,
     write_certificate,
@@ -250,114 +248,6 @@ def plan_tiers(risk: RiskTable, graph: ProvenanceGraph, closures: Closures, seed
     )
 
 
-def _fmt(value: float) -> float:
-    return round(float(value), 6)
-
-
-def build_certificate_body(
-    store: ProvenanceStore,
-    index: VectorIndex | None,
-    incident: IncidentLog,
-    policy: FrocPolicy,
-    detector: ContaminationDetector,
-    seeds: SeedReport,
-    closures: Closures,
-    risk: RiskTable,
-    plan: TierPlan,
-    probe: Mapping[str, Any],
-    gate: Mapping[str, Any],
-) -> dict[str, Any]:
-    """The unsigned v2 certificate: a pure function of the incident, the store's state and the policy."""
-    graph_ids = store.entry_ids
-    closure_ids = graph_ids(closures.v2.members)
-    closure_v1_ids = graph_ids(closures.v1.members)
-    tier_of = {int(seq): Tier(int(tier)) for seq, tier in zip(risk.seqs.tolist(), risk.tier.tolist())}
-    id_of = dict(zip(closures.v2.members.tolist(), closure_ids))
-    states = store.entry_states(closures.v2.members)
-    state_lines = sorted(
-        f"{id_of[int(seq)]}\t{int(t)}\t{int(q)}\t{int(p)}"
-        for seq, t, q, p in zip(closures.v2.members.tolist(), states["tainted"], states["quarantined"], states["purged"])
-    )
-    isolated = union_ints(plan.quarantine, plan.purge)
-    retrievable = int(index.contains(isolated).sum()) if index is not None and isolated.size else 0
-    manifest = []
-    rows = {row[0]: row for row in store.execute(
-        "SELECT p.seq, p.content_hash, p.action_type, p.active_adapter_id FROM provenance p "
-        "WHERE p.seq IN (SELECT unnest(?::BIGINT[]))", [closures.v2.members.tolist()]).fetchall()}
-    for seq, entry_id in sorted(zip(closures.v2.members.tolist(), closure_ids), key=lambda item: item[1]):
-        row = rows[seq]
-        manifest.append({"entry_id": entry_id, "content_hash": row[1], "action_type": row[2],
-                         "active_adapter_id": row[3], "tier": tier_of[seq].label})
-    risk_entries = {
-        entry_id: {
-            "score": _fmt(score), "tier": Tier(int(tier)).label, "contamination": _fmt(p), "influence": _fmt(i),
-            "closure_size": int(size),
-        }
-        for entry_id, score, tier, p, i, size in zip(
-            graph_ids(risk.seqs), risk.score.tolist(), risk.tier.tolist(), risk.contamination.tolist(),
-            risk.influence.tolist(), risk.closure_size.tolist())
-    }
-    # adapters: the ones this incident loaded or used, plus every adapter the closure tainted
-    incident_adapter_ids = {r.adapter_id for r in incident.records if r.adapter_id} | \
-                           {r.active_adapter_id for r in incident.records if r.active_adapter_id}
-    tainted_set = set(closures.v2.tainted_adapters.tolist())
-    evict_set = set(plan.evict_adapters.tolist())
-    adapters = []
-    for row in store.adapters():
-        if row.adapter_id not in incident_adapter_ids and row.seq not in tainted_set:
-            continue
-        evicted = row.seq in evict_set or row.purged
-        adapters.append({
-            "adapter_id": row.adapter_id, "adapter_name": row.adapter_name, "adapter_hash": row.adapter_hash,
-            "source": row.source, "fused": row.fused, "tainted": row.seq in tainted_set or row.tainted,
-            "status": "evicted" if evicted else "retained", "influence": _fmt(row.influence or 0.0),
-        })
-    adapters.sort(key=lambda item: item["adapter_id"])
-    fusion_warnings = [
-        {"adapter_id": a["adapter_id"],
-         "warning": "adapter was fused into the base weights; unloading cannot remove its contribution"}
-        for a in adapters if a["fused"] and (a["tainted"] or a["status"] == "evicted")
-    ]
-    flagged_ids = sorted(graph_ids(plan.flag))
-    quarantined_ids = sorted(graph_ids(plan.quarantine))
-    purged_ids = sorted(graph_ids(plan.purge))
-    return {
-        "version": CERTIFICATE_VERSION,
-        "certificate_type": "rvu-recovery",
-        "generated_by": {"software": "rvu-pipelines", "version": __version__},
-        "incident": {
-            "incident_id": incident.incident_id, "sha256": incident.sha256, "records": len(incident.records),
-            "episodes": incident.episodes, "last_timestamp": _fmt(incident.last_timestamp),
-        },
-        "policy": policy.summary(),
-        "detector": {"name": detector.name, "version": detector.version},
-        "runtime_recovery": {
-            "seed_ids": sorted(seeds.entry_ids),
-            "seeds": [{"entry_id": e, "score": _fmt(seeds.scores[e]), "sources": sorted(seeds.sources[e])}
-                      for e in sorted(seeds.entry_ids)],
-            "closure_ids": sorted(closure_ids), "closure_v1_ids": sorted(closure_v1_ids),
-            "closure_size": len(closure_ids), "closure_v1_size": len(closure_v1_ids),
-            "adapter_expansion_gain": len(closure_ids) - len(closure_v1_ids),
-            "flagged": flagged_ids, "quarantined": quarantined_ids, "purged": purged_ids,
-            "total_flagged": len(flagged_ids), "total_quarantined": len(quarantined_ids), "total_purged": len(purged_ids),
-            "manifest_entries": manifest,
-            "tier_counts": risk.counts(),
-            "state_digest": "sha256:" + sha256_bytes("\n".join(state_lines).encode()),
-            "index": {"isolated_vectors_retrievable": retrievable},
-        },
-        "adapter_attestation": {
-            "adapters": adapters,
-            "tainted": sorted(store.adapter_ids(closures.v2.tainted_adapters)),
-            "evicted": sorted(a["adapter_id"] for a in adapters if a["status"] == "evicted"),
-            "retained": sorted(a["adapter_id"] for a in adapters if a["status"] == "retained"),
-            "fusion_warnings": fusion_warnings,
-            "gate": dict(gate),
-        },
-        "risk_scores": {"entries": risk_entries, "total_entries": risk.total_entries},
-        "membership_probe": dict(probe),
-    }
-
-
 def _gate_section(gate: AdapterGate | None, incident: IncidentLog) -> dict[str, Any]:
     if gate is None:
         return {"status": "not run", "reason": "the adapter gate is not implemented yet"}
@@ -408,7 +298,7 @@ def recover(
     incident = load_incident(incident_path)
     key = load_or_create_signing_key(key_dir)
     lap("validate")
-    with ProvenanceStore.open(store_path) as store:
+    with open_store(store_path) as store:
         ingest, sources = ingest_incident(store, incident, detector=detector, embedder=embedder)
         index = VectorIndex.open(index_path, store, dimension=embedder.dimension) if index_path is not None else None
         lap("ingest")
@@ -428,7 +318,8 @@ def recover(
         lap("tiers")
         purged_ids = store.entry_ids(plan.purge)
         probe_section = (probe or NotRunProbe()).run(store, purged_ids)
-        body = build_certificate_body(store, index, incident, policy, detector, seeds, closures, risk, plan,
+        detector_section = {"name": detector.name, "version": detector.version}
+        body = build_certificate_body(store, index, incident, policy, detector_section, seeds, closures, risk, plan,
                                       probe_section, _gate_section(gate, incident))
         if closure_mode == "v1":
             body["runtime_recovery"]["closure_mode"] = "v1"
@@ -456,7 +347,7 @@ def recover(
 
 def restore(entry_id: str, store_path: Path | str, index_path: Path | str | None, *, reason: str = "operator") -> bool:
     """Lift the quarantine of one entry (``rvu restore``). False if it was already restored."""
-    with ProvenanceStore.open(store_path) as store:
+    with open_store(store_path) as store:
         index = VectorIndex.open(index_path, store) if index_path is not None and store.embedding_dim else None
         return restore_entry(store, index, entry_id, reason=reason)
 

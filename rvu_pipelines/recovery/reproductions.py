@@ -18,8 +18,8 @@ from typing import Any
 
 from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.provenance.closure import closure_v1, closure_v2
-from rvu_pipelines.provenance.duckdb_store import ProvenanceStore
 from rvu_pipelines.provenance.incident import load_incident, write_incident
+from rvu_pipelines.provenance.store import open_store
 from rvu_pipelines.recovery.certificate import (
     certificate_bytes,
     completeness_problems,
@@ -87,7 +87,7 @@ def run_e2(workdir: Path | str) -> dict[str, Any]:
     """Ingest the E2 log and compute both closures from seed {b1} (the seed's own setup)."""
     workdir = Path(workdir)
     incident = load_incident(write_incident(e2_records(), workdir / "e2_incident.jsonl"))
-    with ProvenanceStore.open(workdir / "e2.duckdb") as store:
+    with open_store(workdir / "e2.duckdb") as store:
         ingest_incident(store, incident)
         graph = store.graph()
         seeds = store.seqs_of(["b1"])
@@ -144,7 +144,7 @@ def run_e3(workdir: Path | str, policy: FrocPolicy | None = None) -> dict[str, A
     workdir = Path(workdir)
     policy = policy or FrocPolicy.load()
     incident = load_incident(write_incident(e3_records(), workdir / "e3_incident.jsonl"))
-    with ProvenanceStore.open(workdir / "e3.duckdb") as store:
+    with open_store(workdir / "e3.duckdb") as store:
         ingest_incident(store, incident)
         graph = store.graph()
         seqs = store.seqs_of(list(TABLE3_LABELS))

@@ -31,8 +31,8 @@ import numpy as np
 
 from rvu_pipelines.errors import StoreError
 from rvu_pipelines.provenance.closure import ProvenanceGraph
-from rvu_pipelines.provenance.duckdb_store import ProvenanceStore
 from rvu_pipelines.provenance.intsets import union_ints, unique_ints
+from rvu_pipelines.provenance.store import ProvenanceStore
 from rvu_pipelines.recovery.froc import RiskTable, Tier
 from rvu_pipelines.recovery.vector_index import VectorIndex
 

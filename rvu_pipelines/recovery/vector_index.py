@@ -20,8 +20,8 @@ import faiss
 import numpy as np
 
 from rvu_pipelines.errors import StoreError
-from rvu_pipelines.provenance.duckdb_store import ProvenanceStore
 from rvu_pipelines.provenance.intsets import unique_ints
+from rvu_pipelines.provenance.store import ProvenanceStore
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rvu_pipelines.errors import IncidentValidationError, RvuError
-from rvu_pipelines.provenance import ProvenanceStore, load_incident, parse_incident, write_incident
+from rvu_pipelines.provenance import load_incident, open_store, parse_incident, write_incident
 from rvu_pipelines.provenance.incident import incident_line, incident_validator, schema_path
 from rvu_pipelines.recovery.pipeline import ingest_incident
 from rvu_pipelines.recovery.reproductions import e2_records, e3_records, e8_records
@@ -151,7 +151,7 @@ def malformed_incident(draw) -> tuple[bytes, int]:
 @given(case=malformed_incident())
 def test_malformed_line_gives_clear_error_and_ingests_nothing(case: tuple[bytes, int], tmp_path: Path) -> None:
     data, broken_line = case
-    with ProvenanceStore.open(":memory:") as store:
+    with open_store(":memory:") as store:
         ingest_incident(store, load_incident(write_incident(e3_records(), tmp_path / "e3.jsonl")))
         before = (store.entry_count, store.adapter_count, len(store.events()), store.verify_event_chain().head)
         with pytest.raises(IncidentValidationError) as caught:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rvu_pipelines.errors import EntryNotFoundError, IncidentValidationError, RestoreError, StoreError
-from rvu_pipelines.provenance import ProvenanceStore, load_incident, write_incident
+from rvu_pipelines.provenance import DuckDBProvenanceStore, load_incident, write_incident
 from rvu_pipelines.recovery.pipeline import ingest_incident
 from rvu_pipelines.recovery.reproductions import e2_records
 
@@ -16,7 +16,7 @@ from rvu_pipelines.recovery.reproductions import e2_records
 @pytest.fixture
 def e2_store(tmp_path: Path):
     incident = load_incident(write_incident(e2_records(), tmp_path / "e2.jsonl"))
-    store = ProvenanceStore.open(tmp_path / "store.duckdb")
+    store = DuckDBProvenanceStore.open(tmp_path / "store.duckdb")
     ingest_incident(store, incident)
     yield store, incident
     store.close()
@@ -148,10 +148,10 @@ def test_event_chain_detects_edits_deletions_and_reordering(e2_store, tamper: st
 
 def test_read_only_and_missing_store(tmp_path: Path, e2_store) -> None:
     with pytest.raises(StoreError, match="does not exist"):
-        ProvenanceStore.open(tmp_path / "missing.duckdb", read_only=True)
+        DuckDBProvenanceStore.open(tmp_path / "missing.duckdb", read_only=True)
     store, _ = e2_store
     store.close()
-    with ProvenanceStore.open(store.path, read_only=True) as reader:
+    with DuckDBProvenanceStore.open(store.path, read_only=True) as reader:
         assert reader.entry_count == 9
         with pytest.raises(StoreError, match="read-only"):
             reader.mark_tainted([0], {})

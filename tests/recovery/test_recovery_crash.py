@@ -20,7 +20,7 @@ import faiss
 import numpy as np
 import pytest
 
-from rvu_pipelines.provenance import ProvenanceStore, write_incident
+from rvu_pipelines.provenance import open_store, write_incident
 from rvu_pipelines.recovery.pipeline import recover
 from rvu_pipelines.recovery.reproductions import e8_records
 from rvu_pipelines.recovery.tiers import FAULT_MARKER_ENV, FAULT_PAUSE_ENV
@@ -70,10 +70,10 @@ def test_sigkill_during_tiers_leaves_store_and_index_consistent(tmp_path: Path, 
     incident, keys, expected = clean_certificate
     paths = run_until_paused(tmp_path, incident, keys, step)
 
-    with ProvenanceStore.open(paths["store"]) as store:
+    with open_store(paths["store"]) as store:
         assert store.verify_event_chain().ok
         allowed = set(store.allowed_vector_seqs().tolist())
-        quarantined = store.execute("SELECT count(*) FROM quarantine").fetchall()[0][0]
+        quarantined = int(store.entry_states(np.arange(store.entry_count))["quarantined"].sum())
         assert quarantined == (1 if step == 6 else 0)  # uncommitted tier changes are gone after the kill
         isolated = store.seqs_of(["t1", "m1", "t2"])
         # on disk, before any repair: the index holds nothing the store forbids (removals go index-first)
@@ -93,7 +93,7 @@ def test_sigkill_during_tiers_leaves_store_and_index_consistent(tmp_path: Path, 
 
     recover(incident, paths["store"], paths["index"], keys, paths["cert"])
     assert paths["cert"].read_bytes() == expected  # re-running converges to the clean run's certificate
-    with ProvenanceStore.open(paths["store"]) as store:
+    with open_store(paths["store"]) as store:
         assert store.verify_event_chain().ok
         index = VectorIndex.open(paths["index"], store)
         assert np.array_equal(index.ids(), store.allowed_vector_seqs())

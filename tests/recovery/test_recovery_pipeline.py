@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rvu_pipelines.errors import IncidentValidationError
-from rvu_pipelines.provenance import ProvenanceStore, write_incident
+from rvu_pipelines.provenance import open_store, write_incident
 from rvu_pipelines.recovery import ContaminationDetector, recover, verify_certificate
 from rvu_pipelines.recovery.certificate import trusted_fingerprint
 from rvu_pipelines.recovery.reproductions import e2_records
@@ -26,7 +26,7 @@ def test_recover_the_example_incident(tmp_path: Path) -> None:
     metrics = result.metrics()
     assert metrics["closure_v2_size"] == 11 and metrics["tier_evict"] == 1 and metrics["applied_purged"] == 2
     assert set(result.timings) == {"validate", "ingest", "closure", "risk", "tiers", "certificate"}
-    with ProvenanceStore.open(tmp_path / "s.duckdb") as store:
+    with open_store(tmp_path / "s.duckdb") as store:
         assert store.verify_event_chain().ok
 
 
@@ -44,13 +44,13 @@ def test_a_malformed_incident_changes_nothing(tmp_path: Path) -> None:
     store_path = tmp_path / "s.duckdb"
     recover(write_incident(e2_records(), tmp_path / "e2.jsonl"), store_path, tmp_path / "i.faiss", tmp_path / "k",
             tmp_path / "c.json")
-    with ProvenanceStore.open(store_path) as store:
+    with open_store(store_path) as store:
         before = (store.entry_count, store.verify_event_chain().head)
     with pytest.raises(IncidentValidationError):
         recover(REPO / "configs" / "examples" / "incident_malformed.jsonl", store_path, tmp_path / "i.faiss",
                 tmp_path / "k", tmp_path / "bad-cert.json")
     assert not (tmp_path / "bad-cert.json").exists()
-    with ProvenanceStore.open(store_path) as store:
+    with open_store(store_path) as store:
         assert (store.entry_count, store.verify_event_chain().head) == before
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rvu_pipelines.errors import EntryNotFoundError, RestoreError
-from rvu_pipelines.provenance import ProvenanceStore, write_incident
+from rvu_pipelines.provenance import open_store, write_incident
 from rvu_pipelines.recovery.pipeline import recover, restore
 from rvu_pipelines.recovery.reproductions import e8_records
 from rvu_pipelines.recovery.tiers import TierPlan, apply_tiers, restore_entry
@@ -44,7 +44,7 @@ def test_each_tier_does_what_it_says(recovered) -> None:
     assert result.tiers == {"t2": "evict", "m1": "purge", "t1": "quarantine", "load-mail": "flag", "s1": "flag",
                             "c1": "flag", "load-fin": "none", "u1": "none", "fuse-mail": "none", "r1": "none",
                             "a1": "none"}
-    with ProvenanceStore.open(paths["store"]) as store:
+    with open_store(paths["store"]) as store:
         t1, m1, t2, c1, u1 = (store.entry(e) for e in ("t1", "m1", "t2", "c1", "u1"))
         assert t1.quarantined and t1.tainted and not t1.purged and t1.content.startswith("Invoice")  # row kept
         assert m1.purged and t2.purged and c1.tainted and not c1.purged and not u1.tainted
@@ -60,7 +60,7 @@ def test_each_tier_does_what_it_says(recovered) -> None:
 
 def test_applying_the_same_plan_twice_changes_nothing(recovered) -> None:
     _, paths, _ = recovered
-    with ProvenanceStore.open(paths["store"]) as store:
+    with open_store(paths["store"]) as store:
         index = VectorIndex.open(paths["index"], store)
         events, ids = len(store.events()), index.ids()
         graph = store.graph()
@@ -83,13 +83,13 @@ def test_rerunning_recovery_is_a_no_op_with_identical_certificate(recovered) -> 
 
 def test_restore_re_adds_the_vector_and_logs_it(recovered) -> None:
     _, paths, _ = recovered
-    with ProvenanceStore.open(paths["store"]) as store:
+    with open_store(paths["store"]) as store:
         seq = store.entry("t1").seq
         vector = store.vectors([seq])
     assert seq not in index_ids(paths["index"])
     assert restore("t1", paths["store"], paths["index"]) is True
     assert seq in index_ids(paths["index"])
-    with ProvenanceStore.open(paths["store"]) as store:
+    with open_store(paths["store"]) as store:
         assert not store.entry("t1").quarantined
         assert store.events()[-1].kind == "restored" and store.events()[-1].subjects == [seq]
         index = VectorIndex.open(paths["index"], store)
@@ -97,7 +97,7 @@ def test_restore_re_adds_the_vector_and_logs_it(recovered) -> None:
         assert found[0][0] == seq  # retrievable again
         events = len(store.events())
     assert restore("t1", paths["store"], paths["index"]) is False  # idempotent
-    with ProvenanceStore.open(paths["store"]) as store:
+    with open_store(paths["store"]) as store:
         assert len(store.events()) == events
 
 
@@ -110,7 +110,7 @@ def test_restore_refuses_what_cannot_be_restored(recovered, entry_id: str, error
 
 def test_purged_vectors_are_never_returned_by_search(recovered) -> None:
     _, paths, _ = recovered
-    with ProvenanceStore.open(paths["store"]) as store:
+    with open_store(paths["store"]) as store:
         index = VectorIndex.open(paths["index"], store)
         isolated = store.seqs_of(["t1", "m1", "t2"])
         _, found = index.search(store.vectors(isolated), index.ntotal)
@@ -127,7 +127,7 @@ def write_index(path: Path, ids: list[int], vectors: np.ndarray) -> None:
 @pytest.mark.parametrize("damage", ["stale_purged_vector", "missing_vectors", "corrupt_file", "wrong_dimension", "deleted"])
 def test_index_is_reconciled_from_the_store_on_open(recovered, damage: str) -> None:
     _, paths, _ = recovered
-    with ProvenanceStore.open(paths["store"]) as store:
+    with open_store(paths["store"]) as store:
         allowed = set(store.allowed_vector_seqs().tolist())
         everything = np.arange(store.entry_count)
         all_vectors = store.vectors(everything)
@@ -141,7 +141,7 @@ def test_index_is_reconciled_from_the_store_on_open(recovered, damage: str) -> N
         write_index(paths["index"], [0], np.ones((1, 8), dtype=np.float32))
     else:
         paths["index"].unlink()
-    with ProvenanceStore.open(paths["store"]) as store:
+    with open_store(paths["store"]) as store:
         index = VectorIndex.open(paths["index"], store)
         assert set(index.ids().tolist()) == allowed
     assert index_ids(paths["index"]) == allowed  # and the repaired index was saved
@@ -149,6 +149,6 @@ def test_index_is_reconciled_from_the_store_on_open(recovered, damage: str) -> N
 
 def test_restore_entry_without_index(recovered) -> None:
     _, paths, _ = recovered
-    with ProvenanceStore.open(paths["store"]) as store:
+    with open_store(paths["store"]) as store:
         assert restore_entry(store, None, "t1") is True
         assert not store.entry("t1").quarantined
