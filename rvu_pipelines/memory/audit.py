@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring as _json_str  # C-accelerated JSON string quoting
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from rvu_pipelines.errors import AuditIntegrityError
 from rvu_pipelines.hashing import sha256_bytes
+from rvu_pipelines.memory.model import Channel, NodeKind, decision_of
 
 GENESIS_PREV = "0" * 64
 
@@ -73,8 +75,6 @@ DECISION_FIELDS = ("code", "session", "namespace", "key", "channel", "claimed", 
 
 def decode_decision(row: list[Any]) -> dict[str, Any]:
     """Name the fields of a decision record and spell out its packed code (op, rule, reason)."""
-    from rvu_pipelines.memory.model import Channel, decision_of
-
     out = dict(zip(DECISION_FIELDS, row))
     d = decision_of(out["code"])
     out.update(op=d.op.name, accepted=d.accepted, rule=int(d.rule), reason=d.reason.name,
@@ -82,6 +82,40 @@ def decode_decision(row: list[Any]) -> dict[str, Any]:
     if out["channel"] is not None:
         out["channel"] = Channel(out["channel"]).name
     return out
+
+
+# ---------------------------------------------------------------- audit encoders (run at seal time)
+
+
+def _value_digest(value: str | None) -> str | None:
+    return None if value is None else sha256_bytes(value.encode())
+
+
+def _q(text: str | None) -> str:
+    return "null" if text is None else _json_str(text)
+
+
+def _encode_decision(e: tuple[Any, ...]) -> tuple[str, bytes]:
+    """A decision as a positional JSON array (see audit.DECISION_FIELDS): cheap to build and hash."""
+    _, _op, code, session, ns, key, channel, claimed, deps, value, node, extra = e
+    return "decision", ("[%d,%s,%s,%s,%s,%s,[%s],%s,%s,%s]" % (
+        code, _json_str(session), _q(ns), _q(key), "null" if channel is None else channel, _q(claimed),
+        ",".join(map(str, deps)), "null" if value is None else '"%s"' % sha256_bytes(value.encode()),
+        "null" if node is None else node, "null" if extra is None else canonical_json(extra).decode(),
+    )).encode()
+
+
+def _encode_belief(e: tuple[Any, ...]) -> tuple[str, bytes]:
+    _, node, kind, session, channel, content, parents, tainted = e
+    return "belief", canonical_json({
+        "node": node, "kind": NodeKind(kind).name, "session": session,
+        "channel": None if channel is None else Channel(channel).name,
+        "content_sha256": _value_digest(content), "parents": list(parents), "tainted": bool(tainted),
+    })
+
+
+def _encode_context_reset(e: tuple[Any, ...]) -> tuple[str, bytes]:
+    return "context_reset", canonical_json({"session": e[1]})
 
 
 @dataclass(frozen=True)
