@@ -8,14 +8,21 @@ tests compare the two). Kept apart because it changes for speed, not for the rul
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
-from rvu_pipelines.errors import MemoryMonitorError, NamespaceError, UnknownBeliefError, UserChannelError
+from rvu_pipelines.errors import (
+    MemoryMonitorError,
+    NamespaceError,
+    ProvenanceError,
+    UnknownBeliefError,
+    UserChannelError,
+)
 from rvu_pipelines.hashing import sha256_bytes
+from rvu_pipelines.memory.audit import AuditLog
 from rvu_pipelines.memory.model import (
     TRUSTED_LUT,
     Action,
@@ -30,6 +37,7 @@ from rvu_pipelines.memory.model import (
     Write,
 )
 from rvu_pipelines.memory.rules import _BATCH_CODES, _KEY_BITS, SHARED_CODE
+from rvu_pipelines.memory.user_channel import UserChannel
 
 # ---------------------------------------------------------------- helpers for the batch path
 
@@ -96,6 +104,43 @@ def _segment_any(flags: np.ndarray, ptr: np.ndarray) -> np.ndarray:
 
 class BatchPath:
     """The batched half of ``ReferenceMonitor`` (mixed in): numpy mirrors of its state and Rules 1-9."""
+
+    # ReferenceMonitor's state and helpers used here (monitor.py sets them), declared for the type checker
+    shared: str
+    audit: AuditLog | None
+    user_channel: UserChannel | None
+    _ns_names: list[str]
+    _key_names: list[str]
+    _key_immut: bytearray
+    _names_logged: tuple[int, int]
+    _index: dict[str, dict[str, int]]
+    _slot_ns: array
+    _slot_key: array
+    _slot_next: array
+    _slot_value: list[str]
+    _slot_channel: bytearray
+    _slot_taint: bytearray
+    _slot_immut: bytearray
+    _dirty: set[int]
+    _node_taint: bytearray
+    _node_own: bytearray
+    _node_kind: bytearray
+    _node_ref: array
+    _node_session: array
+    _context: dict[str, list[int]]
+    _context_taint: dict[str, int]
+    _sessions_ok: set[str]
+    _started: bool
+    _check_session: Callable[[object], None]
+    _provenance_error: Callable[[object], ProvenanceError]
+    _intern_ns: Callable[[str], int]
+    _intern_key: Callable[[str], int]
+    _commit_write: Callable[[str, str, str, int], None]
+    _commit_promote: Callable[[str, str], None]
+    # the numpy mirrors this path keeps (set by _reset_mirrors)
+    _mirrors: dict[str, _Tail]
+    _np_head: np.ndarray
+    _taint_dirty: list[int]
 
     # ------------------------------------------------------------------ batches
 

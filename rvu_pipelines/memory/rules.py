@@ -20,13 +20,14 @@ decided and every rule whose premise held. Seed-level choices (documented once h
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from array import array
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from rvu_pipelines.errors import MemoryMonitorError
-from rvu_pipelines.memory.audit import _encode_decision
+from rvu_pipelines.errors import MemoryMonitorError, ProvenanceError
+from rvu_pipelines.memory.audit import AuditLog, _encode_decision
 from rvu_pipelines.memory.model import (
     DECISIONS,
     TRUST_BY_CHANNEL,
@@ -45,6 +46,7 @@ from rvu_pipelines.memory.model import (
     Write,
     pack_decision,
 )
+from rvu_pipelines.memory.user_channel import UserChannel
 
 SHARED_CODE = 0
 _B0, _B1, _B2, _B3, _B4, _B5, _B6, _B7, _B8, _B9, _B10 = (1 << r for r in range(11))
@@ -126,6 +128,26 @@ _OP_NAMES = tuple(op.name for op in Op)
 
 class SingleCallPath:
     """The single-call half of ``ReferenceMonitor`` (mixed in): one action, one decision."""
+
+    # ReferenceMonitor's state and helpers used here (monitor.py sets them), declared for the type checker
+    shared: str
+    audit: AuditLog | None
+    user_channel: UserChannel | None
+    _sessions_ok: set[str]
+    _immutable_keys: set[str]
+    _index: dict[str, dict[str, int]]
+    _slot_value: list[str]
+    _slot_taint: bytearray
+    _slot_ns: array
+    _slot_key: array
+    _started: bool
+    _check_name: Callable[[object, str], None]
+    _check_session: Callable[[object], None]
+    _provenance_error: Callable[[object], ProvenanceError]
+    _deps_taint: Callable[[Iterable[int]], tuple[int, int]]
+    _add_node: Callable[[int, str, int, int, int], int]
+    _commit_write: Callable[[str, str, str, int], None]
+    _commit_promote: Callable[[str, str], None]
 
     # ------------------------------------------------------------------ the rules, single call
 
