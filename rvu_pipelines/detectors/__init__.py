@@ -2,8 +2,8 @@
 
 Every detector implements :class:`InjectionDetector` (``name``, ``score(texts)`` -> P(injection),
 ``predict(texts, threshold)``); that is the one interface the recovery pipeline, the memory
-monitor's USER-channel check and the attack harness consume, typically through
-``load_registered_detector(name)`` and ``as_contamination_detector(detector, threshold)``.
+monitor's USER-channel check and the attack harness consume, typically loaded with
+``load_registered_detector(name)``. :class:`ExfiltrationHeuristic` is recovery's default signal.
 Plain Python: torch, transformers and MLflow are imported only inside the functions that need them.
 """
 
@@ -27,6 +27,7 @@ from rvu_pipelines.detectors.corpora import (
 )
 from rvu_pipelines.detectors.ensemble import EnsembleDetector, seed_ensemble
 from rvu_pipelines.detectors.evaluation import CorpusEvaluation, evaluate_corpus
+from rvu_pipelines.detectors.exfiltration import ExfiltrationHeuristic
 from rvu_pipelines.detectors.finetune import (
     FinetunedDetector,
     FinetuneReport,
@@ -60,6 +61,7 @@ __all__ = [
     "CorpusEvaluation",
     "DetectorBase",
     "EnsembleDetector",
+    "ExfiltrationHeuristic",
     "FinetuneReport",
     "FinetuneSettings",
     "FinetunedDetector",

@@ -1,8 +1,10 @@
 """The one plug-in interface every injection detector implements, and adapters for its consumers.
 
-The recovery pipeline, the memory monitor's USER-channel content check and the attack harness all
-take an :class:`InjectionDetector`; whether it is a regex list, a registered MLflow model or a
-fine-tuned transformer is invisible to them. Scores are probabilities of "injection" in [0, 1].
+The recovery pipeline (``recover(..., detector)``: it scores the content of each action record and
+records the detector's ``name`` and, if set, ``version`` in the certificate), the attack harness and,
+through :func:`as_text_scorer`, the memory monitor's USER-channel content check all take an
+:class:`InjectionDetector`; whether it is a regex list, a registered MLflow model or a fine-tuned
+transformer is invisible to them. Scores are probabilities of "injection" in [0, 1].
 """
 
 from __future__ import annotations
@@ -105,8 +107,8 @@ def check_threshold(threshold: float) -> float:
 
 
 def as_contamination_detector(detector: InjectionDetector, threshold: float = DEFAULT_THRESHOLD) -> Callable[[str], bool]:
-    """``text -> is it an injection?``: the filter / contamination signal for the recovery pipeline
-    and the attack harness, from any detector (registered or not)."""
+    """``text -> is it an injection?`` at ``threshold``, from any detector (registered or not), for a
+    caller that needs a yes/no filter; recovery and the attack harness take the detector itself."""
     limit = check_threshold(threshold)
 
     def is_contaminated(text: str) -> bool:

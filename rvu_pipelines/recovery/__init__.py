@@ -1,7 +1,8 @@
 """Recovery: FROC risk, tier actions on the store and the vector index, signed v2 certificates.
 
-Plain Python (no Dagster). ``recover(...)`` runs the whole pipeline; the stage functions in
-``pipeline`` are what the Dagster assets call one at a time.
+Plain Python (no Dagster). ``recover(...)`` runs the whole pipeline for every caller: the CLI, the
+agents' episode runner and the Dagster ``incident_recovery`` asset (once per incident). The stage
+functions in ``pipeline`` are its steps, public for tests and the seed reproductions (``reproductions``).
 """
 
 from rvu_pipelines.recovery.certificate import (
@@ -18,14 +19,13 @@ from rvu_pipelines.recovery.froc import FrocPolicy, InfluenceSource, RecordedInf
 from rvu_pipelines.recovery.pipeline import (
     AdapterGate,
     Closures,
-    ContaminationDetector,
-    HeuristicDetector,
     MembershipProbe,
     NotRunProbe,
     RecoveryResult,
     SeedReport,
-    TextDetectorContamination,
     compute_closures,
+    contamination_scores,
+    detector_identity,
     find_seeds,
     ingest_incident,
     plan_tiers,
@@ -41,11 +41,9 @@ __all__ = [
     "AdapterGate",
     "AdapterRuntime",
     "Closures",
-    "ContaminationDetector",
     "Embedder",
     "FrocPolicy",
     "HashingEmbedder",
-    "HeuristicDetector",
     "InfluenceSource",
     "MembershipProbe",
     "NotRunProbe",
@@ -56,12 +54,13 @@ __all__ = [
     "Tier",
     "TierOutcome",
     "TierPlan",
-    "TextDetectorContamination",
     "VectorIndex",
     "apply_tiers",
     "build_certificate_body",
     "compute_closures",
     "compute_risk",
+    "contamination_scores",
+    "detector_identity",
     "find_seeds",
     "ingest_incident",
     "load_or_create_signing_key",

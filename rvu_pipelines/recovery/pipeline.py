@@ -1,23 +1,29 @@
 """The recovery pipeline: incident log -> seeds -> closure v1/v2 -> FROC risk -> tiers -> certificate.
 
-:func:`recover` runs it end to end (the CLI's ``rvu recover``); the stage functions below it are what
-the Dagster assets call one by one. Every stage is deterministic and idempotent: re-running the same
-incident against the same store changes nothing more and yields a byte-identical certificate, also
-after a crash half-way through the tiers.
+:func:`recover` runs it end to end. It is what every caller uses: the CLI's ``rvu recover``, the
+agents' episode runner and the Dagster ``incident_recovery`` asset, which calls it once per incident
+partition and publishes each stage's outcome (store, closure, risk, tiers, certificate) from the
+returned :class:`RecoveryResult`. The stage functions below it (``ingest_incident``, ``find_seeds``,
+``compute_closures``, ``score_risk``, ``plan_tiers``) are its steps, public for tests and for the
+seed reproductions. Every stage is deterministic and idempotent: re-running the same incident against
+the same store changes nothing more and yields a byte-identical certificate, also after a crash
+half-way through the tiers.
 
-Extension points for later issues, each a Protocol with a default:
+Extension points, each with a default:
 
-- ``ContaminationDetector``: P(contaminated | e) for incident entries (default: :class:`HeuristicDetector`,
-  regexes for injection phrases; the detectors issue plugs its trained classifiers in here);
+- the contamination detector: any :class:`~rvu_pipelines.detectors.base.InjectionDetector` (texts ->
+  P(injection)), as the memory monitor and the attack harness take it; default
+  :class:`~rvu_pipelines.detectors.exfiltration.ExfiltrationHeuristic`. The pipeline scores only action
+  records (adapter lifecycle lines score 0) and records the detector's ``name`` and ``version``
+  (default "1") in the certificate;
 - ``InfluenceSource`` (froc.py): I(adapter) (default: the ``influence`` recorded in the log);
 - ``AdapterGate``: screening of each loaded adapter, reported in the certificate (default: not run);
 - ``MembershipProbe``: post-recovery probes (default: ``{"status": "not run"}``);
-- ``AdapterRuntime`` (tiers.py): unloading evicted adapters from a live runtime.
+- ``AdapterRuntime`` (tiers.py): unloading evicted adapters from a live runtime;
+- the store: any :class:`~rvu_pipelines.provenance.store.ProvenanceStore`, opened by ``open_store``.
 """
-
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,6 +32,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from rvu_pipelines.detectors.base import InjectionDetector
+from rvu_pipelines.detectors.exfiltration import ExfiltrationHeuristic
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.provenance.canonical import canonical_bytes
@@ -46,57 +54,35 @@ from rvu_pipelines.recovery.vector_index import Embedder, HashingEmbedder, Vecto
 # ------------------------------------------------------------------------------------ extension points
 
 
-@runtime_checkable
-class ContaminationDetector(Protocol):
-    """Scores incident entries: P(contaminated | e) in [0, 1], one value per record, deterministically."""
-
-    name: str
-    version: str
-
-    def score(self, records: Sequence[IncidentRecord]) -> np.ndarray: ...
+DEFAULT_DETECTOR_VERSION = "1"
 
 
-class HeuristicDetector:
-    """Regexes for prompt-injection and exfiltration phrases: 1.0 on a match, else 0.0.
+def detector_identity(detector: InjectionDetector) -> dict[str, str]:
+    """The certificate's detector section: the detector's ``name`` and ``version`` (``"1"`` if it has none)."""
+    return {"name": str(getattr(detector, "name", type(detector).__name__)),
+            "version": str(getattr(detector, "version", DEFAULT_DETECTOR_VERSION))}
 
-    A deliberately simple default (a D1-style heuristic). Adapter lifecycle lines are never scored.
+
+def contamination_scores(records: Sequence[IncidentRecord], detector: InjectionDetector) -> np.ndarray:
+    """The detector's P(contaminated | e) for each record, in [0, 1].
+
+    Only action records are scored: their content is what an agent read or wrote. Adapter lifecycle
+    lines (load / unload / fuse) hold adapter metadata, not text an agent saw, and score 0.
     """
-
-    name = "heuristic"
-    version = "1"
-    PATTERNS: tuple[str, ...] = (
-        r"\bignore\s+(?:all\s+|any\s+|the\s+)?(?:previous\s+|prior\s+|above\s+|earlier\s+)?instructions\b",
-        r"\bdisregard\s+(?:all\s+|any\s+|the\s+)?(?:previous\s+|prior\s+|above\s+)?(?:instructions|rules)\b",
-        r"\bexfiltrat\w*",
-        r"\bsystem\s*:\s*(?:override|ignore|you are now|new instructions)",
-        r"\boverride mode\b",
-        r"\b(?:send|forward|post|upload|transfer|leak)\b[^.\n]{0,80}\b(?:credentials?|passwords?|api[ _-]?keys?|secrets?|tokens?)\b",
-        r"\b(?:curl|wget)\b[^\n]{0,120}https?://",
-    )
-
-    def __init__(self) -> None:
-        self._regex = re.compile("|".join(f"(?:{pattern})" for pattern in self.PATTERNS), re.IGNORECASE)
-
-    def score(self, records: Sequence[IncidentRecord]) -> np.ndarray:
-        return np.array([1.0 if record.is_action and self._regex.search(record.content) else 0.0 for record in records],
-                        dtype=np.float64)
+    scores = np.zeros(len(records), dtype=np.float64)
+    actions = [i for i, record in enumerate(records) if record.is_action]
+    if actions:
+        detected = np.asarray(detector.score([records[i].content for i in actions]), dtype=np.float64)
+        if detected.shape != (len(actions),):
+            name = detector_identity(detector)["name"]
+            raise ValueError(f"detector {name} returned {detected.shape} scores for {len(actions)} texts")
+        scores[actions] = np.clip(detected, 0.0, 1.0)
+    return scores
 
 
-class TextDetectorContamination:
-    """Any text injection detector (``rvu_pipelines.detectors.InjectionDetector``: D1-D5 or a registered
-    MLflow model) as the recovery pipeline's contamination signal; adapter lifecycle lines score 0."""
-
-    def __init__(self, detector: Any, version: str = "1") -> None:
-        self.detector = detector
-        self.name = str(getattr(detector, "name", type(detector).__name__))
-        self.version = version
-
-    def score(self, records: Sequence[IncidentRecord]) -> np.ndarray:
-        scores = np.zeros(len(records), dtype=np.float64)
-        actions = [i for i, record in enumerate(records) if record.is_action]
-        if actions:
-            scores[actions] = np.asarray(self.detector.score([records[i].content for i in actions]), dtype=np.float64)
-        return scores
+# TODO(issue 10): agents still imports this; pass the InjectionDetector to recover() itself, then delete it.
+def TextDetectorContamination(detector: InjectionDetector) -> InjectionDetector:
+    return detector
 
 
 @runtime_checkable
@@ -177,12 +163,12 @@ class RecoveryResult:
 # ------------------------------------------------------------------------------------ stages
 
 
-def score_incident(incident: IncidentLog, detector: ContaminationDetector | None = None) -> tuple[dict[str, float], dict[str, list[str]]]:
+def score_incident(incident: IncidentLog,
+                   detector: InjectionDetector | None = None) -> tuple[dict[str, float], dict[str, list[str]]]:
     """P(contaminated | e) for each record: max of the log's flag (1.0) and the detector; plus sources."""
-    detector = detector or HeuristicDetector()
-    detected = np.clip(np.asarray(detector.score(incident.records), dtype=np.float64), 0.0, 1.0)
-    if detected.shape != (len(incident.records),):
-        raise ValueError(f"detector {detector.name} returned {detected.shape} scores for {len(incident.records)} records")
+    detector = detector or ExfiltrationHeuristic()
+    detected = contamination_scores(incident.records, detector)
+    identity = detector_identity(detector)
     scores: dict[str, float] = {}
     sources: dict[str, list[str]] = {}
     for record, value in zip(incident.records, detected.tolist()):
@@ -190,7 +176,7 @@ def score_incident(incident: IncidentLog, detector: ContaminationDetector | None
         if record.contaminated:
             found.append("log_flag")
         if value > 0:
-            found.append(f"detector:{detector.name}-v{detector.version}")
+            found.append(f"detector:{identity['name']}-v{identity['version']}")
         scores[record.entry_id] = max(1.0 if record.contaminated else 0.0, float(value))
         sources[record.entry_id] = found
     return scores, sources
@@ -200,7 +186,7 @@ def ingest_incident(
     store: ProvenanceStore,
     incident: IncidentLog,
     *,
-    detector: ContaminationDetector | None = None,
+    detector: InjectionDetector | None = None,
     embedder: Embedder | None = None,
 ) -> tuple[IngestResult, dict[str, list[str]]]:
     """Validate against the store, score and embed the incident, and write it (all or nothing)."""
@@ -236,7 +222,8 @@ def score_risk(store: ProvenanceStore, graph: ProvenanceGraph, closures: Closure
                influence: InfluenceSource | None = None) -> RiskTable:
     """FROC risk and tier of every entry in the v2 closure."""
     influence = influence or RecordedInfluence()
-    return compute_risk(graph, closures.v2.members, store.contamination_scores(), influence.adapter_influence(store), policy)
+    return compute_risk(graph, closures.v2.members, store.contamination_scores(), influence.adapter_influence(store),
+                        policy)
 
 
 def plan_tiers(risk: RiskTable, graph: ProvenanceGraph, closures: Closures, seeds: SeedReport) -> TierPlan:
@@ -264,7 +251,7 @@ def recover(
     index_path: Path | str | None,
     key_dir: Path | str,
     cert_out: Path | str,
-    detector: ContaminationDetector | None = None,
+    detector: InjectionDetector | None = None,
     *,
     policy: FrocPolicy | None = None,
     embedder: Embedder | None = None,
@@ -293,7 +280,7 @@ def recover(
         clock = now
 
     policy = policy or FrocPolicy.load()
-    detector = detector or HeuristicDetector()
+    detector = detector or ExfiltrationHeuristic()
     embedder = embedder or HashingEmbedder()
     incident = load_incident(incident_path)
     key = load_or_create_signing_key(key_dir)
@@ -318,9 +305,8 @@ def recover(
         lap("tiers")
         purged_ids = store.entry_ids(plan.purge)
         probe_section = (probe or NotRunProbe()).run(store, purged_ids)
-        detector_section = {"name": detector.name, "version": detector.version}
-        body = build_certificate_body(store, index, incident, policy, detector_section, seeds, closures, risk, plan,
-                                      probe_section, _gate_section(gate, incident))
+        body = build_certificate_body(store, index, incident, policy, detector_identity(detector), seeds, closures,
+                                      risk, plan, probe_section, _gate_section(gate, incident))
         if closure_mode == "v1":
             body["runtime_recovery"]["closure_mode"] = "v1"
         certificate = sign_certificate(body, key)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rvu_pipelines.detectors.exfiltration import ExfiltrationHeuristic
 from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.provenance.closure import closure_v1, closure_v2
 from rvu_pipelines.provenance.incident import load_incident, write_incident
@@ -28,7 +29,7 @@ from rvu_pipelines.recovery.certificate import (
     verify_certificate,
 )
 from rvu_pipelines.recovery.froc import FrocPolicy, RecordedInfluence, Tier, compute_risk
-from rvu_pipelines.recovery.pipeline import HeuristicDetector, ingest_incident, recover
+from rvu_pipelines.recovery.pipeline import ingest_incident, recover
 
 T0 = 1_718_000_000.0
 
@@ -213,7 +214,7 @@ def run_e8(workdir: Path | str, key_dir: Path | str | None = None, policy: FrocP
     incident_path = write_incident(e8_records(), workdir / "e8_incident.jsonl")
     cert_path = workdir / "e8_certificate.json"
     result = recover(incident_path, workdir / "e8.duckdb", workdir / "e8.faiss", key_dir, cert_path,
-                     HeuristicDetector(), policy=policy)
+                     ExfiltrationHeuristic(), policy=policy)
     trusted = [trusted_fingerprint(key_dir)]
     ok, reason = verify_certificate(cert_path, trusted_fingerprints=trusted)
     certificate = result.certificate

@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rvu_pipelines.detectors.base import DetectorBase, InjectionDetector
 from rvu_pipelines.errors import IncidentValidationError
 from rvu_pipelines.provenance import open_store, write_incident
-from rvu_pipelines.recovery import ContaminationDetector, recover, verify_certificate
+from rvu_pipelines.recovery import recover, verify_certificate
 from rvu_pipelines.recovery.certificate import trusted_fingerprint
 from rvu_pipelines.recovery.reproductions import e2_records
 
@@ -54,18 +55,18 @@ def test_a_malformed_incident_changes_nothing(tmp_path: Path) -> None:
         assert (store.entry_count, store.verify_event_chain().head) == before
 
 
-class OrphanDetector:
-    """A stand-in for a trained detector: flags the orphan entry only."""
+class OrphanDetector(DetectorBase):
+    """A stand-in for a trained detector: flags the orphan entry's text (the weather report) only."""
 
     name = "orphan-finder"
     version = "0.1"
 
-    def score(self, records) -> np.ndarray:
-        return np.array([0.9 if r.entry_id == "orphan" else 0.0 for r in records])
+    def _score(self, texts: list[str]) -> np.ndarray:
+        return np.array([0.9 if "weather" in text else 0.0 for text in texts])
 
 
 def test_detector_is_pluggable(tmp_path: Path) -> None:
-    assert isinstance(OrphanDetector(), ContaminationDetector)
+    assert isinstance(OrphanDetector(), InjectionDetector)
     records = e2_records()
     records[5].pop("contaminated")  # b1 no longer flagged by the log
     result = recover(write_incident(records, tmp_path / "e2.jsonl"), tmp_path / "s.duckdb", None, tmp_path / "k",
