@@ -202,7 +202,8 @@ class BatchPath:
                 raise MemoryMonitorError(f"Batch column '{name}' has shape {getattr(b, name).shape}, expected ({n},).")
         if b.dep_ptr.shape != (n + 1,) or (n and (b.dep_ptr[0] != 0 or b.dep_ptr[-1] != b.dep_idx.shape[0]
                                                   or np.any(np.diff(b.dep_ptr) < 0))):
-            raise MemoryMonitorError("Batch dep_ptr must be CSR offsets: n+1 non-decreasing values from 0 to len(dep_idx).")
+            raise MemoryMonitorError(
+                "Batch dep_ptr must be CSR offsets: n+1 non-decreasing values from 0 to len(dep_idx).")
         if n == 0:
             return
         if b.op.max() > Op.INTERNAL or b.channel.max() > Channel.SYSTEM:

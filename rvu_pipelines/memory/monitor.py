@@ -36,9 +36,10 @@ from rvu_pipelines.memory.user_channel import UserChannel
 class ReferenceMonitor(SingleCallPath, BatchPath):
     """Decides every memory action against Rules 1-9 and commits only what they accept.
 
-    One runtime thread drives it (wrap calls in a lock to share it). Construct with a ``store`` (M_0 is loaded from it; ``DuckDBStore`` to persist, ``InMemoryStore``
-    by default), an ``audit`` log (a fresh in-memory ``AuditLog`` by default; ``False`` disables it,
-    for benchmarks only) and optionally a ``UserChannel`` for the §9.5 mitigations.
+    One runtime thread drives it (wrap calls in a lock to share it). Construct with a ``store`` (M_0
+    is loaded from it; ``DuckDBStore`` to persist, ``InMemoryStore`` by default), an ``audit`` log
+    (a fresh in-memory ``AuditLog`` by default; ``False`` disables it, for benchmarks only) and
+    optionally a ``UserChannel`` for the §9.5 mitigations.
     """
 
     def __init__(self, store: MemoryStore | None = None, *, audit: AuditLog | None | bool = None,

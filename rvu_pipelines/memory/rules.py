@@ -123,7 +123,6 @@ def _batch_codes() -> np.ndarray:
 _BATCH_CODES = _batch_codes()
 _TRUSTED = tuple(t is Trust.TRUSTED for t in TRUST_BY_CHANNEL)
 _USER = Channel.USER
-_OP_NAMES = tuple(op.name for op in Op)
 
 
 class SingleCallPath:
@@ -163,7 +162,8 @@ class SingleCallPath:
             self._check_name(namespace, "namespace")
             ns = namespace
         if type(key) is not str or not key or type(value) is not str:
-            raise MemoryMonitorError(f"WRITE needs a non-empty str key and a str value, got {key!r}, {type(value).__name__}.")
+            raise MemoryMonitorError(
+                f"WRITE needs a non-empty str key and a str value, got {key!r}, {type(value).__name__}.")
         mask = _B3 if key in self._immutable_keys else 0
         if deps:
             taint, inherited = self._deps_taint(deps)
