@@ -26,7 +26,11 @@ from resources import EmbedderResource, MlflowTrackerResource, ModelStoreResourc
 from resources.recovery import RecoveryResource
 from rvu_pipelines.recovery import Tier, recover, verify_certificate
 from rvu_pipelines.recovery.certificate import trusted_fingerprint
-from rvu_pipelines.recovery.reproductions import run_e2, run_e3, run_e8
+from rvu_pipelines.recovery.reproductions import (
+    reproduce_adapter_closure,
+    reproduce_certificate_audit,
+    reproduce_froc_table,
+)
 from rvu_pipelines.reporting import markdown_table
 
 GROUP = "recovery"
@@ -44,7 +48,7 @@ def _numbers(result: dict) -> dict[str, float]:
        check_specs=[AssetCheckSpec("reproduces_e2", asset="e2_closure_reproduction", blocking=True)])
 def e2_closure_reproduction(context: AssetExecutionContext, mlflow_tracker: MlflowTrackerResource):
     with tempfile.TemporaryDirectory() as tmp, mlflow_tracker.run_for(context) as run:
-        result = run_e2(tmp)
+        result = reproduce_adapter_closure(tmp)
         run.log_metrics(_numbers(result))
     passed = (result["v1_closure_size"] == 3 and result["v2_closure_size"] == 4 and result["adapter_b_tainted"]
               and not result["adapter_a_tainted"] and not result["orphan_in_closure"])
@@ -64,7 +68,7 @@ def e3_froc_reproduction(context: AssetExecutionContext, mlflow_tracker: MlflowT
                          recovery: RecoveryResource):
     policy = recovery.policy()
     with tempfile.TemporaryDirectory() as tmp, mlflow_tracker.run_for(context, params=policy.summary()) as run:
-        result = run_e3(tmp, policy)
+        result = reproduce_froc_table(tmp, policy)
         run.log_metrics({f"risk_{label}": row["score"] for label, row in result["rows"].items()})
     table = pl.DataFrame([{"entry": label, **row, "matches_seed": result["matches_seed"][label]}
                           for label, row in result["rows"].items()])
@@ -82,7 +86,7 @@ def e3_froc_reproduction(context: AssetExecutionContext, mlflow_tracker: MlflowT
        check_specs=[AssetCheckSpec("certificate_audit", asset="e8_certificate_audit", blocking=True)])
 def e8_certificate_audit(context: AssetExecutionContext, mlflow_tracker: MlflowTrackerResource):
     with tempfile.TemporaryDirectory() as tmp, mlflow_tracker.run_for(context) as run:
-        result = run_e8(tmp)
+        result = reproduce_certificate_audit(tmp)
         run.log_metrics(_numbers(result))
     result = {k: v for k, v in result.items() if k != "certificate_path"}
     yield Output(result, metadata={"tamper_fields": result["tamper_fields"],

@@ -1,4 +1,9 @@
-"""The seed's evaluation scenarios as data (E2, E3/Table 3, E8), and runners that reproduce them.
+"""Seed 000's evaluation scenarios as data (E2, E3/Table 3, E8), and runners that reproduce them.
+
+Not attack scenarios (those are ``rvu_pipelines.scenarios``): these are the incidents behind the
+seed's published recovery numbers. Each runner is named for what it reproduces, the paper label in its
+docstring: :func:`reproduce_adapter_closure` (E2), :func:`reproduce_froc_table` (E3 / Table 3),
+:func:`reproduce_certificate_audit` (E8).
 
 The records mirror ``scripts/run_v2_empirical_eval.py`` of the seed's code: in particular its
 ``load_adapter`` records the load itself as a provenance entry produced *under* the adapter. That
@@ -84,8 +89,8 @@ E2_EXPECTED = {"v1_closure_size": 3, "v2_closure_size": 4, "adapter_b_tainted": 
                "orphan_in_closure": False}
 
 
-def run_e2(workdir: Path | str) -> dict[str, Any]:
-    """Ingest the E2 log and compute both closures from seed {b1} (the seed's own setup)."""
+def reproduce_adapter_closure(workdir: Path | str) -> dict[str, Any]:
+    """E2: ingest the E2 log and compute both closures from seed {b1} (the seed's own setup)."""
     workdir = Path(workdir)
     incident = load_incident(write_incident(e2_records(), workdir / "e2_incident.jsonl"))
     with open_store(workdir / "e2.duckdb") as store:
@@ -140,8 +145,8 @@ TABLE3_SEED = {  # seed 000 Table 3: (risk score, action)
 }
 
 
-def run_e3(workdir: Path | str, policy: FrocPolicy | None = None) -> dict[str, Any]:
-    """Score every Table 3 entry with R(e) (the seed scores them one by one, closure or not)."""
+def reproduce_froc_table(workdir: Path | str, policy: FrocPolicy | None = None) -> dict[str, Any]:
+    """E3 / Table 3: score every Table 3 entry with R(e) (the seed scores them one by one, closure or not)."""
     workdir = Path(workdir)
     policy = policy or FrocPolicy.load()
     incident = load_incident(write_incident(e3_records(), workdir / "e3_incident.jsonl"))
@@ -207,8 +212,9 @@ def e8_records() -> list[dict[str, Any]]:
     ]
 
 
-def run_e8(workdir: Path | str, key_dir: Path | str | None = None, policy: FrocPolicy | None = None) -> dict[str, Any]:
-    """Recover from the E8 incident, then audit its certificate like Table 8 (and every field)."""
+def reproduce_certificate_audit(workdir: Path | str, key_dir: Path | str | None = None,
+                                policy: FrocPolicy | None = None) -> dict[str, Any]:
+    """E8: recover from the E8 incident, then audit its certificate like Table 8 (and every field)."""
     workdir = Path(workdir)
     key_dir = Path(key_dir) if key_dir else workdir / "keys"
     incident_path = write_incident(e8_records(), workdir / "e8_incident.jsonl")

@@ -18,11 +18,11 @@ from rvu_pipelines.provenance import (
     reference_closure,
     reference_closure_sizes,
 )
-from rvu_pipelines.recovery.reproductions import E2_EXPECTED, run_e2
+from rvu_pipelines.recovery.reproductions import E2_EXPECTED, reproduce_adapter_closure
 
 
 def test_e2_reproduced_exactly(tmp_path: Path) -> None:
-    result = run_e2(tmp_path)
+    result = reproduce_adapter_closure(tmp_path)
     assert {key: result[key] for key in E2_EXPECTED} == E2_EXPECTED
     assert result["v1_closure"] == ["b1", "b2", "b3"]
     # the +1 is adapter B's load entry (produced under B), exactly as in the seed's load_adapter

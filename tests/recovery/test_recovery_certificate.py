@@ -24,13 +24,13 @@ from rvu_pipelines.recovery.certificate import (
     with_leaf_changed,
 )
 from rvu_pipelines.recovery.pipeline import recover
-from rvu_pipelines.recovery.reproductions import e8_records, run_e8
+from rvu_pipelines.recovery.reproductions import e8_records, reproduce_certificate_audit
 
 
 @pytest.fixture(scope="module")
 def e8(tmp_path_factory: pytest.TempPathFactory) -> dict:
     workdir = tmp_path_factory.mktemp("e8")
-    result = run_e8(workdir)
+    result = reproduce_certificate_audit(workdir)
     result["workdir"] = workdir
     return result
 
