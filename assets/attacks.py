@@ -22,13 +22,12 @@ from dagster import (
     Config,
     MetadataValue,
     MultiPartitionKey,
-    MultiPartitionsDefinition,
     Output,
-    StaticPartitionsDefinition,
     asset,
 )
 from pydantic import Field
 
+from assets.partitions import cell_partitions
 from resources import LLMResource, MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.agents.evaluation import CellRun, attack_table, plot_attack_table, table_markdown
 from rvu_pipelines.agents.harness import AGENT_N_CTX, Harness
@@ -45,11 +44,6 @@ from rvu_pipelines.paths import state_dir
 from rvu_pipelines.scenarios.axes import BENCHMARKS, CANONICAL, DEFENSES
 
 GROUP = "attacks"
-
-cell_partitions = MultiPartitionsDefinition({
-    "benchmark": StaticPartitionsDefinition([CANONICAL, *BENCHMARKS]),
-    "defense": StaticPartitionsDefinition(list(DEFENSES)),
-})
 
 
 class HarnessConfig(Config):

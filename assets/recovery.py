@@ -6,7 +6,6 @@ emits each stage as its own asset so lineage and metadata show every stage.
 """
 
 import tempfile
-from pathlib import Path
 
 import polars as pl
 from dagster import (
@@ -15,13 +14,13 @@ from dagster import (
     AssetExecutionContext,
     AssetKey,
     AssetOut,
-    DynamicPartitionsDefinition,
     MetadataValue,
     Output,
     asset,
     multi_asset,
 )
 
+from assets.partitions import incident_partitions
 from resources import EmbedderResource, MlflowTrackerResource, ModelStoreResource
 from resources.recovery import RecoveryResource
 from rvu_pipelines.recovery import Tier, recover, verify_certificate
@@ -35,7 +34,6 @@ from rvu_pipelines.reporting import markdown_table
 
 GROUP = "recovery"
 REPRO_GROUP = "recovery_reproductions"
-incident_partitions = DynamicPartitionsDefinition(name="incidents")
 
 
 def _numbers(result: dict) -> dict[str, float]:

@@ -1,28 +1,17 @@
 """Start recovery when an incident log lands in the inbox: one run per distinct file content."""
 
 from dagster import (
-    AssetSelection,
     DefaultSensorStatus,
     RunRequest,
     SensorEvaluationContext,
     SensorResult,
-    define_asset_job,
-    in_process_executor,
     sensor,
 )
 
-from assets.recovery import GROUP, incident_partitions
+from assets.jobs import recovery_job
+from assets.partitions import incident_partitions
 from resources.recovery import RecoveryResource
 from rvu_pipelines.recovery.inbox import triage_inbox
-
-recovery_job = define_asset_job(
-    "recovery_job",
-    selection=AssetSelection.groups(GROUP),
-    partitions_def=incident_partitions,
-    executor_def=in_process_executor,
-    description="Recover from one incident log (a partition of `incidents`): ingest, closure, risk, tiers, certificate.",
-    tags={"rvu/provenance_store": "default"},  # the instance limits this tag to one run at a time
-)
 
 
 @sensor(job=recovery_job, minimum_interval_seconds=15, default_status=DefaultSensorStatus.RUNNING,

@@ -1,15 +1,8 @@
 """The nightly regression sweep: the canonical attack cells at 02:00, compared with the golden results."""
 
-from dagster import AssetSelection, ScheduleDefinition, define_asset_job, in_process_executor
+from dagster import ScheduleDefinition
 
-nightly_regression_job = define_asset_job(
-    "nightly_regression_job",
-    selection=AssetSelection.assets("attack_table_1"),
-    executor_def=in_process_executor,
-    tags={"rvu/sweep": "nightly"},
-    description="Re-run the canonical attack cells (Table 1) and check them against configs/golden/ "
-    "(tolerances in configs/regression.yaml). MLflow runs carry the tag rvu_sweep=nightly.",
-)
+from assets.jobs import nightly_regression_job
 
 nightly_regression_schedule = ScheduleDefinition(
     name="nightly_regression_sweep",

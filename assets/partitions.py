@@ -1,0 +1,15 @@
+"""Every partition definition of the code location, in one place: assets, jobs and sensors import it
+from here instead of from each other's modules."""
+
+from dagster import DynamicPartitionsDefinition, MultiPartitionsDefinition, StaticPartitionsDefinition
+
+from rvu_pipelines.scenarios.axes import BENCHMARKS, CANONICAL, DEFENSES
+
+# one attack-table cell per (benchmark, defense); "canonical" is Table 1's fixed 10 scenarios
+cell_partitions = MultiPartitionsDefinition({
+    "benchmark": StaticPartitionsDefinition([CANONICAL, *BENCHMARKS]),
+    "defense": StaticPartitionsDefinition(list(DEFENSES)),
+})
+
+# one partition per accepted incident log, keyed by its content sha256 (added by the incident sensor)
+incident_partitions = DynamicPartitionsDefinition(name="incidents")
