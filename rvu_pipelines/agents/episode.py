@@ -17,7 +17,7 @@ from rvu_pipelines.agents.defenses import RECOVERING_DEFENSES, DefenseSettings, 
 from rvu_pipelines.agents.provenance_log import contaminated_count, episode_records, write_incident
 from rvu_pipelines.models.llm import ChatModel
 from rvu_pipelines.recovery.certificate import trusted_fingerprint, verify_certificate
-from rvu_pipelines.recovery.pipeline import TextDetectorContamination, recover
+from rvu_pipelines.recovery.pipeline import recover
 from rvu_pipelines.recovery.state import RecoveryPaths
 from rvu_pipelines.scenarios.contract import Scenario
 
@@ -66,7 +66,7 @@ def _recover(incident: Path, defense: str, settings: DefenseSettings, workdir: P
     mode = "v1" if defense == "rvu_v1" else "v2"
     started = time.perf_counter()
     result = recover(incident, folder / "provenance.duckdb", None, key_dir, workdir / CERTIFICATE_FILE,
-                     TextDetectorContamination(settings.detector), closure_mode=mode)
+                     settings.detector, closure_mode=mode)
     fingerprint = trusted_fingerprint(key_dir)
     verified, _ = verify_certificate(result.certificate_path,
                                      trusted_fingerprints=[fingerprint] if fingerprint else None)

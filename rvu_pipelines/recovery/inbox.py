@@ -12,13 +12,13 @@ and the same content dropped twice maps to the same incident id (one recovery, n
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from rvu_pipelines.errors import IncidentValidationError
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.provenance.incident import parse_incident
+from rvu_pipelines.settings import env_value
 
 INCIDENT_DIR_ENV = "RVU_INCIDENT_DIR"
 
@@ -58,7 +58,7 @@ class IncidentFolders:
 
 
 def incident_folders(root: str | Path | None = None) -> IncidentFolders:
-    chosen = Path(root) if root else Path(os.environ.get(INCIDENT_DIR_ENV) or state_dir() / "incidents")
+    chosen = Path(root) if root else Path(env_value(INCIDENT_DIR_ENV) or state_dir() / "incidents")
     return IncidentFolders(chosen.expanduser().resolve()).ensure()
 
 

@@ -80,11 +80,6 @@ def contamination_scores(records: Sequence[IncidentRecord], detector: InjectionD
     return scores
 
 
-# TODO(issue 10): agents still imports this; pass the InjectionDetector to recover() itself, then delete it.
-def TextDetectorContamination(detector: InjectionDetector) -> InjectionDetector:
-    return detector
-
-
 @runtime_checkable
 class AdapterGate(Protocol):
     """Pre-load screening of an adapter (allowlist, Safe LoRA, OOD: the adapter-gate issue)."""

@@ -19,7 +19,6 @@ next open restores any vector a crash dropped early.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Mapping
@@ -35,6 +34,7 @@ from rvu_pipelines.provenance.intsets import union_ints, unique_ints
 from rvu_pipelines.provenance.store import ProvenanceStore
 from rvu_pipelines.recovery.froc import RiskTable, Tier
 from rvu_pipelines.recovery.vector_index import VectorIndex
+from rvu_pipelines.settings import env_value
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +77,8 @@ class FaultHook:
 
     @classmethod
     def from_env(cls) -> FaultHook:
-        value = os.environ.get(FAULT_PAUSE_ENV)
-        return cls(int(value) if value else None, os.environ.get(FAULT_MARKER_ENV))
+        value = env_value(FAULT_PAUSE_ENV)
+        return cls(int(value) if value else None, env_value(FAULT_MARKER_ENV))
 
     def step(self, name: str) -> None:
         self.steps += 1
