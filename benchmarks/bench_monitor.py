@@ -28,7 +28,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rvu_pipelines.memory import Action, BatchActions, Channel, Internal, MemoryItem, Promote, Read, ReferenceMonitor, Write
+from rvu_pipelines.memory import (
+    Action,
+    BatchActions,
+    Channel,
+    Internal,
+    MemoryItem,
+    Promote,
+    Read,
+    ReferenceMonitor,
+    Write,
+)
 from rvu_pipelines.memory.audit import AuditLog
 from rvu_pipelines.memory.model import Op
 
@@ -244,7 +254,8 @@ def main() -> None:
         rows.append(row)
         print(f"\nstore {size:>9,} items (setup {setup:.1f} s; audit {row['audit_records']:,} records, "
               f"verifies: {ok})")
-        print(f"  single call, audited   {single['decisions_per_s']:>12,.0f} decisions/s   p50 {single['p50_us']:6.2f} us"
+        print(f"  single call, audited   {single['decisions_per_s']:>12,.0f} decisions/s"
+              f"   p50 {single['p50_us']:6.2f} us"
               f"   p99 {single['p99_us']:6.2f} us   p99.9 {single['p999_us']:7.2f} us   max {single['max_us']:9.1f} us"
               f"   | seed {SEED_CLAIM}")
         print(f"  single call, no audit  {single_off['decisions_per_s']:>12,.0f} decisions/s   p50 "

@@ -75,7 +75,7 @@ DECISION_FIELDS = ("code", "session", "namespace", "key", "channel", "claimed", 
 
 def decode_decision(row: list[Any]) -> dict[str, Any]:
     """Name the fields of a decision record and spell out its packed code (op, rule, reason)."""
-    out = dict(zip(DECISION_FIELDS, row))
+    out = dict(zip(DECISION_FIELDS, row, strict=True))  # _encode_decision writes exactly these fields
     d = decision_of(out["code"])
     out.update(op=d.op.name, accepted=d.accepted, rule=int(d.rule), reason=d.reason.name,
                rules=sorted(int(r) for r in d.rules))
@@ -98,9 +98,9 @@ def _q(text: str | None) -> str:
 def _encode_decision(e: tuple[Any, ...]) -> tuple[str, bytes]:
     """A decision as a positional JSON array (see audit.DECISION_FIELDS): cheap to build and hash."""
     _, _op, code, session, ns, key, channel, claimed, deps, value, node, extra = e
-    return "decision", ("[%d,%s,%s,%s,%s,%s,[%s],%s,%s,%s]" % (
+    return "decision", ("[{:d},{},{},{},{},{},[{}],{},{},{}]".format(
         code, _json_str(session), _q(ns), _q(key), "null" if channel is None else channel, _q(claimed),
-        ",".join(map(str, deps)), "null" if value is None else '"%s"' % sha256_bytes(value.encode()),
+        ",".join(map(str, deps)), "null" if value is None else f'"{sha256_bytes(value.encode())}"',
         "null" if node is None else node, "null" if extra is None else canonical_json(extra).decode(),
     )).encode()
 
@@ -210,7 +210,9 @@ class DuckDBAuditSink:
         )
         self.connection.register("_rvu_audit_incoming", frame)
         try:
-            self.connection.execute(f"INSERT INTO {self.TABLE} SELECT seq, kind, prev, hash, body FROM _rvu_audit_incoming")
+            self.connection.execute(
+                f"INSERT INTO {self.TABLE} SELECT seq, kind, prev, hash, body FROM _rvu_audit_incoming"
+            )
         finally:
             self.connection.unregister("_rvu_audit_incoming")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -46,7 +46,7 @@ class _Tail:
     """Numpy mirror of an append-only array('q')/bytearray that copies only the new tail."""
 
     def __init__(self, dtype: type) -> None:
-        self.buf = np.zeros(1024, dtype)
+        self.buf: np.ndarray = np.zeros(1024, dtype)
         self.n = 0
 
     def sync(self, src: array | bytearray) -> np.ndarray:
@@ -169,7 +169,7 @@ class BatchPath:
             if a.session not in self._sessions_ok:
                 self._check_session(a.session)
             ses[i] = self._intern_ns(a.session)
-            if kind is Write:
+            if isinstance(a, Write):
                 if type(a.channel) is not Channel:
                     raise self._provenance_error(a.channel)
                 if type(a.value) is not str:
@@ -178,11 +178,11 @@ class BatchPath:
                 nsa[i] = self._intern_ns(a.session if a.namespace is None else a.namespace)
                 keya[i] = self._intern_key(a.key)
                 deps.extend(a.deps)
-            elif kind is Read:
+            elif isinstance(a, Read):
                 op[i] = Op.READ
                 nsa[i] = self._intern_ns(a.session if a.namespace is None else a.namespace)
                 keya[i] = self._intern_key(a.key)
-            elif kind is Promote:
+            elif isinstance(a, Promote):
                 if type(a.authorizer) is not Channel:
                     raise self._provenance_error(a.authorizer)
                 op[i], cha[i] = Op.PROMOTE, a.authorizer
@@ -417,9 +417,10 @@ class BatchPath:
             order = np.argsort(read_sessions, kind="stable")
             sess_sorted = read_sessions[order]
             bounds = np.flatnonzero(np.diff(sess_sorted)) + 1
+            # one chunk per run of equal sessions: len(bounds) + 1 of each, by construction
             for chunk_nodes, chunk_taint, code in zip(np.split(nodes[reads][order], bounds),
                                                       np.split(taint[order], bounds),
-                                                      sess_sorted[np.r_[0, bounds]].tolist()):
+                                                      sess_sorted[np.r_[0, bounds]].tolist(), strict=True):
                 name = self._ns_names[code]
                 self._context.setdefault(name, []).extend(chunk_nodes.tolist())
                 self._context_taint[name] = int(self._context_taint.get(name, 0) or bool(chunk_taint.any()))
@@ -430,22 +431,24 @@ class BatchPath:
 
     def _commit_batch(self, b: BatchActions, mut: np.ndarray, pre_slot: np.ndarray) -> None:
         """Apply accepted mutations in batch order (Rule 2 / Rule 6 effects), inlined for speed."""
-        values = b.values
+        # every WRITE row's value was checked to be a str by _batch_write_values; only WRITE rows index it
+        values = cast("list[str]", b.values)
         ns_names, key_names, index = self._ns_names, self._key_names, self._index
         sv, sc, st, si = self._slot_value, self._slot_channel, self._slot_taint, self._slot_immut
         dirty_add, tdirty_append = self._dirty.add, self._taint_dirty.append
         shared = self.shared
+        # all six are indexed by (or, pre_slot, taken at) the same `mut` rows: equal length by construction
         for i, o, nsc, kc, ch, s in zip(mut.tolist(), b.op[mut].tolist(), b.namespace[mut].tolist(),
-                                        b.key[mut].tolist(), b.channel[mut].tolist(), pre_slot.tolist()):
+                                        b.key[mut].tolist(), b.channel[mut].tolist(), pre_slot.tolist(), strict=True):
             if o == Op.WRITE:
                 if s >= 0:  # the item existed before the batch: update in place
-                    sv[s] = values[i]  # type: ignore[index]
+                    sv[s] = values[i]
                     sc[s] = ch
                     st[s] = 0
                     dirty_add(s)
                     tdirty_append(s)
                 else:
-                    self._commit_write(ns_names[nsc], key_names[kc], values[i], ch)  # type: ignore[index]
+                    self._commit_write(ns_names[nsc], key_names[kc], values[i], ch)
             else:
                 key = key_names[kc]
                 src = index[ns_names[nsc]][key]
@@ -466,11 +469,12 @@ class BatchPath:
         if b.values is None or len(b.values) != len(b):
             raise MemoryMonitorError("submit_batch needs `values` (one per action) when the batch holds WRITEs.")
         picked = list(itemgetter(*writes.tolist())(b.values)) if writes.size > 1 else [b.values[int(writes[0])]]
+        strs = cast("list[str]", picked)  # checked by the join: a non-str value raises TypeError there
         try:
-            joined = "\x00".join(picked)  # type: ignore[arg-type]
+            joined = "\x00".join(strs)
         except TypeError:
             raise MemoryMonitorError("Every WRITE in a batch needs a str value.") from None
-        lengths = np.fromiter(map(len, picked), np.int64, len(picked))
+        lengths = np.fromiter(map(len, strs), np.int64, len(strs))
         return len(picked), sha256_bytes(lengths.tobytes() + joined.encode())
 
     def submit_many(self, actions: Sequence[Action]) -> BatchDecisions:

@@ -305,7 +305,7 @@ class BatchDecisions:
         """Deciding-rule histogram, e.g. {'accepted:R2_WRITE': 10, 'rejected:R4_TAINTED': 3}, sorted."""
         uniq, counts = np.unique(self.codes & np.uint32(0x1F), return_counts=True)
         out: dict[str, int] = {}
-        for code, count in zip(uniq.tolist(), counts.tolist()):
+        for code, count in zip(uniq.tolist(), counts.tolist(), strict=True):  # np.unique: one count per value
             verdict = "accepted" if code & 1 else "rejected"
             name = f"{verdict}:{Rule(code >> _RULE_SHIFT).name}"
             out[name] = out.get(name, 0) + int(count)

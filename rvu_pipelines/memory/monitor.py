@@ -312,7 +312,7 @@ class ReferenceMonitor(SingleCallPath, BatchPath):
         """visible(σ_s) = items of σ_s ∪ items of σ_shared (Rule 9), sorted by (namespace, key)."""
         if session not in self._sessions_ok:
             self._check_session(session)
-        out = []
+        out: list[MemoryItem] = []
         for ns in sorted({session, self.shared}):
             keys = self._index.get(ns, {})
             out.extend(self._item(ns, k, keys[k]) for k in sorted(keys))

@@ -103,13 +103,18 @@ class ContentCheck(Protocol):
 # A small default: phrases that recur in public injection corpora. The D1 heuristic (40+ patterns)
 # and the trained detectors replace it through ``ScoreContentCheck``.
 DEFAULT_PATTERNS: tuple[tuple[str, str], ...] = (
-    ("ignore_instructions", r"\b(ignore|disregard|forget|skip)\b.{0,40}\b(previous|prior|above|earlier|all|any|your)\b.{0,30}\b(instructions?|prompts?|rules?|directions?|context)\b"),
+    ("ignore_instructions",
+     r"\b(ignore|disregard|forget|skip)\b.{0,40}\b(previous|prior|above|earlier|all|any|your)\b.{0,30}"
+     r"\b(instructions?|prompts?|rules?|directions?|context)\b"),
     ("new_instructions", r"\b(new|updated|real|actual)\s+(instructions?|task|rules?|system prompt)\b"),
     ("override_identity", r"\b(you are now|from now on,? you|act as|pretend (to be|you are)|roleplay as)\b"),
     ("system_prompt", r"\b(system prompt|developer mode|jailbreak|do anything now|\bDAN\b)"),
-    ("reveal_secrets", r"\b(reveal|print|show|output|leak|repeat)\b.{0,40}\b(system prompt|password|secret|api key|credentials?|instructions)\b"),
+    ("reveal_secrets",
+     r"\b(reveal|print|show|output|leak|repeat)\b.{0,40}"
+     r"\b(system prompt|password|secret|api key|credentials?|instructions)\b"),
     ("exfiltrate", r"\b(send|post|upload|forward|email)\b.{0,60}(https?://|www\.|@[a-z0-9-]+\.[a-z]{2,})"),
-    ("persist_memory", r"\b(remember|store|save|write)\b.{0,40}\b(memory|SOUL\.md|permanently|forever|every (time|session))\b"),
+    ("persist_memory",
+     r"\b(remember|store|save|write)\b.{0,40}\b(memory|SOUL\.md|permanently|forever|every (time|session))\b"),
     ("schedule", r"\b(cron|crontab|schedule[d]?|every \d+ (minutes?|hours?))\b"),
     ("markup_injection", r"(<\s*script|<!--|\[\[system\]\]|<\|im_start\|>|###\s*(system|instruction))"),
     ("german_ignore", r"\b(vergiss|ignoriere)\b.{0,40}\b(alles|anweisungen|vorherigen)\b"),

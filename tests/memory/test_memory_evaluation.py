@@ -41,7 +41,8 @@ def test_evaluation_reproduces_tables_6_and_7_on_a_small_sample() -> None:
 
 def test_evaluation_is_deterministic_and_persists_to_duckdb(tmp_path: Path) -> None:
     path = tmp_path / "memory.duckdb"
-    a = evaluate_monitor(PAYLOADS[:2], n_sessions=3, store=DuckDBStore(path), audit=AuditLog.open(tmp_path / "a.duckdb"))
+    a = evaluate_monitor(PAYLOADS[:2], n_sessions=3, store=DuckDBStore(path),
+                         audit=AuditLog.open(tmp_path / "a.duckdb"))
     b = evaluate_monitor(PAYLOADS[:2], n_sessions=3)
     assert a.passed and b.passed and a.isolation.pair_checks == 6
     assert a.audit.head == b.audit.head  # same inputs, same chain
