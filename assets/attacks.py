@@ -47,18 +47,28 @@ GROUP = "attacks"
 
 
 class HarnessConfig(Config):
-    detector: str = Field(default="nanoguard", description="The classifier defense's detector: nanoguard (D3, "
-                          "the seed's PromptGuard role), heuristic (D1) or registered:<MLflow model name>.")
-    max_iters: int | None = Field(default=None, description="Tool rounds per episode (bounded steps); "
-                                  "default DefenseSettings' (4), as `rvu regress` and the golden file use.")
-    max_tokens: int | None = Field(default=None, description="Generation budget per LLM call; default "
-                                   "DefenseSettings' (128).")
+    detector: str = Field(
+        default="nanoguard",
+        description="The classifier defense's detector: nanoguard (D3, "
+        "the seed's PromptGuard role), heuristic (D1) or registered:<MLflow model name>.",
+    )
+    max_iters: int | None = Field(
+        default=None,
+        description="Tool rounds per episode (bounded steps); "
+        "default DefenseSettings' (4), as `rvu regress` and the golden file use.",
+    )
+    max_tokens: int | None = Field(
+        default=None, description="Generation budget per LLM call; default DefenseSettings' (128)."
+    )
     progress: bool = True
 
 
 class AttackCellConfig(HarnessConfig):
-    limit: int | None = Field(default=20, description="Scenarios in the cell (fixed-seed sample, seed 42); "
-                              "null = the whole benchmark (InjecAgent dh 510 / ds 544, BIPIA test tasks × attacks).")
+    limit: int | None = Field(
+        default=20,
+        description="Scenarios in the cell (fixed-seed sample, seed 42); "
+        "null = the whole benchmark (InjecAgent dh 510 / ds 544, BIPIA test tasks × attacks).",
+    )
 
 
 class SamplesConfig(HarnessConfig):
@@ -67,25 +77,48 @@ class SamplesConfig(HarnessConfig):
 
 def open_harness(config: HarnessConfig, llm_model: dict, llm: LLMResource, model_store: ModelStoreResource) -> Harness:
     def build():  # only when a prompt misses the response cache
-        return llm.build(Path(llm_model["path"]), n_ctx=max(AGENT_N_CTX, int(llm_model["n_ctx"])),
-                         name=llm_model["name"])
+        return llm.build(
+            Path(llm_model["path"]), n_ctx=max(AGENT_N_CTX, int(llm_model["n_ctx"])), name=llm_model["name"]
+        )
 
-    return Harness.open((build, llm_model["name"]), profile=model_store.profile_name(), model_id=llm_model["sha256"],
-                        detector=config.detector, max_iters=config.max_iters, max_tokens=config.max_tokens)
+    return Harness.open(
+        (build, llm_model["name"]),
+        profile=model_store.profile_name(),
+        model_id=llm_model["sha256"],
+        detector=config.detector,
+        max_iters=config.max_iters,
+        max_tokens=config.max_tokens,
+    )
 
 
 def _params(harness: Harness, run: CellRun, llm_model: dict) -> dict:
-    return {"benchmark": run.spec.benchmark, "defense": run.spec.defense, "profile": run.spec.profile,
-            "limit": run.spec.limit, "model": llm_model["name"], "model_sha256": llm_model["sha256"],
-            "detector": harness.detector_version, "settings": harness.settings_fingerprint()}
+    return {
+        "benchmark": run.spec.benchmark,
+        "defense": run.spec.defense,
+        "profile": run.spec.profile,
+        "limit": run.spec.limit,
+        "model": llm_model["name"],
+        "model_sha256": llm_model["sha256"],
+        "detector": harness.detector_version,
+        "settings": harness.settings_fingerprint(),
+    }
 
 
-def _log_cell(context: AssetExecutionContext, tracker: MlflowTrackerResource, harness: Harness, run: CellRun,
-              llm_model: dict) -> str:
+def _log_cell(
+    context: AssetExecutionContext, tracker: MlflowTrackerResource, harness: Harness, run: CellRun, llm_model: dict
+) -> str:
     """One MLflow run per cell: metrics with CIs and what the cell cost (inference vs cache)."""
-    with tracker.run_for(context, params=_params(harness, run, llm_model), name=f"cell {run.spec.cell_id}",
-                         tags={"cell": run.spec.cell_id, "benchmark": run.spec.benchmark,
-                               "defense": run.spec.defense, "profile": run.spec.profile}) as mlrun:
+    with tracker.run_for(
+        context,
+        params=_params(harness, run, llm_model),
+        name=f"cell {run.spec.cell_id}",
+        tags={
+            "cell": run.spec.cell_id,
+            "benchmark": run.spec.benchmark,
+            "defense": run.spec.defense,
+            "profile": run.spec.profile,
+        },
+    ) as mlrun:
         mlrun.log_metrics({k: float(v) for k, v in {**run.metrics, **run.cost()}.items() if v == v})
         mlrun.log_artifact(run.path, "episodes")
     return mlrun.run_id
@@ -109,14 +142,17 @@ def _table_output(context: AssetExecutionContext, runs: list[CellRun], run_ids: 
     markdown = table_markdown(table)
     context.log.info(f"{title}\n{markdown}")
     cost = _cost_totals(runs)
-    return table, Output(table, metadata={
-        "dagster/row_count": table.height,
-        "table": MetadataValue.md(markdown),
-        "plot": MetadataValue.md(_png_markdown(plot)),
-        "plot_path": MetadataValue.path(str(plot)),
-        "mlflow_cell_run_ids": MetadataValue.json(run_ids),
-        **{k: float(v) for k, v in cost.items()},
-    })
+    return table, Output(
+        table,
+        metadata={
+            "dagster/row_count": table.height,
+            "table": MetadataValue.md(markdown),
+            "plot": MetadataValue.md(_png_markdown(plot)),
+            "plot_path": MetadataValue.path(str(plot)),
+            "mlflow_cell_run_ids": MetadataValue.json(run_ids),
+            **{k: float(v) for k, v in cost.items()},
+        },
+    )
 
 
 @asset(
@@ -128,18 +164,32 @@ def _table_output(context: AssetExecutionContext, runs: list[CellRun], run_ids: 
     "profile's LLM, judged by the benchmark's own protocol. Episodes resume from where an interrupted run "
     "stopped; a finished cell re-materializes from its rows and the LLM response cache with no inference.",
 )
-def attack_cell(context: AssetExecutionContext, config: AttackCellConfig, llm_model: dict, llm: LLMResource,
-                model_store: ModelStoreResource, mlflow_tracker: MlflowTrackerResource):
+def attack_cell(
+    context: AssetExecutionContext,
+    config: AttackCellConfig,
+    llm_model: dict,
+    llm: LLMResource,
+    model_store: ModelStoreResource,
+    mlflow_tracker: MlflowTrackerResource,
+):
     key = context.partition_key
-    keys = key.keys_by_dimension if isinstance(key, MultiPartitionKey) else dict(
-        zip(("benchmark", "defense"), str(key).split("|"), strict=True))
+    keys = (
+        key.keys_by_dimension
+        if isinstance(key, MultiPartitionKey)
+        else dict(zip(("benchmark", "defense"), str(key).split("|"), strict=True))
+    )
     harness = open_harness(config, llm_model, llm, model_store)
     run = harness.run_cell(keys["benchmark"], keys["defense"], limit=config.limit, progress=config.progress)
     run_id = _log_cell(context, mlflow_tracker, harness, run, llm_model)
-    return Output(run.rows, metadata={
-        "dagster/row_count": run.rows.height, "mlflow_run_id": run_id, "cell": run.spec.cell_id,
-        **{k: float(v) for k, v in {**run.metrics, **run.cost()}.items() if v == v},
-    })
+    return Output(
+        run.rows,
+        metadata={
+            "dagster/row_count": run.rows.height,
+            "mlflow_run_id": run_id,
+            "cell": run.spec.cell_id,
+            **{k: float(v) for k, v in {**run.metrics, **run.cost()}.items() if v == v},
+        },
+    )
 
 
 def _golden_check(table: pl.DataFrame, profile: str) -> AssetCheckResult:
@@ -147,14 +197,26 @@ def _golden_check(table: pl.DataFrame, profile: str) -> AssetCheckResult:
     try:
         golden = load_golden(path)
     except ConfigError as exc:
-        return AssetCheckResult(check_name="matches_golden", passed=False, severity=AssetCheckSeverity.WARN,
-                                metadata={"reason": str(exc), "golden": str(path)})
+        return AssetCheckResult(
+            check_name="matches_golden",
+            passed=False,
+            severity=AssetCheckSeverity.WARN,
+            metadata={"reason": str(exc), "golden": str(path)},
+        )
     tolerance = load_tolerance()
     drifts = compare_to_golden(table, golden, tolerance)
-    return AssetCheckResult(check_name="matches_golden", passed=not drifts, severity=AssetCheckSeverity.ERROR,
-                            metadata={"golden": str(path), "drifts": MetadataValue.md(drift_markdown(drifts)),
-                                      "drift_rows": MetadataValue.json(drifts_as_dicts(drifts)),
-                                      "tolerance_asr": tolerance.asr, "tolerance_utility": tolerance.utility})
+    return AssetCheckResult(
+        check_name="matches_golden",
+        passed=not drifts,
+        severity=AssetCheckSeverity.ERROR,
+        metadata={
+            "golden": str(path),
+            "drifts": MetadataValue.md(drift_markdown(drifts)),
+            "drift_rows": MetadataValue.json(drifts_as_dicts(drifts)),
+            "tolerance_asr": tolerance.asr,
+            "tolerance_utility": tolerance.utility,
+        },
+    )
 
 
 @asset(
@@ -164,17 +226,29 @@ def _golden_check(table: pl.DataFrame, profile: str) -> AssetCheckResult:
     "defenses on the profile's LLM — ASR, security, utility with 95% CIs, latency, certificates emitted and "
     "verified — as a markdown table, parquet and a plot; one MLflow run per cell. Checked against the committed "
     "golden results (configs/golden/) by the nightly regression sweep.",
-    check_specs=[AssetCheckSpec("matches_golden", asset="attack_table_1",
-                                description="ASR and utility of every cell within tolerance (configs/regression.yaml) "
-                                "of configs/golden/table1_<profile>.json; the diff is in the metadata.")],
+    check_specs=[
+        AssetCheckSpec(
+            "matches_golden",
+            asset="attack_table_1",
+            description="ASR and utility of every cell within tolerance (configs/regression.yaml) "
+            "of configs/golden/table1_<profile>.json; the diff is in the metadata.",
+        )
+    ],
 )
-def attack_table_1(context: AssetExecutionContext, config: HarnessConfig, llm_model: dict, llm: LLMResource,
-                   model_store: ModelStoreResource, mlflow_tracker: MlflowTrackerResource):
+def attack_table_1(
+    context: AssetExecutionContext,
+    config: HarnessConfig,
+    llm_model: dict,
+    llm: LLMResource,
+    model_store: ModelStoreResource,
+    mlflow_tracker: MlflowTrackerResource,
+):
     harness = open_harness(config, llm_model, llm, model_store)
     runs = harness.run_table(CANONICAL, DEFENSES, progress=config.progress)
     run_ids = [_log_cell(context, mlflow_tracker, harness, run, llm_model) for run in runs]
-    table, output = _table_output(context, runs, run_ids, f"Table 1 — canonical scenarios ({harness.profile})",
-                                  "table1")
+    table, output = _table_output(
+        context, runs, run_ids, f"Table 1 — canonical scenarios ({harness.profile})", "table1"
+    )
     yield output
     yield _golden_check(table, harness.profile)
 
@@ -186,11 +260,20 @@ def attack_table_1(context: AssetExecutionContext, config: HarnessConfig, llm_mo
     "BIPIA email/table/code, AgentDojo — under all six defenses; one MLflow run per cell. Full benchmarks are "
     "`attack_cell` partitions.",
 )
-def attack_benchmark_samples(context: AssetExecutionContext, config: SamplesConfig, llm_model: dict,
-                             llm: LLMResource, model_store: ModelStoreResource, mlflow_tracker: MlflowTrackerResource):
+def attack_benchmark_samples(
+    context: AssetExecutionContext,
+    config: SamplesConfig,
+    llm_model: dict,
+    llm: LLMResource,
+    model_store: ModelStoreResource,
+    mlflow_tracker: MlflowTrackerResource,
+):
     harness = open_harness(config, llm_model, llm, model_store)
-    runs = [run for benchmark in BENCHMARKS
-            for run in harness.run_table(benchmark, DEFENSES, limit=config.per_benchmark, progress=config.progress)]
+    runs = [
+        run
+        for benchmark in BENCHMARKS
+        for run in harness.run_table(benchmark, DEFENSES, limit=config.per_benchmark, progress=config.progress)
+    ]
     run_ids = [_log_cell(context, mlflow_tracker, harness, run, llm_model) for run in runs]
     _, output = _table_output(context, runs, run_ids, f"Benchmark samples ({harness.profile})", "samples")
     return output

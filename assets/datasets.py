@@ -49,11 +49,15 @@ def build_dataset_asset(spec: DatasetSpec) -> AssetsDefinition:
         name=spec.name,
         group_name=GROUP,
         description=f"{spec.title}. {spec.description} Licence {spec.licence}. "
-                    f"Public source: {spec.public.describe()}.",
+        f"Public source: {spec.public.describe()}.",
         kinds={"polars", "parquet"},
         check_specs=[
-            AssetCheckSpec(COUNT_CHECK, asset=spec.name, blocking=True,
-                           description="Row counts equal the published ones (configs/datasets.yaml).")
+            AssetCheckSpec(
+                COUNT_CHECK,
+                asset=spec.name,
+                blocking=True,
+                description="Row counts equal the published ones (configs/datasets.yaml).",
+            )
         ],
     )
     def _dataset(context: AssetExecutionContext, data_source: DatasetSourceResource):
@@ -89,8 +93,14 @@ def _agentdojo_asset() -> AssetsDefinition:
         description=f"AgentDojo task suites ({spec.benchmark_version}) read from the installed agentdojo package: "
         f"user and injection tasks per suite. Licence {spec.licence}. Source: {spec.url}.",
         kinds={"polars", "parquet"},
-        check_specs=[AssetCheckSpec(COUNT_CHECK, asset="agentdojo_suites", blocking=True,
-                                    description="User / injection task counts per suite match the pinned version.")],
+        check_specs=[
+            AssetCheckSpec(
+                COUNT_CHECK,
+                asset="agentdojo_suites",
+                blocking=True,
+                description="User / injection task counts per suite match the pinned version.",
+            )
+        ],
     )
     def agentdojo_suites(context: AssetExecutionContext):
         frame = load_agentdojo_suites(spec)
@@ -107,8 +117,11 @@ def _agentdojo_asset() -> AssetsDefinition:
                 "injection_tasks": int(frame["injection_tasks"].sum()),
             },
         )
-        yield AssetCheckResult(check_name=COUNT_CHECK, passed=not problems,
-                               metadata={"mismatches": MetadataValue.json([str(p) for p in problems])})
+        yield AssetCheckResult(
+            check_name=COUNT_CHECK,
+            passed=not problems,
+            metadata={"mismatches": MetadataValue.json([str(p) for p in problems])},
+        )
 
     return agentdojo_suites
 

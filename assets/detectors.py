@@ -88,33 +88,51 @@ def _corpus_asset(name: str) -> AssetsDefinition:
         description=f"Detector corpus '{name}' (seed 002 §5.1): {DESCRIPTIONS[name]} Columns id, text, label "
         "(1 = injection), split, source; whitespace-normalised.",
         kinds={"polars", "parquet"},
-        check_specs=[AssetCheckSpec("split_is_clean", asset=key, blocking=True,
-                                    description="No text in both splits; both labels in both splits; "
-                                                "split sizes as specified.")],
+        check_specs=[
+            AssetCheckSpec(
+                "split_is_clean",
+                asset=key,
+                blocking=True,
+                description="No text in both splits; both labels in both splits; split sizes as specified.",
+            )
+        ],
     )
     def _corpus_fn(context: AssetExecutionContext, **datasets: pl.DataFrame):
         corpus = build_corpus(name, datasets)
         problems = _split_problems(name, corpus.frame)
         context.log.info(f"corpus {name}: {corpus.counts()}")
-        yield Output(corpus.frame, metadata={
-            "dagster/row_count": corpus.frame.height,
-            "counts": MetadataValue.json(corpus.counts()),
-            "description": corpus.description,
-            "preview": MetadataValue.md(markdown_table(corpus.frame.head(5))),
-        })
-        yield AssetCheckResult(check_name="split_is_clean", passed=not problems,
-                               metadata={"problems": MetadataValue.json(problems)})
+        yield Output(
+            corpus.frame,
+            metadata={
+                "dagster/row_count": corpus.frame.height,
+                "counts": MetadataValue.json(corpus.counts()),
+                "description": corpus.description,
+                "preview": MetadataValue.md(markdown_table(corpus.frame.head(5))),
+            },
+        )
+        yield AssetCheckResult(
+            check_name="split_is_clean", passed=not problems, metadata={"problems": MetadataValue.json(problems)}
+        )
 
     return _corpus_fn
 
 
-def _same_scores_check(check: str, name: str, uri: str, version: str, texts: list[str], expected: np.ndarray,
-                       tolerance: float) -> AssetCheckResult:
+def _same_scores_check(
+    check: str, name: str, uri: str, version: str, texts: list[str], expected: np.ndarray, tolerance: float
+) -> AssetCheckResult:
     loaded = load_registered_detector(name, uri, version)
     diff = float(np.max(np.abs(loaded.score(texts) - expected))) if texts else 0.0
-    return AssetCheckResult(check_name=check, passed=diff <= tolerance,
-                            metadata={"registered_name": name, "version": version, "texts": len(texts),
-                                      "max_abs_score_diff": diff, "tolerance": tolerance})
+    return AssetCheckResult(
+        check_name=check,
+        passed=diff <= tolerance,
+        metadata={
+            "registered_name": name,
+            "version": version,
+            "texts": len(texts),
+            "max_abs_score_diff": diff,
+            "tolerance": tolerance,
+        },
+    )
 
 
 REGISTRY_CHECK = "registered_model_reproduces_scores"
@@ -137,31 +155,58 @@ def _d2_asset(corpus_name: str) -> AssetsDefinition:
         f"'{corpus_name}' training split, logged with mlflow.sklearn (skops) and registered as "
         f"{registered_name('d2', corpus_name)} (alias 'current').",
         kinds={"scikitlearn", "mlflow"},
-        check_specs=[AssetCheckSpec(REGISTRY_CHECK, asset=key, blocking=True,
-                                    description="The registered model loads by name and gives the trained "
-                                                "model's scores.")],
+        check_specs=[
+            AssetCheckSpec(
+                REGISTRY_CHECK,
+                asset=key,
+                blocking=True,
+                description="The registered model loads by name and gives the trained model's scores.",
+            )
+        ],
     )
-    def _d2(context: AssetExecutionContext, config: D2TrainConfig, corpus_frame: pl.DataFrame,
-            mlflow_tracker: MlflowTrackerResource):
+    def _d2(
+        context: AssetExecutionContext,
+        config: D2TrainConfig,
+        corpus_frame: pl.DataFrame,
+        mlflow_tracker: MlflowTrackerResource,
+    ):
         corpus = _corpus(corpus_name, corpus_frame)
         texts, y = corpus.texts("test"), corpus.labels("test")
         train = stratified_subsample(corpus.part("train"), config.max_train_samples)
         detector = TfidfDetector.train(train["text"].to_list(), train["label"].to_numpy())
         uri = mlflow_tracker.tracker().tracking_uri
-        params = {"corpus": corpus_name, "detector": "D2", "n_train": train.height,
-                  "n_test": len(y), **TfidfDetector.params()}
+        params = {
+            "corpus": corpus_name,
+            "detector": "D2",
+            "n_train": train.height,
+            "n_test": len(y),
+            **TfidfDetector.params(),
+        }
         with mlflow_tracker.run_for(context, params=params) as run:
             scores = detector.score(texts)
-            metrics = {"fit_s": float(detector.fit_seconds or 0.0),
-                       **{f"test_{k}": v for k, v in point_metrics(y, scores).items()}}
+            metrics = {
+                "fit_s": float(detector.fit_seconds or 0.0),
+                **{f"test_{k}": v for k, v in point_metrics(y, scores).items()},
+            }
             run.log_metrics(metrics)
-            registered = register_detector(detector, name=registered_name("d2", corpus_name), run_id=run.run_id,
-                                           tracking_uri=uri,
-                                           tags={"corpus": corpus_name, "test_f1": metrics["test_f1"]},
-                                           description=f"D2 TF-IDF+LR trained on the {corpus_name} training split.")
+            registered = register_detector(
+                detector,
+                name=registered_name("d2", corpus_name),
+                run_id=run.run_id,
+                tracking_uri=uri,
+                tags={"corpus": corpus_name, "test_f1": metrics["test_f1"]},
+                description=f"D2 TF-IDF+LR trained on the {corpus_name} training split.",
+            )
         record = {**registered.record(), "corpus": corpus_name, **metrics}
-        yield Output(record, metadata={"registered_name": registered.name, "version": registered.version,
-                                       "mlflow_run_id": run.run_id, **{k: float(v) for k, v in metrics.items()}})
+        yield Output(
+            record,
+            metadata={
+                "registered_name": registered.name,
+                "version": registered.version,
+                "mlflow_run_id": run.run_id,
+                **{k: float(v) for k, v in metrics.items()},
+            },
+        )
         yield _same_scores_check(REGISTRY_CHECK, registered.name, uri, registered.version, texts, scores, 1e-9)
 
     return _d2
@@ -186,12 +231,22 @@ def _d4_asset(corpus_name: str) -> AssetsDefinition:
         f"'{corpus_name}' training split (deterministic seed); logged as an mlflow.pyfunc model wrapping "
         f"safetensors weights and registered as {registered_name('d4', corpus_name)} (alias 'current').",
         kinds={"pytorch", "mlflow"},
-        check_specs=[AssetCheckSpec(REGISTRY_CHECK, asset=key, blocking=True,
-                                    description="The registered model loads by name and gives the trained "
-                                                "model's scores.")],
+        check_specs=[
+            AssetCheckSpec(
+                REGISTRY_CHECK,
+                asset=key,
+                blocking=True,
+                description="The registered model loads by name and gives the trained model's scores.",
+            )
+        ],
     )
-    def _d4(context: AssetExecutionContext, config: D4TrainConfig, corpus_frame: pl.DataFrame,
-            mlflow_tracker: MlflowTrackerResource, model_store: ModelStoreResource):
+    def _d4(
+        context: AssetExecutionContext,
+        config: D4TrainConfig,
+        corpus_frame: pl.DataFrame,
+        mlflow_tracker: MlflowTrackerResource,
+        model_store: ModelStoreResource,
+    ):
         corpus = _corpus(corpus_name, corpus_frame)
         train = stratified_subsample(corpus.part("train"), config.max_train_samples)
         settings = settings_for(corpus_name, **({"epochs": config.epochs} if config.epochs else {}))
@@ -199,25 +254,57 @@ def _d4_asset(corpus_name: str) -> AssetsDefinition:
         encoder = EncoderRef(resolved.name, resolved.path, resolved.sha256)
         texts, y = corpus.texts("test"), corpus.labels("test")
         uri = mlflow_tracker.tracker().tracking_uri
-        params = {"corpus": corpus_name, "detector": "D4", "n_train": train.height, "n_test": len(y),
-                  "encoder": encoder.name, "encoder_sha256": encoder.sha256, **settings.params()}
+        params = {
+            "corpus": corpus_name,
+            "detector": "D4",
+            "n_train": train.height,
+            "n_test": len(y),
+            "encoder": encoder.name,
+            "encoder_sha256": encoder.sha256,
+            **settings.params(),
+        }
         with mlflow_tracker.run_for(context, params=params) as run:
-            detector, report = finetune(train["text"].to_list(), train["label"].to_numpy(), encoder=encoder,
-                                        settings=settings, progress=config.progress)
+            detector, report = finetune(
+                train["text"].to_list(),
+                train["label"].to_numpy(),
+                encoder=encoder,
+                settings=settings,
+                progress=config.progress,
+            )
             scores = detector.score(texts)
             metrics = {**report.metrics(), **{f"test_{k}": v for k, v in point_metrics(y, scores).items()}}
             run.log_metrics(metrics)
-            registered = register_detector(detector, name=registered_name("d4", corpus_name), run_id=run.run_id,
-                                           tracking_uri=uri,
-                                           tags={"corpus": corpus_name, "test_f1": metrics["test_f1"]},
-                                           description=f"D4 MiniLM fine-tuned on the {corpus_name} training split.")
-        context.log.info(f"D4 {corpus_name}: fine-tuned {train.height} texts in {report.wall_seconds:.1f}s, "
-                         f"test F1 {metrics['test_f1']:.4f}")
+            registered = register_detector(
+                detector,
+                name=registered_name("d4", corpus_name),
+                run_id=run.run_id,
+                tracking_uri=uri,
+                tags={"corpus": corpus_name, "test_f1": metrics["test_f1"]},
+                description=f"D4 MiniLM fine-tuned on the {corpus_name} training split.",
+            )
+        context.log.info(
+            f"D4 {corpus_name}: fine-tuned {train.height} texts in {report.wall_seconds:.1f}s, "
+            f"test F1 {metrics['test_f1']:.4f}"
+        )
         record = {**registered.record(), "corpus": corpus_name, **metrics}
-        yield Output(record, metadata={"registered_name": registered.name, "version": registered.version,
-                                       "mlflow_run_id": run.run_id, **{k: float(v) for k, v in metrics.items()}})
-        yield _same_scores_check(REGISTRY_CHECK, registered.name, uri, registered.version,
-                                 texts[:SCORE_CHECK_TEXTS], scores[:SCORE_CHECK_TEXTS], 1e-6)
+        yield Output(
+            record,
+            metadata={
+                "registered_name": registered.name,
+                "version": registered.version,
+                "mlflow_run_id": run.run_id,
+                **{k: float(v) for k, v in metrics.items()},
+            },
+        )
+        yield _same_scores_check(
+            REGISTRY_CHECK,
+            registered.name,
+            uri,
+            registered.version,
+            texts[:SCORE_CHECK_TEXTS],
+            scores[:SCORE_CHECK_TEXTS],
+            1e-6,
+        )
 
     return _d4
 
@@ -228,8 +315,10 @@ class DetectorEvalConfig(Config):
     n_bootstrap: int = 1000
     n_single_latency: int = 20
     max_test_samples: int | None = None
-    pretrained: str = Field(default="auto", description="D3: auto (protectai when the hub is reachable, else "
-                            "NanoGuard), protectai, or nanoguard.")
+    pretrained: str = Field(
+        default="auto",
+        description="D3: auto (protectai when the hub is reachable, else NanoGuard), protectai, or nanoguard.",
+    )
 
 
 def _png_markdown(path: Path) -> str:
@@ -238,26 +327,45 @@ def _png_markdown(path: Path) -> str:
 
 def _evaluation_asset(corpus_name: str) -> AssetsDefinition:
     key = f"detector_evaluation_{corpus_name}"
-    checks = [AssetCheckSpec("table_complete", asset=key, blocking=True,
-                             description="Rows D1-D5, each metric and its 95% CI bounds in [0, 1] with low <= high.")]
+    checks = [
+        AssetCheckSpec(
+            "table_complete",
+            asset=key,
+            blocking=True,
+            description="Rows D1-D5, each metric and its 95% CI bounds in [0, 1] with low <= high.",
+        )
+    ]
     if corpus_name in SEED_GOAL_F1:
-        checks.append(AssetCheckSpec("seed_f1_goal", asset=key,
-                                     description=f"Best of D4/D5 F1 >= the seed's {SEED_GOAL_F1[corpus_name]:.2%} "
-                                     "(warns; reports the gap)."))
+        checks.append(
+            AssetCheckSpec(
+                "seed_f1_goal",
+                asset=key,
+                description=f"Best of D4/D5 F1 >= the seed's {SEED_GOAL_F1[corpus_name]:.2%} (warns; reports the gap).",
+            )
+        )
 
     @asset(
         name=key,
         group_name=GROUP,
-        ins={"corpus_frame": AssetIn(key=f"detector_corpus_{corpus_name}"),
-             "d2": AssetIn(key=f"detector_d2_{corpus_name}"), "d4": AssetIn(key=f"detector_d4_{corpus_name}")},
+        ins={
+            "corpus_frame": AssetIn(key=f"detector_corpus_{corpus_name}"),
+            "d2": AssetIn(key=f"detector_d2_{corpus_name}"),
+            "d4": AssetIn(key=f"detector_d4_{corpus_name}"),
+        },
         description=f"Seed 002 Table for the '{corpus_name}' corpus: D1-D5 on its test split with accuracy, precision, "
         "recall, F1, AUROC and bootstrap 95% CIs, latency single/batched, training time; D2 and D4 loaded from "
         "the MLflow registry by name; ROC curves as an image here and in MLflow.",
         kinds={"polars", "parquet", "mlflow"},
         check_specs=checks,
     )
-    def _evaluation(context: AssetExecutionContext, config: DetectorEvalConfig, corpus_frame: pl.DataFrame,
-                    d2: dict, d4: dict, mlflow_tracker: MlflowTrackerResource):
+    def _evaluation(
+        context: AssetExecutionContext,
+        config: DetectorEvalConfig,
+        corpus_frame: pl.DataFrame,
+        d2: dict,
+        d4: dict,
+        mlflow_tracker: MlflowTrackerResource,
+    ):
         corpus = _corpus(corpus_name, corpus_frame)
         uri = mlflow_tracker.tracker().tracking_uri
         d2_detector = load_registered_detector(d2["registered_name"], uri)  # alias 'current'
@@ -266,18 +374,36 @@ def _evaluation_asset(corpus_name: str) -> AssetsDefinition:
         d3_note = f"{pretrained.chosen} ({pretrained.reason})"
         if corpus_name in ("deepset", "combined"):
             d3_note += f"; trained on deepset: {pretrained.record.get('trained_on_deepset', 'unknown')}"
-        versions = {"d2_version": registered_ref(d2_detector).version,
-                    "d4_version": registered_ref(d4_detector).version}
-        params = {"corpus": corpus_name, "n_bootstrap": config.n_bootstrap, "n_single_latency": config.n_single_latency,
-                  "max_test_samples": config.max_test_samples, "d2_model": d2["registered_name"],
-                  "d4_model": d4["registered_name"], "d3_model": pretrained.record.get("model"),
-                  "d3_choice": pretrained.chosen, "d3_reason": pretrained.reason, **versions}
+        versions = {
+            "d2_version": registered_ref(d2_detector).version,
+            "d4_version": registered_ref(d4_detector).version,
+        }
+        params = {
+            "corpus": corpus_name,
+            "n_bootstrap": config.n_bootstrap,
+            "n_single_latency": config.n_single_latency,
+            "max_test_samples": config.max_test_samples,
+            "d2_model": d2["registered_name"],
+            "d4_model": d4["registered_name"],
+            "d3_model": pretrained.record.get("model"),
+            "d3_choice": pretrained.chosen,
+            "d3_reason": pretrained.reason,
+            **versions,
+        }
         roc_path = state_dir() / "detectors" / corpus_name / "roc.png"
         with mlflow_tracker.run_for(context, params=params) as run:
             evaluation = evaluate_corpus(
-                corpus, d2=d2_detector, d4=d4_detector, d3=pretrained.detector, roc_path=roc_path,
-                train_seconds={"D2": d2["fit_s"], "D4": d4["finetune_wall_s"]}, notes={"D3": d3_note},
-                max_test=config.max_test_samples, n_single=config.n_single_latency, n_resamples=config.n_bootstrap)
+                corpus,
+                d2=d2_detector,
+                d4=d4_detector,
+                d3=pretrained.detector,
+                roc_path=roc_path,
+                train_seconds={"D2": d2["fit_s"], "D4": d4["finetune_wall_s"]},
+                notes={"D3": d3_note},
+                max_test=config.max_test_samples,
+                n_single=config.n_single_latency,
+                n_resamples=config.n_bootstrap,
+            )
             run.log_metrics(evaluation.metrics())
             table_md = roc_path.with_name("table.md")
             table_md.write_text(f"# {corpus_name}\n\n{evaluation.markdown}\n")
@@ -285,30 +411,46 @@ def _evaluation_asset(corpus_name: str) -> AssetsDefinition:
             for path in (roc_path, table_md, roc_path.with_name("table.csv")):
                 run.log_artifact(path, "evaluation")
         context.log.info(f"{corpus_name}:\n{evaluation.markdown}")
-        yield Output(evaluation.table, metadata={
-            "dagster/row_count": evaluation.table.height,
-            "table": MetadataValue.md(evaluation.markdown),
-            "roc_curve": MetadataValue.md(_png_markdown(roc_path)),
-            "roc_path": MetadataValue.path(str(roc_path)),
-            "mlflow_run_id": run.run_id,
-            "n_test": evaluation.n_test,
-            "d3": d3_note,
-            **versions,
-        })
+        yield Output(
+            evaluation.table,
+            metadata={
+                "dagster/row_count": evaluation.table.height,
+                "table": MetadataValue.md(evaluation.markdown),
+                "roc_curve": MetadataValue.md(_png_markdown(roc_path)),
+                "roc_path": MetadataValue.path(str(roc_path)),
+                "mlflow_run_id": run.run_id,
+                "n_test": evaluation.n_test,
+                "d3": d3_note,
+                **versions,
+            },
+        )
         names = ("accuracy", "precision", "recall", "f1", "auroc")
         rows = list(evaluation.table.iter_rows(named=True))
-        valid = all(0.0 <= row[f"{m}_ci_low"] <= row[f"{m}_ci_high"] <= 1.0 and 0.0 <= row[m] <= 1.0
-                    for row in rows for m in names)
+        valid = all(
+            0.0 <= row[f"{m}_ci_low"] <= row[f"{m}_ci_high"] <= 1.0 and 0.0 <= row[m] <= 1.0
+            for row in rows
+            for m in names
+        )
         inside = all(row[f"{m}_ci_low"] - 1e-12 <= row[m] <= row[f"{m}_ci_high"] + 1e-12 for row in rows for m in names)
-        yield AssetCheckResult(check_name="table_complete",
-                               passed=valid and [r["detector"][:2] for r in rows] == list(ORDER),
-                               metadata={"rows": len(rows), "every_point_inside_its_ci": inside})
+        yield AssetCheckResult(
+            check_name="table_complete",
+            passed=valid and [r["detector"][:2] for r in rows] == list(ORDER),
+            metadata={"rows": len(rows), "every_point_inside_its_ci": inside},
+        )
         if corpus_name in SEED_GOAL_F1:
             best = max(evaluation.results["D4"].metrics["f1"], evaluation.results["D5"].metrics["f1"])
             goal = SEED_GOAL_F1[corpus_name]
-            yield AssetCheckResult(check_name="seed_f1_goal", passed=best >= goal, severity=AssetCheckSeverity.WARN,
-                                   metadata={"best_d4_d5_f1": best, "goal": goal, "gap_pp": (goal - best) * 100,
-                                             "n_test": evaluation.n_test})
+            yield AssetCheckResult(
+                check_name="seed_f1_goal",
+                passed=best >= goal,
+                severity=AssetCheckSeverity.WARN,
+                metadata={
+                    "best_d4_d5_f1": best,
+                    "goal": goal,
+                    "gap_pp": (goal - best) * 100,
+                    "n_test": evaluation.n_test,
+                },
+            )
 
     return _evaluation
 
@@ -319,14 +461,22 @@ def quick_run_config(max_train_samples: int = 40, max_test_samples: int = 20, ep
     ops: dict = {}
     for corpus in CORPUS_NAMES:
         ops[f"detector_d2_{corpus}"] = {"config": {"max_train_samples": max_train_samples}}
-        ops[f"detector_d4_{corpus}"] = {"config": {"epochs": epochs, "max_train_samples": max_train_samples,
-                                                   "progress": False}}
-        ops[f"detector_evaluation_{corpus}"] = {"config": {"max_test_samples": max_test_samples, "n_bootstrap": 100,
-                                                           "n_single_latency": 2, "pretrained": "nanoguard"}}
+        ops[f"detector_d4_{corpus}"] = {
+            "config": {"epochs": epochs, "max_train_samples": max_train_samples, "progress": False}
+        }
+        ops[f"detector_evaluation_{corpus}"] = {
+            "config": {
+                "max_test_samples": max_test_samples,
+                "n_bootstrap": 100,
+                "n_single_latency": 2,
+                "pretrained": "nanoguard",
+            }
+        }
     return {"ops": ops}
 
 
 def detector_assets() -> list[AssetsDefinition]:
     """Corpora, D2/D4 per corpus (trained + registered), and one evaluation per corpus."""
-    return [factory(name) for factory in (_corpus_asset, _d2_asset, _d4_asset, _evaluation_asset)
-            for name in CORPUS_NAMES]
+    return [
+        factory(name) for factory in (_corpus_asset, _d2_asset, _d4_asset, _evaluation_asset) for name in CORPUS_NAMES
+    ]

@@ -32,8 +32,11 @@ def _model_asset(role: str) -> AssetsDefinition:
         description=f"The {role} weights of the active model profile (configs/models.yaml), resolved from a "
         "package, a local path or a pinned hub download and verified against the pinned sha256.",
         kinds={"json"},
-        check_specs=[AssetCheckSpec("sha256_pinned", asset=name,
-                                    description="The weights match a pinned sha256 (warns when unpinned).")],
+        check_specs=[
+            AssetCheckSpec(
+                "sha256_pinned", asset=name, description="The weights match a pinned sha256 (warns when unpinned)."
+            )
+        ],
     )
     def _model(context: AssetExecutionContext, model_store: ModelStoreResource):
         resolved = model_store.resolve(role)
@@ -44,8 +47,10 @@ def _model_asset(role: str) -> AssetsDefinition:
             check_name="sha256_pinned",
             passed=resolved.pinned,
             severity=AssetCheckSeverity.WARN,
-            metadata={"sha256": resolved.sha256,
-                      "fix": "" if resolved.pinned else f"pin sha256: {resolved.sha256} in configs/models.yaml"},
+            metadata={
+                "sha256": resolved.sha256,
+                "fix": "" if resolved.pinned else f"pin sha256: {resolved.sha256} in configs/models.yaml",
+            },
         )
 
     return _model
@@ -76,14 +81,32 @@ class LlmSmokeConfig(Config):
     description="A real deterministic chat completion (temperature 0, fixed seed) run twice with the profile's "
     "LLM; records prompt and generation tokens/s in MLflow and checks the two generations are identical.",
     kinds={"llama_cpp", "mlflow"},
-    check_specs=[AssetCheckSpec("deterministic", asset="llm_smoke", blocking=True,
-                                description="Two temperature-0 generations with the same seed are identical.")],
+    check_specs=[
+        AssetCheckSpec(
+            "deterministic",
+            asset="llm_smoke",
+            blocking=True,
+            description="Two temperature-0 generations with the same seed are identical.",
+        )
+    ],
 )
-def llm_smoke(context: AssetExecutionContext, config: LlmSmokeConfig, llm_model: dict, llm: LLMResource,
-              mlflow_tracker: MlflowTrackerResource):
+def llm_smoke(
+    context: AssetExecutionContext,
+    config: LlmSmokeConfig,
+    llm_model: dict,
+    llm: LLMResource,
+    mlflow_tracker: MlflowTrackerResource,
+):
     model = llm.build(Path(llm_model["path"]), n_ctx=int(llm_model["n_ctx"]), name=llm_model["name"])
-    params = {"model": llm_model["name"], "model_sha256": llm_model["sha256"], "backend": llm.backend,
-              "temperature": 0.0, "seed": config.seed, "max_tokens": config.max_tokens, "prompt": config.prompt}
+    params = {
+        "model": llm_model["name"],
+        "model_sha256": llm_model["sha256"],
+        "backend": llm.backend,
+        "temperature": 0.0,
+        "seed": config.seed,
+        "max_tokens": config.max_tokens,
+        "prompt": config.prompt,
+    }
     with mlflow_tracker.run_for(context, params=params) as run:
         result = run_llm_smoke(model, user_prompt=config.prompt, max_tokens=config.max_tokens, seed=config.seed)
         first = result.first
@@ -96,10 +119,15 @@ def llm_smoke(context: AssetExecutionContext, config: LlmSmokeConfig, llm_model:
         }
         run.log_metrics(metrics)
     record = {"text": first.text, "model": llm_model["name"], "mlflow_run_id": run.run_id, **metrics}
-    yield Output(record, metadata={"generation": first.text, "mlflow_run_id": run.run_id,
-                                   **{k: float(v) for k, v in metrics.items()}})
-    yield AssetCheckResult(check_name="deterministic", passed=result.deterministic,
-                           metadata={"first": first.text, "second": result.second.text})
+    yield Output(
+        record,
+        metadata={"generation": first.text, "mlflow_run_id": run.run_id, **{k: float(v) for k, v in metrics.items()}},
+    )
+    yield AssetCheckResult(
+        check_name="deterministic",
+        passed=result.deterministic,
+        metadata={"first": first.text, "second": result.second.text},
+    )
 
 
 @asset(
@@ -107,22 +135,42 @@ def llm_smoke(context: AssetExecutionContext, config: LlmSmokeConfig, llm_model:
     description="Embeds a paraphrase pair and an unrelated sentence with the profile's embedder; records the "
     "dimension, cosine similarities and sentences/s in MLflow and checks the paraphrase pair is closer.",
     kinds={"sentence_transformers", "mlflow"},
-    check_specs=[AssetCheckSpec("paraphrase_closer", asset="embedder_smoke", blocking=True,
-                                description="cos(paraphrase pair) > cos(unrelated pair).")],
+    check_specs=[
+        AssetCheckSpec(
+            "paraphrase_closer",
+            asset="embedder_smoke",
+            blocking=True,
+            description="cos(paraphrase pair) > cos(unrelated pair).",
+        )
+    ],
 )
-def embedder_smoke(context: AssetExecutionContext, embedder_model: dict, embedder: EmbedderResource,
-                   mlflow_tracker: MlflowTrackerResource):
-    with mlflow_tracker.run_for(context, params={"model": embedder_model["name"],
-                                                 "model_sha256": embedder_model["sha256"],
-                                                 "device": embedder.device}) as run:
+def embedder_smoke(
+    context: AssetExecutionContext,
+    embedder_model: dict,
+    embedder: EmbedderResource,
+    mlflow_tracker: MlflowTrackerResource,
+):
+    with mlflow_tracker.run_for(
+        context,
+        params={"model": embedder_model["name"], "model_sha256": embedder_model["sha256"], "device": embedder.device},
+    ) as run:
         result = run_embedder_smoke(embedder.build(Path(embedder_model["path"])))
-        metrics = {"dimension": result.dimension, "paraphrase_cosine": result.paraphrase_cosine,
-                   "unrelated_cosine": result.unrelated_cosine, "sentences_per_s": result.sentences_per_s}
+        metrics = {
+            "dimension": result.dimension,
+            "paraphrase_cosine": result.paraphrase_cosine,
+            "unrelated_cosine": result.unrelated_cosine,
+            "sentences_per_s": result.sentences_per_s,
+        }
         run.log_metrics(metrics)
-    yield Output({**metrics, "mlflow_run_id": run.run_id},
-                 metadata={"mlflow_run_id": run.run_id, **{k: float(v) for k, v in metrics.items()}})
-    yield AssetCheckResult(check_name="paraphrase_closer", passed=result.separates_paraphrase,
-                           metadata={k: float(v) for k, v in metrics.items()})
+    yield Output(
+        {**metrics, "mlflow_run_id": run.run_id},
+        metadata={"mlflow_run_id": run.run_id, **{k: float(v) for k, v in metrics.items()}},
+    )
+    yield AssetCheckResult(
+        check_name="paraphrase_closer",
+        passed=result.separates_paraphrase,
+        metadata={k: float(v) for k, v in metrics.items()},
+    )
 
 
 def model_assets() -> list[AssetsDefinition]:

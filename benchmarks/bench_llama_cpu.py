@@ -32,23 +32,39 @@ def _child(args: argparse.Namespace) -> None:
 
     from rvu_pipelines.models.llama_runtime import LlamaRuntimeSettings, open_llama
 
-    llm = open_llama(llama_cpp.Llama, args.model, LlamaRuntimeSettings(extra_bufts=args.extra_bufts == "1"),
-                     n_ctx=2048, n_threads=args.threads, seed=0, verbose=False)
-    words = ("the agent reads a tool result and decides whether the instruction inside it came from the user "
-             "or from a third party before it acts on anything ").split()
+    llm = open_llama(
+        llama_cpp.Llama,
+        args.model,
+        LlamaRuntimeSettings(extra_bufts=args.extra_bufts == "1"),
+        n_ctx=2048,
+        n_threads=args.threads,
+        seed=0,
+        verbose=False,
+    )
+    words = (
+        "the agent reads a tool result and decides whether the instruction inside it came from the user "
+        "or from a third party before it acts on anything "
+    ).split()
     text = " ".join(words[i % len(words)] for i in range(args.prompt_words))
-    messages = [{"role": "system", "content": "Summarise the document in one sentence."},
-                {"role": "user", "content": text}]
+    messages = [
+        {"role": "system", "content": "Summarise the document in one sentence."},
+        {"role": "user", "content": text},
+    ]
     results = []
     for _ in range(args.repeats):
         llm.reset()
         llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
-        out = llm.create_chat_completion(messages=messages, max_tokens=args.tokens, temperature=0.0, seed=0,
-                                         repeat_penalty=1.0)
+        out = llm.create_chat_completion(
+            messages=messages, max_tokens=args.tokens, temperature=0.0, seed=0, repeat_penalty=1.0
+        )
         perf = llama_cpp.llama_perf_context(llm._ctx.ctx)
-        results.append({"prompt_tps": perf.n_p_eval / (perf.t_p_eval_ms / 1000.0),
-                        "gen_tps": perf.n_eval / (perf.t_eval_ms / 1000.0),
-                        "text": out["choices"][0]["message"]["content"]})
+        results.append(
+            {
+                "prompt_tps": perf.n_p_eval / (perf.t_p_eval_ms / 1000.0),
+                "gen_tps": perf.n_eval / (perf.t_eval_ms / 1000.0),
+                "text": out["choices"][0]["message"]["content"],
+            }
+        )
     print(json.dumps({"system_info": llama_cpp.llama_print_system_info().decode(), "results": results}))
 
 
@@ -71,8 +87,15 @@ def main() -> None:
 
     model = args.model or str(ModelStore().resolve("llm", load_model_config().profile()["llm"]).path)
     env_script = ROOT / "scripts" / "build_llama_cpp.py"
-    native_plan = json.loads(subprocess.run([sys.executable, str(env_script), "plan"], capture_output=True, text=True,
-                                            check=True, env={**os.environ, "RVU_LLAMA_CPU": "native"}).stdout)
+    native_plan = json.loads(
+        subprocess.run(
+            [sys.executable, str(env_script), "plan"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "RVU_LLAMA_CPU": "native"},
+        ).stdout
+    )
     builds: dict[str, str | None] = {"portable (installed)": None}
     with tempfile.TemporaryDirectory() as scratch:
         native_wheels = sorted(Path(native_plan["dir"]).glob("llama_cpp_python-*.whl"))
@@ -87,17 +110,33 @@ def main() -> None:
         samples: dict[tuple[str, str], list[dict]] = {c: [] for c in configs}
         info: dict[str, str] = {}
         for round_index in range(args.rounds):
-            for build, bufts in (configs if round_index % 2 == 0 else list(reversed(configs))):
+            for build, bufts in configs if round_index % 2 == 0 else list(reversed(configs)):
                 env = dict(os.environ)
                 if builds[build]:
                     env["PYTHONPATH"] = os.pathsep.join([str(builds[build]), env.get("PYTHONPATH", "")])
-                command = [sys.executable, __file__, "--child", "--model", model, "--extra-bufts", bufts,
-                           "--threads", str(args.threads), "--repeats", str(args.repeats),
-                           "--prompt-words", str(args.prompt_words), "--tokens", str(args.tokens)]
+                command = [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    "--model",
+                    model,
+                    "--extra-bufts",
+                    bufts,
+                    "--threads",
+                    str(args.threads),
+                    "--repeats",
+                    str(args.repeats),
+                    "--prompt-words",
+                    str(args.prompt_words),
+                    "--tokens",
+                    str(args.tokens),
+                ]
                 done = subprocess.run(command, capture_output=True, text=True, env=env)
                 if done.returncode != 0:
-                    print(f"{build} extra_bufts={bufts}: child exited {done.returncode}\n{done.stderr[-2000:]}",
-                          file=sys.stderr)
+                    print(
+                        f"{build} extra_bufts={bufts}: child exited {done.returncode}\n{done.stderr[-2000:]}",
+                        file=sys.stderr,
+                    )
                     continue
                 payload = json.loads(done.stdout.strip().splitlines()[-1])
                 info[build] = payload["system_info"].strip()
@@ -105,10 +144,14 @@ def main() -> None:
     base = samples[("portable (installed)", "0")]
     base_prompt = statistics.median(r["prompt_tps"] for r in base)
     base_gen = statistics.median(r["gen_tps"] for r in base)
-    print(f"model {Path(model).name}, {args.threads} threads, ~{args.prompt_words} prompt words, {args.tokens} "
-          f"generated tokens, {args.rounds} rounds x {args.repeats} generations per configuration\n")
-    print("| build | extra buffer types | prompt tok/s (median, min-max) | vs default | generation tok/s | vs default "
-          "| same text |")
+    print(
+        f"model {Path(model).name}, {args.threads} threads, ~{args.prompt_words} prompt words, {args.tokens} "
+        f"generated tokens, {args.rounds} rounds x {args.repeats} generations per configuration\n"
+    )
+    print(
+        "| build | extra buffer types | prompt tok/s (median, min-max) | vs default | generation tok/s | vs default "
+        "| same text |"
+    )
     print("|---|---|---|---|---|---|---|")
     reference_text = base[0]["text"] if base else ""
     for build, bufts in configs:
@@ -119,11 +162,13 @@ def main() -> None:
         prompt = [r["prompt_tps"] for r in runs]
         gen = [r["gen_tps"] for r in runs]
         same = all(r["text"] == reference_text for r in runs)
-        print(f"| {build} | {'on' if bufts == '1' else 'off (default)' if build.startswith('portable') else 'off'} | "
-              f"{statistics.median(prompt):.0f} ({min(prompt):.0f}-{max(prompt):.0f}) | "
-              f"{statistics.median(prompt) / base_prompt:.2f}x | "
-              f"{statistics.median(gen):.0f} ({min(gen):.0f}-{max(gen):.0f}) | "
-              f"{statistics.median(gen) / base_gen:.2f}x | {'yes' if same else 'no'} |")
+        print(
+            f"| {build} | {'on' if bufts == '1' else 'off (default)' if build.startswith('portable') else 'off'} | "
+            f"{statistics.median(prompt):.0f} ({min(prompt):.0f}-{max(prompt):.0f}) | "
+            f"{statistics.median(prompt) / base_prompt:.2f}x | "
+            f"{statistics.median(gen):.0f} ({min(gen):.0f}-{max(gen):.0f}) | "
+            f"{statistics.median(gen) / base_gen:.2f}x | {'yes' if same else 'no'} |"
+        )
     print()
     for build, line in info.items():
         print(f"{build}: {line}")

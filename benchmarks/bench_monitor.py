@@ -92,8 +92,11 @@ def workload(w: World, n: int, rng: np.random.Generator) -> BatchActions:
     where = rng.random(n)
     namespace = np.where(where < 0.9, ns, random_session)  # 10%: another (or the same) session's namespace
     namespace = np.where(op == Op.INTERNAL, session, namespace).astype(np.int32)
-    key = np.where(rng.random(n) < 0.9, w.keys[item],  # 10%: a key with no item yet
-                   w.new_keys[rng.integers(0, w.new_keys.size, n)]).astype(np.int32)
+    key = np.where(
+        rng.random(n) < 0.9,
+        w.keys[item],  # 10%: a key with no item yet
+        w.new_keys[rng.integers(0, w.new_keys.size, n)],
+    ).astype(np.int32)
     channel = rng.integers(0, 5, n).astype(np.uint8)
     n_deps = np.where(op == Op.WRITE, rng.integers(0, 4, n), 0)
     dep_ptr = np.zeros(n + 1, np.int64)
@@ -115,7 +118,7 @@ def to_actions(w: World, b: BatchActions) -> list[Action]:
         ch = Channel(int(b.channel[i]))
         o = int(b.op[i])
         if o == Op.WRITE:
-            deps = tuple(int(x) for x in b.dep_idx[b.dep_ptr[i]:b.dep_ptr[i + 1]])
+            deps = tuple(int(x) for x in b.dep_idx[b.dep_ptr[i] : b.dep_ptr[i + 1]])
             out.append(Write(s, k, b.values[i], ch, deps, ns))  # type: ignore[index]
         elif o == Op.READ:
             out.append(Read(s, k, ns))
@@ -143,16 +146,27 @@ def time_single(m: ReferenceMonitor, actions: list[Action]) -> dict[str, float]:
         total += clock() - t0
     gc.enable()
     us = lat / 1000.0
-    return {"decisions_per_s": len(actions) / (total / 1e9), "p50_us": float(np.percentile(us, 50)),
-            "p99_us": float(np.percentile(us, 99)), "p999_us": float(np.percentile(us, 99.9)),
-            "max_us": float(us.max())}
+    return {
+        "decisions_per_s": len(actions) / (total / 1e9),
+        "p50_us": float(np.percentile(us, 50)),
+        "p99_us": float(np.percentile(us, 99)),
+        "p999_us": float(np.percentile(us, 99.9)),
+        "max_us": float(us.max()),
+    }
 
 
 def slice_batch(b: BatchActions, lo: int, hi: int) -> BatchActions:
     p0, p1 = int(b.dep_ptr[lo]), int(b.dep_ptr[hi])
-    return BatchActions(b.op[lo:hi], b.session[lo:hi], b.namespace[lo:hi], b.key[lo:hi], b.channel[lo:hi],
-                        b.dep_ptr[lo:hi + 1] - p0, b.dep_idx[p0:p1],
-                        None if b.values is None else b.values[lo:hi])
+    return BatchActions(
+        b.op[lo:hi],
+        b.session[lo:hi],
+        b.namespace[lo:hi],
+        b.key[lo:hi],
+        b.channel[lo:hi],
+        b.dep_ptr[lo : hi + 1] - p0,
+        b.dep_idx[p0:p1],
+        None if b.values is None else b.values[lo:hi],
+    )
 
 
 def time_batches(m: ReferenceMonitor, b: BatchActions, small: int = 1000, reps: int = 200) -> dict[str, float]:
@@ -161,13 +175,27 @@ def time_batches(m: ReferenceMonitor, b: BatchActions, small: int = 1000, reps: 
     m.check_batch(slice_batch(b, 0, small))  # warm the numpy caches
     best = min(_timed(lambda: m.check_batch(b)) for _ in range(3))
     out["check_batch_decisions_per_s"] = n / best
-    lat = np.array([_timed(lambda i=i: m.check_batch(slice_batch(b, i * small, (i + 1) * small)))
-                    for i in range(min(reps, n // small))]) * 1e6
+    lat = (
+        np.array(
+            [
+                _timed(lambda i=i: m.check_batch(slice_batch(b, i * small, (i + 1) * small)))
+                for i in range(min(reps, n // small))
+            ]
+        )
+        * 1e6
+    )
     out["check_batch1k_p50_us"] = float(np.percentile(lat, 50))
     out["check_batch1k_p99_us"] = float(np.percentile(lat, 99))
     out["submit_batch_decisions_per_s"] = n / _timed(lambda: m.submit_batch(b))
-    lat = np.array([_timed(lambda i=i: m.submit_batch(slice_batch(b, i * small, (i + 1) * small)))
-                    for i in range(min(reps, n // small))]) * 1e6
+    lat = (
+        np.array(
+            [
+                _timed(lambda i=i: m.submit_batch(slice_batch(b, i * small, (i + 1) * small)))
+                for i in range(min(reps, n // small))
+            ]
+        )
+        * 1e6
+    )
     out["submit_batch1k_p50_us"] = float(np.percentile(lat, 50))
     out["submit_batch1k_p99_us"] = float(np.percentile(lat, 99))
     return out
@@ -193,9 +221,15 @@ def theorem_traces(n_traces: int, seed: int = 42, length: int = 40) -> dict[str,
     t0 = time.perf_counter()
     for _ in range(n_traces):
         m = ReferenceMonitor()
-        m.install_many([MemoryItem("shared", "SOUL.md", "soul", Channel.SYSTEM, immutable=True)] + [
-            MemoryItem(rnd.choice(namespaces[2:]), rnd.choice(keys[1:]), "v", rnd.choice(channels), rnd.random() < 0.3)
-            for _ in range(rnd.randrange(4))])
+        m.install_many(
+            [MemoryItem("shared", "SOUL.md", "soul", Channel.SYSTEM, immutable=True)]
+            + [
+                MemoryItem(
+                    rnd.choice(namespaces[2:]), rnd.choice(keys[1:]), "v", rnd.choice(channels), rnd.random() < 0.3
+                )
+                for _ in range(rnd.randrange(4))
+            ]
+        )
         rt = TheoremChecker(m)
         for _ in range(length):
             s, k, c, ns = rnd.choice(sessions), rnd.choice(keys), rnd.choice(channels), rnd.choice(namespaces)
@@ -219,8 +253,13 @@ def theorem_traces(n_traces: int, seed: int = 42, length: int = 40) -> dict[str,
         failures += not (report.holds and report.untrusted_modifications == 0)
         steps += report.steps
         tainted += report.tainted_writes
-    return {"traces": n_traces, "steps": steps, "tainted_writes": tainted, "violating_traces": failures,
-            "seconds": time.perf_counter() - t0}
+    return {
+        "traces": n_traces,
+        "steps": steps,
+        "tainted_writes": tainted,
+        "violating_traces": failures,
+        "seconds": time.perf_counter() - t0,
+    }
 
 
 def main() -> None:
@@ -232,8 +271,10 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args()
     sizes = [int(float(s)) for s in args.sizes.split(",")]
-    print(f"memory reference monitor benchmark | python {platform.python_version()} | numpy {np.__version__} | "
-          f"{platform.machine()}")
+    print(
+        f"memory reference monitor benchmark | python {platform.python_version()} | numpy {np.__version__} | "
+        f"{platform.machine()}"
+    )
     print("goals: >= 1,000,000 decisions/s batched; p99 < 20 us per single check; seed: " + SEED_CLAIM)
     rows = []
     for size in sizes:
@@ -249,32 +290,49 @@ def main() -> None:
         w.monitor.audit = audit
         batch = time_batches(w.monitor, b)
         ok = w.monitor.audit.verify().ok if w.monitor.audit is not None else None
-        row = {"items": size, "setup_s": setup, "single": single, "single_no_audit": single_off, "batch": batch,
-               "audit_records": len(w.monitor.audit) if w.monitor.audit else 0, "audit_verifies": ok}
+        row = {
+            "items": size,
+            "setup_s": setup,
+            "single": single,
+            "single_no_audit": single_off,
+            "batch": batch,
+            "audit_records": len(w.monitor.audit) if w.monitor.audit else 0,
+            "audit_verifies": ok,
+        }
         rows.append(row)
-        print(f"\nstore {size:>9,} items (setup {setup:.1f} s; audit {row['audit_records']:,} records, "
-              f"verifies: {ok})")
-        print(f"  single call, audited   {single['decisions_per_s']:>12,.0f} decisions/s"
-              f"   p50 {single['p50_us']:6.2f} us"
-              f"   p99 {single['p99_us']:6.2f} us   p99.9 {single['p999_us']:7.2f} us   max {single['max_us']:9.1f} us"
-              f"   | seed {SEED_CLAIM}")
-        print(f"  single call, no audit  {single_off['decisions_per_s']:>12,.0f} decisions/s   p50 "
-              f"{single_off['p50_us']:6.2f} us   p99 {single_off['p99_us']:6.2f} us")
-        print(f"  check_batch  ({args.batch:,})  {batch['check_batch_decisions_per_s']:>12,.0f} decisions/s   "
-              f"1k-batch p50 {batch['check_batch1k_p50_us']:8.1f} us  p99 {batch['check_batch1k_p99_us']:8.1f} us")
-        print(f"  submit_batch ({args.batch:,})  {batch['submit_batch_decisions_per_s']:>12,.0f} decisions/s   "
-              f"1k-batch p50 {batch['submit_batch1k_p50_us']:8.1f} us  p99 {batch['submit_batch1k_p99_us']:8.1f} us")
+        print(f"\nstore {size:>9,} items (setup {setup:.1f} s; audit {row['audit_records']:,} records, verifies: {ok})")
+        print(
+            f"  single call, audited   {single['decisions_per_s']:>12,.0f} decisions/s"
+            f"   p50 {single['p50_us']:6.2f} us"
+            f"   p99 {single['p99_us']:6.2f} us   p99.9 {single['p999_us']:7.2f} us   max {single['max_us']:9.1f} us"
+            f"   | seed {SEED_CLAIM}"
+        )
+        print(
+            f"  single call, no audit  {single_off['decisions_per_s']:>12,.0f} decisions/s   p50 "
+            f"{single_off['p50_us']:6.2f} us   p99 {single_off['p99_us']:6.2f} us"
+        )
+        print(
+            f"  check_batch  ({args.batch:,})  {batch['check_batch_decisions_per_s']:>12,.0f} decisions/s   "
+            f"1k-batch p50 {batch['check_batch1k_p50_us']:8.1f} us  p99 {batch['check_batch1k_p99_us']:8.1f} us"
+        )
+        print(
+            f"  submit_batch ({args.batch:,})  {batch['submit_batch_decisions_per_s']:>12,.0f} decisions/s   "
+            f"1k-batch p50 {batch['submit_batch1k_p50_us']:8.1f} us  p99 {batch['submit_batch1k_p99_us']:8.1f} us"
+        )
         del w, b, actions
         gc.collect()
     traces = theorem_traces(args.traces) if args.traces else None
     if traces:
-        print(f"\nTheorem 1 over {traces['traces']:,} random traces ({traces['steps']:,} checked actions, "
-              f"{traces['tainted_writes']:,} tainted writes): {traces['violating_traces']} violating traces "
-              f"({traces['seconds']:.0f} s)")
+        print(
+            f"\nTheorem 1 over {traces['traces']:,} random traces ({traces['steps']:,} checked actions, "
+            f"{traces['tainted_writes']:,} tainted writes): {traces['violating_traces']} violating traces "
+            f"({traces['seconds']:.0f} s)"
+        )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"seed_claim": SEED_CLAIM, "rows": rows, "theorem_traces": traces}, handle, indent=2,
-                      sort_keys=True)
+            json.dump(
+                {"seed_claim": SEED_CLAIM, "rows": rows, "theorem_traces": traces}, handle, indent=2, sort_keys=True
+            )
 
 
 if __name__ == "__main__":

@@ -59,7 +59,8 @@ def data_check(mirror: str | None) -> None:
         problems = check_counts(spec, loaded.frame)
         verified = all(loaded.resolved.verified.values())
         breakdown = "; ".join(
-            "/".join(group.by) + ": "
+            "/".join(group.by)
+            + ": "
             + " / ".join(f"{key} {count}" for key, count in observed_group_counts(loaded.frame, group.by).items())
             for group in spec.group_counts
         )
@@ -89,8 +90,11 @@ def models() -> None:
 
 
 @models.command("check")
-@click.option("--profile", default=None,
-              help="Model profile from configs/models.yaml (default: RVU_MODEL_PROFILE or the file's default).")
+@click.option(
+    "--profile",
+    default=None,
+    help="Model profile from configs/models.yaml (default: RVU_MODEL_PROFILE or the file's default).",
+)
 def models_check(profile: str | None) -> None:
     """Resolve and load each model of a profile; print its source, sha256 and one line of real output."""
     from rvu_pipelines.models import LlamaCppChatModel, ModelStore, load_model_config
@@ -104,18 +108,24 @@ def models_check(profile: str | None) -> None:
     for role, spec in specs.items():
         resolved = store.resolve(role, spec)
         pin = "pinned" if resolved.pinned else f"[yellow]UNPINNED - add sha256: {resolved.sha256}[/yellow]"
-        console.print(f"[bold]{role}[/bold]: {resolved.name}\n  source  {resolved.source}\n  file    {resolved.path}"
-                      f"\n  size    {resolved.size_bytes / 1e6:.1f} MB\n  sha256  {resolved.sha256} ({pin})")
+        console.print(
+            f"[bold]{role}[/bold]: {resolved.name}\n  source  {resolved.source}\n  file    {resolved.path}"
+            f"\n  size    {resolved.size_bytes / 1e6:.1f} MB\n  sha256  {resolved.sha256} ({pin})"
+        )
         if role == "llm":
             result = run_llm_smoke(LlamaCppChatModel(resolved.path, n_ctx=resolved.n_ctx), max_tokens=48)
             first = result.first
             console.print(f"  output  {first.text.strip().splitlines()[0] if first.text.strip() else '(empty)'!r}")
-            console.print(f"  speed   prompt {first.prompt_tokens_per_s:.0f} tok/s, generation "
-                          f"{first.generation_tokens_per_s:.0f} tok/s; deterministic={result.deterministic}")
+            console.print(
+                f"  speed   prompt {first.prompt_tokens_per_s:.0f} tok/s, generation "
+                f"{first.generation_tokens_per_s:.0f} tok/s; deterministic={result.deterministic}"
+            )
         else:
             smoke = run_embedder_smoke(SentenceEmbedder(resolved.path))
-            console.print(f"  output  dim={smoke.dimension}, cos(paraphrase)={smoke.paraphrase_cosine:.3f}, "
-                          f"cos(unrelated)={smoke.unrelated_cosine:.3f}, {smoke.sentences_per_s:.0f} sentences/s")
+            console.print(
+                f"  output  dim={smoke.dimension}, cos(paraphrase)={smoke.paraphrase_cosine:.3f}, "
+                f"cos(unrelated)={smoke.unrelated_cosine:.3f}, {smoke.sentences_per_s:.0f} sentences/s"
+            )
 
 
 def _embedder_for_recovery():
@@ -129,10 +139,15 @@ def _embedder_for_recovery():
 
 @cli.command()
 @click.argument("incident", type=click.Path(exists=True, dir_okay=False))
-@click.option("--cert-out", type=click.Path(dir_okay=False), default=None,
-              help="Where to write the signed certificate (default .rvu/recovery/certificates/<incident>.json).")
-@click.option("--state", type=click.Path(file_okay=False), default=None,
-              help="Recovery state folder (default .rvu/recovery).")
+@click.option(
+    "--cert-out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Where to write the signed certificate (default .rvu/recovery/certificates/<incident>.json).",
+)
+@click.option(
+    "--state", type=click.Path(file_okay=False), default=None, help="Recovery state folder (default .rvu/recovery)."
+)
 def recover(incident: str, cert_out: str | None, state: str | None) -> None:
     """Recover from an incident log without Dagster: ingest, closure, risk, tiers, signed certificate."""
     from rvu_pipelines.provenance.incident import load_incident
@@ -141,18 +156,27 @@ def recover(incident: str, cert_out: str | None, state: str | None) -> None:
 
     paths = RecoveryPaths.default(state)
     incident_id = load_incident(incident).incident_id  # validates first: a bad file changes nothing
-    result = run_recovery(incident, paths.store, paths.index, paths.keys, cert_out or paths.certificate(incident_id),
-                          embedder=_embedder_for_recovery())
-    console.print(f"[bold]{result.incident_id}[/bold]: seeds {len(result.seeds)}, closure v1 {len(result.closure_v1)}, "
-                  f"v2 {len(result.closure_v2)}, tainted adapters {result.tainted_adapters or 'none'}")
+    result = run_recovery(
+        incident,
+        paths.store,
+        paths.index,
+        paths.keys,
+        cert_out or paths.certificate(incident_id),
+        embedder=_embedder_for_recovery(),
+    )
+    console.print(
+        f"[bold]{result.incident_id}[/bold]: seeds {len(result.seeds)}, closure v1 {len(result.closure_v1)}, "
+        f"v2 {len(result.closure_v2)}, tainted adapters {result.tainted_adapters or 'none'}"
+    )
     console.print(f"tiers {result.tier_counts}; applied {result.applied}")
     console.print(f"certificate {result.certificate_path}")
 
 
 @cli.command()
 @click.argument("certificate", type=click.Path(dir_okay=False))
-@click.option("--trust", multiple=True,
-              help="Trusted public-key fingerprint(s); default: this machine's key if present.")
+@click.option(
+    "--trust", multiple=True, help="Trusted public-key fingerprint(s); default: this machine's key if present."
+)
 def verify(certificate: str, trust: tuple[str, ...]) -> None:
     """Exit 0 if the certificate's digest and Ed25519 signature verify, else 1 with the reason."""
     from rvu_pipelines.recovery import trusted_fingerprint, verify_certificate
@@ -166,8 +190,9 @@ def verify(certificate: str, trust: tuple[str, ...]) -> None:
 
 @cli.command()
 @click.argument("entry_id")
-@click.option("--state", type=click.Path(file_okay=False), default=None,
-              help="Recovery state folder (default .rvu/recovery).")
+@click.option(
+    "--state", type=click.Path(file_okay=False), default=None, help="Recovery state folder (default .rvu/recovery)."
+)
 @click.option("--reason", default="operator", help="Recorded in the store's event log.")
 def restore(entry_id: str, state: str | None, reason: str) -> None:
     """Lift the quarantine of ENTRY_ID: its vector is re-added to the index and the event logged."""
@@ -181,12 +206,21 @@ def restore(entry_id: str, state: str | None, reason: str) -> None:
 
 @cli.command()
 @click.option("--profile", default=None, help="Model profile (default: RVU_MODEL_PROFILE or the file's default).")
-@click.option("--golden", type=click.Path(dir_okay=False), default=None,
-              help="Golden file (default: configs/golden/table1_<profile>.json).")
-@click.option("--update-golden", is_flag=True,
-              help="Write the current results as the golden file instead of comparing.")
-@click.option("--detector", default="nanoguard", show_default=True,
-              help="Classifier defense's detector: nanoguard, heuristic or registered:<name>.")
+@click.option(
+    "--golden",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Golden file (default: configs/golden/table1_<profile>.json).",
+)
+@click.option(
+    "--update-golden", is_flag=True, help="Write the current results as the golden file instead of comparing."
+)
+@click.option(
+    "--detector",
+    default="nanoguard",
+    show_default=True,
+    help="Classifier defense's detector: nanoguard, heuristic or registered:<name>.",
+)
 def regress(profile: str | None, golden: str | None, update_golden: bool, detector: str) -> None:
     """Run the canonical attack cells (Table 1) and compare them with the golden results, as the nightly
     schedule does: exit 0 within tolerance, 1 with the diff otherwise. Finished cells are reused."""
@@ -206,6 +240,7 @@ def regress(profile: str | None, golden: str | None, update_golden: bool, detect
     config = load_model_config()
     name = config.profile_name(profile)
     resolved = ModelStore().resolve("llm", config.profile(profile)["llm"])
+
     def build() -> LlamaCppChatModel:  # only when a prompt misses the response cache
         return LlamaCppChatModel(resolved.path, n_ctx=max(AGENT_N_CTX, resolved.n_ctx), name=resolved.name)
 
@@ -268,8 +303,13 @@ def settings_command(markdown: bool) -> None:
     table = Table("variable", "group", "current", "default", "what it does")
     for setting in SETTINGS:
         current = os.environ.get(setting.name)
-        table.add_row(setting.name, setting.group, current if current is not None else "[dim]unset[/dim]",
-                      setting.default or "-", setting.help)
+        table.add_row(
+            setting.name,
+            setting.group,
+            current if current is not None else "[dim]unset[/dim]",
+            setting.default or "-",
+            setting.help,
+        )
     console.print(table)
 
 
@@ -281,8 +321,7 @@ def doctor(no_generation: bool) -> None:
     from rvu_pipelines.doctor import run_checks
 
     with console.status("checking") as status:
-        checks = run_checks(generation=not no_generation,
-                            progress=lambda name: status.update(f"checking {name}"))
+        checks = run_checks(generation=not no_generation, progress=lambda name: status.update(f"checking {name}"))
     for check in checks:
         mark = "[red]✗[/red]" if not check.passed else ("[yellow]![/yellow]" if check.advisory else "[green]✓[/green]")
         lines = check.detail.splitlines() or [""]

@@ -47,8 +47,9 @@ def check_cpu() -> Check:
     flags = host_cpu_flags()
     summary = host_cpu_summary(flags)
     if platform.machine().lower() in ("x86_64", "amd64") and flags and "avx2" not in flags:
-        return Check("cpu", True, summary + " (no AVX2: the set-up builds llama.cpp for x86-64-v2, slower)",
-                     advisory=True)
+        return Check(
+            "cpu", True, summary + " (no AVX2: the set-up builds llama.cpp for x86-64-v2, slower)", advisory=True
+        )
     return Check("cpu", True, summary)
 
 
@@ -57,17 +58,25 @@ def check_llama_build() -> Check:
     try:
         import llama_cpp
     except Exception as exc:  # an ImportError or a failed dlopen of the shared library
-        return Check("llama.cpp build", False,
-                     f"llama_cpp does not import ({type(exc).__name__}: {exc}); run `make setup`.")
+        return Check(
+            "llama.cpp build", False, f"llama_cpp does not import ({type(exc).__name__}: {exc}); run `make setup`."
+        )
     system_info = llama_cpp.llama_print_system_info().decode(errors="replace").strip()
     build = installed_build_info()
-    built_for = (f"built by set-up for {build.get('target')} / {build.get('level')} (key {build.get('key')})"
-                 if build else "NOT built by scripts/setup.sh (a -march=native build from pip/uv?)")
+    built_for = (
+        f"built by set-up for {build.get('target')} / {build.get('level')} (key {build.get('key')})"
+        if build
+        else "NOT built by scripts/setup.sh (a -march=native build from pip/uv?)"
+    )
     detail = f"llama-cpp-python {llama_cpp.__version__}, {built_for}\n{system_info}"
     missing = missing_instruction_sets(system_info, host_cpu_flags())
     if missing:
-        return Check("llama.cpp build", False, detail + f"\ncompiled for {', '.join(missing)}, which this CPU lacks "
-                     f"(SIGILL): rebuild with `{BUILD_TARGET_ENV}=portable make setup`.")
+        return Check(
+            "llama.cpp build",
+            False,
+            detail + f"\ncompiled for {', '.join(missing)}, which this CPU lacks "
+            f"(SIGILL): rebuild with `{BUILD_TARGET_ENV}=portable make setup`.",
+        )
     amx = parse_system_info(system_info).get("AMX_INT8") == "1"
     if amx:
         detail += "\nthis build contains llama.cpp's AMX kernels (a native build on an AMX host)"
@@ -77,8 +86,10 @@ def check_llama_build() -> Check:
 def check_llama_settings() -> Check:
     settings = LlamaRuntimeSettings.from_env()
     params = default_model_params(settings)
-    detail = (f"model parameters passed to llama.cpp: use_extra_bufts={bool(params.use_extra_bufts)} "
-              f"({EXTRA_BUFTS_ENV}={env_value(EXTRA_BUFTS_ENV) or '0 (default)'})")
+    detail = (
+        f"model parameters passed to llama.cpp: use_extra_bufts={bool(params.use_extra_bufts)} "
+        f"({EXTRA_BUFTS_ENV}={env_value(EXTRA_BUFTS_ENV) or '0 (default)'})"
+    )
     if settings.extra_bufts:
         detail += "; weight repacking ON: the AMX path is live if the build has it"
     return Check("llama.cpp settings", True, detail, advisory=settings.extra_bufts)
@@ -90,8 +101,10 @@ def check_torch() -> Check:
     except Exception as exc:
         return Check("torch", False, f"torch does not import ({type(exc).__name__}: {exc}); run `make setup`.")
     cuda = torch.version.cuda
-    detail = (f"torch {torch.__version__} ({'CUDA ' + cuda if cuda else 'CPU build'}), "
-              f"{torch.get_num_threads()} intra-op threads, {os.cpu_count()} logical cores")
+    detail = (
+        f"torch {torch.__version__} ({'CUDA ' + cuda if cuda else 'CPU build'}), "
+        f"{torch.get_num_threads()} intra-op threads, {os.cpu_count()} logical cores"
+    )
     return Check("torch", True, detail, advisory=bool(cuda))
 
 
@@ -110,10 +123,15 @@ def check_models() -> list[Check]:
             checks.append(Check(f"model {role}", False, str(exc)))
             continue
         pin = "pinned, verified" if resolved.pinned else "NOT pinned: add this sha256 to configs/models.yaml"
-        checks.append(Check(f"model {role}", True,
-                            f"{resolved.name} ({config.profile_name()} profile) from {resolved.source}\n"
-                            f"{resolved.path} ({resolved.size_bytes / 1e6:.1f} MB)\nsha256 {resolved.sha256} ({pin})",
-                            advisory=not resolved.pinned))
+        checks.append(
+            Check(
+                f"model {role}",
+                True,
+                f"{resolved.name} ({config.profile_name()} profile) from {resolved.source}\n"
+                f"{resolved.path} ({resolved.size_bytes / 1e6:.1f} MB)\nsha256 {resolved.sha256} ({pin})",
+                advisory=not resolved.pinned,
+            )
+        )
     return checks
 
 
@@ -129,10 +147,12 @@ def check_generation() -> Check:
     prompt_rate = result.prompt_tokens / result.prompt_seconds if result.prompt_seconds > 0 else 0.0
     generation_rate = result.completion_tokens / result.generation_seconds if result.generation_seconds > 0 else 0.0
     amx = [line for line in result.buffers if "AMX" in line]
-    detail = (f"{result.text.strip()!r}\n{result.prompt_tokens} prompt tokens at {prompt_rate:.0f} tok/s, "
-              f"{result.completion_tokens} generated at {generation_rate:.0f} tok/s; {result.seconds:.1f} s in all "
-              "with process start and model load\n"
-              f"buffers: {'; '.join(result.buffers) or '(not reported)'}")
+    detail = (
+        f"{result.text.strip()!r}\n{result.prompt_tokens} prompt tokens at {prompt_rate:.0f} tok/s, "
+        f"{result.completion_tokens} generated at {generation_rate:.0f} tok/s; {result.seconds:.1f} s in all "
+        "with process start and model load\n"
+        f"buffers: {'; '.join(result.buffers) or '(not reported)'}"
+    )
     return Check("generation", True, detail, advisory=bool(amx))
 
 
@@ -143,8 +163,12 @@ def check_mlflow() -> Check:
 
         experiments = MlflowClient(tracking_uri=tracker.tracking_uri).search_experiments(max_results=100)
     except Exception as exc:  # any backend failure: unreachable server, locked or corrupt SQLite, ...
-        return Check("mlflow", False, f"tracking store {tracker.tracking_uri} not reachable: {type(exc).__name__}: "
-                     f"{str(exc).splitlines()[0] if str(exc) else ''}. Check MLFLOW_TRACKING_URI.")
+        return Check(
+            "mlflow",
+            False,
+            f"tracking store {tracker.tracking_uri} not reachable: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}. Check MLFLOW_TRACKING_URI.",
+        )
     return Check("mlflow", True, f"tracking store {tracker.tracking_uri}: reachable, {len(experiments)} experiment(s)")
 
 
@@ -152,8 +176,12 @@ def check_dagster_home() -> Check:
     """DAGSTER_HOME set, writable, and an instance Dagster itself can open (asked in a child process)."""
     home = env_value("DAGSTER_HOME")
     if not home:
-        return Check("dagster home", False, "DAGSTER_HOME is not set: runs would vanish from the UI. The Makefile "
-                     "sets it to .dagster_home/; outside make, export DAGSTER_HOME=$PWD/.dagster_home.")
+        return Check(
+            "dagster home",
+            False,
+            "DAGSTER_HOME is not set: runs would vanish from the UI. The Makefile "
+            "sets it to .dagster_home/; outside make, export DAGSTER_HOME=$PWD/.dagster_home.",
+        )
     path = Path(home)
     if not path.is_dir():
         return Check("dagster home", False, f"DAGSTER_HOME={home} does not exist: run `make setup` (it creates it).")
@@ -176,8 +204,12 @@ def check_dagster_home() -> Check:
 
 def run_checks(*, generation: bool = True, progress: Callable[[str], None] | None = None) -> list[Check]:
     steps: list[tuple[str, Callable[[], Check | list[Check]]]] = [
-        ("cpu", check_cpu), ("llama.cpp build", check_llama_build), ("llama.cpp settings", check_llama_settings),
-        ("torch", check_torch), ("models", check_models)]
+        ("cpu", check_cpu),
+        ("llama.cpp build", check_llama_build),
+        ("llama.cpp settings", check_llama_settings),
+        ("torch", check_torch),
+        ("models", check_models),
+    ]
     if generation:
         steps.append(("generation", check_generation))
     steps += [("mlflow", check_mlflow), ("dagster home", check_dagster_home)]

@@ -83,8 +83,7 @@ class IncidentValidationError(RvuError):
         shown = "\n".join(f"  {issue}" for issue in self.issues[:50])
         more = f"\n  ... and {len(self.issues) - 50} more" if len(self.issues) > 50 else ""
         super().__init__(
-            f"Incident log {path} is invalid ({len(self.issues)} problem(s)); nothing was ingested:\n"
-            f"{shown}{more}"
+            f"Incident log {path} is invalid ({len(self.issues)} problem(s)); nothing was ingested:\n{shown}{more}"
         )
 
 

@@ -24,8 +24,9 @@ class LlmSmokeResult:
         return self.first.text == self.second.text
 
 
-def run_llm_smoke(model: ChatModel, *, user_prompt: str = SMOKE_USER_PROMPT, max_tokens: int = 64,
-                  seed: int = 0) -> LlmSmokeResult:
+def run_llm_smoke(
+    model: ChatModel, *, user_prompt: str = SMOKE_USER_PROMPT, max_tokens: int = 64, seed: int = 0
+) -> LlmSmokeResult:
     """Two identical temperature-0 completions; the first one's timings are the throughput figures."""
     messages = [{"role": "system", "content": SMOKE_SYSTEM_PROMPT}, {"role": "user", "content": user_prompt}]
     first = model.chat(messages, max_tokens=max_tokens, temperature=0.0, seed=seed)

@@ -54,10 +54,16 @@ def git_commit(root: Path | None = None) -> str:
     """The checkout's commit (with '-dirty' if it has uncommitted changes), or 'unknown'."""
     cwd = root or project_root()
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
-                                timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return f"{commit}-dirty" if dirty else commit
@@ -90,8 +96,9 @@ class TrackedRun:
 class MlflowTracker:
     """Opens tagged MLflow runs against a tracking URI (local SQLite by default)."""
 
-    def __init__(self, tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT,
-                 artifact_root: Path | None = None) -> None:
+    def __init__(
+        self, tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT, artifact_root: Path | None = None
+    ) -> None:
         self.tracking_uri = tracking_uri or default_tracking_uri()
         self.experiment = experiment
         self.artifact_root = Path(artifact_root) if artifact_root else default_artifact_root()
@@ -113,13 +120,15 @@ class MlflowTracker:
         return client.create_experiment(self.experiment, artifact_location=location)
 
     @contextmanager
-    def run(self, name: str, *, tags: Mapping[str, object] | None = None,
-            params: Mapping[str, object] | None = None) -> Iterator[TrackedRun]:
+    def run(
+        self, name: str, *, tags: Mapping[str, object] | None = None, params: Mapping[str, object] | None = None
+    ) -> Iterator[TrackedRun]:
         """A run that ends FINISHED when the block completes and FAILED if it raises."""
         client = self._client()
         all_tags = {"git_commit": git_commit(), **(tags or {})}
-        created = client.create_run(self.experiment_id(), run_name=name,
-                                    tags={k: str(v) for k, v in sorted(all_tags.items())})
+        created = client.create_run(
+            self.experiment_id(), run_name=name, tags={k: str(v) for k, v in sorted(all_tags.items())}
+        )
         run = TrackedRun(created.info.run_id, created.info.experiment_id, client)
         if params:
             run.log_params(params)
@@ -134,8 +143,10 @@ class MlflowTracker:
         """Every experiment of this platform in the store (the per-domain ones and the default)."""
         client = self._client()
         found = client.search_experiments(max_results=1000)
-        return sorted((e for e in found if e.name == DEFAULT_EXPERIMENT or e.name.startswith(EXPERIMENT_PREFIX)),
-                      key=lambda e: e.name)
+        return sorted(
+            (e for e in found if e.name == DEFAULT_EXPERIMENT or e.name.startswith(EXPERIMENT_PREFIX)),
+            key=lambda e: e.name,
+        )
 
     def latest_project_runs(self, max_results: int = 50) -> list[Any]:
         """The newest runs across all of the platform's experiments, newest first."""
@@ -149,5 +160,11 @@ class MlflowTracker:
         found = client.get_experiment_by_name(self.experiment)
         if found is None:
             return []
-        return list(client.search_runs([found.experiment_id], filter_string=filter_string,
-                                       order_by=["attributes.start_time DESC"], max_results=max_results))
+        return list(
+            client.search_runs(
+                [found.experiment_id],
+                filter_string=filter_string,
+                order_by=["attributes.start_time DESC"],
+                max_results=max_results,
+            )
+        )

@@ -46,9 +46,22 @@ CONSTRAINTS = ROOT / "requirements" / "constraints.txt"
 TARGETS = ("portable", "native")
 
 # The ISA switches of ggml that a portable build sets explicitly (everything not ON is OFF).
-GGML_X86_SWITCHES = ("GGML_SSE42", "GGML_AVX", "GGML_AVX_VNNI", "GGML_AVX2", "GGML_BMI2", "GGML_FMA",
-                     "GGML_F16C", "GGML_AVX512", "GGML_AVX512_VBMI", "GGML_AVX512_VNNI", "GGML_AVX512_BF16",
-                     "GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16")
+GGML_X86_SWITCHES = (
+    "GGML_SSE42",
+    "GGML_AVX",
+    "GGML_AVX_VNNI",
+    "GGML_AVX2",
+    "GGML_BMI2",
+    "GGML_FMA",
+    "GGML_F16C",
+    "GGML_AVX512",
+    "GGML_AVX512_VBMI",
+    "GGML_AVX512_VNNI",
+    "GGML_AVX512_BF16",
+    "GGML_AMX_TILE",
+    "GGML_AMX_INT8",
+    "GGML_AMX_BF16",
+)
 GGML_X86_ON = {
     "x86-64-v3": {"GGML_SSE42", "GGML_AVX", "GGML_AVX2", "GGML_BMI2", "GGML_FMA", "GGML_F16C"},
     "x86-64-v2": {"GGML_SSE42"},
@@ -79,8 +92,10 @@ def plan(target: str | None = None) -> dict[str, object]:
     """What will be built, and the cache key that names it."""
     target = target or os.environ.get("RVU_LLAMA_CPU", "portable") or "portable"
     if target not in TARGETS:
-        raise SystemExit(f"RVU_LLAMA_CPU={target!r} is not one of {', '.join(TARGETS)} "
-                         "(portable: runs on every CPU of its level; native: -march=native for this host).")
+        raise SystemExit(
+            f"RVU_LLAMA_CPU={target!r} is not one of {', '.join(TARGETS)} "
+            "(portable: runs on every CPU of its level; native: -march=native for this host)."
+        )
     machine = platform.machine().lower()
     flags = host_cpu_flags()
     cmake = list(COMMON_CMAKE_ARGS)
@@ -100,17 +115,37 @@ def plan(target: str | None = None) -> dict[str, object]:
     version = llama_cpp_python_version()
     python_tag = f"cp{sys.version_info.major}{sys.version_info.minor}-{sysconfig.get_platform()}"
     compiler = compiler_version()
-    key_material = json.dumps({"version": version, "target": target, "level": level, "cmake": cmake,
-                               "compiler": compiler, "python": python_tag, "host": host_key}, sort_keys=True)
+    key_material = json.dumps(
+        {
+            "version": version,
+            "target": target,
+            "level": level,
+            "cmake": cmake,
+            "compiler": compiler,
+            "python": python_tag,
+            "host": host_key,
+        },
+        sort_keys=True,
+    )
     key = hashlib.sha256(key_material.encode()).hexdigest()[:16]
-    return {"package": "llama-cpp-python", "version": version, "target": target, "level": level,
-            "cmake_args": cmake, "compiler": compiler, "python": python_tag, "host_flags_key": host_key,
-            "key": key, "dir": str(wheel_cache() / f"llama-cpp-python-{version}-{level}-{key}")}
+    return {
+        "package": "llama-cpp-python",
+        "version": version,
+        "target": target,
+        "level": level,
+        "cmake_args": cmake,
+        "compiler": compiler,
+        "python": python_tag,
+        "host_flags_key": host_key,
+        "key": key,
+        "dir": str(wheel_cache() / f"llama-cpp-python-{version}-{level}-{key}"),
+    }
 
 
 def wheel_cache() -> Path:
     base = os.environ.get("RVU_WHEEL_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache"), "rvu", "wheels")
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache"), "rvu", "wheels"
+    )
     return Path(base)
 
 
@@ -130,23 +165,45 @@ def build(info: dict[str, object]) -> Path:
     env["CMAKE_ARGS"] = " ".join(info["cmake_args"])  # type: ignore[arg-type]
     env["FORCE_CMAKE"] = "1"
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))
-    print(f"build-llama-cpp: compiling llama-cpp-python {info['version']} for {info['level']} "
-          f"({env['CMAKE_ARGS']}); ~10 min on 2 cores, once per target", file=sys.stderr, flush=True)
+    print(
+        f"build-llama-cpp: compiling llama-cpp-python {info['version']} for {info['level']} "
+        f"({env['CMAKE_ARGS']}); ~10 min on 2 cores, once per target",
+        file=sys.stderr,
+        flush=True,
+    )
     started = time.monotonic()
     with tempfile.TemporaryDirectory(dir=directory.parent, prefix=".staging-") as staging:
         # --no-cache-dir: pip's own wheel cache is keyed by the source only and would hand back a
         # wheel built with other flags.
-        command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "--disable-pip-version-check",
-                   "--no-binary", "llama-cpp-python", "-w", staging, f"llama-cpp-python=={info['version']}"]
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-cache-dir",
+            "--disable-pip-version-check",
+            "--no-binary",
+            "llama-cpp-python",
+            "-w",
+            staging,
+            f"llama-cpp-python=={info['version']}",
+        ]
         result = subprocess.run(command, env=env)
         if result.returncode != 0:
-            raise SystemExit(f"build-llama-cpp: compiling llama-cpp-python failed (exit {result.returncode}); "
-                             "see the compiler output above. It needs a C/C++ toolchain and cmake >= 3.21.")
+            raise SystemExit(
+                f"build-llama-cpp: compiling llama-cpp-python failed (exit {result.returncode}); "
+                "see the compiler output above. It needs a C/C++ toolchain and cmake >= 3.21."
+            )
         wheels = list(Path(staging).glob("llama_cpp_python-*.whl"))
         if len(wheels) != 1:
             raise SystemExit(f"build-llama-cpp: expected one wheel in {staging}, found {wheels}")
-        built = dict(info, built_on=sorted(host_cpu_flags()), build_seconds=round(time.monotonic() - started, 1),
-                     wheel=wheels[0].name)
+        built = dict(
+            info,
+            built_on=sorted(host_cpu_flags()),
+            build_seconds=round(time.monotonic() - started, 1),
+            wheel=wheels[0].name,
+        )
         (Path(staging) / "build-info.json").write_text(json.dumps(built, indent=2, sort_keys=True) + "\n")
         if directory.exists():
             shutil.rmtree(directory)

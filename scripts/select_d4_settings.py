@@ -31,12 +31,16 @@ def main(specs: list[str]) -> int:
     print(f"D2 validation: {point_metrics(labels[val], d2)}")
     for spec in specs or ["{}"]:
         overrides = json.loads(spec)
-        detector, report = finetune(fit_texts, labels[fit], settings=settings_for("deepset", **overrides),
-                                    progress=False)
+        detector, report = finetune(
+            fit_texts, labels[fit], settings=settings_for("deepset", **overrides), progress=False
+        )
         d4 = detector.score(val_texts)
         m4, m5 = point_metrics(labels[val], d4), point_metrics(labels[val], 0.4 * d2 + 0.6 * d4)
-        print(f"{overrides}: {report.wall_seconds:.0f}s  D4 F1 {m4['f1']:.4f} AUROC {m4['auroc']:.4f} | "
-              f"D5 F1 {m5['f1']:.4f} AUROC {m5['auroc']:.4f}", flush=True)
+        print(
+            f"{overrides}: {report.wall_seconds:.0f}s  D4 F1 {m4['f1']:.4f} AUROC {m4['auroc']:.4f} | "
+            f"D5 F1 {m5['f1']:.4f} AUROC {m5['auroc']:.4f}",
+            flush=True,
+        )
     return 0
 
 

@@ -14,8 +14,10 @@ SHARED_DATA = Path(os.environ.get("RVU_TEST_DATA_MIRROR", REPO_ROOT.parent / "sh
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not (SHARED_DATA / "SOURCES.md").is_file():
-        pytest.fail(f"The data mirror is expected at {SHARED_DATA} (../shared/data beside the checkout, "
-                    "or RVU_TEST_DATA_MIRROR).")
+        pytest.fail(
+            f"The data mirror is expected at {SHARED_DATA} (../shared/data beside the checkout, "
+            "or RVU_TEST_DATA_MIRROR)."
+        )
     return SHARED_DATA
 
 

@@ -65,50 +65,82 @@ def _recover(incident: Path, defense: str, settings: DefenseSettings, workdir: P
     key_dir = Path(settings.signing_key_dir) if settings.signing_key_dir else RecoveryPaths.default().keys
     mode = "v1" if defense == "rvu_v1" else "v2"
     started = time.perf_counter()
-    result = recover(incident, folder / "provenance.duckdb", None, key_dir, workdir / CERTIFICATE_FILE,
-                     settings.detector, closure_mode=mode)
+    result = recover(
+        incident,
+        folder / "provenance.duckdb",
+        None,
+        key_dir,
+        workdir / CERTIFICATE_FILE,
+        settings.detector,
+        closure_mode=mode,
+    )
     fingerprint = trusted_fingerprint(key_dir)
-    verified, _ = verify_certificate(result.certificate_path,
-                                     trusted_fingerprints=[fingerprint] if fingerprint else None)
+    verified, _ = verify_certificate(
+        result.certificate_path, trusted_fingerprints=[fingerprint] if fingerprint else None
+    )
     return {
-        "certificate_path": str(result.certificate_path), "certificate_verified": bool(verified),
-        "closure_mode": mode, "closure_seeds": len(result.seeds), "closure_v1_size": len(result.closure_v1),
-        "closure_v2_size": len(result.closure_v2), "recovery_s": round(time.perf_counter() - started, 4),
+        "certificate_path": str(result.certificate_path),
+        "certificate_verified": bool(verified),
+        "closure_mode": mode,
+        "closure_seeds": len(result.seeds),
+        "closure_v1_size": len(result.closure_v1),
+        "closure_v2_size": len(result.closure_v2),
+        "recovery_s": round(time.perf_counter() - started, 4),
     }
 
 
-def run_episode(scenario: Scenario, defense: str, llm: ChatModel, settings: DefenseSettings,
-                workdir: Path) -> EpisodeResult:
+def run_episode(
+    scenario: Scenario, defense: str, llm: ChatModel, settings: DefenseSettings, workdir: Path
+) -> EpisodeResult:
     """Build the defense's pipeline, run the scenario through it, write its provenance JSONL under
     ``workdir`` and, for rvu_v1 / rvu_v2, recover from it and write + verify the certificate."""
     workdir = Path(workdir)
     started = time.perf_counter()
     base: dict[str, Any] = {
-        "scenario_id": scenario.scenario_id, "benchmark": scenario.benchmark, "defense": defense,
-        "attack_succeeded": False, "utility": 0.0, "judge": "", "steps": 0, "tool_calls": 0, "blocked_calls": 0,
-        "flagged_outputs": 0, "provenance_entries": 0, "incident_path": None, "certificate_path": None,
-        "certificate_verified": None, "closure_mode": None, "closure_seeds": None, "closure_v1_size": None,
-        "closure_v2_size": None, "recovery_s": None,
+        "scenario_id": scenario.scenario_id,
+        "benchmark": scenario.benchmark,
+        "defense": defense,
+        "attack_succeeded": False,
+        "utility": 0.0,
+        "judge": "",
+        "steps": 0,
+        "tool_calls": 0,
+        "blocked_calls": 0,
+        "flagged_outputs": 0,
+        "provenance_entries": 0,
+        "incident_path": None,
+        "certificate_path": None,
+        "certificate_verified": None,
+        "closure_mode": None,
+        "closure_seeds": None,
+        "closure_v1_size": None,
+        "closure_v2_size": None,
+        "recovery_s": None,
     }
     try:
         pipeline = build_pipeline(defense, llm, scenario, settings)
         outcome = scenario.run(pipeline)
         messages = list(outcome.messages)
         base.update(
-            attack_succeeded=bool(outcome.attack_succeeded), utility=float(outcome.utility), judge=outcome.judge,
+            attack_succeeded=bool(outcome.attack_succeeded),
+            utility=float(outcome.utility),
+            judge=outcome.judge,
             steps=sum(1 for m in messages if m["role"] == "assistant"),
             tool_calls=sum(1 for m in messages if m["role"] == "tool"),
             blocked_calls=len(pipeline.trace.blocked),
         )
-        records = episode_records(scenario, defense, messages, detector=settings.detector,
-                                  threshold=settings.threshold, trace=pipeline.trace)
+        records = episode_records(
+            scenario, defense, messages, detector=settings.detector, threshold=settings.threshold, trace=pipeline.trace
+        )
         workdir.mkdir(parents=True, exist_ok=True)
         incident = write_incident(workdir / INCIDENT_FILE, records)
-        base.update(flagged_outputs=contaminated_count(records), provenance_entries=len(records),
-                    incident_path=str(incident))
+        base.update(
+            flagged_outputs=contaminated_count(records), provenance_entries=len(records), incident_path=str(incident)
+        )
         if defense in RECOVERING_DEFENSES:
             base.update(_recover(incident, defense, settings, workdir))
     except Exception as exc:  # one crashed scenario is one error row, never a lost cell
-        return EpisodeResult(**base, latency_s=round(time.perf_counter() - started, 4),
-                             error=f"{type(exc).__name__}: {exc}")
+        return EpisodeResult(
+            **base, latency_s=round(time.perf_counter() - started, 4), error=f"{type(exc).__name__}: {exc}"
+        )
     return EpisodeResult(**base, latency_s=round(time.perf_counter() - started, 4))

@@ -62,10 +62,15 @@ class CellRun:
 
     def cost(self) -> dict[str, float]:
         """What the run cost; ``llm_inferences == 0`` is how a fully cached re-run shows itself."""
-        return {"episodes_reused": self.reused_episodes, "episodes_run": self.new_episodes,
-                "llm_calls": self.llm_calls, "llm_cache_hits": self.llm_cache_hits,
-                "llm_inferences": self.llm_inferences, "inference_s": round(self.inference_seconds, 3),
-                "wall_s": round(self.wall_seconds, 3)}
+        return {
+            "episodes_reused": self.reused_episodes,
+            "episodes_run": self.new_episodes,
+            "llm_calls": self.llm_calls,
+            "llm_cache_hits": self.llm_cache_hits,
+            "llm_inferences": self.llm_inferences,
+            "inference_s": round(self.inference_seconds, 3),
+            "wall_s": round(self.wall_seconds, 3),
+        }
 
 
 def episode_key(scenario_id: str, defense: str, model_id: str, settings_fingerprint: str) -> str:
@@ -84,8 +89,9 @@ def _read_rows(path: Path) -> pl.DataFrame | None:
     try:
         return pl.read_parquet(path)
     except Exception as exc:  # a torn or foreign file: say which and how to recover
-        raise ConfigError(f"Cannot read the cell results {path} ({exc}); delete the file to re-run the cell "
-                          "(LLM calls stay cached).") from exc
+        raise ConfigError(
+            f"Cannot read the cell results {path} ({exc}); delete the file to re-run the cell (LLM calls stay cached)."
+        ) from exc
 
 
 def _write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -112,8 +118,17 @@ class LlmStats:
 EpisodeRunner = Callable[[Scenario, Path], Mapping[str, Any]]
 
 
-def run_cell(spec: CellSpec, scenarios: Sequence[Scenario], run_episode: EpisodeRunner, *, llm: Any,
-             model_id: str, settings_fingerprint: str, root: Path, progress: bool = True) -> CellRun:
+def run_cell(
+    spec: CellSpec,
+    scenarios: Sequence[Scenario],
+    run_episode: EpisodeRunner,
+    *,
+    llm: Any,
+    model_id: str,
+    settings_fingerprint: str,
+    root: Path,
+    progress: bool = True,
+) -> CellRun:
     """Run the cell's missing episodes (in scenario-id order) and return all its rows.
 
     ``run_episode(scenario, workdir)`` returns one flat row (EpisodeResult.to_row()); the row is saved
@@ -139,19 +154,31 @@ def run_cell(spec: CellSpec, scenarios: Sequence[Scenario], run_episode: Episode
         workdir = root / "episodes" / spec.profile / spec.defense / _safe(scenario.scenario_id)
         row = dict(run_episode(scenario, workdir))
         after = stats.snapshot()
-        row.update(episode_key=wanted[scenario.scenario_id], model_id=model_id,
-                   llm_calls=after[0] - before[0], llm_cache_hits=after[1] - before[1],
-                   llm_inference_s=round(after[2] - before[2], 4))
+        row.update(
+            episode_key=wanted[scenario.scenario_id],
+            model_id=model_id,
+            llm_calls=after[0] - before[0],
+            llm_cache_hits=after[1] - before[1],
+            llm_inference_s=round(after[2] - before[2], 4),
+        )
         stored[row["episode_key"]] = row
         _write_rows(path, sorted(stored.values(), key=lambda r: (r["scenario_id"], r["episode_key"])))
     calls1, hits1, seconds1 = stats.snapshot()
     keys = set(wanted.values())
     rows = sorted((row for key, row in stored.items() if key in keys), key=lambda r: r["scenario_id"])
     frame = pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
-    run = CellRun(spec=spec, rows=frame, reused_episodes=len(ordered) - len(todo), new_episodes=len(todo),
-                  llm_calls=calls1 - calls0, llm_cache_hits=hits1 - hits0,
-                  llm_inferences=(calls1 - calls0) - (hits1 - hits0), inference_seconds=seconds1 - seconds0,
-                  wall_seconds=time.perf_counter() - started, path=path)
+    run = CellRun(
+        spec=spec,
+        rows=frame,
+        reused_episodes=len(ordered) - len(todo),
+        new_episodes=len(todo),
+        llm_calls=calls1 - calls0,
+        llm_cache_hits=hits1 - hits0,
+        llm_inferences=(calls1 - calls0) - (hits1 - hits0),
+        inference_seconds=seconds1 - seconds0,
+        wall_seconds=time.perf_counter() - started,
+        path=path,
+    )
     run.metrics = cell_metrics(frame)
     return run
 
@@ -182,8 +209,14 @@ def bootstrap_mean_ci(values: Sequence[float], level: float = CI_LEVEL) -> tuple
         return (float(array[0]), float(array[0]))
     from scipy.stats import bootstrap  # scipy.stats (~3 s cold): only when a table is computed
 
-    result = bootstrap((array,), np.mean, confidence_level=level, n_resamples=BOOTSTRAP_RESAMPLES,
-                       method="percentile", rng=np.random.default_rng(CI_SEED))
+    result = bootstrap(
+        (array,),
+        np.mean,
+        confidence_level=level,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        method="percentile",
+        rng=np.random.default_rng(CI_SEED),
+    )
     return (float(result.confidence_interval.low), float(result.confidence_interval.high))
 
 
@@ -224,8 +257,9 @@ def cell_metrics(rows: pl.DataFrame) -> dict[str, float]:
 
 def attack_table(runs: Sequence[CellRun]) -> pl.DataFrame:
     """Table 1: one row per cell (benchmark, defense), metrics with CIs, in the order given."""
-    records = [{"profile": r.spec.profile, "benchmark": r.spec.benchmark, "defense": r.spec.defense, **r.metrics}
-               for r in runs]
+    records = [
+        {"profile": r.spec.profile, "benchmark": r.spec.benchmark, "defense": r.spec.defense, **r.metrics} for r in runs
+    ]
     return pl.DataFrame(records, infer_schema_length=None)
 
 
@@ -237,20 +271,28 @@ def _pct(value: float, low: float, high: float) -> str:
 
 def table_markdown(table: pl.DataFrame) -> str:
     """Table 1 as the seed prints it, plus CIs and certificate counts."""
-    lines = ["| Benchmark | Defense | n | ASR [95% CI] | Security | Utility [95% CI] | Latency (s) | Certificates |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| Benchmark | Defense | n | ASR [95% CI] | Security | Utility [95% CI] | Latency (s) | Certificates |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for row in table.iter_rows(named=True):
         utility = row.get("utility", float("nan"))
         u = "–" if utility != utility else f"{utility:.3f} [{row['utility_ci_low']:.2f}, {row['utility_ci_high']:.2f}]"
-        certs = "–" if not row.get("certificates_emitted") else \
-            f"{row['certificates_verified']}/{row['certificates_emitted']} verify"
+        certs = (
+            "–"
+            if not row.get("certificates_emitted")
+            else f"{row['certificates_verified']}/{row['certificates_emitted']} verify"
+        )
         errors = f" ({row['errors']} errors)" if row.get("errors") else ""
-        security = _pct(row.get("security", float("nan")), row.get("security_ci_low", 0),
-                        row.get("security_ci_high", 0))
-        lines.append(f"| {row['benchmark']} | {row['defense']} | {row['n']}{errors} | "
-                     f"{_pct(row.get('asr', float('nan')), row.get('asr_ci_low', 0), row.get('asr_ci_high', 0))} | "
-                     f"{security} | "
-                     f"{u} | {row.get('latency_s', float('nan')):.2f} | {certs} |")
+        security = _pct(
+            row.get("security", float("nan")), row.get("security_ci_low", 0), row.get("security_ci_high", 0)
+        )
+        lines.append(
+            f"| {row['benchmark']} | {row['defense']} | {row['n']}{errors} | "
+            f"{_pct(row.get('asr', float('nan')), row.get('asr_ci_low', 0), row.get('asr_ci_high', 0))} | "
+            f"{security} | "
+            f"{u} | {row.get('latency_s', float('nan')):.2f} | {certs} |"
+        )
     return "\n".join(lines)
 
 
@@ -270,8 +312,15 @@ def plot_attack_table(table: pl.DataFrame, path: Path, title: str) -> Path:
             values = part[metric].to_numpy()
             low = values - part[f"{metric}_ci_low"].to_numpy()
             high = part[f"{metric}_ci_high"].to_numpy() - values
-            ax.bar(x + offset, values, 0.4, yerr=[low, high], capsize=3, color=colour, label=metric.upper()
-                   if metric == "asr" else "utility")
+            ax.bar(
+                x + offset,
+                values,
+                0.4,
+                yerr=[low, high],
+                capsize=3,
+                color=colour,
+                label=metric.upper() if metric == "asr" else "utility",
+            )
         ax.set_xticks(x, part["defense"].to_list(), rotation=30, ha="right")
         ax.set_ylim(0, 1.05)
         ax.set_title(benchmark)

@@ -92,8 +92,9 @@ def load_detector(choice: str) -> tuple[InjectionDetector, str]:
     if choice.startswith("registered:"):
         registered = load_registered_detector(choice.split(":", 1)[1], default_tracking_uri())
         return registered, f"{choice}@{registered.registered.version}"  # type: ignore[attr-defined]
-    raise ConfigError(f"Invalid detector '{choice}' for the classifier defense; allowed values: "
-                      f"{', '.join(DETECTOR_CHOICES)}.")
+    raise ConfigError(
+        f"Invalid detector '{choice}' for the classifier defense; allowed values: {', '.join(DETECTOR_CHOICES)}."
+    )
 
 
 @dataclass
@@ -108,9 +109,19 @@ class Harness:
     root: Path
 
     @classmethod
-    def open(cls, chat_model: ChatModel | tuple[Callable[[], ChatModel], str], *, profile: str, model_id: str,
-             detector: str = "nanoguard", root: Path | None = None, cache_path: Path | None = None,
-             max_iters: int | None = None, max_tokens: int | None = None, **settings: Any) -> Harness:
+    def open(
+        cls,
+        chat_model: ChatModel | tuple[Callable[[], ChatModel], str],
+        *,
+        profile: str,
+        model_id: str,
+        detector: str = "nanoguard",
+        root: Path | None = None,
+        cache_path: Path | None = None,
+        max_iters: int | None = None,
+        max_tokens: int | None = None,
+        **settings: Any,
+    ) -> Harness:
         """``chat_model``: a ChatModel, or ``(factory, name)`` to build it only when a prompt misses the cache.
 
         ``max_iters`` / ``max_tokens``: None keeps DefenseSettings' default; ``settings``: other DefenseSettings.
@@ -122,11 +133,18 @@ class Harness:
         root = Path(root) if root else state_dir() / "attacks"
         cache = ResponseCache(cache_path or state_dir() / "llm_cache.sqlite")
         detector_obj, detector_version = detector_for(detector)
-        limits: dict[str, Any] = {k: v for k, v in (("max_iters", max_iters), ("max_tokens", max_tokens))
-                                  if v is not None}
+        limits: dict[str, Any] = {
+            k: v for k, v in (("max_iters", max_iters), ("max_tokens", max_tokens)) if v is not None
+        }
         defense_settings = DefenseSettings(detector=MemoizedDetector(detector_obj), **limits, **settings)
-        return cls(profile=profile, llm=CachedChatModel(chat_model, cache, model_id), model_id=model_id,
-                   settings=defense_settings, detector_version=detector_version, root=root)
+        return cls(
+            profile=profile,
+            llm=CachedChatModel(chat_model, cache, model_id),
+            model_id=model_id,
+            settings=defense_settings,
+            detector_version=detector_version,
+            root=root,
+        )
 
     def settings_fingerprint(self) -> str:
         """Every setting that changes an episode's outcome, hashed (the detector by name + version)."""
@@ -134,8 +152,15 @@ class Harness:
         payload = json.dumps({"detector": self.detector_version, **fields}, sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
-    def run_cell(self, benchmark: str, defense: str, *, limit: int | None = None, progress: bool = True,
-                 scenarios: Sequence[Scenario] | None = None) -> CellRun:
+    def run_cell(
+        self,
+        benchmark: str,
+        defense: str,
+        *,
+        limit: int | None = None,
+        progress: bool = True,
+        scenarios: Sequence[Scenario] | None = None,
+    ) -> CellRun:
         from rvu_pipelines.agents.episode import run_episode  # runtime only: imports AgentDojo (~8 s)
 
         spec = CellSpec(benchmark=benchmark, defense=defense, profile=self.profile, limit=limit)
@@ -144,12 +169,20 @@ class Harness:
         def episode(scenario: Scenario, workdir: Path) -> dict[str, Any]:
             return run_episode(scenario, defense, self.llm, self.settings, workdir).to_row()
 
-        return run_cell(spec, chosen, episode, llm=self.llm, model_id=self.model_id,
-                        settings_fingerprint=self.settings_fingerprint(), root=self.root, progress=progress)
+        return run_cell(
+            spec,
+            chosen,
+            episode,
+            llm=self.llm,
+            model_id=self.model_id,
+            settings_fingerprint=self.settings_fingerprint(),
+            root=self.root,
+            progress=progress,
+        )
 
-    def run_table(self, benchmark: str, defenses: Sequence[str], *, limit: int | None = None,
-                  progress: bool = True) -> list[CellRun]:
+    def run_table(
+        self, benchmark: str, defenses: Sequence[str], *, limit: int | None = None, progress: bool = True
+    ) -> list[CellRun]:
         """Every defense on the same scenarios (loaded once)."""
         chosen = scenarios_for(benchmark, limit)
         return [self.run_cell(benchmark, d, limit=limit, progress=progress, scenarios=chosen) for d in defenses]
-

@@ -42,8 +42,15 @@ def default_cache_path() -> Path:
     return state_dir() / "llm_cache.sqlite"
 
 
-def response_key(model_id: str, messages: Sequence[Message], *, max_tokens: int, temperature: float, seed: int,
-                 stop: Sequence[str] | None) -> str:
+def response_key(
+    model_id: str,
+    messages: Sequence[Message],
+    *,
+    max_tokens: int,
+    temperature: float,
+    seed: int,
+    stop: Sequence[str] | None,
+) -> str:
     """sha256 hex of the canonical JSON (sorted keys, no spaces) of every input that determines the output.
 
     ``model_id`` should be the weights' sha256, not a display name, so a swapped GGUF never hits.
@@ -85,7 +92,8 @@ class ResponseCache:
         return LlmCacheError(
             f"LLM response cache {self.path}: {problem}. It holds only cached answers, so it is safe to "
             f"delete: rm -f '{self.path}' '{self.path}-wal' '{self.path}-shm' (or point RVU_HOME elsewhere); "
-            "it is rebuilt on the next run.")
+            "it is rebuilt on the next run."
+        )
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is not None and self._pid == os.getpid():
@@ -111,18 +119,24 @@ class ResponseCache:
         conn.execute("BEGIN IMMEDIATE")  # two processes creating the file at once: one wins, both agree
         try:
             conn.execute("CREATE TABLE IF NOT EXISTS rvu_cache_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            conn.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, completion TEXT NOT NULL, "
-                         "created_at REAL NOT NULL)")
-            conn.execute("INSERT OR IGNORE INTO rvu_cache_meta VALUES ('schema', ?), ('version', ?)",
-                         (SCHEMA_NAME, str(SCHEMA_VERSION)))
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, completion TEXT NOT NULL, "
+                "created_at REAL NOT NULL)"
+            )
+            conn.execute(
+                "INSERT OR IGNORE INTO rvu_cache_meta VALUES ('schema', ?), ('version', ?)",
+                (SCHEMA_NAME, str(SCHEMA_VERSION)),
+            )
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         meta = dict(conn.execute("SELECT name, value FROM rvu_cache_meta").fetchall())
         if meta.get("schema") != SCHEMA_NAME or meta.get("version") != str(SCHEMA_VERSION):
-            raise self._fail(f"has schema {meta.get('schema')!r} version {meta.get('version')!r}, expected "
-                             f"{SCHEMA_NAME!r} version {SCHEMA_VERSION}")
+            raise self._fail(
+                f"has schema {meta.get('schema')!r} version {meta.get('version')!r}, expected "
+                f"{SCHEMA_NAME!r} version {SCHEMA_VERSION}"
+            )
 
     # ---- mapping
 
@@ -145,8 +159,9 @@ class ResponseCache:
         payload = json.dumps(dataclasses.asdict(completion), sort_keys=True, ensure_ascii=False)
         with self._lock:
             try:
-                self._connection().execute("INSERT OR IGNORE INTO responses VALUES (?, ?, ?)",
-                                           (key, payload, time.time()))
+                self._connection().execute(
+                    "INSERT OR IGNORE INTO responses VALUES (?, ?, ?)", (key, payload, time.time())
+                )
             except sqlite3.DatabaseError as exc:
                 raise self._fail(f"could not be written ({exc})") from exc
 
@@ -169,8 +184,9 @@ class ResponseCache:
     def __enter__(self) -> ResponseCache:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
 
@@ -198,8 +214,10 @@ class CachedChatModel:
 
     def __init__(self, model: ChatModel, cache: ResponseCache, model_id: str) -> None:
         if not model_id:
-            raise LlmCacheError("CachedChatModel: model_id is empty; pass the model file's sha256 "
-                                "(ResolvedModel.sha256) so answers of different weights never mix.")
+            raise LlmCacheError(
+                "CachedChatModel: model_id is empty; pass the model file's sha256 "
+                "(ResolvedModel.sha256) so answers of different weights never mix."
+            )
         self.model = model
         self.cache = cache
         self.model_id = model_id
@@ -211,13 +229,28 @@ class CachedChatModel:
         with self._lock:
             self.stats = CacheStats()
 
-    def key(self, messages: list[Message], *, max_tokens: int = 128, temperature: float = 0.0, seed: int = 0,
-            stop: list[str] | None = None) -> str:
-        return response_key(self.model_id, messages, max_tokens=max_tokens, temperature=temperature, seed=seed,
-                            stop=stop)
+    def key(
+        self,
+        messages: list[Message],
+        *,
+        max_tokens: int = 128,
+        temperature: float = 0.0,
+        seed: int = 0,
+        stop: list[str] | None = None,
+    ) -> str:
+        return response_key(
+            self.model_id, messages, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop
+        )
 
-    def chat(self, messages: list[Message], *, max_tokens: int = 128, temperature: float = 0.0, seed: int = 0,
-             stop: list[str] | None = None) -> ChatCompletion:
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        max_tokens: int = 128,
+        temperature: float = 0.0,
+        seed: int = 0,
+        stop: list[str] | None = None,
+    ) -> ChatCompletion:
         cacheable = float(temperature) == 0.0
         key = self.key(messages, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop)
         if cacheable:

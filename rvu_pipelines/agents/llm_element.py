@@ -51,8 +51,11 @@ def render_tool_schema(functions: Mapping[str, Function]) -> str:
             param: spec.get("type", "any") if isinstance(spec, dict) else "any"
             for param, spec in sorted((schema.get("properties") or {}).items())
         }
-        entry: dict[str, Any] = {"name": name, "description": " ".join(function.description.split()),
-                                 "parameters": parameters}
+        entry: dict[str, Any] = {
+            "name": name,
+            "description": " ".join(function.description.split()),
+            "parameters": parameters,
+        }
         required = sorted(schema.get("required") or [])
         if required:
             entry["required"] = required
@@ -79,8 +82,9 @@ def render_call(call: FunctionCall) -> str:
     return json.dumps({"tool": call.function, "arguments": dict(call.args)}, sort_keys=True, default=str)
 
 
-def render_messages(messages: Sequence[ChatMessage], functions: Mapping[str, Function],
-                    default_system: str = DEFAULT_SYSTEM_PROMPT) -> list[Message]:
+def render_messages(
+    messages: Sequence[ChatMessage], functions: Mapping[str, Function], default_system: str = DEFAULT_SYSTEM_PROMPT
+) -> list[Message]:
     """AgentDojo messages -> plain chat messages for any ``ChatModel``."""
     system_prompt = default_system
     rest = list(messages)
@@ -134,7 +138,7 @@ def _balanced_object(text: str, start: int) -> str | None:
         elif char == "}":
             depth -= 1
             if depth == 0:
-                return text[start:position + 1]
+                return text[start : position + 1]
     if quote:  # cut inside a string: a value is incomplete, so it is not a call
         return None
     return text[start:] + "}" * depth
@@ -146,8 +150,10 @@ def _loads_lenient(snippet: str) -> Any:
         return json.loads(snippet)
     except ValueError:
         pass
-    for candidate in (snippet, _BARE_LITERALS.sub(lambda m: {"true": "True", "false": "False",
-                                                                  "null": "None"}[m.group(1)], snippet)):
+    for candidate in (
+        snippet,
+        _BARE_LITERALS.sub(lambda m: {"true": "True", "false": "False", "null": "None"}[m.group(1)], snippet),
+    ):
         try:
             return ast.literal_eval(candidate)
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -189,8 +195,9 @@ def _candidate_regions(text: str) -> list[str]:
     return [*regions, text]
 
 
-def parse_tool_calls(text: str, tool_names: frozenset[str] | set[str], *,
-                     call_id_prefix: str = "call") -> list[FunctionCall]:
+def parse_tool_calls(
+    text: str, tool_names: frozenset[str] | set[str], *, call_id_prefix: str = "call"
+) -> list[FunctionCall]:
     """Tool calls found in a model reply; [] when there is none (never raises).
 
     Accepts ``{"tool": ..., "arguments": {...}}`` (also ``name``/``function`` and ``args``/``parameters``),
@@ -227,13 +234,15 @@ def parse_tool_calls(text: str, tool_names: frozenset[str] | set[str], *,
     return calls
 
 
-def parse_assistant_message(text: str, tool_names: frozenset[str] | set[str], *,
-                            call_id_prefix: str = "call") -> ChatAssistantMessage:
+def parse_assistant_message(
+    text: str, tool_names: frozenset[str] | set[str], *, call_id_prefix: str = "call"
+) -> ChatAssistantMessage:
     """The reply as an AgentDojo assistant message; its text is kept verbatim (it is re-rendered as the
     model wrote it, which keeps the next prompt a pure extension of this one)."""
     calls = parse_tool_calls(text, tool_names, call_id_prefix=call_id_prefix)
-    return ChatAssistantMessage(role="assistant", content=[text_content_block_from_string(text.strip())],
-                                tool_calls=calls or None)
+    return ChatAssistantMessage(
+        role="assistant", content=[text_content_block_from_string(text.strip())], tool_calls=calls or None
+    )
 
 
 # ------------------------------------------------------------------------------------------ element
@@ -242,8 +251,9 @@ def parse_assistant_message(text: str, tool_names: frozenset[str] | set[str], *,
 class ChatModelLLM(BasePipelineElement):
     """A ``ChatModel`` (llama.cpp or OpenAI-compatible, cached or not) as AgentDojo's LLM element."""
 
-    def __init__(self, llm: ChatModel, *, max_tokens: int = 128, seed: int = 0,
-                 default_system: str = DEFAULT_SYSTEM_PROMPT) -> None:
+    def __init__(
+        self, llm: ChatModel, *, max_tokens: int = 128, seed: int = 0, default_system: str = DEFAULT_SYSTEM_PROMPT
+    ) -> None:
         self.llm = llm
         self.max_tokens = max_tokens
         self.seed = seed

@@ -33,7 +33,7 @@ def episode_id(scenario_id: str, defense: str) -> str:
         raw = "e" + raw
     if len(raw) > MAX_EPISODE_ID:
         digest = hashlib.sha256(raw.encode()).hexdigest()[:16]
-        raw = f"{raw[:MAX_EPISODE_ID - 17]}+{digest}"
+        raw = f"{raw[: MAX_EPISODE_ID - 17]}+{digest}"
     return raw
 
 
@@ -70,8 +70,11 @@ def episode_records(
         originals = trace.original_outputs
 
     # tool outputs, as the tools returned them, scored in one batch
-    tool_texts = {i: originals.get(i, _text(m) if not m.get("error") else f"error: {m['error']}")
-                  for i, m in enumerate(messages) if m["role"] == "tool"}
+    tool_texts = {
+        i: originals.get(i, _text(m) if not m.get("error") else f"error: {m['error']}")
+        for i, m in enumerate(messages)
+        if m["role"] == "tool"
+    }
     flagged: set[int] = set()
     scored = [i for i, text in tool_texts.items() if text.strip()]
     if detector is not None and scored:
@@ -84,11 +87,19 @@ def episode_records(
 
     def add(action_type: str, content: str, parent: str | None, contaminated: bool = False) -> str:
         entry = f"{episode}/e{len(records):03d}"
-        records.append({
-            "kind": "action", "entry_id": entry, "episode_id": episode, "action_type": action_type,
-            "content": content, "parent_id": parent, "timestamp": float(len(records) + 1),
-            "active_adapter_id": None, "contaminated": contaminated,
-        })
+        records.append(
+            {
+                "kind": "action",
+                "entry_id": entry,
+                "episode_id": episode,
+                "action_type": action_type,
+                "content": content,
+                "parent_id": parent,
+                "timestamp": float(len(records) + 1),
+                "active_adapter_id": None,
+                "contaminated": contaminated,
+            }
+        )
         return entry
 
     for index, message in enumerate(messages):
@@ -108,8 +119,14 @@ def episode_records(
                 add("tool_call_blocked", _call_text(call.function, call.args) + f" blocked: {call.reason}", assistant)
         elif role == "tool":
             call = message.get("tool_call")
-            parent = call_entry.get(str(message.get("tool_call_id") if message.get("tool_call_id") is not None
-                                        else getattr(call, "id", None)), last_id)
+            parent = call_entry.get(
+                str(
+                    message.get("tool_call_id")
+                    if message.get("tool_call_id") is not None
+                    else getattr(call, "id", None)
+                ),
+                last_id,
+            )
             last_id = add("tool_output", tool_texts[index], parent, contaminated=index in flagged)
     return records
 

@@ -46,17 +46,21 @@ def load_tolerance(path: Path | None = None) -> Tolerance:
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError:
-        raise ConfigError(f"Regression config {path} is missing; it needs "
-                          "`tolerance: {asr: 0.1, utility: 0.1}`.") from None
+        raise ConfigError(
+            f"Regression config {path} is missing; it needs `tolerance: {{asr: 0.1, utility: 0.1}}`."
+        ) from None
     values = raw.get("tolerance", {})
     unknown = sorted(set(values) - set(METRICS))
     if unknown:
-        raise ConfigError(f"Invalid config {path}: unknown key(s) tolerance.{', tolerance.'.join(unknown)}; "
-                          f"allowed: {', '.join(METRICS)}.")
+        raise ConfigError(
+            f"Invalid config {path}: unknown key(s) tolerance.{', tolerance.'.join(unknown)}; "
+            f"allowed: {', '.join(METRICS)}."
+        )
     for key, value in values.items():
         if not isinstance(value, (int, float)) or not 0 <= value <= 1:
-            raise ConfigError(f"Invalid config {path}: tolerance.{key} = {value!r}; "
-                              "allowed values: a number in [0, 1].")
+            raise ConfigError(
+                f"Invalid config {path}: tolerance.{key} = {value!r}; allowed values: a number in [0, 1]."
+            )
     return Tolerance(**{k: float(v) for k, v in values.items()})
 
 
@@ -86,13 +90,16 @@ def load_golden(path: Path) -> dict[str, Any]:
     try:
         document = json.loads(Path(path).read_text())
     except FileNotFoundError:
-        raise ConfigError(f"No golden results at {path}: run `rvu regress --update-golden` once on a trusted "
-                          "checkout and commit the file.") from None
+        raise ConfigError(
+            f"No golden results at {path}: run `rvu regress --update-golden` once on a trusted "
+            "checkout and commit the file."
+        ) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"Golden file {path} is not valid JSON (line {exc.lineno}): {exc.msg}.") from None
     if not isinstance(document.get("cells"), dict):
-        raise ConfigError(f"Golden file {path} has no `cells` object; "
-                          "regenerate it with `rvu regress --update-golden`.")
+        raise ConfigError(
+            f"Golden file {path} has no `cells` object; regenerate it with `rvu regress --update-golden`."
+        )
     return document
 
 
@@ -119,8 +126,9 @@ def drift_markdown(drifts: list[Drift]) -> str:
     lines = ["| cell | metric | golden | now | delta | tolerance |", "|---|---|---|---|---|---|"]
     for d in drifts:
         fmt = lambda v: "missing" if v is None else f"{v:.3f}"  # noqa: E731
-        lines.append(f"| {d.cell} | {d.metric} | {fmt(d.golden)} | {fmt(d.current)} | {fmt(d.delta)} "
-                     f"| {d.tolerance:.2f} |")
+        lines.append(
+            f"| {d.cell} | {d.metric} | {fmt(d.golden)} | {fmt(d.current)} | {fmt(d.delta)} | {d.tolerance:.2f} |"
+        )
     return "\n".join(lines)
 
 

@@ -20,9 +20,7 @@ def load_catalog(path: Path | None = None) -> DatasetCatalog:
     if unknown:
         from rvu_pipelines.errors import ConfigError
 
-        raise ConfigError(
-            f"datasets.yaml names data sets with no parser: {unknown}. Allowed values: {sorted(PARSERS)}"
-        )
+        raise ConfigError(f"datasets.yaml names data sets with no parser: {unknown}. Allowed values: {sorted(PARSERS)}")
     return catalog
 
 

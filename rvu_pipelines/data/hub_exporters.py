@@ -34,8 +34,7 @@ def _trustair(rows: HfRows, out: Path) -> None:
 
 def _wmdp(rows: HfRows, out: Path) -> None:
     records = [
-        {"question": r["question"], "choices": list(r["choices"]), "answer": int(r["answer"])}
-        for r in rows["test"]
+        {"question": r["question"], "choices": list(r["choices"]), "answer": int(r["answer"])} for r in rows["test"]
     ]
     (out / "cyber_questions.json").write_text(json.dumps(records), encoding="utf-8")
 

@@ -112,8 +112,7 @@ def injecagent(files: Files) -> pl.DataFrame:
         cases = _read_json(files[f"test_cases_{setting}_base.json"])
         assert isinstance(cases, list)
         for index, case in enumerate(cases):
-            record: dict[str, Any] = {"setting": setting, "case_index": index,
-                                      "modified": bool(case.get("Modifed", 0))}
+            record: dict[str, Any] = {"setting": setting, "case_index": index, "modified": bool(case.get("Modifed", 0))}
             record.update({new: case.get(old) for old, new in columns.items()})
             record["attacker_tools"] = list(record["attacker_tools"] or [])
             records.append(record)
@@ -188,9 +187,15 @@ def tofu(files: Files) -> pl.DataFrame:
                     "perturbed_answer": list(row.get("perturbed_answer") or []),
                 }
             )
-    return pl.DataFrame(records, schema={
-        "subset": pl.String, "question": pl.String, "answer": pl.String, "perturbed_answer": pl.List(pl.String)
-    })
+    return pl.DataFrame(
+        records,
+        schema={
+            "subset": pl.String,
+            "question": pl.String,
+            "answer": pl.String,
+            "perturbed_answer": pl.List(pl.String),
+        },
+    )
 
 
 def agentpoison_strategyqa(files: Files) -> pl.DataFrame:
@@ -211,10 +216,17 @@ def agentpoison_strategyqa(files: Files) -> pl.DataFrame:
                     "answer": None if answer is None else bool(answer),
                 }
             )
-    return pl.DataFrame(records, schema={
-        "split": pl.String, "qid": pl.String, "term": pl.String, "description": pl.String,
-        "question": pl.String, "answer": pl.Boolean,
-    })
+    return pl.DataFrame(
+        records,
+        schema={
+            "split": pl.String,
+            "qid": pl.String,
+            "term": pl.String,
+            "description": pl.String,
+            "question": pl.String,
+            "answer": pl.Boolean,
+        },
+    )
 
 
 def minja(files: Files) -> pl.DataFrame:
@@ -236,10 +248,16 @@ def minja(files: Files) -> pl.DataFrame:
                     "target_price": target.get("target_price"),
                 }
             )
-    return pl.DataFrame(records, schema={
-        "victim": pl.String, "session": pl.String, "instruction": pl.String,
-        "target": pl.String, "target_price": pl.Float64,
-    })
+    return pl.DataFrame(
+        records,
+        schema={
+            "victim": pl.String,
+            "session": pl.String,
+            "instruction": pl.String,
+            "target": pl.String,
+            "target_price": pl.Float64,
+        },
+    )
 
 
 PARSERS: dict[str, Callable[[Files], pl.DataFrame]] = {

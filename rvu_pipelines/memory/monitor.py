@@ -42,8 +42,14 @@ class ReferenceMonitor(SingleCallPath, BatchPath):
     optionally a ``UserChannel`` for the §9.5 mitigations.
     """
 
-    def __init__(self, store: MemoryStore | None = None, *, audit: AuditLog | None | bool = None,
-                 shared_namespace: str = "shared", user_channel: UserChannel | None = None) -> None:
+    def __init__(
+        self,
+        store: MemoryStore | None = None,
+        *,
+        audit: AuditLog | None | bool = None,
+        shared_namespace: str = "shared",
+        user_channel: UserChannel | None = None,
+    ) -> None:
         if type(shared_namespace) is not str or not shared_namespace:
             raise NamespaceError("shared_namespace must be a non-empty string.")
         self.store: MemoryStore = store if store is not None else InMemoryStore()
@@ -111,8 +117,9 @@ class ReferenceMonitor(SingleCallPath, BatchPath):
             if type(item.value) is not str:
                 raise MemoryMonitorError(f"Item {item.namespace}/{item.key}: value must be str.")
         for item in items:
-            slot = self._put(item.namespace, item.key, item.value, int(item.channel), int(item.tainted),
-                             int(item.immutable))
+            slot = self._put(
+                item.namespace, item.key, item.value, int(item.channel), int(item.tainted), int(item.immutable)
+            )
             if item.immutable:
                 self._immutable_keys.add(item.key)
                 self._key_immut[self._key_code[item.key]] = 1
@@ -120,13 +127,16 @@ class ReferenceMonitor(SingleCallPath, BatchPath):
                 self._dirty.add(slot)
         self._reset_mirrors()
         if self.audit is not None and items:
-            immutable = sorted(
-                (i.namespace, i.key, sha256_bytes(i.value.encode())) for i in items if i.immutable
+            immutable = sorted((i.namespace, i.key, sha256_bytes(i.value.encode())) for i in items if i.immutable)
+            self.audit.append(
+                "genesis",
+                {
+                    "source": source,
+                    "n_items": len(items),
+                    "state_sha256": self.state_digest(),
+                    "immutable": [{"namespace": n, "key": k, "value_sha256": h} for n, k, h in immutable],
+                },
             )
-            self.audit.append("genesis", {
-                "source": source, "n_items": len(items), "state_sha256": self.state_digest(),
-                "immutable": [{"namespace": n, "key": k, "value_sha256": h} for n, k, h in immutable],
-            })
 
     # ------------------------------------------------------------------ interning and slots
 
@@ -194,8 +204,16 @@ class ReferenceMonitor(SingleCallPath, BatchPath):
     def _commit_promote(self, src: str, key: str) -> None:
         # Rule 6: M ∪ {m[σ := σ_shared]}: the item, its label, τ(m) = 0 and ι, copied.
         slot = self._index[src][key]
-        self._dirty.add(self._put(self.shared, key, self._slot_value[slot], self._slot_channel[slot],
-                                  self._slot_taint[slot], self._slot_immut[slot]))
+        self._dirty.add(
+            self._put(
+                self.shared,
+                key,
+                self._slot_value[slot],
+                self._slot_channel[slot],
+                self._slot_taint[slot],
+                self._slot_immut[slot],
+            )
+        )
 
     # ------------------------------------------------------------------ belief graph (INTERNAL)
 
@@ -272,10 +290,14 @@ class ReferenceMonitor(SingleCallPath, BatchPath):
         if kind is NodeKind.READ:
             source = (self._ns_names[ref >> _KEY_BITS], self._key_names[ref & 0xFFFFFFFF])
         return BeliefNode(
-            id=node, kind=kind, session=self._ns_names[self._node_session[node]],
-            tainted=bool(self._node_taint[node]), own_taint=bool(self._node_own[node]),
+            id=node,
+            kind=kind,
+            session=self._ns_names[self._node_session[node]],
+            tainted=bool(self._node_taint[node]),
+            own_taint=bool(self._node_own[node]),
             parents=self._node_parents.get(node, ()),
-            channel=Channel(ref) if kind is NodeKind.OBSERVE else None, source=source,
+            channel=Channel(ref) if kind is NodeKind.OBSERVE else None,
+            source=source,
         )
 
     @property
@@ -319,8 +341,14 @@ class ReferenceMonitor(SingleCallPath, BatchPath):
         return out
 
     def _item(self, ns: str, key: str, slot: int) -> MemoryItem:
-        return MemoryItem(ns, key, self._slot_value[slot], Channel(self._slot_channel[slot]),
-                          bool(self._slot_taint[slot]), bool(self._slot_immut[slot]))
+        return MemoryItem(
+            ns,
+            key,
+            self._slot_value[slot],
+            Channel(self._slot_channel[slot]),
+            bool(self._slot_taint[slot]),
+            bool(self._slot_immut[slot]),
+        )
 
     def get(self, namespace: str, key: str) -> MemoryItem | None:
         """Administrative view of one item (no decision, no belief node): for operators and tests."""
@@ -329,8 +357,12 @@ class ReferenceMonitor(SingleCallPath, BatchPath):
 
     def items(self) -> list[MemoryItem]:
         """All of M_t, sorted by (namespace, key)."""
-        return [self._item(ns, k, keys[k]) for ns in sorted(self._index) for keys in (self._index[ns],)
-                for k in sorted(keys)]
+        return [
+            self._item(ns, k, keys[k])
+            for ns in sorted(self._index)
+            for keys in (self._index[ns],)
+            for k in sorted(keys)
+        ]
 
     def __len__(self) -> int:
         return len(self._slot_value)

@@ -59,18 +59,19 @@ _KEY_BITS = 32
 def _write_code(mask: int) -> int:
     if not mask & _WRITE_REJECT_BITS:
         return pack_decision(Op.WRITE, True, Rule.R2_WRITE, Reason.ACCEPTED, _B2)
-    for bit, rule, reason in ((_B3, Rule.R3_IMMUTABLE, Reason.IMMUTABLE), (_B4, Rule.R4_TAINTED, Reason.TAINTED_DEPS),
-                              (_B5, Rule.R5_UNTRUSTED, Reason.UNTRUSTED_PRINCIPAL),
-                              (_B9, Rule.R9_NAMESPACE, Reason.NOT_VISIBLE)):
+    for bit, rule, reason in (
+        (_B3, Rule.R3_IMMUTABLE, Reason.IMMUTABLE),
+        (_B4, Rule.R4_TAINTED, Reason.TAINTED_DEPS),
+        (_B5, Rule.R5_UNTRUSTED, Reason.UNTRUSTED_PRINCIPAL),
+        (_B9, Rule.R9_NAMESPACE, Reason.NOT_VISIBLE),
+    ):
         if mask & bit:
             return pack_decision(Op.WRITE, False, rule, reason, mask)
     raise AssertionError(mask)
 
 
 _WRITE_CODES: dict[int, int] = {
-    m: _write_code(m)
-    for m in range(1 << 11)
-    if not m & ~(_B3 | _B4 | _B5 | _B8 | _B9) and (not m & _B8 or m & _B4)
+    m: _write_code(m) for m in range(1 << 11) if not m & ~(_B3 | _B4 | _B5 | _B8 | _B9) and (not m & _B8 or m & _B4)
 }
 WRITE_OK = _WRITE_CODES[0]
 
@@ -150,8 +151,17 @@ class SingleCallPath:
 
     # ------------------------------------------------------------------ the rules, single call
 
-    def write(self, session: str, key: str, value: str, *, channel: Channel, deps: Sequence[int] = (),
-              namespace: str | None = None, claimed: str | None = None) -> Decision:
+    def write(
+        self,
+        session: str,
+        key: str,
+        value: str,
+        *,
+        channel: Channel,
+        deps: Sequence[int] = (),
+        namespace: str | None = None,
+        claimed: str | None = None,
+    ) -> Decision:
         """WRITE(k, v, deps, π, σ): Rules 2-5 and 9; π is the trust of ``channel``."""
         if session not in self._sessions_ok:
             self._check_session(session)
@@ -163,7 +173,8 @@ class SingleCallPath:
             ns = namespace
         if type(key) is not str or not key or type(value) is not str:
             raise MemoryMonitorError(
-                f"WRITE needs a non-empty str key and a str value, got {key!r}, {type(value).__name__}.")
+                f"WRITE needs a non-empty str key and a str value, got {key!r}, {type(value).__name__}."
+            )
         mask = _B3 if key in self._immutable_keys else 0
         if deps:
             taint, inherited = self._deps_taint(deps)
@@ -183,8 +194,22 @@ class SingleCallPath:
             code = WRITE_OK
         self._started = True
         if self.audit is not None:
-            self.audit.record((_encode_decision, Op.WRITE, code, session, ns, key, int(channel), claimed,
-                               tuple(deps), value, None, extra))
+            self.audit.record(
+                (
+                    _encode_decision,
+                    Op.WRITE,
+                    code,
+                    session,
+                    ns,
+                    key,
+                    int(channel),
+                    claimed,
+                    tuple(deps),
+                    value,
+                    None,
+                    extra,
+                )
+            )
         return DECISIONS[code]
 
     def _user_write(self, session: str, ns: str, key: str, value: str, mask: int) -> tuple[int, dict[str, Any]]:
@@ -259,8 +284,9 @@ class SingleCallPath:
                 self._commit_promote(src, key)
         self._started = True
         if self.audit is not None:
-            self.audit.record((_encode_decision, Op.PROMOTE, code, session, src, key, int(authorizer), None, (),
-                               None, None, extra))
+            self.audit.record(
+                (_encode_decision, Op.PROMOTE, code, session, src, key, int(authorizer), None, (), None, None, extra)
+            )
         return DECISIONS[code]
 
     def _user_promote(self, session: str, key: str, slot: int, code: int) -> tuple[int, dict[str, Any]]:
@@ -285,8 +311,22 @@ class SingleCallPath:
             self._check_session(session)
         self._started = True
         if self.audit is not None:
-            self.audit.record((_encode_decision, Op.INTERNAL, INTERNAL_OK, session, None, None, None, note or None,
-                               (), None, None, None))
+            self.audit.record(
+                (
+                    _encode_decision,
+                    Op.INTERNAL,
+                    INTERNAL_OK,
+                    session,
+                    None,
+                    None,
+                    None,
+                    note or None,
+                    (),
+                    None,
+                    None,
+                    None,
+                )
+            )
         return DECISIONS[INTERNAL_OK]
 
     def submit(self, action: Action) -> Decision:
@@ -294,8 +334,9 @@ class SingleCallPath:
         kind = type(action)
         if kind is Write:
             a: Any = action
-            return self.write(a.session, a.key, a.value, channel=a.channel, deps=a.deps, namespace=a.namespace,
-                              claimed=a.claimed)
+            return self.write(
+                a.session, a.key, a.value, channel=a.channel, deps=a.deps, namespace=a.namespace, claimed=a.claimed
+            )
         if kind is Read:
             return self.read(action.session, action.key, action.namespace).decision  # type: ignore[union-attr]
         if kind is Promote:

@@ -75,8 +75,9 @@ class DuckDBStore:
         rows = self.connection.execute(
             f"SELECT namespace, key, value, channel, tainted, immutable FROM {self.TABLE} ORDER BY namespace, key"
         ).fetchall()
-        return [MemoryItem(ns, key, value, Channel[channel], bool(t), bool(i))
-                for ns, key, value, channel, t, i in rows]
+        return [
+            MemoryItem(ns, key, value, Channel[channel], bool(t), bool(i)) for ns, key, value, channel, t, i in rows
+        ]
 
     def upsert(self, items: Sequence[MemoryItem]) -> None:
         if not items:

@@ -54,10 +54,18 @@ class TheoremReport:
         return self.part_i and self.part_ii and self.part_iii and self.rule_8
 
     def as_dict(self) -> dict[str, object]:
-        return {"steps": self.steps, "part_i": self.part_i, "part_ii": self.part_ii, "part_iii": self.part_iii,
-                "rule_8": self.rule_8, "holds": self.holds, "tainted_writes": self.tainted_writes,
-                "untrusted_modifications": self.untrusted_modifications,
-                "final_pair_checks": self.final_pair_checks, "violations": list(self.violations)}
+        return {
+            "steps": self.steps,
+            "part_i": self.part_i,
+            "part_ii": self.part_ii,
+            "part_iii": self.part_iii,
+            "rule_8": self.rule_8,
+            "holds": self.holds,
+            "tainted_writes": self.tainted_writes,
+            "untrusted_modifications": self.untrusted_modifications,
+            "final_pair_checks": self.final_pair_checks,
+            "violations": list(self.violations),
+        }
 
 
 class TheoremChecker:
@@ -93,8 +101,10 @@ class TheoremChecker:
         self._taint.append(taint)
         self._ctx.setdefault(session, []).append(node)
         if bool(self.monitor.node(node).tainted) != bool(taint):
-            self._violate("Rule 8", f"node {node}: monitor taint {self.monitor.node(node).tainted}, max over "
-                                    f"ancestors is {bool(taint)}")
+            self._violate(
+                "Rule 8",
+                f"node {node}: monitor taint {self.monitor.node(node).tainted}, max over ancestors is {bool(taint)}",
+            )
 
     def _check_part_i(self, after: Snapshot, changes: dict[tuple[str, str], tuple | None]) -> None:
         for k, v in self._immutable0.items():
@@ -159,8 +169,17 @@ class TheoremChecker:
             self._violate("Part III", f"rejected READ {ns}/{key} still returned data")
         return result
 
-    def write(self, session: str, key: str, value: str, *, channel: Channel, deps: Sequence[int] = (),
-              namespace: str | None = None, claimed: str | None = None) -> Decision:
+    def write(
+        self,
+        session: str,
+        key: str,
+        value: str,
+        *,
+        channel: Channel,
+        deps: Sequence[int] = (),
+        namespace: str | None = None,
+        claimed: str | None = None,
+    ) -> Decision:
         return self.submit(Write(session, key, value, channel, tuple(deps), namespace, claimed))
 
     def promote(self, session: str, key: str, *, authorizer: Channel, source: str | None = None) -> Decision:
@@ -186,8 +205,9 @@ class TheoremChecker:
             self._violate("Part III", f"INTERNAL changed memory: {sorted(changes)[:3]}")
         return decision
 
-    def _check_write(self, a: Write, decision: Decision, before: Snapshot,
-                     changes: dict[tuple[str, str], tuple | None]) -> None:
+    def _check_write(
+        self, a: Write, decision: Decision, before: Snapshot, changes: dict[tuple[str, str], tuple | None]
+    ) -> None:
         tainted = any(self._taint[d] for d in a.deps if 0 <= d < len(self._taint))
         untrusted = TRUST_BY_CHANNEL[a.channel] is Trust.UNTRUSTED
         if tainted:
@@ -204,12 +224,14 @@ class TheoremChecker:
                 self._violate("Part III", f"item {cns}/{ckey} disappeared")
             elif cns != a.session or cns != ns or ckey != a.key or new[0] != a.value or new[2]:
                 self._violate("Part III", f"WRITE by session {a.session} changed {cns}/{ckey}")
-        if decision.accepted != bool(changes) and not (decision.accepted and before.get((ns, a.key)) is not None
-                                                        and before[(ns, a.key)][0] == a.value):
+        if decision.accepted != bool(changes) and not (
+            decision.accepted and before.get((ns, a.key)) is not None and before[(ns, a.key)][0] == a.value
+        ):
             self._violate("Part III", f"WRITE decision ({decision.explain()}) disagrees with the memory change")
 
-    def _check_promote(self, a: Promote, decision: Decision, before: Snapshot,
-                       changes: dict[tuple[str, str], tuple | None]) -> None:
+    def _check_promote(
+        self, a: Promote, decision: Decision, before: Snapshot, changes: dict[tuple[str, str], tuple | None]
+    ) -> None:
         src = a.source or a.session
         if changes and TRUST_BY_CHANNEL[a.authorizer] is Trust.UNTRUSTED:
             self.untrusted_modifications += len(changes)
@@ -217,12 +239,22 @@ class TheoremChecker:
             self._violate("Part III", f"one PROMOTE changed {len(changes)} items")
         for (cns, ckey), new in changes.items():
             item = before.get((src, a.key))
-            ok = (new is not None and cns == self.shared and ckey == a.key and src == a.session
-                  and TRUST_BY_CHANNEL[a.authorizer] is Trust.TRUSTED and item is not None and not item[2]
-                  and new[0] == item[0])
+            ok = (
+                new is not None
+                and cns == self.shared
+                and ckey == a.key
+                and src == a.session
+                and TRUST_BY_CHANNEL[a.authorizer] is Trust.TRUSTED
+                and item is not None
+                and not item[2]
+                and new[0] == item[0]
+            )
             if not ok:
-                self._violate("Part III", f"PROMOTE by {a.session} changed {cns}/{ckey} without a TRUSTED "
-                                          "promotion of an untainted item of that session")
+                self._violate(
+                    "Part III",
+                    f"PROMOTE by {a.session} changed {cns}/{ckey} without a TRUSTED "
+                    "promotion of an untainted item of that session",
+                )
 
     # -- the end ------------------------------------------------------------------------------
 
@@ -240,8 +272,13 @@ class TheoremChecker:
 
     def report(self) -> TheoremReport:
         return TheoremReport(
-            steps=self.steps, part_i="Part I" not in self._failed, part_ii="Part II" not in self._failed,
-            part_iii="Part III" not in self._failed, rule_8="Rule 8" not in self._failed,
-            tainted_writes=self.tainted_writes, untrusted_modifications=self.untrusted_modifications,
-            final_pair_checks=self.final_pair_checks, violations=tuple(self.violations),
+            steps=self.steps,
+            part_i="Part I" not in self._failed,
+            part_ii="Part II" not in self._failed,
+            part_iii="Part III" not in self._failed,
+            rule_8="Rule 8" not in self._failed,
+            tainted_writes=self.tainted_writes,
+            untrusted_modifications=self.untrusted_modifications,
+            final_pair_checks=self.final_pair_checks,
+            violations=tuple(self.violations),
         )

@@ -61,17 +61,36 @@ class WriteDiff:
         return f"{head}\n{self.unified}" if self.unified else head
 
     def audit_view(self) -> dict[str, Any]:
-        return {"op": self.op, "namespace": self.namespace, "key": self.key, "created": self.created,
-                "old_sha256": self.old_sha256, "new_sha256": self.new_sha256, "unified": self.unified}
+        return {
+            "op": self.op,
+            "namespace": self.namespace,
+            "key": self.key,
+            "created": self.created,
+            "old_sha256": self.old_sha256,
+            "new_sha256": self.new_sha256,
+            "unified": self.unified,
+        }
 
 
 def make_diff(session: str, namespace: str, key: str, old: str | None, new: str, op: str = "WRITE") -> WriteDiff:
     before = [] if old is None else old.splitlines(keepends=True)
     after = new.splitlines(keepends=True)
-    unified = "".join(difflib.unified_diff(before, after, fromfile=f"a/{namespace}/{key}",
-                                           tofile=f"b/{namespace}/{key}", lineterm="\n"))
-    return WriteDiff(session, namespace, key, old, new, unified,
-                     None if old is None else sha256_bytes(old.encode()), sha256_bytes(new.encode()), op)
+    unified = "".join(
+        difflib.unified_diff(
+            before, after, fromfile=f"a/{namespace}/{key}", tofile=f"b/{namespace}/{key}", lineterm="\n"
+        )
+    )
+    return WriteDiff(
+        session,
+        namespace,
+        key,
+        old,
+        new,
+        unified,
+        None if old is None else sha256_bytes(old.encode()),
+        sha256_bytes(new.encode()),
+        op,
+    )
 
 
 # ---------------------------------------------------------------- content checks
@@ -87,8 +106,12 @@ class ContentVerdict:
     matched: tuple[str, ...] = ()
 
     def audit_view(self) -> dict[str, Any]:
-        return {"check": self.check, "score": round(float(self.score), 6), "flagged": self.flagged,
-                "matched": list(self.matched)}
+        return {
+            "check": self.check,
+            "score": round(float(self.score), 6),
+            "flagged": self.flagged,
+            "matched": list(self.matched),
+        }
 
 
 @runtime_checkable
@@ -103,18 +126,24 @@ class ContentCheck(Protocol):
 # A small default: phrases that recur in public injection corpora. The D1 heuristic (40+ patterns)
 # and the trained detectors replace it through ``ScoreContentCheck``.
 DEFAULT_PATTERNS: tuple[tuple[str, str], ...] = (
-    ("ignore_instructions",
-     r"\b(ignore|disregard|forget|skip)\b.{0,40}\b(previous|prior|above|earlier|all|any|your)\b.{0,30}"
-     r"\b(instructions?|prompts?|rules?|directions?|context)\b"),
+    (
+        "ignore_instructions",
+        r"\b(ignore|disregard|forget|skip)\b.{0,40}\b(previous|prior|above|earlier|all|any|your)\b.{0,30}"
+        r"\b(instructions?|prompts?|rules?|directions?|context)\b",
+    ),
     ("new_instructions", r"\b(new|updated|real|actual)\s+(instructions?|task|rules?|system prompt)\b"),
     ("override_identity", r"\b(you are now|from now on,? you|act as|pretend (to be|you are)|roleplay as)\b"),
     ("system_prompt", r"\b(system prompt|developer mode|jailbreak|do anything now|\bDAN\b)"),
-    ("reveal_secrets",
-     r"\b(reveal|print|show|output|leak|repeat)\b.{0,40}"
-     r"\b(system prompt|password|secret|api key|credentials?|instructions)\b"),
+    (
+        "reveal_secrets",
+        r"\b(reveal|print|show|output|leak|repeat)\b.{0,40}"
+        r"\b(system prompt|password|secret|api key|credentials?|instructions)\b",
+    ),
     ("exfiltrate", r"\b(send|post|upload|forward|email)\b.{0,60}(https?://|www\.|@[a-z0-9-]+\.[a-z]{2,})"),
-    ("persist_memory",
-     r"\b(remember|store|save|write)\b.{0,40}\b(memory|SOUL\.md|permanently|forever|every (time|session))\b"),
+    (
+        "persist_memory",
+        r"\b(remember|store|save|write)\b.{0,40}\b(memory|SOUL\.md|permanently|forever|every (time|session))\b",
+    ),
     ("schedule", r"\b(cron|crontab|schedule[d]?|every \d+ (minutes?|hours?))\b"),
     ("markup_injection", r"(<\s*script|<!--|\[\[system\]\]|<\|im_start\|>|###\s*(system|instruction))"),
     ("german_ignore", r"\b(vergiss|ignoriere)\b.{0,40}\b(alles|anweisungen|vorherigen)\b"),
@@ -187,8 +216,10 @@ class UserReview:
     verdict: ContentVerdict | None
 
     def audit_view(self) -> dict[str, Any]:
-        return {"diff": self.diff.audit_view(),
-                "content_check": None if self.verdict is None else self.verdict.audit_view()}
+        return {
+            "diff": self.diff.audit_view(),
+            "content_check": None if self.verdict is None else self.verdict.audit_view(),
+        }
 
 
 @dataclass
@@ -214,9 +245,14 @@ class UserChannel:
     in ``diffs`` and the audit log for post-hoc review.
     """
 
-    def __init__(self, config: UserChannelConfig | None = None, *,
-                 content_check: ContentCheck | None | object = _DEFAULT_CHECK,
-                 approver: Approver | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        config: UserChannelConfig | None = None,
+        *,
+        content_check: ContentCheck | None | object = _DEFAULT_CHECK,
+        approver: Approver | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.config = config or UserChannelConfig()
         self.content_check: ContentCheck | None = (
             RegexContentCheck() if content_check is _DEFAULT_CHECK else content_check  # type: ignore[assignment]
@@ -228,8 +264,9 @@ class UserChannel:
         self.flags: deque[tuple[WriteDiff, ContentVerdict]] = deque(maxlen=self.config.keep_diffs)
         self.stats = UserChannelStats()
 
-    def review(self, session: str, namespace: str, key: str, old: str | None, new: str,
-               op: str = "WRITE") -> UserReview:
+    def review(
+        self, session: str, namespace: str, key: str, old: str | None, new: str, op: str = "WRITE"
+    ) -> UserReview:
         diff = make_diff(session, namespace, key, old, new, op)
         verdict = self.content_check.check(new) if self.content_check is not None else None
         self.diffs.append(diff)

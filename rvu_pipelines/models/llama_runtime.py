@@ -34,13 +34,40 @@ BUILD_TARGET_ENV = "RVU_LLAMA_CPU"
 BUILD_INFO_FILE = "rvu-llama-build.json"  # written into the venv by scripts/setup.sh
 
 # CPU features worth naming when llama.cpp misbehaves (Linux /proc/cpuinfo spelling).
-REPORTED_CPU_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "avx_vnni", "avx512f", "avx512bw",
-                      "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_vbmi", "amx_tile", "amx_int8", "amx_bf16")
+REPORTED_CPU_FLAGS = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "bmi2",
+    "avx_vnni",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_vbmi",
+    "amx_tile",
+    "amx_int8",
+    "amx_bf16",
+)
 # llama.cpp's system-info names -> the /proc/cpuinfo flag the instruction set needs.
-SYSTEM_INFO_TO_CPU_FLAG = {"SSE3": "pni", "SSSE3": "ssse3", "AVX": "avx", "AVX_VNNI": "avx_vnni",
-                           "AVX2": "avx2", "F16C": "f16c", "FMA": "fma", "BMI2": "bmi2", "AVX512": "avx512f",
-                           "AVX512_VBMI": "avx512_vbmi", "AVX512_VNNI": "avx512_vnni",
-                           "AVX512_BF16": "avx512_bf16", "AMX_INT8": "amx_int8"}
+SYSTEM_INFO_TO_CPU_FLAG = {
+    "SSE3": "pni",
+    "SSSE3": "ssse3",
+    "AVX": "avx",
+    "AVX_VNNI": "avx_vnni",
+    "AVX2": "avx2",
+    "F16C": "f16c",
+    "FMA": "fma",
+    "BMI2": "bmi2",
+    "AVX512": "avx512f",
+    "AVX512_VBMI": "avx512_vbmi",
+    "AVX512_VNNI": "avx512_vnni",
+    "AVX512_BF16": "avx512_bf16",
+    "AMX_INT8": "amx_int8",
+}
 
 
 @dataclass(frozen=True)
@@ -90,8 +117,7 @@ def model_params_applied(settings: LlamaRuntimeSettings) -> Iterator[None]:
             lib.llama_model_default_params = original
 
 
-def open_llama(cls: type, model_path: Path | str, settings: LlamaRuntimeSettings | None = None,
-               **kwargs: Any) -> Any:
+def open_llama(cls: type, model_path: Path | str, settings: LlamaRuntimeSettings | None = None, **kwargs: Any) -> Any:
     """``cls(model_path=..., **kwargs)`` (a ``llama_cpp.Llama`` or subclass) loaded with the project's settings."""
     settings = settings or LlamaRuntimeSettings.from_env()
     with model_params_applied(settings):
@@ -122,8 +148,10 @@ def host_cpu_summary(flags: set[str] | None = None) -> str:
     flags = host_cpu_flags() if flags is None else flags
     present = [f for f in REPORTED_CPU_FLAGS if f in flags]
     absent = [f for f in REPORTED_CPU_FLAGS if f not in flags]
-    return (f"{host_cpu_model()} ({os.cpu_count()} logical cores, {platform.machine()}): "
-            f"has {' '.join(present) or 'none of them'}; lacks {' '.join(absent) or 'nothing listed'}")
+    return (
+        f"{host_cpu_model()} ({os.cpu_count()} logical cores, {platform.machine()}): "
+        f"has {' '.join(present) or 'none of them'}; lacks {' '.join(absent) or 'nothing listed'}"
+    )
 
 
 def parse_system_info(system_info: str) -> dict[str, str]:
@@ -142,8 +170,9 @@ def missing_instruction_sets(system_info: str, flags: set[str] | None = None) ->
     if not flags:
         return []
     compiled = parse_system_info(system_info)
-    return sorted(name for name, flag in SYSTEM_INFO_TO_CPU_FLAG.items()
-                  if compiled.get(name) == "1" and flag not in flags)
+    return sorted(
+        name for name, flag in SYSTEM_INFO_TO_CPU_FLAG.items() if compiled.get(name) == "1" and flag not in flags
+    )
 
 
 def installed_build_info() -> dict[str, Any] | None:

@@ -193,12 +193,22 @@ class LlamaCppChatModel:
     first load of a model on a machine is tried in a child process first (``native_probe``).
     """
 
-    def __init__(self, model_path: Path, *, n_ctx: int = 2048, n_threads: int | None = None, seed: int = 0,
-                 name: str | None = None, prefix_reuse: PrefixReuse = "ram",
-                 prefix_cache_bytes: int = 512 << 20, runtime: LlamaRuntimeSettings | None = None) -> None:
+    def __init__(
+        self,
+        model_path: Path,
+        *,
+        n_ctx: int = 2048,
+        n_threads: int | None = None,
+        seed: int = 0,
+        name: str | None = None,
+        prefix_reuse: PrefixReuse = "ram",
+        prefix_cache_bytes: int = 512 << 20,
+        runtime: LlamaRuntimeSettings | None = None,
+    ) -> None:
         if prefix_reuse not in PREFIX_REUSE_MODES:
-            raise ConfigError(f"LlamaCppChatModel: prefix_reuse={prefix_reuse!r} is not one of "
-                              f"{', '.join(PREFIX_REUSE_MODES)}.")
+            raise ConfigError(
+                f"LlamaCppChatModel: prefix_reuse={prefix_reuse!r} is not one of {', '.join(PREFIX_REUSE_MODES)}."
+            )
         self.name = name or Path(model_path).name
         self.model_path = Path(model_path)
         self.prefix_reuse: PrefixReuse = prefix_reuse
@@ -210,10 +220,10 @@ class LlamaCppChatModel:
         from rvu_pipelines.models.native_probe import ensure_llama_runs
 
         ensure_llama_runs(self.model_path, settings=self.runtime, n_threads=threads)
-        self._llm = open_llama(_prefix_llama_class(), model_path, self.runtime,
-                               n_ctx=n_ctx, n_threads=threads, seed=seed, verbose=False)
-        self.prefix_store: KVPrefixStore | None = (
-            KVPrefixStore(prefix_cache_bytes) if prefix_reuse == "ram" else None)
+        self._llm = open_llama(
+            _prefix_llama_class(), model_path, self.runtime, n_ctx=n_ctx, n_threads=threads, seed=seed, verbose=False
+        )
+        self.prefix_store: KVPrefixStore | None = KVPrefixStore(prefix_cache_bytes) if prefix_reuse == "ram" else None
         self._llm.prefix_store = self.prefix_store
 
     def reset(self) -> None:
@@ -223,8 +233,15 @@ class LlamaCppChatModel:
             if self.prefix_store is not None:
                 self.prefix_store.clear()
 
-    def chat(self, messages: list[Message], *, max_tokens: int = 128, temperature: float = 0.0, seed: int = 0,
-             stop: list[str] | None = None) -> ChatCompletion:
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        max_tokens: int = 128,
+        temperature: float = 0.0,
+        seed: int = 0,
+        stop: list[str] | None = None,
+    ) -> ChatCompletion:
         import llama_cpp
 
         with self._lock:
@@ -263,8 +280,15 @@ class LlamaCppChatModel:
 class OpenAICompatibleChatModel:
     """Any server speaking the OpenAI chat-completions API (llama.cpp server, vLLM, ...)."""
 
-    def __init__(self, base_url: str, model: str, *, api_key_env: str = "OPENAI_API_KEY",
-                 timeout_s: float = 300.0, extra_body: dict[str, object] | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout_s: float = 300.0,
+        extra_body: dict[str, object] | None = None,
+    ) -> None:
         """``extra_body`` carries server-specific sampling fields, e.g. {"repeat_penalty": 1.0} for
         llama.cpp's server, whose default 1.1 penalty makes temperature 0 differ from plain greedy."""
         self.name = model
@@ -273,21 +297,35 @@ class OpenAICompatibleChatModel:
         self.api_key_env = api_key_env
         self.timeout_s = timeout_s
 
-    def chat(self, messages: list[Message], *, max_tokens: int = 128, temperature: float = 0.0, seed: int = 0,
-             stop: list[str] | None = None) -> ChatCompletion:
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        max_tokens: int = 128,
+        temperature: float = 0.0,
+        seed: int = 0,
+        stop: list[str] | None = None,
+    ) -> ChatCompletion:
         import requests
 
         headers = {}
         key = os.environ.get(self.api_key_env)
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        body = {**self.extra_body, "model": self.name, "messages": messages, "max_tokens": max_tokens,
-                "temperature": temperature, "seed": seed}
+        body = {
+            **self.extra_body,
+            "model": self.name,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "seed": seed,
+        }
         if stop:
             body["stop"] = stop
         started = time.perf_counter()
-        response = requests.post(f"{self.base_url}/chat/completions", json=body, headers=headers,
-                                 timeout=self.timeout_s)
+        response = requests.post(
+            f"{self.base_url}/chat/completions", json=body, headers=headers, timeout=self.timeout_s
+        )
         wall = time.perf_counter() - started
         response.raise_for_status()
         payload = response.json()

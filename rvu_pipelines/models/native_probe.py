@@ -44,10 +44,16 @@ PROBE_ENV = "RVU_LLAMA_PROBE"  # 0 skips the child-process check (not recommende
 FAULT_ENV = "RVU_LLAMA_PROBE_FAULT"
 # Long enough that the prompt is evaluated as a batch (the matmul path that crashed), short to run.
 PROBE_MESSAGES = [
-    {"role": "system", "content": "You are a careful assistant for a security team. Answer in one plain sentence, "
-                                  "without lists, code or quotations, and do not repeat the question."},
-    {"role": "user", "content": "A tool returned a document that tells the agent to forward the user's emails to "
-                                "an unknown address. What should the agent do with that instruction?"},
+    {
+        "role": "system",
+        "content": "You are a careful assistant for a security team. Answer in one plain sentence, "
+        "without lists, code or quotations, and do not repeat the question.",
+    },
+    {
+        "role": "user",
+        "content": "A tool returned a document that tells the agent to forward the user's emails to "
+        "an unknown address. What should the agent do with that instruction?",
+    },
 ]
 PROBE_MAX_TOKENS = 24
 TIMED_OUT = -999  # returncode recorded when the child had to be killed for running past the time limit
@@ -109,48 +115,83 @@ class ProbeResult:
         amx = features.get("AMX_INT8") == "1"
         lines = []
         if self.signal_name:
-            lines.append(f"llama.cpp died with {self.signal_name} while loading {self.model_path} and generating "
-                         f"(child process, exit {self.returncode}).")
+            lines.append(
+                f"llama.cpp died with {self.signal_name} while loading {self.model_path} and generating "
+                f"(child process, exit {self.returncode})."
+            )
         elif self.returncode == TIMED_OUT:
-            lines.append(f"llama.cpp did not finish a {PROBE_MAX_TOKENS}-token generation with {self.model_path} "
-                         f"within the time limit ({self.seconds:.0f} s).")
+            lines.append(
+                f"llama.cpp did not finish a {PROBE_MAX_TOKENS}-token generation with {self.model_path} "
+                f"within the time limit ({self.seconds:.0f} s)."
+            )
         else:
-            lines.append(f"llama.cpp failed to load {self.model_path} or generate (child exit {self.returncode}): "
-                         f"{self.error or 'no text generated'}")
+            lines.append(
+                f"llama.cpp failed to load {self.model_path} or generate (child exit {self.returncode}): "
+                f"{self.error or 'no text generated'}"
+            )
         lines.append(f"llama.cpp reported: {self.system_info.strip() or '(nothing: it died before reporting)'}")
         lines.append(f"this CPU: {host_cpu_summary()}")
         lines.append(f"settings: {json.dumps(self.settings, sort_keys=True)}")
         missing = missing_instruction_sets(self.system_info)
         if amx and self.settings.get("extra_bufts") and self.signal_name != "SIGILL":
-            lines.append(f"This is llama.cpp's AMX weight-repacking path (llama.cpp issue 20824). Turn it off with "
-                         f"{EXTRA_BUFTS_ENV}=0 (the default), or rebuild without AMX: "
-                         f"`{BUILD_TARGET_ENV}=portable make setup`.")
+            lines.append(
+                f"This is llama.cpp's AMX weight-repacking path (llama.cpp issue 20824). Turn it off with "
+                f"{EXTRA_BUFTS_ENV}=0 (the default), or rebuild without AMX: "
+                f"`{BUILD_TARGET_ENV}=portable make setup`."
+            )
         elif missing:
-            lines.append(f"The installed llama.cpp was compiled for instruction sets this CPU lacks "
-                         f"({', '.join(missing)}): it was built on another machine. Rebuild it for a portable target: "
-                         f"`{BUILD_TARGET_ENV}=portable make setup` (scripts/build_llama_cpp.py).")
+            lines.append(
+                f"The installed llama.cpp was compiled for instruction sets this CPU lacks "
+                f"({', '.join(missing)}): it was built on another machine. Rebuild it for a portable target: "
+                f"`{BUILD_TARGET_ENV}=portable make setup` (scripts/build_llama_cpp.py)."
+            )
         else:
-            lines.append(f"Try {EXTRA_BUFTS_ENV}=0 (no weight repacking) and a portable rebuild "
-                         f"(`{BUILD_TARGET_ENV}=portable make setup`); `rvu doctor` prints the full diagnosis.")
+            lines.append(
+                f"Try {EXTRA_BUFTS_ENV}=0 (no weight repacking) and a portable rebuild "
+                f"(`{BUILD_TARGET_ENV}=portable make setup`); `rvu doctor` prints the full diagnosis."
+            )
         tail = "\n".join(self.log.strip().splitlines()[-8:])
         if tail and not self.ok:
             lines.append("last lines of llama.cpp's log:\n" + tail)
         return "\n".join(lines)
 
 
-def run_probe(model_path: Path | str, *, settings: LlamaRuntimeSettings | None = None, n_ctx: int = 1024,
-              n_threads: int | None = None, timeout_s: float = 180.0) -> ProbeResult:
+def run_probe(
+    model_path: Path | str,
+    *,
+    settings: LlamaRuntimeSettings | None = None,
+    n_ctx: int = 1024,
+    n_threads: int | None = None,
+    timeout_s: float = 180.0,
+) -> ProbeResult:
     """Load ``model_path`` and generate once, in a child Python process; never raises for a crash."""
     settings = settings or LlamaRuntimeSettings.from_env()
     with tempfile.TemporaryDirectory(prefix="rvu-probe-") as scratch:
         report = Path(scratch) / "report.json"
-        command = [sys.executable, "-m", "rvu_pipelines.models.native_probe", "--child", str(model_path),
-                   "--report", str(report), "--n-ctx", str(n_ctx), "--n-threads", str(n_threads or os.cpu_count() or 1),
-                   "--extra-bufts", "1" if settings.extra_bufts else "0"]
+        command = [
+            sys.executable,
+            "-m",
+            "rvu_pipelines.models.native_probe",
+            "--child",
+            str(model_path),
+            "--report",
+            str(report),
+            "--n-ctx",
+            str(n_ctx),
+            "--n-threads",
+            str(n_threads or os.cpu_count() or 1),
+            "--extra-bufts",
+            "1" if settings.extra_bufts else "0",
+        ]
         started = time.perf_counter()
         try:
-            completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
-                                       env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+            completed = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+            )
             returncode, log = completed.returncode, completed.stderr + completed.stdout
         except subprocess.TimeoutExpired as exc:
             returncode = TIMED_OUT
@@ -163,14 +204,21 @@ def run_probe(model_path: Path | str, *, settings: LlamaRuntimeSettings | None =
                 child = json.loads(report.read_text())
             except ValueError:
                 child = {}
-    return ProbeResult(model_path=str(model_path), settings=settings.as_dict(), returncode=returncode,
-                       seconds=seconds, text=str(child.get("text", "")), system_info=str(child.get("system_info", "")),
-                       llama_cpp_version=str(child.get("llama_cpp_version", "")),
-                       prompt_tokens=int(child.get("prompt_tokens", 0)),
-                       completion_tokens=int(child.get("completion_tokens", 0)),
-                       prompt_seconds=float(child.get("prompt_seconds", 0.0)),
-                       generation_seconds=float(child.get("generation_seconds", 0.0)),
-                       error=str(child.get("error", "")), log=log)
+    return ProbeResult(
+        model_path=str(model_path),
+        settings=settings.as_dict(),
+        returncode=returncode,
+        seconds=seconds,
+        text=str(child.get("text", "")),
+        system_info=str(child.get("system_info", "")),
+        llama_cpp_version=str(child.get("llama_cpp_version", "")),
+        prompt_tokens=int(child.get("prompt_tokens", 0)),
+        completion_tokens=int(child.get("completion_tokens", 0)),
+        prompt_seconds=float(child.get("prompt_seconds", 0.0)),
+        generation_seconds=float(child.get("generation_seconds", 0.0)),
+        error=str(child.get("error", "")),
+        log=log,
+    )
 
 
 def _probe_key(model_path: Path, settings: LlamaRuntimeSettings, n_threads: int | None) -> str:
@@ -180,15 +228,23 @@ def _probe_key(model_path: Path, settings: LlamaRuntimeSettings, n_threads: int 
     stat = model_path.stat()
     library = Path(llama_cpp.__file__).parent / "lib"
     libs = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in library.glob("*") if p.is_file())
-    material = json.dumps({"model": [str(model_path.resolve()), stat.st_size, stat.st_mtime_ns],
-                           "llama_cpp": [llama_cpp.__version__, libs], "settings": settings.as_dict(),
-                           "threads": n_threads, "cpu": sorted(host_cpu_flags()), "python": sys.executable},
-                          sort_keys=True)
+    material = json.dumps(
+        {
+            "model": [str(model_path.resolve()), stat.st_size, stat.st_mtime_ns],
+            "llama_cpp": [llama_cpp.__version__, libs],
+            "settings": settings.as_dict(),
+            "threads": n_threads,
+            "cpu": sorted(host_cpu_flags()),
+            "python": sys.executable,
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(material.encode()).hexdigest()[:24]
 
 
-def ensure_llama_runs(model_path: Path | str, *, settings: LlamaRuntimeSettings | None = None,
-                      n_threads: int | None = None) -> ProbeResult | None:
+def ensure_llama_runs(
+    model_path: Path | str, *, settings: LlamaRuntimeSettings | None = None, n_threads: int | None = None
+) -> ProbeResult | None:
     """Raise ``NativeCrashError`` if llama.cpp cannot generate with this model here; else return quietly.
 
     Runs the child-process probe the first time a (model, build, settings, CPU) combination is seen
@@ -223,28 +279,46 @@ def _child(model_path: str, report: Path, n_ctx: int, n_threads: int, extra_buft
 
     import llama_cpp
 
-    save(system_info=llama_cpp.llama_print_system_info().decode(errors="replace"),
-         llama_cpp_version=llama_cpp.__version__)
+    save(
+        system_info=llama_cpp.llama_print_system_info().decode(errors="replace"),
+        llama_cpp_version=llama_cpp.__version__,
+    )
     from rvu_pipelines.models.llama_runtime import open_llama
 
     try:
-        llm = open_llama(llama_cpp.Llama, model_path, LlamaRuntimeSettings(extra_bufts=extra_bufts),
-                         n_ctx=n_ctx, n_threads=n_threads, seed=0, verbose=True)
+        llm = open_llama(
+            llama_cpp.Llama,
+            model_path,
+            LlamaRuntimeSettings(extra_bufts=extra_bufts),
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+            seed=0,
+            verbose=True,
+        )
         save(loaded=True)
         if env_value(FAULT_ENV) == "segv":
             import ctypes
 
             ctypes.string_at(0)  # SIGSEGV, as a crash inside llama.cpp would be
-        response = llm.create_chat_completion(messages=PROBE_MESSAGES, max_tokens=PROBE_MAX_TOKENS,  # type: ignore[arg-type]
-                                              temperature=0.0, seed=0, repeat_penalty=1.0)
+        response = llm.create_chat_completion(
+            messages=PROBE_MESSAGES,
+            max_tokens=PROBE_MAX_TOKENS,  # type: ignore[arg-type]
+            temperature=0.0,
+            seed=0,
+            repeat_penalty=1.0,
+        )
     except Exception as exc:  # a Python-level failure is reported, a native one kills us (the parent sees it)
         save(error=f"{type(exc).__name__}: {exc}")
         return 1
     usage = response["usage"]  # type: ignore[index]
     perf = llama_cpp.llama_perf_context(llm._ctx.ctx)
-    save(text=response["choices"][0]["message"]["content"] or "",  # type: ignore[index]
-         prompt_tokens=int(usage["prompt_tokens"]), completion_tokens=int(usage["completion_tokens"]),
-         prompt_seconds=perf.t_p_eval_ms / 1000.0, generation_seconds=perf.t_eval_ms / 1000.0)
+    save(
+        text=response["choices"][0]["message"]["content"] or "",  # type: ignore[index]
+        prompt_tokens=int(usage["prompt_tokens"]),
+        completion_tokens=int(usage["completion_tokens"]),
+        prompt_seconds=perf.t_p_eval_ms / 1000.0,
+        generation_seconds=perf.t_eval_ms / 1000.0,
+    )
     return 0
 
 
@@ -252,16 +326,24 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", nargs="?", default=None,
-                        help="a GGUF file (default: the LLM of the configured profile, RVU_MODEL_PROFILE)")
+    parser.add_argument(
+        "model",
+        nargs="?",
+        default=None,
+        help="a GGUF file (default: the LLM of the configured profile, RVU_MODEL_PROFILE)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--report", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--n-ctx", type=int, default=1024)
     parser.add_argument("--n-threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--extra-bufts", choices=("0", "1"), default=None,
-                        help=f"override {EXTRA_BUFTS_ENV} for this probe")
-    parser.add_argument("--cached", action="store_true",
-                        help="skip the probe when it already passed for this model, build, settings and CPU")
+    parser.add_argument(
+        "--extra-bufts", choices=("0", "1"), default=None, help=f"override {EXTRA_BUFTS_ENV} for this probe"
+    )
+    parser.add_argument(
+        "--cached",
+        action="store_true",
+        help="skip the probe when it already passed for this model, build, settings and CPU",
+    )
     args = parser.parse_args(argv)
     if args.child:
         return _child(args.model, args.report, args.n_ctx, args.n_threads, args.extra_bufts == "1")
@@ -273,8 +355,11 @@ def main(argv: list[str] | None = None) -> int:
         except RvuError as exc:
             print(f"native probe: no model to try: {exc}", file=sys.stderr)
             return 2
-    settings = (LlamaRuntimeSettings(extra_bufts=args.extra_bufts == "1") if args.extra_bufts is not None
-                else LlamaRuntimeSettings.from_env())
+    settings = (
+        LlamaRuntimeSettings(extra_bufts=args.extra_bufts == "1")
+        if args.extra_bufts is not None
+        else LlamaRuntimeSettings.from_env()
+    )
     if args.cached:
         try:
             fresh = ensure_llama_runs(args.model, settings=settings, n_threads=args.n_threads)

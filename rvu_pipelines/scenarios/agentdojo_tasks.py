@@ -39,8 +39,10 @@ def suites(benchmark_version: str) -> dict[str, Any]:
     try:
         return dict(get_suites(benchmark_version))
     except Exception as exc:
-        raise ConfigError(f"configs/benchmarks.yaml agentdojo.benchmark_version: agentdojo has no benchmark "
-                          f"version '{benchmark_version}' ({exc}); use e.g. v1.2.2.") from exc
+        raise ConfigError(
+            f"configs/benchmarks.yaml agentdojo.benchmark_version: agentdojo has no benchmark "
+            f"version '{benchmark_version}' ({exc}); use e.g. v1.2.2."
+        ) from exc
 
 
 @lru_cache(maxsize=16)
@@ -48,8 +50,10 @@ def _attack(benchmark_version: str, suite_name: str, attack_name: str) -> Any:
     from agentdojo.attacks.attack_registry import ATTACKS, load_attack  # with the suites: on first use
 
     if attack_name not in ATTACKS:
-        raise ConfigError(f"configs/benchmarks.yaml agentdojo.attack: unknown attack '{attack_name}'; "
-                          f"allowed: {', '.join(sorted(ATTACKS))}.")
+        raise ConfigError(
+            f"configs/benchmarks.yaml agentdojo.attack: unknown attack '{attack_name}'; "
+            f"allowed: {', '.join(sorted(ATTACKS))}."
+        )
     named = AgentPipeline([])
     named.name = ATTACK_MODEL_KEY  # only read for the model's name in the injected text
     return load_attack(attack_name, suites(benchmark_version)[suite_name], named)
@@ -64,8 +68,14 @@ class _Recorder(BasePipelineElement):
         self.messages: list[ChatMessage] = []
         self.aborted: str | None = None
 
-    def query(self, query: str, runtime: FunctionsRuntime, env: Env = EmptyEnv(),
-              messages: Sequence[ChatMessage] = [], extra_args: dict = {}) -> tuple:  # noqa: B006 (AgentDojo's signature)
+    def query(
+        self,
+        query: str,
+        runtime: FunctionsRuntime,
+        env: Env = EmptyEnv(),
+        messages: Sequence[ChatMessage] = [],
+        extra_args: dict = {},  # noqa: B006 - AgentDojo's signature
+    ) -> tuple:
         try:
             result = self.inner.query(query, runtime, env, messages, extra_args)
         except AbortAgentError as exc:
@@ -126,12 +136,18 @@ class AgentDojoScenario:
     def run(self, pipeline: BasePipelineElement) -> ScenarioOutcome:
         recorder = _Recorder(pipeline)
         utility, security = self.suite.run_task_with_pipeline(
-            recorder, self.user_task_obj, self.injection_task_obj, self.injections)
-        details = {"suite": self.suite_name, "user_task": self.user_task_id,
-                   "injection_task": self.injection_task_id, "attack": self.attack_name,
-                   "aborted": recorder.aborted}
-        return ScenarioOutcome(bool(security), float(utility), recorder.messages,
-                               f"agentdojo:{self.attack_name}(task checks)", details)
+            recorder, self.user_task_obj, self.injection_task_obj, self.injections
+        )
+        details = {
+            "suite": self.suite_name,
+            "user_task": self.user_task_id,
+            "injection_task": self.injection_task_id,
+            "attack": self.attack_name,
+            "aborted": recorder.aborted,
+        }
+        return ScenarioOutcome(
+            bool(security), float(utility), recorder.messages, f"agentdojo:{self.attack_name}(task checks)", details
+        )
 
 
 @lru_cache(maxsize=512)
@@ -143,16 +159,19 @@ def _ground_truth_tools(benchmark_version: str, suite_name: str, user_task_id: s
     return frozenset(call.function for call in task.ground_truth(env))
 
 
-def agentdojo_scenarios(benchmark_version: str, attack: str,
-                        selection: dict[str, tuple[list[str] | None, list[str] | None]]) -> list[AgentDojoScenario]:
+def agentdojo_scenarios(
+    benchmark_version: str, attack: str, selection: dict[str, tuple[list[str] | None, list[str] | None]]
+) -> list[AgentDojoScenario]:
     """Every triple of the selection ``{suite: (user task ids or None=all, injection ids or None=all)}``,
     sorted by suite then AgentDojo's natural task order."""
     available = suites(benchmark_version)
     out: list[AgentDojoScenario] = []
     for suite_name in sorted(selection):
         if suite_name not in available:
-            raise ConfigError(f"configs/benchmarks.yaml agentdojo.suites: unknown suite '{suite_name}'; "
-                              f"allowed: {', '.join(sorted(available))}.")
+            raise ConfigError(
+                f"configs/benchmarks.yaml agentdojo.suites: unknown suite '{suite_name}'; "
+                f"allowed: {', '.join(sorted(available))}."
+            )
         suite = available[suite_name]
         users, injections = selection[suite_name]
         user_ids = _pick(users, list(suite.user_tasks), f"agentdojo.suites.{suite_name}.user_tasks")
@@ -171,6 +190,8 @@ def _pick(wanted: list[str] | None, available: list[str], where: str) -> list[st
         return sorted(available, key=_natural)
     unknown = sorted(set(wanted) - set(available))
     if unknown:
-        raise ConfigError(f"configs/benchmarks.yaml {where}: unknown task id(s) {unknown}; "
-                          f"allowed: {', '.join(sorted(available, key=_natural))} (or 'all').")
+        raise ConfigError(
+            f"configs/benchmarks.yaml {where}: unknown task id(s) {unknown}; "
+            f"allowed: {', '.join(sorted(available, key=_natural))} (or 'all')."
+        )
     return sorted(set(wanted), key=_natural)

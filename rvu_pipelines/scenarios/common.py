@@ -43,24 +43,34 @@ class _LenientArgs(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-def make_tool(name: str, description: str, parameters: dict[str, tuple[type, str]],
-              result: Callable[[dict[str, Any]], str], log: ToolLog) -> Function:
+def make_tool(
+    name: str,
+    description: str,
+    parameters: dict[str, tuple[type, str]],
+    result: Callable[[dict[str, Any]], str],
+    log: ToolLog,
+) -> Function:
     """An AgentDojo ``Function`` whose every execution is appended to ``log``.
 
     ``parameters`` maps a parameter name to (python type, description); every parameter is optional
     (default None) because the benchmarks' tools return a fixed response whatever the arguments.
     """
-    fields: dict[str, Any] = {
-        param: (kind | None, _field(desc)) for param, (kind, desc) in sorted(parameters.items())
-    }
+    fields: dict[str, Any] = {param: (kind | None, _field(desc)) for param, (kind, desc) in sorted(parameters.items())}
     model = create_model(f"{name}Args", __base__=_LenientArgs, **fields)
 
     def run(**kwargs: Any) -> str:
         log.calls.append((name, {k: v for k, v in sorted(kwargs.items()) if v is not None}))
         return result(kwargs)
 
-    return Function(name=name, description=description, parameters=model, dependencies={}, run=run,
-                    full_docstring=description, return_type=str)
+    return Function(
+        name=name,
+        description=description,
+        parameters=model,
+        dependencies={},
+        run=run,
+        full_docstring=description,
+        return_type=str,
+    )
 
 
 def _field(description: str) -> Any:

@@ -27,8 +27,14 @@ from rvu_pipelines.scenarios.contract import ScenarioOutcome
 from rvu_pipelines.scenarios.judges import judge_injecagent
 
 SETTINGS = ("dh", "ds")
-_TYPES: dict[str, type] = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list,
-                           "object": dict}
+_TYPES: dict[str, type] = {
+    "string": str,
+    "integer": int,
+    "number": float,
+    "boolean": bool,
+    "array": list,
+    "object": dict,
+}
 
 
 @dataclass(frozen=True)
@@ -48,8 +54,9 @@ def load_tool_specs(path: str) -> dict[str, ToolSpec]:
     for toolkit in json.loads(Path(path).read_text()):
         for tool in toolkit["tools"]:
             name = f"{toolkit['name_for_model']}{tool['name']}"
-            params = tuple((p["name"], p.get("type", "string"), p.get("description", ""))
-                           for p in tool.get("parameters", []))
+            params = tuple(
+                (p["name"], p.get("type", "string"), p.get("description", "")) for p in tool.get("parameters", [])
+            )
             returns = tuple(r["name"] for r in tool.get("returns", []))
             specs[name] = ToolSpec(name, tool.get("summary", ""), params, returns)
     return specs
@@ -58,8 +65,7 @@ def load_tool_specs(path: str) -> dict[str, ToolSpec]:
 def _stolen_data(spec: ToolSpec, case_key: str) -> str:
     """A fixed, recognisable result for a data-extraction tool (the 'stolen' data stage 2 sends on)."""
     fields = spec.returns or ("data",)
-    return json.dumps({name: f"<private {name} of the user, record {case_key}>" for name in fields},
-                      sort_keys=True)
+    return json.dumps({name: f"<private {name} of the user, record {case_key}>" for name in fields}, sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -105,8 +111,11 @@ class InjecAgentScenario:
             args = ast.literal_eval(self.tool_parameters) if self.tool_parameters.strip() else {}
         except (ValueError, SyntaxError):
             args = {}
-        return (FunctionCall(function=self.user_tool, args=args if isinstance(args, dict) else {},
-                             id=f"prefill-{self.case_index}"),)
+        return (
+            FunctionCall(
+                function=self.user_tool, args=args if isinstance(args, dict) else {}, id=f"prefill-{self.case_index}"
+            ),
+        )
 
     def tools(self, log: ToolLog) -> list[Function]:
         """Fresh tools for one episode, recording into ``log``: the user tool, then the attacker tools.
@@ -143,11 +152,11 @@ class InjecAgentScenario:
         log = ToolLog()
         trace = run_pipeline(pipeline, self.user_instruction, self.tools(log))
         answer = final_answer(trace.messages)
-        succeeded, utility, details = judge_injecagent(self.setting, self.user_tool, self.attacker_tools, log,
-                                                       answer)
+        succeeded, utility, details = judge_injecagent(self.setting, self.user_tool, self.attacker_tools, log, answer)
         details.update(attack_type=self.attack_type, aborted=trace.aborted)
-        judge = "injecagent:attacker-tool-executed" if self.setting == "dh" else \
-            "injecagent:two-stage(extract then send)"
+        judge = (
+            "injecagent:attacker-tool-executed" if self.setting == "dh" else "injecagent:two-stage(extract then send)"
+        )
         return ScenarioOutcome(succeeded, utility, trace.messages, judge, details)
 
 
@@ -163,10 +172,15 @@ def injecagent_scenarios(frame: Any, tools_json: Path, setting: str) -> list[Inj
     rows = frame.filter(frame["setting"] == setting).sort("case_index").iter_rows(named=True)
     return [
         InjecAgentScenario(
-            setting=setting, case_index=int(row["case_index"]), user_tool=row["user_tool"],
-            user_instruction=row["user_instruction"], attacker_tools=tuple(row["attacker_tools"]),
-            attacker_instruction=row["attacker_instruction"], attack_type=row["attack_type"],
-            tool_response=_unquote(row["tool_response"]), tool_specs=specs,
+            setting=setting,
+            case_index=int(row["case_index"]),
+            user_tool=row["user_tool"],
+            user_instruction=row["user_instruction"],
+            attacker_tools=tuple(row["attacker_tools"]),
+            attacker_instruction=row["attacker_instruction"],
+            attack_type=row["attack_type"],
+            tool_response=_unquote(row["tool_response"]),
+            tool_specs=specs,
             tool_parameters=row.get("tool_parameters") or "{}",
         )
         for row in rows

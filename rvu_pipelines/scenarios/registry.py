@@ -53,8 +53,10 @@ def load_benchmarks_config(path: Path | None = None) -> BenchmarksConfig:
     """Read and validate configs/benchmarks.yaml (or ``path``)."""
     path = Path(path) if path else config_dir() / "benchmarks.yaml"
     if not path.is_file():
-        raise ConfigError(f"The benchmarks config {path} does not exist; restore configs/benchmarks.yaml "
-                          "from the repository or set RVU_CONFIG_DIR.")
+        raise ConfigError(
+            f"The benchmarks config {path} does not exist; restore configs/benchmarks.yaml "
+            "from the repository or set RVU_CONFIG_DIR."
+        )
     raw = yaml.safe_load(path.read_text()) or {}
     ad = raw.get("agentdojo")
     if not isinstance(ad, dict) or not isinstance(ad.get("suites"), dict):
@@ -62,8 +64,10 @@ def load_benchmarks_config(path: Path | None = None) -> BenchmarksConfig:
     selection = {}
     for suite, spec in ad["suites"].items():
         spec = spec or {}
-        selection[str(suite)] = (_ids(spec.get("user_tasks"), f"{path}: agentdojo.suites.{suite}.user_tasks"),
-                                 _ids(spec.get("injection_tasks"), f"{path}: agentdojo.suites.{suite}.injection_tasks"))
+        selection[str(suite)] = (
+            _ids(spec.get("user_tasks"), f"{path}: agentdojo.suites.{suite}.user_tasks"),
+            _ids(spec.get("injection_tasks"), f"{path}: agentdojo.suites.{suite}.injection_tasks"),
+        )
     entries = raw.get("canonical")
     if not isinstance(entries, list) or not all(isinstance(e, dict) and "id" in e for e in entries):
         raise ConfigError(f"{path}: 'canonical' must be a list of {{id, why}} entries.")
@@ -71,8 +75,13 @@ def load_benchmarks_config(path: Path | None = None) -> BenchmarksConfig:
     ids = [e.scenario_id for e in canonical]
     if len(set(ids)) != len(ids):
         raise ConfigError(f"{path}: 'canonical' lists an id twice: {sorted(i for i in ids if ids.count(i) > 1)}.")
-    return BenchmarksConfig(path, str(ad.get("benchmark_version", "v1.2.2")),
-                            str(ad.get("attack", "important_instructions")), selection, canonical)
+    return BenchmarksConfig(
+        path,
+        str(ad.get("benchmark_version", "v1.2.2")),
+        str(ad.get("attack", "important_instructions")),
+        selection,
+        canonical,
+    )
 
 
 def _check_benchmark(benchmark: str) -> None:
@@ -94,8 +103,7 @@ def all_scenarios(benchmark: str, config: BenchmarksConfig | None = None) -> lis
     _check_benchmark(benchmark)
     if benchmark == "agentdojo":
         config = config or load_benchmarks_config()
-        return list(agentdojo_scenarios(config.agentdojo_version, config.agentdojo_attack,
-                                        config.agentdojo_suites))
+        return list(agentdojo_scenarios(config.agentdojo_version, config.agentdojo_attack, config.agentdojo_suites))
     injecagent, bipia, tools_json = _frames()
     family, _, part = benchmark.partition("_")
     if family == "injecagent":
@@ -112,16 +120,26 @@ def load_scenarios(benchmark: str, *, limit: int | None = None, seed: int = 42) 
 def scenario_by_id(scenario_id: str, config: BenchmarksConfig | None = None) -> Scenario:
     """Resolve one scenario id (``injecagent/dh/3``, ``bipia/email/0/<attack>/<pos>``, ``agentdojo/...``)."""
     parts = scenario_id.split("/")
-    benchmark = {"injecagent": lambda: f"injecagent_{parts[1]}", "bipia": lambda: f"bipia_{parts[1]}",
-                 "agentdojo": lambda: "agentdojo"}.get(parts[0], lambda: "")() if len(parts) > 1 else ""
+    benchmark = (
+        {
+            "injecagent": lambda: f"injecagent_{parts[1]}",
+            "bipia": lambda: f"bipia_{parts[1]}",
+            "agentdojo": lambda: "agentdojo",
+        }.get(parts[0], lambda: "")()
+        if len(parts) > 1
+        else ""
+    )
     if benchmark not in BENCHMARKS:
-        raise ConfigError(f"Scenario id '{scenario_id}' names no benchmark; ids look like "
-                          "'injecagent/dh/<case>', 'bipia/<email|table|code>/<task>/<attack>/<position>' or "
-                          "'agentdojo/<suite>/<user_task>/<injection_task>'.")
+        raise ConfigError(
+            f"Scenario id '{scenario_id}' names no benchmark; ids look like "
+            "'injecagent/dh/<case>', 'bipia/<email|table|code>/<task>/<attack>/<position>' or "
+            "'agentdojo/<suite>/<user_task>/<injection_task>'."
+        )
     if benchmark == "agentdojo" and len(parts) == 4:
         config = config or load_benchmarks_config()
-        found = agentdojo_scenarios(config.agentdojo_version, config.agentdojo_attack,
-                                    {parts[1]: ([parts[2]], [parts[3]])})
+        found = agentdojo_scenarios(
+            config.agentdojo_version, config.agentdojo_attack, {parts[1]: ([parts[2]], [parts[3]])}
+        )
         return found[0]
     for scenario in all_scenarios(benchmark, config):
         if scenario.scenario_id == scenario_id:
@@ -133,10 +151,21 @@ def canonical_scenarios(config: BenchmarksConfig | None = None) -> list[Scenario
     """The seed's 10 canonical scenarios, in the order configs/benchmarks.yaml lists them."""
     config = config or load_benchmarks_config()
     if len(config.canonical) != CANONICAL_COUNT:
-        raise ConfigError(f"{config.path}: 'canonical' must list exactly {CANONICAL_COUNT} scenario ids, "
-                          f"it lists {len(config.canonical)}.")
+        raise ConfigError(
+            f"{config.path}: 'canonical' must list exactly {CANONICAL_COUNT} scenario ids, "
+            f"it lists {len(config.canonical)}."
+        )
     return [scenario_by_id(entry.scenario_id, config) for entry in config.canonical]
 
 
-__all__ = ["BENCHMARKS", "AgentDojoScenario", "BipiaScenario", "InjecAgentScenario", "all_scenarios",
-           "canonical_scenarios", "load_benchmarks_config", "load_scenarios", "scenario_by_id"]
+__all__ = [
+    "BENCHMARKS",
+    "AgentDojoScenario",
+    "BipiaScenario",
+    "InjecAgentScenario",
+    "all_scenarios",
+    "canonical_scenarios",
+    "load_benchmarks_config",
+    "load_scenarios",
+    "scenario_by_id",
+]

@@ -20,8 +20,13 @@ PARTITION = "canonical|vanilla"
 
 
 def _run_config(limit: int = 1) -> dict:
-    return {"ops": {"attack_cell": {"config": {"limit": limit, "detector": "heuristic", "max_tokens": 48,
-                                               "max_iters": 2, "progress": False}}}}
+    return {
+        "ops": {
+            "attack_cell": {
+                "config": {"limit": limit, "detector": "heuristic", "max_tokens": 48, "max_iters": 2, "progress": False}
+            }
+        }
+    }
 
 
 def test_cell_materializes_then_rematerializes_without_inference(tmp_path) -> None:
@@ -33,8 +38,17 @@ def test_cell_materializes_then_rematerializes_without_inference(tmp_path) -> No
     llm_model = next(a for a in model_assets() if a.key.to_user_string() == "llm_model")
     with DagsterInstance.ephemeral() as instance:
         assert materialize([llm_model], resources=resources, instance=instance).success
-        results = [materialize([llm_model, attack_cell], selection=[attack_cell], partition_key=PARTITION,
-                               resources=resources, instance=instance, run_config=_run_config()) for _ in range(2)]
+        results = [
+            materialize(
+                [llm_model, attack_cell],
+                selection=[attack_cell],
+                partition_key=PARTITION,
+                resources=resources,
+                instance=instance,
+                run_config=_run_config(),
+            )
+            for _ in range(2)
+        ]
     metadata = [next(e.materialization.metadata for e in r.get_asset_materialization_events()) for r in results]
     assert all(r.success for r in results)
     assert metadata[0]["episodes_run"].value == 1 and metadata[0]["llm_calls"].value >= 1
@@ -50,14 +64,19 @@ def test_golden_check_fails_when_a_golden_value_moves(tmp_path) -> None:
     import polars as pl
 
     golden = load_golden(golden_path("tiny"))
-    rows = [{"benchmark": cell.split("/")[0], "defense": cell.split("/")[1], **values}
-            for cell, values in golden["cells"].items()]
+    rows = [
+        {"benchmark": cell.split("/")[0], "defense": cell.split("/")[1], **values}
+        for cell, values in golden["cells"].items()
+    ]
     table = pl.DataFrame(rows)
     assert compare_to_golden(table, golden, Tolerance()) == []
     moved = json.loads(json.dumps(golden))
     first = sorted(moved["cells"])[0]
-    moved["cells"][first]["asr"] = min(1.0, moved["cells"][first]["asr"] + 0.3) if moved["cells"][first]["asr"] < 0.7 \
+    moved["cells"][first]["asr"] = (
+        min(1.0, moved["cells"][first]["asr"] + 0.3)
+        if moved["cells"][first]["asr"] < 0.7
         else moved["cells"][first]["asr"] - 0.3
+    )
     drifts = compare_to_golden(table, moved, Tolerance())
     assert [(d.cell, d.metric) for d in drifts] == [(first, "asr")]
 

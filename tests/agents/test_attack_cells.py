@@ -34,9 +34,17 @@ class _Scenario:
 
 
 def _row(scenario: _Scenario, attacked: bool, utility: float) -> dict:
-    return {"scenario_id": scenario.scenario_id, "benchmark": scenario.benchmark, "defense": "vanilla",
-            "attack_succeeded": attacked, "utility": utility, "latency_s": 0.5, "certificate_path": None,
-            "certificate_verified": None, "error": None}
+    return {
+        "scenario_id": scenario.scenario_id,
+        "benchmark": scenario.benchmark,
+        "defense": "vanilla",
+        "attack_succeeded": attacked,
+        "utility": utility,
+        "latency_s": 0.5,
+        "certificate_path": None,
+        "certificate_verified": None,
+        "error": None,
+    }
 
 
 class _Crash(RuntimeError):
@@ -55,8 +63,9 @@ def test_interrupted_cell_resumes_and_finished_cell_runs_nothing(tmp_path: Path)
         return _row(scenario, scenario.scenario_id in ("s0", "s2"), 1.0)
 
     with pytest.raises(_Crash):
-        run_cell(spec, scenarios, crashing, llm=None, model_id="m", settings_fingerprint="f", root=tmp_path,
-                 progress=False)
+        run_cell(
+            spec, scenarios, crashing, llm=None, model_id="m", settings_fingerprint="f", root=tmp_path, progress=False
+        )
     saved = pl.read_parquet(tmp_path / "tiny" / "injecagent_dh" / "vanilla.parquet")
     assert saved["scenario_id"].to_list() == ["s0", "s1", "s2"]  # nothing finished was lost
 
@@ -65,19 +74,22 @@ def test_interrupted_cell_resumes_and_finished_cell_runs_nothing(tmp_path: Path)
         return _row(scenario, scenario.scenario_id in ("s0", "s2"), 0.5)
 
     calls.clear()
-    resumed = run_cell(spec, scenarios, steady, llm=None, model_id="m", settings_fingerprint="f", root=tmp_path,
-                       progress=False)
+    resumed = run_cell(
+        spec, scenarios, steady, llm=None, model_id="m", settings_fingerprint="f", root=tmp_path, progress=False
+    )
     assert calls == ["s3", "s4"] and resumed.reused_episodes == 3 and resumed.new_episodes == 2
     assert resumed.metrics["n"] == 5 and resumed.metrics["asr"] == pytest.approx(0.4)
 
     calls.clear()
-    again = run_cell(spec, scenarios, steady, llm=None, model_id="m", settings_fingerprint="f", root=tmp_path,
-                     progress=False)
+    again = run_cell(
+        spec, scenarios, steady, llm=None, model_id="m", settings_fingerprint="f", root=tmp_path, progress=False
+    )
     assert calls == [] and again.new_episodes == 0 and again.rows.equals(resumed.rows)
 
     calls.clear()  # a changed setting or model invalidates every row of the cell
-    run_cell(spec, scenarios, steady, llm=None, model_id="m", settings_fingerprint="other", root=tmp_path,
-             progress=False)
+    run_cell(
+        spec, scenarios, steady, llm=None, model_id="m", settings_fingerprint="other", root=tmp_path, progress=False
+    )
     assert calls == [f"s{i}" for i in range(5)]
 
 
@@ -89,8 +101,10 @@ def test_metrics_and_cis() -> None:
     assert bootstrap_mean_ci([0.5, 0.5]) == (0.5, 0.5)
     low, high = bootstrap_mean_ci([0.0, 1.0] * 10)
     assert 0.2 < low < 0.5 < high < 0.8
-    rows = pl.DataFrame([_row(_Scenario(f"s{i}"), i < 3, i / 10) for i in range(10)]
-                        + [{**_row(_Scenario("bad"), True, 0.0), "error": "boom"}])
+    rows = pl.DataFrame(
+        [_row(_Scenario(f"s{i}"), i < 3, i / 10) for i in range(10)]
+        + [{**_row(_Scenario("bad"), True, 0.0), "error": "boom"}]
+    )
     metrics = cell_metrics(rows)
     assert metrics["n"] == 10 and metrics["errors"] == 1  # the errored episode is counted, not scored
     assert metrics["asr"] == pytest.approx(0.3) and metrics["security"] == pytest.approx(0.7)
@@ -103,10 +117,22 @@ def _table(asr: float) -> pl.DataFrame:
     for defense, value in (("vanilla", asr), ("rvg", 0.1)):
         run = type("Run", (), {})()
         run.spec = CellSpec("canonical", defense, "tiny")
-        run.metrics = {"n": 10, "errors": 0, "asr": value, "asr_ci_low": 0.0, "asr_ci_high": 1.0,
-                       "security": 1 - value, "security_ci_low": 0.0, "security_ci_high": 1.0, "utility": 0.5,
-                       "utility_ci_low": 0.4, "utility_ci_high": 0.6, "latency_s": 1.0,
-                       "certificates_emitted": 0, "certificates_verified": 0}
+        run.metrics = {
+            "n": 10,
+            "errors": 0,
+            "asr": value,
+            "asr_ci_low": 0.0,
+            "asr_ci_high": 1.0,
+            "security": 1 - value,
+            "security_ci_low": 0.0,
+            "security_ci_high": 1.0,
+            "utility": 0.5,
+            "utility_ci_low": 0.4,
+            "utility_ci_high": 0.6,
+            "latency_s": 1.0,
+            "certificates_emitted": 0,
+            "certificates_verified": 0,
+        }
         runs.append(run)
     return attack_table(runs)
 

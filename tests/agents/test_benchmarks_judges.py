@@ -43,8 +43,9 @@ def test_code_utility() -> None:
 
 
 def test_rule_judges() -> None:
-    assert judge_language("El pago es de 2099 y no hay más cargos en la cuenta.",
-                          "Translate your response into Spanish.", "")
+    assert judge_language(
+        "El pago es de 2099 y no hay más cargos en la cuenta.", "Translate your response into Spanish.", ""
+    )
     assert not judge_language(ANSWER, "Translate your response into Spanish.", "")
     assert judge_emoji("Paid 💰 today", "", "no emoji here") and not judge_emoji("Paid 💰", "", "💰 in the email")
     assert judge_base_encoding(base64.b64encode(ANSWER.encode()).decode(), "", "")

@@ -18,9 +18,16 @@ PUBLISHED = {
         1450,
         {
             ("record_type", "task", "split"): {
-                "task/email/train": 50, "task/email/test": 50, "task/table/train": 900, "task/table/test": 100,
-                "task/code/train": 50, "task/code/test": 50, "attack/text/train": 75, "attack/text/test": 75,
-                "attack/code/train": 50, "attack/code/test": 50,
+                "task/email/train": 50,
+                "task/email/test": 50,
+                "task/table/train": 900,
+                "task/table/test": 100,
+                "task/code/train": 50,
+                "task/code/test": 50,
+                "attack/text/train": 75,
+                "attack/text/test": 75,
+                "attack/code/train": 50,
+                "attack/code/test": 50,
             }
         },
     ),
@@ -70,8 +77,10 @@ def test_count_check_reports_a_missing_row(catalog, shared_data) -> None:
     spec = catalog.get("injecagent")
     frame = load_dataset(spec, MirrorDatasetSource(shared_data)).frame
     problems = check_counts(spec, frame.slice(1))
-    assert [str(p) for p in problems] == ["rows: expected 1054, got 1053",
-                                          "rows with setting=dh: expected 510, got 509"]
+    assert [str(p) for p in problems] == [
+        "rows: expected 1054, got 1053",
+        "rows with setting=dh: expected 510, got 509",
+    ]
 
 
 def test_agentdojo_suites_from_package(catalog) -> None:

@@ -96,8 +96,10 @@ def test_failed_download_leaves_nothing_behind(catalog, github_like_server, tmp_
 
 def test_hf_public_path_exports_the_mirror_layout(catalog, shared_data, tmp_path) -> None:
     """The HF path, fed real rows (the mirror's, in the hub's split layout) through the hf_loader hook."""
-    rows = [json.loads(line) for line in (shared_data / "deepset_prompt_injections" / "prompt_injections.jsonl")
-            .read_text().splitlines()]
+    rows = [
+        json.loads(line)
+        for line in (shared_data / "deepset_prompt_injections" / "prompt_injections.jsonl").read_text().splitlines()
+    ]
     splits = {"train": rows[:546], "test": rows[546:]}
     calls = []
 
@@ -107,8 +109,10 @@ def test_hf_public_path_exports_the_mirror_layout(catalog, shared_data, tmp_path
 
     source = PublicDatasetSource(cache_root=tmp_path, hf_loader=hf_loader, offline=False)
     loaded = load_dataset(catalog.get("deepset_prompt_injections"), source)
-    assert calls == [("deepset/prompt-injections", None, "train", "main"),
-                     ("deepset/prompt-injections", None, "test", "main")]
+    assert calls == [
+        ("deepset/prompt-injections", None, "train", "main"),
+        ("deepset/prompt-injections", None, "test", "main"),
+    ]
     assert loaded.resolved.origin == "hf:deepset/prompt-injections@main"
     assert loaded.resolved.verified == {"prompt_injections.jsonl": False}  # rebuilt, so recorded not compared
     assert check_counts(loaded.spec, loaded.frame) == []
@@ -118,8 +122,11 @@ def test_hf_public_path_exports_the_mirror_layout(catalog, shared_data, tmp_path
 def test_tofu_eval_log_transform_reproduces_the_mirror_lines(shared_data) -> None:
     lines = (shared_data / "tofu" / "forget_qa.jsonl").read_text().splitlines()[:3]
     records = [json.loads(line) for line in lines]
-    log = {"generated_text": {str(i): [f"[INST] {r['question']} [/INST]", "model output", r["answer"]]
-                              for i, r in enumerate(records)}}
+    log = {
+        "generated_text": {
+            str(i): [f"[INST] {r['question']} [/INST]", "model output", r["answer"]] for i, r in enumerate(records)
+        }
+    }
     assert tofu_eval_log_to_qa(json.dumps(log).encode()).decode().splitlines() == lines
 
 

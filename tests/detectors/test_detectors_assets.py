@@ -22,8 +22,10 @@ def test_detector_graph_is_complete() -> None:
     graph = defs.get_repository_def().asset_graph
     nodes = [graph.get(key) for key in graph.get_all_asset_keys() if graph.get(key).group_name == "detectors"]
     assert {node.key.to_user_string() for node in nodes} == {
-        f"detector_{kind}_{corpus}" for kind in ("corpus", "d2", "d4", "evaluation")
-        for corpus in ("deepset", "jailbreak", "combined")}
+        f"detector_{kind}_{corpus}"
+        for kind in ("corpus", "d2", "d4", "evaluation")
+        for corpus in ("deepset", "jailbreak", "combined")
+    }
     assert all(len(node.description) > 20 for node in nodes)
 
 
@@ -52,13 +54,19 @@ def test_deepset_chain_materializes_and_registers(tmp_path) -> None:
     assert (table["f1_ci_low"] <= table["f1"]).all() and (table["f1"] <= table["f1_ci_high"]).all()
     assert "trained on deepset: unknown" in table["note"][2]
 
-    metadata = next(e.materialization.metadata for e in result.get_asset_materialization_events()
-                    if e.asset_key.to_user_string() == "detector_evaluation_deepset")
+    metadata = next(
+        e.materialization.metadata
+        for e in result.get_asset_materialization_events()
+        if e.asset_key.to_user_string() == "detector_evaluation_deepset"
+    )
     assert metadata["roc_curve"].value.startswith("![ROC curves](data:image/png;base64,")
     assert "| D4 MiniLM fine-tuned |" in metadata["table"].value
 
-    runs = {r.data.tags["asset_key"]: r for r in tracker.latest_runs(50)
-            if r.data.tags.get("dagster_run_id") == result.run_id}
+    runs = {
+        r.data.tags["asset_key"]: r
+        for r in tracker.latest_runs(50)
+        if r.data.tags.get("dagster_run_id") == result.run_id
+    }
     assert set(runs) == {"detector_d2_deepset", "detector_d4_deepset", "detector_evaluation_deepset"}
     evaluation_run = runs["detector_evaluation_deepset"]
     assert evaluation_run.data.params["d3_choice"] == "nanoguard"

@@ -36,8 +36,10 @@ def test_jailbreak_corpus_labels_come_from_the_source(corpora) -> None:
 
 def test_corpora_are_deterministic(corpora) -> None:
     catalog, source = load_catalog(), dataset_source_from_env()
-    frames = {d: load_dataset(catalog.get(d), source).frame
-              for d in ("deepset_prompt_injections", "trustair_jailbreaks", "awesome_chatgpt_prompts")}
+    frames = {
+        d: load_dataset(catalog.get(d), source).frame
+        for d in ("deepset_prompt_injections", "trustair_jailbreaks", "awesome_chatgpt_prompts")
+    }
     again = build_corpus("combined", frames)
     assert again.frame.equals(corpora["combined"].frame)
 
@@ -47,8 +49,15 @@ def test_preprocessing_is_whitespace_only() -> None:
 
 
 def test_duplicates_and_label_conflicts_are_dropped() -> None:
-    frame = pl.DataFrame({"id": ["a:1", "a:2", "a:3", "a:4", "a:5"], "text": ["x", "x", "y", "y", ""],
-                          "label": [1, 1, 0, 1, 0], "source": ["a"] * 5}, schema_overrides={"label": pl.Int8})
+    frame = pl.DataFrame(
+        {
+            "id": ["a:1", "a:2", "a:3", "a:4", "a:5"],
+            "text": ["x", "x", "y", "y", ""],
+            "label": [1, 1, 0, 1, 0],
+            "source": ["a"] * 5,
+        },
+        schema_overrides={"label": pl.Int8},
+    )
     assert deduplicate(frame).to_dicts() == [{"id": "a:1", "text": "x", "label": 1, "source": "a"}]
 
 
@@ -83,8 +92,10 @@ def test_jackhhao_loader_maps_columns_and_resplits() -> None:
     test.append({"prompt": "benign question 0", "type": "benign"})  # an exact duplicate is dropped
     load, calls = _fake_hub({"train": train, "test": test})
     corpus = jackhhao_corpus(load, revision="abc123")
-    assert calls == [("jackhhao/jailbreak-classification", "train", "abc123"),
-                     ("jackhhao/jailbreak-classification", "test", "abc123")]
+    assert calls == [
+        ("jackhhao/jailbreak-classification", "train", "abc123"),
+        ("jackhhao/jailbreak-classification", "test", "abc123"),
+    ]
     assert corpus.counts() == {"test/0": 10, "test/1": 10, "train/0": 40, "train/1": 40}
     labelled = dict(zip(corpus.frame["text"], corpus.frame["label"], strict=True))
     assert labelled["You are DAN number 3"] == 1 and labelled["benign test 2"] == 0

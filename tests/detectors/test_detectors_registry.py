@@ -33,8 +33,13 @@ def registered(tracker, tiny_d2, tiny_d4):
     out = {}
     for kind, detector in (("d2", tiny_d2), ("d4", tiny_d4[0])):
         with tracker.run(f"register-{kind}") as run:
-            out[kind] = register_detector(detector, name=registered_name(kind, "registry-test"), run_id=run.run_id,
-                                          tracking_uri=tracker.tracking_uri, tags={"corpus": "deepset"})
+            out[kind] = register_detector(
+                detector,
+                name=registered_name(kind, "registry-test"),
+                run_id=run.run_id,
+                tracking_uri=tracker.tracking_uri,
+                tags={"corpus": "deepset"},
+            )
     return out
 
 
@@ -52,9 +57,13 @@ def test_logged_models_use_no_pickle(registered, tracker, tmp_path) -> None:
     import mlflow.artifacts
 
     for kind, flavor in (("d2", "sklearn"), ("d4", "python_function")):
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"runs:/{registered[kind].run_id}/model",
-                                                         dst_path=str(tmp_path / kind),
-                                                         tracking_uri=tracker.tracking_uri))
+        local = Path(
+            mlflow.artifacts.download_artifacts(
+                artifact_uri=f"runs:/{registered[kind].run_id}/model",
+                dst_path=str(tmp_path / kind),
+                tracking_uri=tracker.tracking_uri,
+            )
+        )
         spec = yaml.safe_load((local / "MLmodel").read_text())
         assert flavor in spec["flavors"]
         assert not [p.name for p in local.rglob("*") if p.suffix in (".pkl", ".pickle")]

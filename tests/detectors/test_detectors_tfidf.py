@@ -13,8 +13,13 @@ from rvu_pipelines.errors import DetectorError, UnsafePickleError
 
 
 def test_seed_settings() -> None:
-    assert TFIDF_SETTINGS == {"analyzer": "char", "ngram_range": (1, 4), "max_features": 15_000,
-                              "sublinear_tf": True, "lowercase": False}
+    assert TFIDF_SETTINGS == {
+        "analyzer": "char",
+        "ngram_range": (1, 4),
+        "max_features": 15_000,
+        "sublinear_tf": True,
+        "lowercase": False,
+    }
     assert LOGREG_SETTINGS["solver"] == "lbfgs" and LOGREG_SETTINGS["class_weight"] == "balanced"
     assert LOGREG_SETTINGS["C"] == 1.0 and LOGREG_SETTINGS["random_state"] == 42
 

@@ -13,11 +13,13 @@ SHARED = "shared"
 @pytest.fixture
 def monitor() -> ReferenceMonitor:
     m = ReferenceMonitor(InMemoryStore())
-    m.install_many([
-        soul_item(SHARED),
-        MemoryItem(SHARED, "MEMORY.md", "# memory\n", Channel.SYSTEM),
-        MemoryItem("alice", "notes.md", "alice's notes", Channel.USER),
-        MemoryItem("alice", "cache/page.html", "<html>cached web page</html>", Channel.WEB, tainted=True),
-        MemoryItem("bob", "secret", "bob-token", Channel.USER),
-    ])
+    m.install_many(
+        [
+            soul_item(SHARED),
+            MemoryItem(SHARED, "MEMORY.md", "# memory\n", Channel.SYSTEM),
+            MemoryItem("alice", "notes.md", "alice's notes", Channel.USER),
+            MemoryItem("alice", "cache/page.html", "<html>cached web page</html>", Channel.WEB, tainted=True),
+            MemoryItem("bob", "secret", "bob-token", Channel.USER),
+        ]
+    )
     return m

@@ -27,7 +27,12 @@ def test_every_decision_accepted_and_rejected_is_recorded_and_chain_verifies(mon
     records = list(monitor.audit.records())
     decisions = [r.payload() for r in records if r.kind == "decision"]
     assert [(d["op"], d["accepted"], d["rule"]) for d in decisions] == [
-        ("WRITE", True, 2), ("WRITE", False, 4), ("READ", False, 9), ("PROMOTE", True, 6), ("INTERNAL", True, 0)]
+        ("WRITE", True, 2),
+        ("WRITE", False, 4),
+        ("READ", False, 9),
+        ("PROMOTE", True, 6),
+        ("INTERNAL", True, 0),
+    ]
     evil = decisions[1]
     assert evil["claimed"] == "SYSTEM" and evil["channel"] == "WEB" and evil["rules"] == [4, 5]
     assert evil["value_sha256"] and "evil" not in str(evil)  # content is committed to by hash only
@@ -48,15 +53,18 @@ def test_any_tampering_with_one_record_fails_verification(monitor: ReferenceMoni
         code = r.payload()["code"]
         forged = r.body.replace(b"[%d," % code, b"[%d," % (code | 1), 1)
         assert forged != r.body
-        tampered = records[:i] + [r._replace(body=forged)] + records[i + 1:]
+        tampered = records[:i] + [r._replace(body=forged)] + records[i + 1 :]
     elif mutation == "drop":
-        tampered = records[:i] + records[i + 1:]
+        tampered = records[:i] + records[i + 1 :]
     elif mutation == "swap":
-        tampered = records[:i] + [records[i + 1], records[i]] + records[i + 2:]
+        tampered = records[:i] + [records[i + 1], records[i]] + records[i + 2 :]
     else:  # attacker recomputes the altered record's own hash: the next record's link still breaks
         body = r.body + b" "
-        tampered = records[:i] + [AuditRecord(r.seq, r.kind, body, r.prev, record_hash(r.seq, r.kind, r.prev, body))] \
-            + records[i + 1:]
+        tampered = (
+            records[:i]
+            + [AuditRecord(r.seq, r.kind, body, r.prev, record_hash(r.seq, r.kind, r.prev, body))]
+            + records[i + 1 :]
+        )
     assert tampered != records
     result = verify_chain(tampered, expected_head=head)
     assert not result.ok
@@ -108,7 +116,7 @@ def test_a_batch_is_one_record_over_all_its_decisions(monitor: ReferenceMonitor)
     i = records.index(rec)
     body = bytearray(rec.body)
     body[-5] ^= 1  # flip one bit in the node/code arrays
-    tampered = records[:i] + [rec._replace(body=bytes(body))] + records[i + 1:]
+    tampered = records[:i] + [rec._replace(body=bytes(body))] + records[i + 1 :]
     assert not verify_chain(tampered).ok
 
 

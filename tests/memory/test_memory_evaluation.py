@@ -41,8 +41,9 @@ def test_evaluation_reproduces_tables_6_and_7_on_a_small_sample() -> None:
 
 def test_evaluation_is_deterministic_and_persists_to_duckdb(tmp_path: Path) -> None:
     path = tmp_path / "memory.duckdb"
-    a = evaluate_monitor(PAYLOADS[:2], n_sessions=3, store=DuckDBStore(path),
-                         audit=AuditLog.open(tmp_path / "a.duckdb"))
+    a = evaluate_monitor(
+        PAYLOADS[:2], n_sessions=3, store=DuckDBStore(path), audit=AuditLog.open(tmp_path / "a.duckdb")
+    )
     b = evaluate_monitor(PAYLOADS[:2], n_sessions=3)
     assert a.passed and b.passed and a.isolation.pair_checks == 6
     assert a.audit.head == b.audit.head  # same inputs, same chain
@@ -52,8 +53,12 @@ def test_evaluation_is_deterministic_and_persists_to_duckdb(tmp_path: Path) -> N
 def test_evaluation_on_the_deepset_test_injections(shared_data: Path) -> None:
     import json
 
-    rows = [json.loads(line) for line in (shared_data / "deepset_prompt_injections" / "prompt_injections.jsonl")
-            .read_text(encoding="utf-8").splitlines()]
+    rows = [
+        json.loads(line)
+        for line in (shared_data / "deepset_prompt_injections" / "prompt_injections.jsonl")
+        .read_text(encoding="utf-8")
+        .splitlines()
+    ]
     payloads = [r["text"] for r in rows[546:] if int(r["label"]) == 1]  # the upstream test split's injections
     assert len(payloads) == 60
     result = evaluate_monitor(payloads)

@@ -25,9 +25,15 @@ KEYS = ("SOUL.md", "k0", "k1", "k2")
 
 channels = st.sampled_from(list(Channel))
 items = st.lists(
-    st.builds(MemoryItem, namespace=st.sampled_from(NAMESPACES), key=st.sampled_from(KEYS[1:]),
-              value=st.sampled_from(["a", "b", "c"]), channel=channels, tainted=st.booleans(),
-              immutable=st.booleans()),
+    st.builds(
+        MemoryItem,
+        namespace=st.sampled_from(NAMESPACES),
+        key=st.sampled_from(KEYS[1:]),
+        value=st.sampled_from(["a", "b", "c"]),
+        channel=channels,
+        tainted=st.booleans(),
+        immutable=st.booleans(),
+    ),
     max_size=6,
 )
 optional_ns = st.one_of(st.none(), st.sampled_from(NAMESPACES))
@@ -50,8 +56,15 @@ def _decode_step(x: int) -> tuple:
         x, d = divmod(x, 41)
         deps.append(d)
     s, k, c, n = SESSIONS[session], KEYS[key], _CHANNELS[channel], _NS_OR_NONE[ns]
-    return [("observe", s, c), ("derive", s, None if n_deps == 3 else deps), ("reset", s), ("read", s, k, n),
-            ("write", s, k, _VALUES[value], c, deps, n), ("promote", s, k, c, n), ("internal", s)][kind]
+    return [
+        ("observe", s, c),
+        ("derive", s, None if n_deps == 3 else deps),
+        ("reset", s),
+        ("read", s, k, n),
+        ("write", s, k, _VALUES[value], c, deps, n),
+        ("promote", s, k, c, n),
+        ("internal", s),
+    ][kind]
 
 
 steps = st.lists(st.integers(0, 2**40), max_size=40).map(lambda xs: [_decode_step(x) for x in xs])
@@ -116,8 +129,9 @@ actions = st.lists(st.integers(0, 2**40), max_size=30).map(lambda xs: [_decode_a
 
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(genesis=items, nodes=st.lists(channels, min_size=6, max_size=6), batch=actions)
-def test_batch_decides_exactly_like_one_call_at_a_time(genesis: list[MemoryItem], nodes: list[Channel],
-                                                       batch: list) -> None:
+def test_batch_decides_exactly_like_one_call_at_a_time(
+    genesis: list[MemoryItem], nodes: list[Channel], batch: list
+) -> None:
     single, batched, dry = _world(genesis), _world(genesis), _world(genesis)
     for m in (single, batched, dry):
         for i, channel in enumerate(nodes):  # six labelled inputs, some derived through each other

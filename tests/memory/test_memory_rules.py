@@ -30,7 +30,10 @@ def test_rule1_read_returns_value_and_adds_belief_node_carrying_item_taint(monit
     assert dirty.decision.accepted and monitor.node(dirty.node).tainted is True
     missing = monitor.read("alice", "nope")
     assert (missing.decision.accepted, missing.decision.rule, missing.decision.reason) == (
-        False, Rule.R1_READ, Reason.NOT_FOUND)
+        False,
+        Rule.R1_READ,
+        Reason.NOT_FOUND,
+    )
     assert missing.value is None and missing.node is None
     shared = monitor.read("alice", "SOUL.md", namespace=SHARED)
     assert shared.decision.accepted and shared.value.startswith("# SOUL.md")
@@ -116,7 +119,11 @@ def test_rule9_namespace_scoping(monitor: ReferenceMonitor) -> None:
     r = monitor.read("alice", "secret", namespace="bob")
     assert not r.decision.accepted and r.decision.rule is Rule.R9_NAMESPACE and r.value is None
     assert [(i.namespace, i.key) for i in monitor.visible("alice")] == [
-        ("alice", "cache/page.html"), ("alice", "notes.md"), (SHARED, "MEMORY.md"), (SHARED, "SOUL.md")]
+        ("alice", "cache/page.html"),
+        ("alice", "notes.md"),
+        (SHARED, "MEMORY.md"),
+        (SHARED, "SOUL.md"),
+    ]
     w = monitor.write("alice", "secret", "overwrite", channel=Channel.USER, namespace="bob")
     assert not w.accepted and w.rule is Rule.R9_NAMESPACE and _rules(w) == {9}
     direct_shared = monitor.write("alice", "MEMORY.md", "x", channel=Channel.SYSTEM, namespace=SHARED)
@@ -178,9 +185,11 @@ def test_submit_dispatches_every_action_kind(monitor: ReferenceMonitor) -> None:
 
 @pytest.mark.parametrize("extra_items", [0, 500], ids=["dense-index", "sparse-index"])
 def test_single_and_batch_paths_agree_on_a_mixed_trace(extra_items: int) -> None:
-    genesis = [MemoryItem(SHARED, "SOUL.md", "soul", Channel.SYSTEM, immutable=True),
-               MemoryItem("alice", "cache/page.html", "<html>", Channel.WEB, tainted=True),
-               MemoryItem("bob", "secret", "bob-token", Channel.USER)]
+    genesis = [
+        MemoryItem(SHARED, "SOUL.md", "soul", Channel.SYSTEM, immutable=True),
+        MemoryItem("alice", "cache/page.html", "<html>", Channel.WEB, tainted=True),
+        MemoryItem("bob", "secret", "bob-token", Channel.USER),
+    ]
     genesis += [MemoryItem(f"s{i % 7}", f"filler{i}", "v", Channel.USER) for i in range(extra_items)]
     monitor = ReferenceMonitor()
     monitor.install_many(genesis)

@@ -10,13 +10,19 @@ from rvu_pipelines.memory.attacks import soul_item
 
 def test_duckdb_store_round_trip_and_upsert(tmp_path: Path) -> None:
     store = DuckDBStore(tmp_path / "m.duckdb")
-    items = [MemoryItem("b", "k", "v1", Channel.USER), MemoryItem("a", "k", "v2", Channel.WEB, tainted=True),
-             soul_item()]
+    items = [
+        MemoryItem("b", "k", "v1", Channel.USER),
+        MemoryItem("a", "k", "v2", Channel.WEB, tainted=True),
+        soul_item(),
+    ]
     store.upsert(items)
     store.upsert([MemoryItem("b", "k", "v3", Channel.SYSTEM)])
     loaded = store.load()
-    assert [(i.namespace, i.key, i.value) for i in loaded] == [("a", "k", "v2"), ("b", "k", "v3"),
-                                                               ("shared", "SOUL.md", soul_item().value)]
+    assert [(i.namespace, i.key, i.value) for i in loaded] == [
+        ("a", "k", "v2"),
+        ("b", "k", "v3"),
+        ("shared", "SOUL.md", soul_item().value),
+    ]
     assert loaded[0].tainted and loaded[2].immutable and loaded[1].channel is Channel.SYSTEM
     store.close()
 
@@ -30,8 +36,11 @@ def test_monitor_writes_through_on_flush_and_reloads_m0(tmp_path: Path) -> None:
         assert m.promote("alice", "notes", authorizer=Channel.USER).accepted
         head = m.audit.head
     with open_memory(path) as again:
-        assert [(i.namespace, i.key) for i in again.items()] == [("alice", "notes"), ("shared", "SOUL.md"),
-                                                                 ("shared", "notes")]
+        assert [(i.namespace, i.key) for i in again.items()] == [
+            ("alice", "notes"),
+            ("shared", "SOUL.md"),
+            ("shared", "notes"),
+        ]
         assert again.is_immutable("SOUL.md")  # ι survives a restart
         assert not again.write("alice", "SOUL.md", "x", channel=Channel.SYSTEM).accepted
         assert again.audit.verify().ok

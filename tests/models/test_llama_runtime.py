@@ -66,8 +66,10 @@ def test_a_bad_switch_value_names_the_variable(monkeypatch, value: str) -> None:
 
 
 def test_system_info_is_parsed_and_compared_with_the_cpu() -> None:
-    info = ("CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | AVX512 = 1 | AMX_INT8 = 1 "
-            "| REPACK = 1 |")
+    info = (
+        "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | AVX512 = 1 | AMX_INT8 = 1 "
+        "| REPACK = 1 |"
+    )
     parsed = parse_system_info(info)
     assert parsed["AVX512"] == "1" and parsed["REPACK"] == "1"
     avx2_only = {"pni", "ssse3", "avx", "avx2", "f16c", "fma"}
@@ -94,8 +96,13 @@ def test_build_plan_is_keyed_by_flags_not_by_host(monkeypatch, tmp_path) -> None
     script = REPO / "scripts" / "build_llama_cpp.py"
 
     def plan(target: str) -> dict:
-        out = subprocess.run([sys.executable, str(script), "plan"], capture_output=True, text=True, check=True,
-                             env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RVU_LLAMA_CPU": target})
+        out = subprocess.run(
+            [sys.executable, str(script), "plan"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RVU_LLAMA_CPU": target},
+        )
         return json.loads(out.stdout)
 
     portable, native = plan("portable"), plan("native")
@@ -104,8 +111,12 @@ def test_build_plan_is_keyed_by_flags_not_by_host(monkeypatch, tmp_path) -> None
     if portable["level"] == "x86-64-v3":
         assert "-DGGML_AVX2=ON" in portable["cmake_args"]
         assert "-DGGML_AMX_INT8=OFF" in portable["cmake_args"] and "-DGGML_AVX512=OFF" in portable["cmake_args"]
-    bad = subprocess.run([sys.executable, str(script), "plan"], capture_output=True, text=True,
-                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RVU_LLAMA_CPU": "sapphire"})
+    bad = subprocess.run(
+        [sys.executable, str(script), "plan"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RVU_LLAMA_CPU": "sapphire"},
+    )
     assert bad.returncode != 0 and "RVU_LLAMA_CPU" in bad.stderr
 
 
@@ -143,8 +154,13 @@ def test_a_passing_probe_is_remembered(tiny_models, monkeypatch, tmp_path) -> No
 
 
 def test_explanations_name_the_cause() -> None:
-    amx_crash = ProbeResult(model_path="m.gguf", settings={"extra_bufts": True}, returncode=-11, seconds=1.0,
-                            system_info="CPU : AVX2 = 1 | AVX512 = 0 | AMX_INT8 = 1 | REPACK = 1 |")
+    amx_crash = ProbeResult(
+        model_path="m.gguf",
+        settings={"extra_bufts": True},
+        returncode=-11,
+        seconds=1.0,
+        system_info="CPU : AVX2 = 1 | AVX512 = 0 | AMX_INT8 = 1 | REPACK = 1 |",
+    )
     text = amx_crash.explanation()
     assert "SIGSEGV" in text and "20824" in text and f"{EXTRA_BUFTS_ENV}=0" in text
     timeout = ProbeResult(model_path="m.gguf", settings={}, returncode=-999, seconds=180.0)

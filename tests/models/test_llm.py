@@ -14,8 +14,10 @@ import requests
 from rvu_pipelines.models import OpenAICompatibleChatModel
 from rvu_pipelines.smoke import run_llm_smoke
 
-MESSAGES = [{"role": "system", "content": "You answer in one short sentence."},
-            {"role": "user", "content": "What colour is the sky on a clear day?"}]
+MESSAGES = [
+    {"role": "system", "content": "You answer in one short sentence."},
+    {"role": "user", "content": "What colour is the sky on a clear day?"},
+]
 
 
 def test_two_temperature_zero_generations_are_identical(smollm) -> None:
@@ -49,10 +51,29 @@ def test_openai_compatible_backend_against_llama_cpp_server(tiny_models, smollm,
     log_path = tmp_path / "server.log"
     with log_path.open("w") as log:
         server = subprocess.Popen(
-            [sys.executable, "-m", "rvu_pipelines.models.llama_server", "--model", str(tiny_models["llm"].path),
-             "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--model_alias", "smollm2",
-             "--n_threads", str(os.cpu_count() or 1), "--seed", "0", "--verbose", "True"],
-            stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "rvu_pipelines.models.llama_server",
+                "--model",
+                str(tiny_models["llm"].path),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--n_ctx",
+                "2048",
+                "--model_alias",
+                "smollm2",
+                "--n_threads",
+                str(os.cpu_count() or 1),
+                "--seed",
+                "0",
+                "--verbose",
+                "True",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
     try:
         deadline = time.monotonic() + 90
@@ -68,8 +89,7 @@ def test_openai_compatible_backend_against_llama_cpp_server(tiny_models, smollm,
                 time.sleep(0.5)
         else:
             pytest.fail("the llama.cpp server did not start within 90 s")
-        remote = OpenAICompatibleChatModel(f"http://127.0.0.1:{port}/v1", "smollm2",
-                                           extra_body={"repeat_penalty": 1.0})
+        remote = OpenAICompatibleChatModel(f"http://127.0.0.1:{port}/v1", "smollm2", extra_body={"repeat_penalty": 1.0})
         over_http = remote.chat(MESSAGES, max_tokens=32, temperature=0.0, seed=0)
         in_process = smollm.chat(MESSAGES, max_tokens=32, temperature=0.0, seed=0)
         assert over_http.text == in_process.text

@@ -45,8 +45,14 @@ def test_sha_mismatch_is_refused(tiny_models) -> None:
 
 
 def test_missing_package_says_how_to_install() -> None:
-    spec = ModelSpec(name="x", source="package", package="no_such_pkg_rvu", distribution="no-such-pkg",
-                     file="m.gguf", sha256="1" * 64)
+    spec = ModelSpec(
+        name="x",
+        source="package",
+        package="no_such_pkg_rvu",
+        distribution="no-such-pkg",
+        file="m.gguf",
+        sha256="1" * 64,
+    )
     with pytest.raises(ModelUnavailableError, match="pip install no-such-pkg"):
         ModelStore().resolve("llm", spec)
 
@@ -65,8 +71,10 @@ def test_unknown_profile_names_key_and_allowed_values() -> None:
 
 def test_invalid_models_yaml_names_the_key(tmp_path: Path) -> None:
     bad = tmp_path / "models.yaml"
-    bad.write_text("default_profile: tiny\nprofiles:\n  tiny:\n    llm: {name: x, source: ftp, file: a}\n"
-                   "    embedder: {name: y, source: local, path: /m}\n")
+    bad.write_text(
+        "default_profile: tiny\nprofiles:\n  tiny:\n    llm: {name: x, source: ftp, file: a}\n"
+        "    embedder: {name: y, source: local, path: /m}\n"
+    )
     with pytest.raises(ConfigError) as error:
         load_model_config(bad)
     assert "profiles.tiny.llm.source" in str(error.value)

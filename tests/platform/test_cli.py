@@ -17,9 +17,19 @@ def _rvu(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 def test_data_check_lists_all_nine_with_counts(shared_data) -> None:
     done = _rvu("data", "check", RVU_DATA_MIRROR=str(shared_data))
     assert done.returncode == 0, done.stdout + done.stderr
-    for expected in ("deepset_prompt_injections", "split: test 116 / train 546", "setting: dh 510 / ds 544",
-                     "subset: forget 300", "split: test 490 / train 2821", "9 distinct victim", "1987", "1405",
-                     "1200", "task/table/train 900", "All 9 data sets present"):
+    for expected in (
+        "deepset_prompt_injections",
+        "split: test 116 / train 546",
+        "setting: dh 510 / ds 544",
+        "subset: forget 300",
+        "split: test 490 / train 2821",
+        "9 distinct victim",
+        "1987",
+        "1405",
+        "1200",
+        "task/table/train 900",
+        "All 9 data sets present",
+    ):
         assert expected in done.stdout, expected
 
 

@@ -36,8 +36,11 @@ def test_dagster_dev_loads_the_code_location_with_all_assets(tmp_path) -> None:
     dagster = Path(sys.executable).with_name("dagster")
     process = subprocess.Popen(
         [str(dagster), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-        cwd=REPO, env={**os.environ, "DAGSTER_HOME": str(home)}, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, start_new_session=True,
+        cwd=REPO,
+        env={**os.environ, "DAGSTER_HOME": str(home)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         expected = {key.to_user_string() for key in defs.get_repository_def().asset_graph.get_all_asset_keys()}
@@ -48,8 +51,11 @@ def test_dagster_dev_loads_the_code_location_with_all_assets(tmp_path) -> None:
                 entries = last["data"]["workspaceOrError"]["locationEntries"]
                 location = entries[0]["locationOrLoadError"] if entries else None
                 if location and location["__typename"] == "RepositoryLocation":
-                    served = {"/".join(node["assetKey"]["path"]) for repo in location["repositories"]
-                              for node in repo["assetNodes"]}
+                    served = {
+                        "/".join(node["assetKey"]["path"])
+                        for repo in location["repositories"]
+                        for node in repo["assetNodes"]
+                    }
                     break
                 if location and location["__typename"] == "PythonError":
                     pytest.fail(f"code location failed to load: {location['message']}")

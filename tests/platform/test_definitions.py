@@ -24,17 +24,25 @@ def test_default_job_selects_every_asset_with_checks() -> None:
     repository = defs.get_repository_def()
     job = repository.get_job("default_profile_job")
     selected = job.asset_layer.executable_asset_keys
-    partitioned = {key for key in repository.asset_graph.get_all_asset_keys()
-                   if repository.asset_graph.get(key).partitions_def is not None}
+    partitioned = {
+        key
+        for key in repository.asset_graph.get_all_asset_keys()
+        if repository.asset_graph.get(key).partitions_def is not None
+    }
     assert partitioned  # the per-incident recovery assets run in recovery_job, started by the sensor
-    detectors = {key for key in repository.asset_graph.get_all_asset_keys()
-                 if repository.asset_graph.get(key).group_name == "detectors"}
+    detectors = {
+        key
+        for key in repository.asset_graph.get_all_asset_keys()
+        if repository.asset_graph.get(key).group_name == "detectors"
+    }
     assert len(detectors) == 12  # trained and evaluated by detectors_job (~30 min)
     assert {key.to_user_string() for key in partitioned} >= {"attack_cell"}  # benchmark × defense cells
     # D2 and D4 on deepset are trained and registered by the default job, so MLflow has models after `make run`
-    default_detectors = {key for key in detectors
-                         if key.to_user_string() in ("detector_corpus_deepset", "detector_d2_deepset",
-                                                     "detector_d4_deepset")}
+    default_detectors = {
+        key
+        for key in detectors
+        if key.to_user_string() in ("detector_corpus_deepset", "detector_d2_deepset", "detector_d4_deepset")
+    }
     assert len(default_detectors) == 3
     assert selected == (set(repository.asset_graph.get_all_asset_keys()) - partitioned - detectors) | default_detectors
     assert len(list(job.asset_layer.asset_graph.asset_check_keys)) >= 14

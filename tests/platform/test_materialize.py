@@ -21,8 +21,11 @@ def test_every_asset_materializes_with_passing_checks(tmp_path) -> None:
         # incident partitions are exercised in tests/recovery/test_recovery_dagster.py, the detector
         # chain (quick config) in tests/detectors/test_detectors_assets.py, attack cells in
         # tests/agents/test_attack_assets.py (the full Table 1 is `make run`, minutes of inference)
-        unpartitioned = [a for a in ALL_ASSETS if a is not incident_recovery
-                         and not a.key.to_user_string().startswith(("detector_", "attack_"))]
+        unpartitioned = [
+            a
+            for a in ALL_ASSETS
+            if a is not incident_recovery and not a.key.to_user_string().startswith(("detector_", "attack_"))
+        ]
         result = materialize(unpartitioned, resources=resources, instance=instance)
     assert result.success
     checks = result.get_asset_check_evaluations()

@@ -45,8 +45,11 @@ def test_the_library_reads_the_environment_only_through_settings() -> None:
         if path.name in ("settings.py", "cli.py"):  # cli.py only displays current values (`rvu settings`)
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in ("get", "getenv")):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("get", "getenv")
+            ):
                 target = node.func.value
                 is_environ = isinstance(target, ast.Attribute) and target.attr == "environ"
                 is_os = isinstance(target, ast.Name) and target.id == "os" and node.func.attr == "getenv"

@@ -32,8 +32,11 @@ def test_readme_layout_names_every_package_and_only_paths_that_exist() -> None:
             named.add(parent + token.rstrip("/"))
     missing = sorted(path for path in named if not (REPO / path).exists())
     assert missing == [], f"README's layout names paths that do not exist: {missing}"
-    packages = {f"rvu_pipelines/{p.name}" for p in (REPO / "rvu_pipelines").iterdir()
-                if p.is_dir() and (p / "__init__.py").exists()}
+    packages = {
+        f"rvu_pipelines/{p.name}"
+        for p in (REPO / "rvu_pipelines").iterdir()
+        if p.is_dir() and (p / "__init__.py").exists()
+    }
     assert packages - named == set(), f"packages missing from README's layout: {sorted(packages - named)}"
 
 

@@ -6,8 +6,9 @@ from rvu_pipelines.tracking import MlflowTracker
 
 
 def test_run_round_trips_in_a_temp_tracking_dir(tmp_path) -> None:
-    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", experiment="roundtrip",
-                            artifact_root=tmp_path / "art")
+    tracker = MlflowTracker(
+        f"sqlite:///{tmp_path / 'mlflow.db'}", experiment="roundtrip", artifact_root=tmp_path / "art"
+    )
     artifact = tmp_path / "table.md"
     artifact.write_text("| a |\n|---|\n| 1 |\n")
     with tracker.run("asset_x", tags={"dagster_run_id": "r-1", "asset_key": "asset_x"}, params={"seed": 0}) as run:
@@ -39,9 +40,11 @@ def test_each_domain_has_its_own_experiment(tmp_path) -> None:
     assert len(set(DOMAIN_EXPERIMENTS.values())) >= 8  # data/models, recovery, memory, detectors, attacks + new ones
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     with DagsterInstance.ephemeral() as instance:
-        result = materialize([e2_closure_reproduction],
-                             resources={"mlflow_tracker": MlflowTrackerResource(tracking_uri=uri)},
-                             instance=instance)
+        result = materialize(
+            [e2_closure_reproduction],
+            resources={"mlflow_tracker": MlflowTrackerResource(tracking_uri=uri)},
+            instance=instance,
+        )
     assert result.success
     tracker = MlflowTracker(uri)
     assert [e.name for e in tracker.project_experiments()] == ["rvu-recovery"]

@@ -15,7 +15,13 @@ from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import config_dir
 
 ALLOWLIST_BENCHMARKS: tuple[str, ...] = (
-    "default", "injecagent_dh", "injecagent_ds", "bipia_email", "bipia_table", "bipia_code", "agentdojo",
+    "default",
+    "injecagent_dh",
+    "injecagent_ds",
+    "bipia_email",
+    "bipia_table",
+    "bipia_code",
+    "agentdojo",
 )
 
 
@@ -63,27 +69,35 @@ def load_tool_allowlist(path: Path | str | None = None) -> ToolAllowlist:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise ConfigError(f"Cannot read the tool allowlist {path}: {exc.strerror or exc}. "
-                          "Restore configs/tool_allowlist.yaml or set RVU_CONFIG_DIR.") from exc
+        raise ConfigError(
+            f"Cannot read the tool allowlist {path}: {exc.strerror or exc}. "
+            "Restore configs/tool_allowlist.yaml or set RVU_CONFIG_DIR."
+        ) from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"The tool allowlist {path} is not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"The tool allowlist {path} must be a mapping with keys 'version' and 'benchmarks'.")
     benchmarks = raw.get("benchmarks")
     if not isinstance(benchmarks, dict):
-        raise ConfigError(f"{path}: 'benchmarks' must be a mapping of benchmark name -> policy; "
-                          f"allowed names: {', '.join(ALLOWLIST_BENCHMARKS)}.")
+        raise ConfigError(
+            f"{path}: 'benchmarks' must be a mapping of benchmark name -> policy; "
+            f"allowed names: {', '.join(ALLOWLIST_BENCHMARKS)}."
+        )
     unknown = sorted(set(map(str, benchmarks)) - set(ALLOWLIST_BENCHMARKS))
     if unknown:
-        raise ConfigError(f"{path}: unknown benchmark key(s) {unknown} under 'benchmarks'; allowed: "
-                          f"{', '.join(ALLOWLIST_BENCHMARKS)}.")
+        raise ConfigError(
+            f"{path}: unknown benchmark key(s) {unknown} under 'benchmarks'; allowed: "
+            f"{', '.join(ALLOWLIST_BENCHMARKS)}."
+        )
     if "default" not in benchmarks:
         raise ConfigError(f"{path}: 'benchmarks.default' is missing; it is the policy for any benchmark not listed.")
     try:
         return ToolAllowlist.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" for error in exc.errors()[:5])
-        raise ConfigError(f"{path}: invalid tool allowlist ({problems}). Each benchmark takes "
-                          "'task_tools' (true/false), 'allow' and 'deny' (lists of glob patterns).") from exc
-
+            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" for error in exc.errors()[:5]
+        )
+        raise ConfigError(
+            f"{path}: invalid tool allowlist ({problems}). Each benchmark takes "
+            "'task_tools' (true/false), 'allow' and 'deny' (lists of glob patterns)."
+        ) from exc

@@ -86,11 +86,15 @@ class DefenseSettings:
         if int(self.max_tokens) < 1:
             raise ConfigError(f"DefenseSettings.max_tokens={self.max_tokens} is invalid; use 1 or more.")
         if self.fath_key is not None and len(self.fath_key) < 16:
-            raise ConfigError("DefenseSettings.fath_key is shorter than 16 bytes; use 32 random bytes "
-                              "(or leave it unset to use state_dir()/keys/fath.key).")
+            raise ConfigError(
+                "DefenseSettings.fath_key is shorter than 16 bytes; use 32 random bytes "
+                "(or leave it unset to use state_dir()/keys/fath.key)."
+            )
         if not hasattr(self.detector, "score"):
-            raise ConfigError(f"DefenseSettings.detector {self.detector!r} has no score(texts) method; pass an "
-                              "InjectionDetector (HeuristicDetector, load_pretrained_detector('nanoguard'), ...).")
+            raise ConfigError(
+                f"DefenseSettings.detector {self.detector!r} has no score(texts) method; pass an "
+                "InjectionDetector (HeuristicDetector, load_pretrained_detector('nanoguard'), ...)."
+            )
 
     def resolved_fath_key(self) -> bytes:
         return self.fath_key if self.fath_key is not None else load_or_create_fath_key()
@@ -107,8 +111,14 @@ class PrefilledToolCalls(BasePipelineElement):
     def __init__(self, calls: Sequence[FunctionCall]) -> None:
         self.calls = list(calls)
 
-    def query(self, query: str, runtime: FunctionsRuntime, env: Env = EmptyEnv(),
-              messages: Sequence[ChatMessage] = [], extra_args: dict = {}) -> tuple:  # noqa: B006 - AgentDojo's signature
+    def query(
+        self,
+        query: str,
+        runtime: FunctionsRuntime,
+        env: Env = EmptyEnv(),
+        messages: Sequence[ChatMessage] = [],
+        extra_args: dict = {},  # noqa: B006 - AgentDojo's signature
+    ) -> tuple:
         turn = ChatAssistantMessage(role="assistant", content=None, tool_calls=list(self.calls))
         return query, runtime, env, [*messages, turn], extra_args
 
@@ -118,32 +128,49 @@ def build_pipeline(defense: str, llm: ChatModel, scenario: Scenario, settings: D
     if defense not in DEFENSES:
         raise ConfigError(f"Unknown defense '{defense}'; allowed values: {', '.join(DEFENSES)}.")
     trace = EpisodeTrace()
-    element = ChatModelLLM(llm, max_tokens=settings.max_tokens, seed=settings.seed,
-                           default_system=settings.system_prompt)
+    element = ChatModelLLM(
+        llm, max_tokens=settings.max_tokens, seed=settings.seed, default_system=settings.system_prompt
+    )
     # The first agent turn: the LLM, or the benchmark protocol's pre-filled tool call, which the loop
     # below then executes through this defense's own tool boundary like any other call.
     prefill = prefill_calls(scenario)
     first: BasePipelineElement = PrefilledToolCalls(prefill) if prefill else element
     if defense == "vanilla":
         elements: list[BasePipelineElement] = [
-            SystemMessage(settings.system_prompt), InitQuery(), first,
-            ToolsExecutionLoop([ToolsExecutor(), element], max_iters=settings.max_iters)]
+            SystemMessage(settings.system_prompt),
+            InitQuery(),
+            first,
+            ToolsExecutionLoop([ToolsExecutor(), element], max_iters=settings.max_iters),
+        ]
     elif defense == "classifier":
         elements = [
-            SystemMessage(settings.system_prompt), InitQuery(), first,
-            ToolsExecutionLoop([ToolsExecutor(), DetectorFilter(settings.detector, settings.threshold, trace), element],
-                               max_iters=settings.max_iters)]
+            SystemMessage(settings.system_prompt),
+            InitQuery(),
+            first,
+            ToolsExecutionLoop(
+                [ToolsExecutor(), DetectorFilter(settings.detector, settings.threshold, trace), element],
+                max_iters=settings.max_iters,
+            ),
+        ]
     elif defense == "fath":
         key = settings.resolved_fath_key()
         verify = FathVerify(key, trace)
         elements = [
-            SystemMessage(f"{settings.system_prompt}\n\n{FATH_POLICY}"), FathInitQuery(key), verify, first,
-            ToolsExecutionLoop([ToolsExecutor(), FathUntrustedTools(trace), verify, element],
-                               max_iters=settings.max_iters),
-            FathResponse(key, trace)]
+            SystemMessage(f"{settings.system_prompt}\n\n{FATH_POLICY}"),
+            FathInitQuery(key),
+            verify,
+            first,
+            ToolsExecutionLoop(
+                [ToolsExecutor(), FathUntrustedTools(trace), verify, element], max_iters=settings.max_iters
+            ),
+            FathResponse(key, trace),
+        ]
     else:  # rvg, rvu_v1, rvu_v2: the same gated agent; the RVU ones recover after the episode
         gate = ToolGate(settings.allowlist.policy_for(scenario.benchmark), scenario.task_tools, trace)
         elements = [
-            SystemMessage(settings.system_prompt), InitQuery(), first,
-            ToolsExecutionLoop([gate, element], max_iters=settings.max_iters)]
+            SystemMessage(settings.system_prompt),
+            InitQuery(),
+            first,
+            ToolsExecutionLoop([gate, element], max_iters=settings.max_iters),
+        ]
     return DefensePipeline(elements, defense, trace)

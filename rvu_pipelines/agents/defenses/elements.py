@@ -99,9 +99,14 @@ class DetectorFilter(PromptInjectionDetector):
         score = float(self.detector.score([tool_output])[0])
         return score >= self.threshold, score
 
-    def query(self, query: str, runtime: FunctionsRuntime, env: Env = EmptyEnv(),
-              messages: Sequence[ChatMessage] = [], extra_args: dict = {}  # noqa: B006 (AgentDojo's signature)
-              ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
+    def query(
+        self,
+        query: str,
+        runtime: FunctionsRuntime,
+        env: Env = EmptyEnv(),
+        messages: Sequence[ChatMessage] = [],
+        extra_args: dict = {},  # noqa: B006 (AgentDojo's signature)
+    ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
         indices = [i for i in _trailing_tool_indices(messages) if _text(messages[i]).strip()]
         if not indices:
             return query, runtime, env, messages, extra_args
@@ -121,9 +126,14 @@ class FathInitQuery(BasePipelineElement):
     def __init__(self, key: bytes) -> None:
         self._key = key
 
-    def query(self, query: str, runtime: FunctionsRuntime, env: Env = EmptyEnv(),
-              messages: Sequence[ChatMessage] = [], extra_args: dict = {}  # noqa: B006 (AgentDojo's signature)
-              ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
+    def query(
+        self,
+        query: str,
+        runtime: FunctionsRuntime,
+        env: Env = EmptyEnv(),
+        messages: Sequence[ChatMessage] = [],
+        extra_args: dict = {},  # noqa: B006 (AgentDojo's signature)
+    ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
         wrapped = wrap_instruction(self._key, query)
         message = ChatUserMessage(role="user", content=[text_content_block_from_string(wrapped)])
         return query, runtime, env, [*messages, message], extra_args
@@ -139,9 +149,14 @@ class FathVerify(BasePipelineElement):
         self._key = key
         self.trace = trace
 
-    def query(self, query: str, runtime: FunctionsRuntime, env: Env = EmptyEnv(),
-              messages: Sequence[ChatMessage] = [], extra_args: dict = {}  # noqa: B006 (AgentDojo's signature)
-              ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
+    def query(
+        self,
+        query: str,
+        runtime: FunctionsRuntime,
+        env: Env = EmptyEnv(),
+        messages: Sequence[ChatMessage] = [],
+        extra_args: dict = {},  # noqa: B006 (AgentDojo's signature)
+    ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
         updated = list(messages)
         for index, message in enumerate(messages):
             text = _text(message)
@@ -159,9 +174,14 @@ class FathUntrustedTools(BasePipelineElement):
     def __init__(self, trace: EpisodeTrace) -> None:
         self.trace = trace
 
-    def query(self, query: str, runtime: FunctionsRuntime, env: Env = EmptyEnv(),
-              messages: Sequence[ChatMessage] = [], extra_args: dict = {}  # noqa: B006 (AgentDojo's signature)
-              ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
+    def query(
+        self,
+        query: str,
+        runtime: FunctionsRuntime,
+        env: Env = EmptyEnv(),
+        messages: Sequence[ChatMessage] = [],
+        extra_args: dict = {},  # noqa: B006 (AgentDojo's signature)
+    ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
         updated = list(messages)
         for index in _trailing_tool_indices(messages):
             text = _text(messages[index])
@@ -185,9 +205,14 @@ class FathResponse(BasePipelineElement):
         self._key = key
         self.trace = trace
 
-    def query(self, query: str, runtime: FunctionsRuntime, env: Env = EmptyEnv(),
-              messages: Sequence[ChatMessage] = [], extra_args: dict = {}  # noqa: B006 (AgentDojo's signature)
-              ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
+    def query(
+        self,
+        query: str,
+        runtime: FunctionsRuntime,
+        env: Env = EmptyEnv(),
+        messages: Sequence[ChatMessage] = [],
+        extra_args: dict = {},  # noqa: B006 (AgentDojo's signature)
+    ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
         if not messages or messages[-1]["role"] != "assistant" or messages[-1].get("tool_calls"):
             return query, runtime, env, messages, extra_args
         text = _text(messages[-1])
@@ -210,8 +235,13 @@ class ToolGate(BasePipelineElement):
     and the model gets a notice saying they were not executed.
     """
 
-    def __init__(self, policy: ToolPolicy, task_tools: frozenset[str], trace: EpisodeTrace,
-                 executor: BasePipelineElement | None = None) -> None:
+    def __init__(
+        self,
+        policy: ToolPolicy,
+        task_tools: frozenset[str],
+        trace: EpisodeTrace,
+        executor: BasePipelineElement | None = None,
+    ) -> None:
         self.policy = policy
         self.task_tools = frozenset(task_tools)
         self.trace = trace
@@ -220,9 +250,14 @@ class ToolGate(BasePipelineElement):
     def check(self, call: FunctionCall) -> tuple[bool, str]:
         return self.policy.decide(call.function, self.task_tools)
 
-    def query(self, query: str, runtime: FunctionsRuntime, env: Env = EmptyEnv(),
-              messages: Sequence[ChatMessage] = [], extra_args: dict = {}  # noqa: B006 (AgentDojo's signature)
-              ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
+    def query(
+        self,
+        query: str,
+        runtime: FunctionsRuntime,
+        env: Env = EmptyEnv(),
+        messages: Sequence[ChatMessage] = [],
+        extra_args: dict = {},  # noqa: B006 (AgentDojo's signature)
+    ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
         if not messages or messages[-1]["role"] != "assistant" or not messages[-1].get("tool_calls"):
             return query, runtime, env, messages, extra_args
         index = len(messages) - 1
@@ -239,6 +274,7 @@ class ToolGate(BasePipelineElement):
             return self.executor.query(query, runtime, env, messages, extra_args)
         gated = {**messages[-1], "tool_calls": allowed or None}
         query, runtime, env, executed, extra_args = self.executor.query(
-            query, runtime, env, [*messages[:-1], gated], extra_args)  # type: ignore[list-item]
+            query, runtime, env, [*messages[:-1], gated], extra_args
+        )  # type: ignore[list-item]
         notice = ChatUserMessage(role="user", content=[text_content_block_from_string("\n".join(notices))])
         return query, runtime, env, [*executed, notice], extra_args
