@@ -2,7 +2,9 @@
 
 ``encode`` turns actions into a ``BatchActions``; ``check_batch``/``submit_batch`` decide it in one
 vectorised pass that must give, code for code, what ``rules.py`` decides one call at a time (the
-tests compare the two). Kept apart because it changes for speed, not for the rules.
+tests compare the two). Kept apart because it changes for speed, not for the rules. It stays one unit
+(past 500 lines once formatted): every method reads and updates the same numpy mirrors of the monitor's
+state, so splitting it would scatter one invariant over several files.
 """
 
 from __future__ import annotations
