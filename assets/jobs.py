@@ -15,8 +15,10 @@ default_profile_job = define_asset_job(
     # training and evaluating the five detectors on three corpora takes ~30 min on 2 cores: detectors_job.
     # attack_cell is partitioned (benchmark × defense): backfills and the UI; the default job runs its
     # unpartitioned siblings (Table 1 and the benchmark samples).
-    selection=(AssetSelection.all() - AssetSelection.groups("recovery", "detectors")
-               - AssetSelection.assets("attack_cell")) | DEFAULT_DETECTORS,
+    selection=(
+        AssetSelection.all() - AssetSelection.groups("recovery", "detectors") - AssetSelection.assets("attack_cell")
+    )
+    | DEFAULT_DETECTORS,
     executor_def=in_process_executor,
     description="Materialize every asset of the default profile (data sets, models, smoke runs, "
     "reproductions, memory monitor evaluation, D2/D4 trained and registered on deepset, attack Table 1 and "

@@ -6,10 +6,12 @@ from dagster import DynamicPartitionsDefinition, MultiPartitionsDefinition, Stat
 from rvu_pipelines.scenarios.axes import BENCHMARKS, CANONICAL, DEFENSES
 
 # one attack-table cell per (benchmark, defense); "canonical" is Table 1's fixed 10 scenarios
-cell_partitions = MultiPartitionsDefinition({
-    "benchmark": StaticPartitionsDefinition([CANONICAL, *BENCHMARKS]),
-    "defense": StaticPartitionsDefinition(list(DEFENSES)),
-})
+cell_partitions = MultiPartitionsDefinition(
+    {
+        "benchmark": StaticPartitionsDefinition([CANONICAL, *BENCHMARKS]),
+        "defense": StaticPartitionsDefinition(list(DEFENSES)),
+    }
+)
 
 # one partition per accepted incident log, keyed by its content sha256 (added by the incident sensor)
 incident_partitions = DynamicPartitionsDefinition(name="incidents")

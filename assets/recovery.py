@@ -40,58 +40,101 @@ def _numbers(result: dict) -> dict[str, float]:
     return {k: float(v) for k, v in sorted(result.items()) if isinstance(v, (int, float))}
 
 
-@asset(group_name=REPRO_GROUP, kinds={"duckdb", "mlflow"},
-       description="Seed 000 E2: adapter-aware closure on the seed's scenario (adapter A clean a1-a3, adapter B "
-       "b1-b3 with b1 contaminated, an orphan). Expected v1 = 3, v2 = 4, adapter B tainted, A and orphan excluded.",
-       check_specs=[AssetCheckSpec("reproduces_e2", asset="e2_closure_reproduction", blocking=True)])
+@asset(
+    group_name=REPRO_GROUP,
+    kinds={"duckdb", "mlflow"},
+    description="Seed 000 E2: adapter-aware closure on the seed's scenario (adapter A clean a1-a3, adapter B "
+    "b1-b3 with b1 contaminated, an orphan). Expected v1 = 3, v2 = 4, adapter B tainted, A and orphan excluded.",
+    check_specs=[AssetCheckSpec("reproduces_e2", asset="e2_closure_reproduction", blocking=True)],
+)
 def e2_closure_reproduction(context: AssetExecutionContext, mlflow_tracker: MlflowTrackerResource):
     with tempfile.TemporaryDirectory() as tmp, mlflow_tracker.run_for(context) as run:
         result = reproduce_adapter_closure(tmp)
         run.log_metrics(_numbers(result))
-    passed = (result["v1_closure_size"] == 3 and result["v2_closure_size"] == 4 and result["adapter_b_tainted"]
-              and not result["adapter_a_tainted"] and not result["orphan_in_closure"])
-    yield Output(result, metadata={"v1_closure_size": result["v1_closure_size"],
-                                   "v2_closure_size": result["v2_closure_size"],
-                                   "tainted_adapters": MetadataValue.json(result["tainted_adapters"]),
-                                   "mlflow_run_id": run.run_id})
+    passed = (
+        result["v1_closure_size"] == 3
+        and result["v2_closure_size"] == 4
+        and result["adapter_b_tainted"]
+        and not result["adapter_a_tainted"]
+        and not result["orphan_in_closure"]
+    )
+    yield Output(
+        result,
+        metadata={
+            "v1_closure_size": result["v1_closure_size"],
+            "v2_closure_size": result["v2_closure_size"],
+            "tainted_adapters": MetadataValue.json(result["tainted_adapters"]),
+            "mlflow_run_id": run.run_id,
+        },
+    )
     yield AssetCheckResult(check_name="reproduces_e2", passed=passed, metadata=_numbers(result))
 
 
-@asset(group_name=REPRO_GROUP, kinds={"duckdb", "mlflow"},
-       description="Seed 000 E3 / Table 3: FROC risk R(e) = w_c·P + w_i·I + w_p·|C({e})|/|V| and tier of the "
-       "seven scenario entries with the weights and thresholds of configs/adapters.yaml.",
-       check_specs=[AssetCheckSpec("matches_table_3", asset="e3_froc_reproduction", blocking=True),
-                    AssetCheckSpec("corollary_3_1", asset="e3_froc_reproduction")])
-def e3_froc_reproduction(context: AssetExecutionContext, mlflow_tracker: MlflowTrackerResource,
-                         recovery: RecoveryResource):
+@asset(
+    group_name=REPRO_GROUP,
+    kinds={"duckdb", "mlflow"},
+    description="Seed 000 E3 / Table 3: FROC risk R(e) = w_c·P + w_i·I + w_p·|C({e})|/|V| and tier of the "
+    "seven scenario entries with the weights and thresholds of configs/adapters.yaml.",
+    check_specs=[
+        AssetCheckSpec("matches_table_3", asset="e3_froc_reproduction", blocking=True),
+        AssetCheckSpec("corollary_3_1", asset="e3_froc_reproduction"),
+    ],
+)
+def e3_froc_reproduction(
+    context: AssetExecutionContext, mlflow_tracker: MlflowTrackerResource, recovery: RecoveryResource
+):
     policy = recovery.policy()
     with tempfile.TemporaryDirectory() as tmp, mlflow_tracker.run_for(context, params=policy.summary()) as run:
         result = reproduce_froc_table(tmp, policy)
         run.log_metrics({f"risk_{label}": row["score"] for label, row in result["rows"].items()})
-    table = pl.DataFrame([{"entry": label, **row, "matches_seed": result["matches_seed"][label]}
-                          for label, row in result["rows"].items()])
+    table = pl.DataFrame(
+        [
+            {"entry": label, **row, "matches_seed": result["matches_seed"][label]}
+            for label, row in result["rows"].items()
+        ]
+    )
     yield Output(table, metadata={"table_3": MetadataValue.md(markdown_table(table)), "mlflow_run_id": run.run_id})
-    yield AssetCheckResult(check_name="matches_table_3", passed=result["all_match"],
-                           metadata={"mismatches": MetadataValue.json(
-                               sorted(k for k, ok in result["matches_seed"].items() if not ok))})
-    yield AssetCheckResult(check_name="corollary_3_1", passed=result["thresholds_monotonic"],
-                           metadata={"thresholds": MetadataValue.json(policy.summary()["thresholds"])})
+    yield AssetCheckResult(
+        check_name="matches_table_3",
+        passed=result["all_match"],
+        metadata={"mismatches": MetadataValue.json(sorted(k for k, ok in result["matches_seed"].items() if not ok))},
+    )
+    yield AssetCheckResult(
+        check_name="corollary_3_1",
+        passed=result["thresholds_monotonic"],
+        metadata={"thresholds": MetadataValue.json(policy.summary()["thresholds"])},
+    )
 
 
-@asset(group_name=REPRO_GROUP, kinds={"duckdb", "faiss", "mlflow"},
-       description="Seed 000 E8: recover from the E8 incident, then audit its Ed25519-signed v2 certificate: valid "
-       "signature, fields complete, disk round-trip, and every single-field modification detected.",
-       check_specs=[AssetCheckSpec("certificate_audit", asset="e8_certificate_audit", blocking=True)])
+@asset(
+    group_name=REPRO_GROUP,
+    kinds={"duckdb", "faiss", "mlflow"},
+    description="Seed 000 E8: recover from the E8 incident, then audit its Ed25519-signed v2 certificate: valid "
+    "signature, fields complete, disk round-trip, and every single-field modification detected.",
+    check_specs=[AssetCheckSpec("certificate_audit", asset="e8_certificate_audit", blocking=True)],
+)
 def e8_certificate_audit(context: AssetExecutionContext, mlflow_tracker: MlflowTrackerResource):
     with tempfile.TemporaryDirectory() as tmp, mlflow_tracker.run_for(context) as run:
         result = reproduce_certificate_audit(tmp)
         run.log_metrics(_numbers(result))
     result = {k: v for k, v in result.items() if k != "certificate_path"}
-    yield Output(result, metadata={"tamper_fields": result["tamper_fields"],
-                                   "tamper_detected": result["tamper_detected"], "mlflow_run_id": run.run_id})
-    yield AssetCheckResult(check_name="certificate_audit", passed=bool(result["theorem_4_satisfied"]),
-                           metadata={"signature_valid": result["signature_valid"], "reason": result["reason"],
-                                     "undetected": MetadataValue.json(result["tamper_undetected"])})
+    yield Output(
+        result,
+        metadata={
+            "tamper_fields": result["tamper_fields"],
+            "tamper_detected": result["tamper_detected"],
+            "mlflow_run_id": run.run_id,
+        },
+    )
+    yield AssetCheckResult(
+        check_name="certificate_audit",
+        passed=bool(result["theorem_4_satisfied"]),
+        metadata={
+            "signature_valid": result["signature_valid"],
+            "reason": result["reason"],
+            "undetected": MetadataValue.json(result["tamper_undetected"]),
+        },
+    )
 
 
 # ------------------------------------------------------------------------ per-incident recovery
@@ -113,51 +156,110 @@ _DESCRIPTIONS = {
     check_specs=[
         AssetCheckSpec("signature_verifies", asset="recovery_certificate", blocking=True),
         AssetCheckSpec("v2_contains_v1", asset="contamination_closure", blocking=True),
-        AssetCheckSpec("corollary_3_1", asset="risk_scores", blocking=True,
-                       description="A higher risk never gets a lower tier (thresholds strictly increasing)."),
+        AssetCheckSpec(
+            "corollary_3_1",
+            asset="risk_scores",
+            blocking=True,
+            description="A higher risk never gets a lower tier (thresholds strictly increasing).",
+        ),
     ],
     op_tags={"rvu/provenance_store": "default"},
 )
-def incident_recovery(context: AssetExecutionContext, recovery: RecoveryResource, model_store: ModelStoreResource,
-                      embedder: EmbedderResource, mlflow_tracker: MlflowTrackerResource):
+def incident_recovery(
+    context: AssetExecutionContext,
+    recovery: RecoveryResource,
+    model_store: ModelStoreResource,
+    embedder: EmbedderResource,
+    mlflow_tracker: MlflowTrackerResource,
+):
     incident_id = context.partition_key
     source = recovery.folders().accepted_path(incident_id)
     embedder_model = model_store.resolve("embedder")
     vectors = embedder.build(embedder_model.path, name=f"{embedder_model.name}@{embedder_model.sha256[:12]}")
     policy = recovery.policy()
     with mlflow_tracker.run_for(context, params={"incident": incident_id, **policy.summary()}) as run:
-        result = recover(source, recovery.store_path, recovery.index_path, recovery.key_dir,
-                         recovery.certificate_path(incident_id), policy=policy, embedder=vectors)
+        result = recover(
+            source,
+            recovery.store_path,
+            recovery.index_path,
+            recovery.key_dir,
+            recovery.certificate_path(incident_id),
+            policy=policy,
+            embedder=vectors,
+        )
         run.log_metrics(result.metrics())
         run.log_artifact(result.certificate_path, "certificates")
     v1, v2 = set(result.closure_v1), set(result.closure_v2)
     closure = pl.DataFrame({"entry_id": sorted(v2 | v1)}).with_columns(
-        pl.col("entry_id").is_in(sorted(v1)).alias("in_v1"), pl.col("entry_id").is_in(sorted(v2)).alias("in_v2"),
-        pl.col("entry_id").is_in(result.seeds).alias("seed"))
-    risk = pl.DataFrame({"entry_id": list(result.risk_scores), "risk": list(result.risk_scores.values()),
-                         "tier": [result.tiers[e] for e in result.risk_scores]}, schema_overrides={"risk": pl.Float64}
-                        ).sort("entry_id")
-    ok, reason = verify_certificate(result.certificate_path, trusted_fingerprints=[trusted_fingerprint(recovery.key_dir)])
-    yield Output({"incident_id": incident_id, "store": str(recovery.store_path), "index": str(recovery.index_path),
-                  "new_entries": result.ingest.new_entries}, output_name="provenance_store",
-                 metadata={"new_entries": result.ingest.new_entries, "mlflow_run_id": run.run_id})
-    yield Output(closure, output_name="contamination_closure",
-                 metadata={"seeds": MetadataValue.json(result.seeds), "closure_v1_size": len(v1),
-                           "closure_v2_size": len(v2), "tainted_adapters": MetadataValue.json(result.tainted_adapters)})
-    yield Output(risk, output_name="risk_scores", metadata={"tier_counts": MetadataValue.json(result.tier_counts),
-                                                            "risk": MetadataValue.md(markdown_table(risk))})
-    yield Output({"applied": result.applied, "evicted_adapters": result.evicted_adapters}, output_name="tier_actions",
-                 metadata={"applied": MetadataValue.json(result.applied)})
-    yield Output({"path": str(result.certificate_path), "valid": ok, "reason": reason}, output_name="recovery_certificate",
-                 metadata={"path": MetadataValue.path(str(result.certificate_path)), "valid": ok})
-    yield AssetCheckResult(asset_key="recovery_certificate", check_name="signature_verifies", passed=ok,
-                           metadata={"reason": reason})
-    yield AssetCheckResult(asset_key="contamination_closure", check_name="v2_contains_v1", passed=v1 <= v2,
-                           metadata={"v1_not_in_v2": MetadataValue.json(sorted(v1 - v2))})
+        pl.col("entry_id").is_in(sorted(v1)).alias("in_v1"),
+        pl.col("entry_id").is_in(sorted(v2)).alias("in_v2"),
+        pl.col("entry_id").is_in(result.seeds).alias("seed"),
+    )
+    risk = pl.DataFrame(
+        {
+            "entry_id": list(result.risk_scores),
+            "risk": list(result.risk_scores.values()),
+            "tier": [result.tiers[e] for e in result.risk_scores],
+        },
+        schema_overrides={"risk": pl.Float64},
+    ).sort("entry_id")
+    ok, reason = verify_certificate(
+        result.certificate_path, trusted_fingerprints=[trusted_fingerprint(recovery.key_dir)]
+    )
+    yield Output(
+        {
+            "incident_id": incident_id,
+            "store": str(recovery.store_path),
+            "index": str(recovery.index_path),
+            "new_entries": result.ingest.new_entries,
+        },
+        output_name="provenance_store",
+        metadata={"new_entries": result.ingest.new_entries, "mlflow_run_id": run.run_id},
+    )
+    yield Output(
+        closure,
+        output_name="contamination_closure",
+        metadata={
+            "seeds": MetadataValue.json(result.seeds),
+            "closure_v1_size": len(v1),
+            "closure_v2_size": len(v2),
+            "tainted_adapters": MetadataValue.json(result.tainted_adapters),
+        },
+    )
+    yield Output(
+        risk,
+        output_name="risk_scores",
+        metadata={
+            "tier_counts": MetadataValue.json(result.tier_counts),
+            "risk": MetadataValue.md(markdown_table(risk)),
+        },
+    )
+    yield Output(
+        {"applied": result.applied, "evicted_adapters": result.evicted_adapters},
+        output_name="tier_actions",
+        metadata={"applied": MetadataValue.json(result.applied)},
+    )
+    yield Output(
+        {"path": str(result.certificate_path), "valid": ok, "reason": reason},
+        output_name="recovery_certificate",
+        metadata={"path": MetadataValue.path(str(result.certificate_path)), "valid": ok},
+    )
+    yield AssetCheckResult(
+        asset_key="recovery_certificate", check_name="signature_verifies", passed=ok, metadata={"reason": reason}
+    )
+    yield AssetCheckResult(
+        asset_key="contamination_closure",
+        check_name="v2_contains_v1",
+        passed=v1 <= v2,
+        metadata={"v1_not_in_v2": MetadataValue.json(sorted(v1 - v2))},
+    )
     ranks = [int(Tier[label.upper()]) for label in risk.sort("risk")["tier"].to_list()]
-    yield AssetCheckResult(asset_key="risk_scores", check_name="corollary_3_1",
-                           passed=all(a <= b for a, b in zip(ranks, ranks[1:])),
-                           metadata={"thresholds": MetadataValue.json(policy.summary()["thresholds"])})
+    yield AssetCheckResult(
+        asset_key="risk_scores",
+        check_name="corollary_3_1",
+        passed=all(a <= b for a, b in zip(ranks, ranks[1:])),
+        metadata={"thresholds": MetadataValue.json(policy.summary()["thresholds"])},
+    )
 
 
 def recovery_assets() -> list:

@@ -123,9 +123,16 @@ def build_duckdb(trace: Trace, workdir: Path, dim: int) -> tuple[Path, Path]:
     entry_ids = np.array([f"e{i:09d}" for i in range(trace.n)], dtype=object)
     adapter_ids = np.array([f"adapter-{i:06d}" for i in range(trace.n_adapters)], dtype=object)
     with DuckDBProvenanceStore.open(store_path) as store:
-        store.bulk_load(entry_ids=entry_ids, parent_seq=trace.parent, adapter_seq=trace.adapter,
-                        contamination=contamination, adapter_ids=adapter_ids, influence=trace.influence,
-                        vectors=vectors, episode_ids=np.array([f"ep{e}" for e in trace.episode_of], dtype=object))
+        store.bulk_load(
+            entry_ids=entry_ids,
+            parent_seq=trace.parent,
+            adapter_seq=trace.adapter,
+            contamination=contamination,
+            adapter_ids=adapter_ids,
+            influence=trace.influence,
+            vectors=vectors,
+            episode_ids=np.array([f"ep{e}" for e in trace.episode_of], dtype=object),
+        )
         VectorIndex.open(index_path, store)  # builds and saves the index from the stored vectors
     return store_path, index_path
 
@@ -153,13 +160,25 @@ def build_sqlite(trace: Trace, workdir: Path) -> Path:
     tainted = np.zeros(trace.n, dtype=np.int64)
     tainted[trace.seeds] = 1
     rows = (
-        (f"e{i:09d}", f"ep{trace.episode_of[i]}", "tool_output", f"entry e{i:09d}", "", None if p < 0 else f"e{p:09d}",
-         float(i), int(t), 0, None if a < 0 else f"adapter-{a:06d}")
+        (
+            f"e{i:09d}",
+            f"ep{trace.episode_of[i]}",
+            "tool_output",
+            f"entry e{i:09d}",
+            "",
+            None if p < 0 else f"e{p:09d}",
+            float(i),
+            int(t),
+            0,
+            None if a < 0 else f"adapter-{a:06d}",
+        )
         for i, p, a, t in zip(range(trace.n), trace.parent.tolist(), trace.adapter.tolist(), tainted.tolist())
     )
     con.executemany("INSERT INTO provenance VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
-    con.executemany("INSERT INTO adapter_provenance (adapter_id, adapter_name, adapter_hash) VALUES (?,?,?)",
-                    ((f"adapter-{a:06d}", f"adapter-{a:06d}", "") for a in range(trace.n_adapters)))
+    con.executemany(
+        "INSERT INTO adapter_provenance (adapter_id, adapter_name, adapter_hash) VALUES (?,?,?)",
+        ((f"adapter-{a:06d}", f"adapter-{a:06d}", "") for a in range(trace.n_adapters)),
+    )
     # not in the seed's schema; without them each lookup below is a full table scan
     con.execute("CREATE INDEX idx_parent ON provenance(parent_id)")
     con.execute("CREATE INDEX idx_adapter ON provenance(active_adapter_id)")
@@ -208,16 +227,25 @@ class SeedMethod:
         self.budget = budget
 
     def _children(self, entry_id: str) -> list[str]:
-        return [r[0] for r in self.con.execute("SELECT entry_id FROM provenance WHERE parent_id = ? AND purged = 0", (entry_id,))]
+        return [
+            r[0]
+            for r in self.con.execute("SELECT entry_id FROM provenance WHERE parent_id = ? AND purged = 0", (entry_id,))
+        ]
 
     def _entry(self, entry_id: str) -> tuple | None:
         return self.con.execute(
             "SELECT entry_id, episode_id, action_type, content, content_hash, parent_id, timestamp, tainted, purged, "
-            "active_adapter_id FROM provenance WHERE entry_id = ?", (entry_id,)).fetchone()
+            "active_adapter_id FROM provenance WHERE entry_id = ?",
+            (entry_id,),
+        ).fetchone()
 
     def _adapter_entries(self, adapter_id: str) -> list[str]:
-        return [r[0] for r in self.con.execute(
-            "SELECT entry_id FROM provenance WHERE active_adapter_id = ? AND purged = 0", (adapter_id,))]
+        return [
+            r[0]
+            for r in self.con.execute(
+                "SELECT entry_id FROM provenance WHERE active_adapter_id = ? AND purged = 0", (adapter_id,)
+            )
+        ]
 
     def closure(self, seeds: list[str], max_depth: int, deadline: float | None = None) -> tuple[set[str], int, bool]:
         """Returns (closure, nodes popped, finished)."""
@@ -261,8 +289,11 @@ class SeedMethod:
         if tier == Tier.FLAG:
             self.con.execute("UPDATE provenance SET tainted = 1 WHERE entry_id = ?", (entry_id,))
         elif tier == Tier.QUARANTINE:
-            self.con.execute("INSERT OR REPLACE INTO quarantine (entry_id, quarantined_at, risk_score, reason, restored) "
-                             "VALUES (?, ?, ?, 'risk_scored_quarantine', 0)", (entry_id, time.time(), score))
+            self.con.execute(
+                "INSERT OR REPLACE INTO quarantine (entry_id, quarantined_at, risk_score, reason, restored) "
+                "VALUES (?, ?, ?, 'risk_scored_quarantine', 0)",
+                (entry_id, time.time(), score),
+            )
         elif tier in (Tier.PURGE, Tier.EVICT):
             entry = self._entry(entry_id)
             if entry and not entry[8]:
@@ -313,8 +344,14 @@ def run_ours(store_path: Path, index_path: Path, policy: FrocPolicy, seeds: np.n
         t["risk"] = time.perf_counter() - mark
         mark = time.perf_counter()
         plan = TierPlan.from_risk(risk, graph, v2.tainted_adapters)
-        plan = TierPlan(union_ints(plan.flag, seeds), plan.quarantine, plan.quarantine_risk, plan.purge,
-                        plan.evict_adapters, plan.tainted_adapters)
+        plan = TierPlan(
+            union_ints(plan.flag, seeds),
+            plan.quarantine,
+            plan.quarantine_risk,
+            plan.purge,
+            plan.evict_adapters,
+            plan.tainted_adapters,
+        )
         outcome = apply_tiers(store, index, plan, details={"benchmark": True})
         t["tiers"] = time.perf_counter() - mark
         total = time.perf_counter() - begin
@@ -324,8 +361,16 @@ def run_ours(store_path: Path, index_path: Path, policy: FrocPolicy, seeds: np.n
         t["closure v2 alone (fresh graph)"] = time.perf_counter() - mark
         consistent = bool(np.array_equal(index.ids(), store.allowed_vector_seqs()))
     assert np.array_equal(v2_only.members, v2.members)
-    return {"t": t, "total": total, "v1": v1, "v2": v2, "v2_only": v2_only, "risk": risk, "outcome": outcome,
-            "consistent": consistent}
+    return {
+        "t": t,
+        "total": total,
+        "v1": v1,
+        "v2": v2,
+        "v2_only": v2_only,
+        "risk": risk,
+        "outcome": outcome,
+        "consistent": consistent,
+    }
 
 
 def run_ours_isolated(store_path: Path, index_path: Path, seeds: np.ndarray, repeats: int) -> list[dict]:
@@ -339,8 +384,12 @@ def run_ours_isolated(store_path: Path, index_path: Path, seeds: np.ndarray, rep
         shutil.copy(store_path, store_copy)
         shutil.copy(index_path, index_copy)
         os.sync()  # flush the copies now, so their write-back does not land inside the timed run
-        out = subprocess.run([sys.executable, __file__, "--ours-worker", str(store_copy), str(index_copy), str(seeds_path)],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--ours-worker", str(store_copy), str(index_copy), str(seeds_path)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
         store_copy.unlink()
         index_copy.unlink()
@@ -351,9 +400,18 @@ def run_ours_isolated(store_path: Path, index_path: Path, seeds: np.ndarray, rep
 def ours_worker(store_path: str, index_path: str, seeds_path: str) -> None:
     result = run_ours(Path(store_path), Path(index_path), FrocPolicy.load(), np.load(seeds_path))
     risk = result["risk"]
-    print(json.dumps({"t": result["t"], "total": result["total"], "consistent": result["consistent"],
-                      "v2": int(result["v2"].size), "score_sum": float(risk.score.sum()),
-                      "tiers": risk.counts()}))
+    print(
+        json.dumps(
+            {
+                "t": result["t"],
+                "total": result["total"],
+                "consistent": result["consistent"],
+                "v2": int(result["v2"].size),
+                "score_sum": float(risk.score.sum()),
+                "tiers": risk.counts(),
+            }
+        )
+    )
 
 
 def run_networkx(trace: Trace, ours: dict, budget: float) -> dict:
@@ -375,7 +433,7 @@ def run_networkx(trace: Trace, ours: dict, budget: float) -> dict:
     closure_time = time.perf_counter() - start
     agrees = closure == set(ours["v2"].members.tolist())
     members = ours["v2"].members
-    sample = np.random.default_rng(3).permutation(members)[: 100_000].tolist()
+    sample = np.random.default_rng(3).permutation(members)[:100_000].tolist()
     sizes = {}
 
     def one(entry: int) -> None:
@@ -383,8 +441,11 @@ def run_networkx(trace: Trace, ours: dict, budget: float) -> dict:
         sizes[entry] = sum(1 for node in reach if node < trace.n)
 
     spent, done = time_per_item(sample, one, budget)
-    risk = Timing(spent / done * members.size, extrapolated=done < members.size,
-                  note=f"{done:,} of {members.size:,} entries scored" if done < members.size else "")
+    risk = Timing(
+        spent / done * members.size,
+        extrapolated=done < members.size,
+        note=f"{done:,} of {members.size:,} entries scored" if done < members.size else "",
+    )
     expected = dict(zip(ours["risk"].seqs.tolist(), ours["risk"].closure_size.tolist()))
     risk_agrees = all(expected[e] == s for e, s in sizes.items())
     return {"build": build, "closure": Timing(closure_time), "risk": risk, "agrees": agrees and risk_agrees}
@@ -406,15 +467,18 @@ def run_seed(sqlite_path: Path, trace: Trace, ours: dict, budget: float) -> dict
         agrees = None
     method.con.rollback()
     influence = {f"adapter-{a:06d}": float(v) for a, v in enumerate(trace.influence.tolist())}
-    sample = np.random.default_rng(3).permutation(members)[: 100_000].tolist()
+    sample = np.random.default_rng(3).permutation(members)[:100_000].tolist()
     scores = {}
 
     def one(entry: int) -> None:
         scores[entry] = method.risk(f"e{entry:09d}", influence)
 
     spent, done = time_per_item(sample, one, budget)
-    risk = Timing(spent / done * members.size, done < members.size,
-                  f"{done:,} of {members.size:,} entries scored" if done < members.size else "")
+    risk = Timing(
+        spent / done * members.size,
+        done < members.size,
+        f"{done:,} of {members.size:,} entries scored" if done < members.size else "",
+    )
     risk_table = ours["risk"]
     expected = dict(zip(risk_table.seqs.tolist(), risk_table.score.tolist()))
     risk_agrees = all(abs(expected[e] - s) < 1e-9 for e, s in scores.items())
@@ -425,8 +489,11 @@ def run_seed(sqlite_path: Path, trace: Trace, ours: dict, budget: float) -> dict
 
     spent, done = time_per_item(sample, apply, budget)
     method.con.commit()
-    tier_timing = Timing(spent / done * members.size, done < members.size,
-                         f"{done:,} of {members.size:,} entries" if done < members.size else "")
+    tier_timing = Timing(
+        spent / done * members.size,
+        done < members.size,
+        f"{done:,} of {members.size:,} entries" if done < members.size else "",
+    )
     method.con.close()
     return {"closure": closure_timing, "risk": risk, "tiers": tier_timing, "agrees": agrees, "risk_agrees": risk_agrees}
 
@@ -438,44 +505,62 @@ def report(trace: Trace, ours: dict, isolated: list[dict], seed: dict | None, nx
     totals = [run["total"] for run in isolated]
     ours_closure = Timing(statistics.median(run["t"]["closure v2 alone (fresh graph)"] for run in isolated))
     ours_total = Timing(median["total"])
-    same = all(run["v2"] == v2.size and abs(run["score_sum"] - float(risk.score.sum())) < 1e-6 and run["consistent"]
-               for run in isolated)
+    same = all(
+        run["v2"] == v2.size and abs(run["score_sum"] - float(risk.score.sum())) < 1e-6 and run["consistent"]
+        for run in isolated
+    )
     counts = risk.counts()
     lines = [
         f"\n=== n = {trace.n:,} entries ({trace.episodes:,} episodes, {trace.n_adapters:,} adapters, "
         f"{trace.seeds.size} seeds) ===",
         f"closure v1 {v1.size:,} | v2 {v2.size:,} ({v2.size / trace.n:.0%} of entries), tainted adapters "
         f"{v2.tainted_adapters.size:,} | tiers " + ", ".join(f"{k} {v:,}" for k, v in counts.items()),
-        f"ours, median of {len(isolated)} fresh-process runs (totals " + ", ".join(format_seconds(x) for x in totals)
-        + "), per stage: " + ", ".join(f"{k} {format_seconds(v)}" for k, v in t.items()),
+        f"ours, median of {len(isolated)} fresh-process runs (totals "
+        + ", ".join(format_seconds(x) for x in totals)
+        + "), per stage: "
+        + ", ".join(f"{k} {format_seconds(v)}" for k, v in t.items()),
         f"ours: fresh-process runs agree with the in-process run and keep store and index consistent: {same}",
         f"ours: store and index consistent after tiers: {ours['consistent']}; changed "
         + ", ".join(f"{k} {v:,}" for k, v in ours["outcome"].counts().items()),
         f"{'method':<46}{'closure v2':>28}{'closure + risk + tiers':>40}",
     ]
     if seed:
-        full = Timing(seed["closure"].seconds + seed["risk"].seconds + seed["tiers"].seconds,
-                      seed["closure"].extrapolated or seed["risk"].extrapolated or seed["tiers"].extrapolated)
+        full = Timing(
+            seed["closure"].seconds + seed["risk"].seconds + seed["tiers"].seconds,
+            seed["closure"].extrapolated or seed["risk"].extrapolated or seed["tiers"].extrapolated,
+        )
         lines.append(f"{'seed (SQLite, SELECT per node, per entry)':<46}{str(seed['closure']):>28}{str(full):>40}")
         lines.append(f"{'':<46}{'':>28}   risk {seed['risk']}")
         lines.append(f"{'':<46}{'':>28}   tiers {seed['tiers']}")
     if nx_result:
         full = Timing(nx_result["closure"].seconds + nx_result["risk"].seconds, nx_result["risk"].extrapolated)
-        lines.append(f"{'networkx (shortest paths, hub per adapter)':<46}{str(nx_result['closure']):>28}"
-                     f"{str(full) + ' (no tiers)':>40}")
-        lines.append(f"{'':<46}{'(graph build ' + format_seconds(nx_result['build']) + ', not counted)':>28}"
-                     f"   risk {nx_result['risk']}")
+        lines.append(
+            f"{'networkx (shortest paths, hub per adapter)':<46}{str(nx_result['closure']):>28}"
+            f"{str(full) + ' (no tiers)':>40}"
+        )
+        lines.append(
+            f"{'':<46}{'(graph build ' + format_seconds(nx_result['build']) + ', not counted)':>28}"
+            f"   risk {nx_result['risk']}"
+        )
     lines.append(f"{'ours (numpy closure, exact sizes, DuckDB+FAISS)':<46}{str(ours_closure):>28}{str(ours_total):>40}")
     if seed:
-        full = Timing(seed["closure"].seconds + seed["risk"].seconds + seed["tiers"].seconds,
-                      seed["closure"].extrapolated or seed["risk"].extrapolated or seed["tiers"].extrapolated)
-        lines.append(f"{'ratio seed / ours':<46}{ratio(seed['closure'], ours_closure):>28}{ratio(full, ours_total):>40}")
+        full = Timing(
+            seed["closure"].seconds + seed["risk"].seconds + seed["tiers"].seconds,
+            seed["closure"].extrapolated or seed["risk"].extrapolated or seed["tiers"].extrapolated,
+        )
+        lines.append(
+            f"{'ratio seed / ours':<46}{ratio(seed['closure'], ours_closure):>28}{ratio(full, ours_total):>40}"
+        )
         agree = "not checked (seed closure capped)" if seed["agrees"] is None else str(seed["agrees"])
-        lines.append(f"  seed closure equals ours: {agree}; seed R(e) equals ours on every scored entry: {seed['risk_agrees']}")
+        lines.append(
+            f"  seed closure equals ours: {agree}; seed R(e) equals ours on every scored entry: {seed['risk_agrees']}"
+        )
     if nx_result:
         full = Timing(nx_result["closure"].seconds + nx_result["risk"].seconds, nx_result["risk"].extrapolated)
-        lines.append(f"{'ratio networkx / ours':<46}{ratio(nx_result['closure'], ours_closure):>28}"
-                     f"{ratio(full, ours_total) + ' (ours incl. tiers)':>40}")
+        lines.append(
+            f"{'ratio networkx / ours':<46}{ratio(nx_result['closure'], ours_closure):>28}"
+            f"{ratio(full, ours_total) + ' (ours incl. tiers)':>40}"
+        )
         lines.append(f"  networkx closure and |C({{e}})| equal ours: {nx_result['agrees']}")
     return lines
 
@@ -483,7 +568,9 @@ def report(trace: Trace, ours: dict, isolated: list[dict], seed: dict | None, nx
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
-    parser.add_argument("--methods", nargs="+", default=["seed", "networkx", "ours"], choices=["seed", "networkx", "ours"])
+    parser.add_argument(
+        "--methods", nargs="+", default=["seed", "networkx", "ours"], choices=["seed", "networkx", "ours"]
+    )
     parser.add_argument("--budget", type=float, default=20.0, help="seconds per capped stage before extrapolating")
     parser.add_argument("--switch-rate", type=float, default=0.005, help="per-step probability of an adapter switch")
     parser.add_argument("--dim", type=int, default=16, help="vector dimension of the FAISS index")
@@ -497,15 +584,20 @@ def main(argv: list[str] | None = None) -> int:
     policy = FrocPolicy.load()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="rvu_bench_"))
     workdir.mkdir(parents=True, exist_ok=True)
-    print(f"benchmark: sizes {args.sizes}, switch rate {args.switch_rate}, budget {args.budget:g}s per capped stage, "
-          f"vectors d={args.dim}, {os.cpu_count()} CPUs, workdir {workdir}")
+    print(
+        f"benchmark: sizes {args.sizes}, switch rate {args.switch_rate}, budget {args.budget:g}s per capped stage, "
+        f"vectors d={args.dim}, {os.cpu_count()} CPUs, workdir {workdir}"
+    )
     for n in args.sizes:
         started = time.perf_counter()
         trace = generate(n, switch_rate=args.switch_rate)
         store_path, index_path = build_duckdb(trace, workdir, args.dim)
         sqlite_path = build_sqlite(trace, workdir) if "seed" in args.methods else None
         setup = time.perf_counter() - started
-        pristine = store_path.with_name("pristine_" + store_path.name), index_path.with_name("pristine_" + index_path.name)
+        pristine = (
+            store_path.with_name("pristine_" + store_path.name),
+            index_path.with_name("pristine_" + index_path.name),
+        )
         shutil.copy(store_path, pristine[0])
         shutil.copy(index_path, pristine[1])
         os.sync()

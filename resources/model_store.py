@@ -7,7 +7,9 @@ from rvu_pipelines.models import ModelConfig, ModelSpec, ModelStore, ResolvedMod
 class ModelStoreResource(ConfigurableResource):
     """Resolves each role of a model profile (configs/models.yaml) to sha256-verified weights."""
 
-    profile: str | None = Field(default=None, description="Profile name; default RVU_MODEL_PROFILE, else the file's default.")
+    profile: str | None = Field(
+        default=None, description="Profile name; default RVU_MODEL_PROFILE, else the file's default."
+    )
 
     def config(self) -> ModelConfig:
         return load_model_config()

@@ -15,15 +15,24 @@ class MlflowTrackerResource(ConfigurableResource):
     """
 
     tracking_uri: str | None = Field(default=None, description="Default: MLFLOW_TRACKING_URI, else SQLite in .rvu/")
-    experiment: str | None = Field(default=None, description="One experiment for every run; default: one per "
-                                   "domain, from the asset's group (rvu-attacks, rvu-recovery, ...)")
+    experiment: str | None = Field(
+        default=None,
+        description="One experiment for every run; default: one per "
+        "domain, from the asset's group (rvu-attacks, rvu-recovery, ...)",
+    )
 
     def tracker(self, group: str | None = None) -> MlflowTracker:
         return MlflowTracker(self.tracking_uri, self.experiment or experiment_for(group))
 
     @contextmanager
-    def run_for(self, context: AssetExecutionContext, params: Mapping[str, object] | None = None, *,
-                name: str | None = None, tags: Mapping[str, object] | None = None) -> Iterator[TrackedRun]:
+    def run_for(
+        self,
+        context: AssetExecutionContext,
+        params: Mapping[str, object] | None = None,
+        *,
+        name: str | None = None,
+        tags: Mapping[str, object] | None = None,
+    ) -> Iterator[TrackedRun]:
         """``name``/``tags``: for assets that log several runs (one per attack-table cell)."""
         keys = sorted(key.to_user_string() for key in context.selected_asset_keys)
         asset_key = keys[0] if len(keys) == 1 else context.op_execution_context.op.name  # multi-assets: the op

@@ -26,8 +26,14 @@ from resources.recovery import RecoveryResource
 from rvu_pipelines.settings import env_value
 from sensors import SCHEDULES, SENSORS
 
-ALL_ASSETS = [*dataset_assets(), *model_assets(), *recovery_assets(), *memory_assets(), *detector_assets(),
-              *attack_assets()]
+ALL_ASSETS = [
+    *dataset_assets(),
+    *model_assets(),
+    *recovery_assets(),
+    *memory_assets(),
+    *detector_assets(),
+    *attack_assets(),
+]
 
 
 def _resources() -> dict[str, object]:

@@ -14,10 +14,14 @@ from resources.recovery import RecoveryResource
 from rvu_pipelines.recovery.inbox import triage_inbox
 
 
-@sensor(job=recovery_job, minimum_interval_seconds=15, default_status=DefaultSensorStatus.RUNNING,
-        description="Watches the incident inbox (RVU_INCIDENT_DIR/inbox): valid logs become `incidents` partitions "
-        "and start recovery, keyed by content sha256 so the same file twice starts one run; malformed logs move to "
-        "dead_letter/ with an .error.json report beside them.")
+@sensor(
+    job=recovery_job,
+    minimum_interval_seconds=15,
+    default_status=DefaultSensorStatus.RUNNING,
+    description="Watches the incident inbox (RVU_INCIDENT_DIR/inbox): valid logs become `incidents` partitions "
+    "and start recovery, keyed by content sha256 so the same file twice starts one run; malformed logs move to "
+    "dead_letter/ with an .error.json report beside them.",
+)
 def incident_log_sensor(context: SensorEvaluationContext, recovery: RecoveryResource) -> SensorResult:
     folders = recovery.folders()
     for outcome in triage_inbox(folders):

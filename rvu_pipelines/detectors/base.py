@@ -80,13 +80,15 @@ class MemoizedDetector:
 def check_texts(texts: Sequence[str], who: str = "detector") -> list[str]:
     """A list of strings; a bare string is refused (it would be scored character by character)."""
     if isinstance(texts, (str, bytes)):
-        raise DetectorError(f"{who}.score expects a list of texts, got a single {type(texts).__name__}; "
-                            "wrap it: score([text]).")
+        raise DetectorError(
+            f"{who}.score expects a list of texts, got a single {type(texts).__name__}; wrap it: score([text])."
+        )
     checked = list(texts)
     bad = [i for i, text in enumerate(checked) if not isinstance(text, str)]
     if bad:
-        raise DetectorError(f"{who}.score expects strings; items {bad[:5]} are "
-                            f"{sorted({type(checked[i]).__name__ for i in bad})}.")
+        raise DetectorError(
+            f"{who}.score expects strings; items {bad[:5]} are {sorted({type(checked[i]).__name__ for i in bad})}."
+        )
     return checked
 
 
@@ -106,7 +108,9 @@ def check_threshold(threshold: float) -> float:
     return float(threshold)
 
 
-def as_contamination_detector(detector: InjectionDetector, threshold: float = DEFAULT_THRESHOLD) -> Callable[[str], bool]:
+def as_contamination_detector(
+    detector: InjectionDetector, threshold: float = DEFAULT_THRESHOLD
+) -> Callable[[str], bool]:
     """``text -> is it an injection?`` at ``threshold``, from any detector (registered or not), for a
     caller that needs a yes/no filter; recovery and the attack harness take the detector itself."""
     limit = check_threshold(threshold)

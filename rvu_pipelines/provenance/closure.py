@@ -80,11 +80,11 @@ class ProvenanceGraph:
 
     def children_of(self, node: int) -> np.ndarray:
         indptr, values = self._children
-        return values[indptr[node]:indptr[node + 1]]
+        return values[indptr[node] : indptr[node + 1]]
 
     def members_of(self, adapter: int) -> np.ndarray:
         indptr, values = self._members
-        return values[indptr[adapter]:indptr[adapter + 1]]
+        return values[indptr[adapter] : indptr[adapter + 1]]
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,9 @@ def _check_seeds(graph: ProvenanceGraph, seeds: np.ndarray | list[int]) -> np.nd
     return seeds
 
 
-def _closure(graph: ProvenanceGraph, seeds: np.ndarray | list[int], max_depth: int, adapter_aware: bool) -> ClosureResult:
+def _closure(
+    graph: ProvenanceGraph, seeds: np.ndarray | list[int], max_depth: int, adapter_aware: bool
+) -> ClosureResult:
     if max_depth < 0:
         raise ValueError("max_depth must be >= 0")
     seeds = _check_seeds(graph, seeds)
@@ -153,18 +155,25 @@ def _closure(graph: ProvenanceGraph, seeds: np.ndarray | list[int], max_depth: i
     )
 
 
-def closure_v1(graph: ProvenanceGraph, seeds: np.ndarray | list[int], max_depth: int = DEFAULT_MAX_DEPTH) -> ClosureResult:
+def closure_v1(
+    graph: ProvenanceGraph, seeds: np.ndarray | list[int], max_depth: int = DEFAULT_MAX_DEPTH
+) -> ClosureResult:
     """v1 closure: parent and child edges only (the RVU v1 baseline E2 compares against)."""
     return _closure(graph, seeds, max_depth, adapter_aware=False)
 
 
-def closure_v2(graph: ProvenanceGraph, seeds: np.ndarray | list[int], max_depth: int = DEFAULT_MAX_DEPTH) -> ClosureResult:
+def closure_v2(
+    graph: ProvenanceGraph, seeds: np.ndarray | list[int], max_depth: int = DEFAULT_MAX_DEPTH
+) -> ClosureResult:
     """v2 adapter-aware closure (Theorem 2c): v1 plus every entry of each expanded adapter."""
     return _closure(graph, seeds, max_depth, adapter_aware=True)
 
 
 def reference_closure(
-    graph: ProvenanceGraph, seeds: list[int] | np.ndarray, max_depth: int = DEFAULT_MAX_DEPTH, adapter_aware: bool = True
+    graph: ProvenanceGraph,
+    seeds: list[int] | np.ndarray,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    adapter_aware: bool = True,
 ) -> tuple[set[int], set[int]]:
     """The seed's queue BFS, node by node, in plain Python: the specification the fast code must match."""
     closure: set[int] = {int(s) for s in seeds}
@@ -194,5 +203,6 @@ def reference_closure(
 
 def reference_closure_sizes(graph: ProvenanceGraph, targets: np.ndarray | list[int], radius: int = 3) -> np.ndarray:
     """One BFS per target (the seed's way): the oracle :func:`closure_sizes` is tested against."""
-    return np.array([len(reference_closure(graph, [int(t)], radius)[0]) for t in np.asarray(targets).tolist()],
-                    dtype=np.int64)
+    return np.array(
+        [len(reference_closure(graph, [int(t)], radius)[0]) for t in np.asarray(targets).tolist()], dtype=np.int64
+    )

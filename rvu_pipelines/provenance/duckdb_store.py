@@ -157,7 +157,9 @@ class DuckDBProvenanceStore:
                 self._con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [SCHEMA_VERSION])
         version = self._meta("schema_version")
         if version != SCHEMA_VERSION:
-            raise StoreError(f"Provenance store {self.path} has schema version {version}; this code needs {SCHEMA_VERSION}.")
+            raise StoreError(
+                f"Provenance store {self.path} has schema version {version}; this code needs {SCHEMA_VERSION}."
+            )
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -243,9 +245,11 @@ class DuckDBProvenanceStore:
         arrays = self._con.execute(
             "SELECT seq, coalesce(parent_seq, -1) AS parent, coalesce(adapter_seq, -1) AS adapter FROM provenance"
         ).fetchnumpy()
-        return ProvenanceGraph(parent=self._by_seq(arrays["seq"], arrays["parent"], np.int64),
-                               adapter=self._by_seq(arrays["seq"], arrays["adapter"], np.int64),
-                               n_adapters=self.adapter_count)
+        return ProvenanceGraph(
+            parent=self._by_seq(arrays["seq"], arrays["parent"], np.int64),
+            adapter=self._by_seq(arrays["seq"], arrays["adapter"], np.int64),
+            n_adapters=self.adapter_count,
+        )
 
     @staticmethod
     def _by_seq(seqs: np.ndarray, values: np.ndarray, dtype: type) -> np.ndarray:
@@ -262,7 +266,9 @@ class DuckDBProvenanceStore:
 
     def adapter_influence(self) -> np.ndarray:
         """The influence recorded for each adapter (0 where none), indexed by adapter seq."""
-        values = self._con.execute("SELECT coalesce(influence, 0.0) AS i FROM adapter_provenance ORDER BY seq").fetchnumpy()["i"]
+        values = self._con.execute(
+            "SELECT coalesce(influence, 0.0) AS i FROM adapter_provenance ORDER BY seq"
+        ).fetchnumpy()["i"]
         return np.asarray(values, dtype=np.float64)
 
     def seqs_of(self, entry_ids: Sequence[str]) -> np.ndarray:
@@ -271,7 +277,9 @@ class DuckDBProvenanceStore:
             return np.zeros(0, dtype=np.int64)
         ids = np.array(list(entry_ids), dtype=object)
         with self._registered({"entry_id": ids}) as view:
-            rows = self._con.execute(f"SELECT p.entry_id, p.seq FROM provenance p JOIN {view} v USING (entry_id)").fetchall()
+            rows = self._con.execute(
+                f"SELECT p.entry_id, p.seq FROM provenance p JOIN {view} v USING (entry_id)"
+            ).fetchall()
         found = dict(rows)
         missing = [entry_id for entry_id in entry_ids if entry_id not in found]
         if missing:
@@ -298,24 +306,54 @@ class DuckDBProvenanceStore:
     def entry(self, entry_id: str) -> EntryRow:
         row = self._first(
             "SELECT p.seq, p.entry_id, p.episode_id, p.action_type, p.content, p.content_hash, p.parent_id, "
-            "p.\"timestamp\", p.tainted, p.purged, p.active_adapter_id, p.contamination_score, "
+            'p."timestamp", p.tainted, p.purged, p.active_adapter_id, p.contamination_score, '
             "EXISTS (SELECT 1 FROM quarantine q WHERE q.seq = p.seq AND q.restored = 0) "
-            "FROM provenance p WHERE p.entry_id = ?", [entry_id])
+            "FROM provenance p WHERE p.entry_id = ?",
+            [entry_id],
+        )
         if row is None:
             raise EntryNotFoundError(f"No entry {entry_id!r} in provenance store {self.path}.")
-        return EntryRow(int(row[0]), row[1], row[2], row[3], row[4], row[5], row[6], float(row[7]),
-                        bool(row[8]), bool(row[9]), row[10], float(row[11] or 0.0), bool(row[12]))
+        return EntryRow(
+            int(row[0]),
+            row[1],
+            row[2],
+            row[3],
+            row[4],
+            row[5],
+            row[6],
+            float(row[7]),
+            bool(row[8]),
+            bool(row[9]),
+            row[10],
+            float(row[11] or 0.0),
+            bool(row[12]),
+        )
 
     def adapters(self, seqs: Sequence[int] | np.ndarray | None = None) -> list[AdapterRow]:
         """Adapter rows (all, or those with the given seqs), ordered by seq."""
         rows = self._con.execute(
             "SELECT seq, adapter_id, adapter_name, adapter_hash, source, loaded_at, unloaded_at, fused, tainted, "
-            "purged, influence, episode_id, load_entry_id FROM adapter_provenance ORDER BY seq").fetchall()
+            "purged, influence, episode_id, load_entry_id FROM adapter_provenance ORDER BY seq"
+        ).fetchall()
         wanted = None if seqs is None else set(np.asarray(seqs, dtype=np.int64).tolist())
         return [
-            AdapterRow(int(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]), bool(r[8]), bool(r[9]),
-                       None if r[10] is None else float(r[10]), r[11], r[12])
-            for r in rows if wanted is None or int(r[0]) in wanted
+            AdapterRow(
+                int(r[0]),
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                r[6],
+                bool(r[7]),
+                bool(r[8]),
+                bool(r[9]),
+                None if r[10] is None else float(r[10]),
+                r[11],
+                r[12],
+            )
+            for r in rows
+            if wanted is None or int(r[0]) in wanted
         ]
 
     def entry_states(self, seqs: np.ndarray) -> dict[str, np.ndarray]:
@@ -347,7 +385,8 @@ class DuckDBProvenanceStore:
         with self._registered({"seq": unique_ints(seqs)}) as view:
             rows = self._con.execute(
                 f"SELECT p.seq, p.entry_id, p.content_hash, p.action_type, p.active_adapter_id "
-                f"FROM provenance p JOIN {view} v USING (seq)").fetchall()
+                f"FROM provenance p JOIN {view} v USING (seq)"
+            ).fetchall()
         found = {int(row[0]): ManifestRow(int(row[0]), row[1], row[2], row[3], row[4]) for row in rows}
         missing = [seq for seq in seqs.tolist() if seq not in found]
         if missing:
@@ -356,18 +395,41 @@ class DuckDBProvenanceStore:
 
     # ---------------------------------------------------------------- ingest
 
-    def ingest(self, incident: IncidentLog, *, contamination: Mapping[str, float] | None = None,
-               vectors: np.ndarray | None = None, embedder: str | None = None) -> IngestResult:
+    def ingest(
+        self,
+        incident: IncidentLog,
+        *,
+        contamination: Mapping[str, float] | None = None,
+        vectors: np.ndarray | None = None,
+        embedder: str | None = None,
+    ) -> IngestResult:
         """Write a validated incident: all of it, or (on any problem) nothing (:func:`duckdb_ingest.ingest`)."""
         return duckdb_ingest.ingest(self, incident, contamination=contamination, vectors=vectors, embedder=embedder)
 
-    def bulk_load(self, *, entry_ids: np.ndarray, parent_seq: np.ndarray, adapter_seq: np.ndarray,
-                  contamination: np.ndarray, adapter_ids: np.ndarray, influence: np.ndarray,
-                  vectors: np.ndarray | None = None, episode_ids: np.ndarray | None = None) -> None:
+    def bulk_load(
+        self,
+        *,
+        entry_ids: np.ndarray,
+        parent_seq: np.ndarray,
+        adapter_seq: np.ndarray,
+        contamination: np.ndarray,
+        adapter_ids: np.ndarray,
+        influence: np.ndarray,
+        vectors: np.ndarray | None = None,
+        episode_ids: np.ndarray | None = None,
+    ) -> None:
         """Load a synthetic graph into an empty store, one statement per table (benchmarks; DuckDB only)."""
-        duckdb_ingest.bulk_load(self, entry_ids=entry_ids, parent_seq=parent_seq, adapter_seq=adapter_seq,
-                                contamination=contamination, adapter_ids=adapter_ids, influence=influence,
-                                vectors=vectors, episode_ids=episode_ids)
+        duckdb_ingest.bulk_load(
+            self,
+            entry_ids=entry_ids,
+            parent_seq=parent_seq,
+            adapter_seq=adapter_seq,
+            contamination=contamination,
+            adapter_ids=adapter_ids,
+            influence=influence,
+            vectors=vectors,
+            episode_ids=episode_ids,
+        )
 
     # ---------------------------------------------------------------- tier state changes
 
@@ -382,20 +444,23 @@ class DuckDBProvenanceStore:
                 self._append_event("tainted", "entry", changed, details)
         return changed
 
-    def _update_where(self, table: str, seqs: np.ndarray, condition: str, assignment: str,
-                      params: Sequence[Any] = ()) -> np.ndarray:
+    def _update_where(
+        self, table: str, seqs: np.ndarray, condition: str, assignment: str, params: Sequence[Any] = ()
+    ) -> np.ndarray:
         """Apply ``assignment`` to rows of ``seqs`` meeting ``condition``; return their seqs (sorted).
 
         Selecting first and updating second is ~30x faster in DuckDB than ``UPDATE ... RETURNING``.
         """
         with self._registered({"seq": seqs}) as view:
             changed = self._con.execute(
-                f"SELECT seq FROM {table} WHERE seq IN (SELECT seq FROM {view}) AND {condition}").fetchnumpy()["seq"]
+                f"SELECT seq FROM {table} WHERE seq IN (SELECT seq FROM {view}) AND {condition}"
+            ).fetchnumpy()["seq"]
         changed = np.sort(np.asarray(changed, dtype=np.int64))
         if changed.size:
             with self._registered({"seq": changed}) as view:
-                self._con.execute(f"UPDATE {table} SET {assignment} WHERE seq IN (SELECT seq FROM {view})",
-                                  list(params)).fetchall()
+                self._con.execute(
+                    f"UPDATE {table} SET {assignment} WHERE seq IN (SELECT seq FROM {view})", list(params)
+                ).fetchall()
         return changed
 
     def mark_adapters_tainted(self, adapter_seqs: np.ndarray | Sequence[int], details: Mapping[str, Any]) -> np.ndarray:
@@ -408,7 +473,9 @@ class DuckDBProvenanceStore:
                 self._append_event("tainted", "adapter", changed, details)
         return changed
 
-    def quarantine(self, seqs: np.ndarray | Sequence[int], risk: np.ndarray | Sequence[float], details: Mapping[str, Any]) -> np.ndarray:
+    def quarantine(
+        self, seqs: np.ndarray | Sequence[int], risk: np.ndarray | Sequence[float], details: Mapping[str, Any]
+    ) -> np.ndarray:
         """Quarantine entries that are neither purged nor already under an active quarantine."""
         seqs = np.asarray(seqs, dtype=np.int64)
         risk = np.asarray(risk, dtype=np.float64)
@@ -427,7 +494,9 @@ class DuckDBProvenanceStore:
                     self._con.execute(f"DELETE FROM quarantine WHERE seq IN (SELECT seq FROM {pick})")
                     self._con.execute(
                         f"INSERT INTO quarantine SELECT p.entry_id, ?, v.risk, ?, 0, v.seq FROM {view} v "
-                        f"JOIN provenance p ON p.seq = v.seq WHERE v.seq IN (SELECT seq FROM {pick})", [now, reason])
+                        f"JOIN provenance p ON p.seq = v.seq WHERE v.seq IN (SELECT seq FROM {pick})",
+                        [now, reason],
+                    )
                 self._append_event("quarantined", "entry", changed, details)
         return changed
 
@@ -442,7 +511,9 @@ class DuckDBProvenanceStore:
                 self._append_event("purged", "entry", changed, details)
         return changed
 
-    def evict_adapters(self, adapter_seqs: np.ndarray | Sequence[int], details: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    def evict_adapters(
+        self, adapter_seqs: np.ndarray | Sequence[int], details: Mapping[str, Any]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Mark adapters evicted (purged + tainted) and unloaded. Returns (evicted, newly unloaded)."""
         adapter_seqs = _as_seqs(adapter_seqs)
         empty = np.zeros(0, dtype=np.int64)
@@ -450,7 +521,9 @@ class DuckDBProvenanceStore:
             return empty, empty
         now = time.time()
         with self.transaction():
-            unloaded = self._update_where("adapter_provenance", adapter_seqs, "unloaded_at IS NULL", "unloaded_at = ?", [now])
+            unloaded = self._update_where(
+                "adapter_provenance", adapter_seqs, "unloaded_at IS NULL", "unloaded_at = ?", [now]
+            )
             evicted = self._update_where("adapter_provenance", adapter_seqs, "purged = 0", "purged = 1, tainted = 1")
             if unloaded.size:
                 self._append_event("adapter_unloaded", "adapter", unloaded, {**details, "by": "eviction"})
@@ -464,8 +537,9 @@ class DuckDBProvenanceStore:
         if entry.purged:
             raise RestoreError(f"Entry {entry_id!r} is purged; a purge is irreversible and cannot be restored.")
         with self.transaction():
-            lifted = self._con.execute("UPDATE quarantine SET restored = 1 WHERE seq = ? AND restored = 0 RETURNING seq",
-                                       [entry.seq]).fetchall()
+            lifted = self._con.execute(
+                "UPDATE quarantine SET restored = 1 WHERE seq = ? AND restored = 0 RETURNING seq", [entry.seq]
+            ).fetchall()
             if not lifted:
                 ever = self._first("SELECT count(*) FROM quarantine WHERE seq = ?", [entry.seq])[0]
                 if not ever:
@@ -481,9 +555,12 @@ class DuckDBProvenanceStore:
         n = self.entry_count
         allowed = np.zeros(n, dtype=bool)
         allowed[np.asarray(self._con.execute("SELECT seq FROM embeddings").fetchnumpy()["seq"], dtype=np.int64)] = True
-        purged = np.asarray(self._con.execute("SELECT seq FROM provenance WHERE purged = 1").fetchnumpy()["seq"], dtype=np.int64)
-        quarantined = np.asarray(self._con.execute("SELECT seq FROM quarantine WHERE restored = 0").fetchnumpy()["seq"],
-                                 dtype=np.int64)
+        purged = np.asarray(
+            self._con.execute("SELECT seq FROM provenance WHERE purged = 1").fetchnumpy()["seq"], dtype=np.int64
+        )
+        quarantined = np.asarray(
+            self._con.execute("SELECT seq FROM quarantine WHERE restored = 0").fetchnumpy()["seq"], dtype=np.int64
+        )
         allowed[purged] = False
         allowed[quarantined] = False
         return np.flatnonzero(allowed).astype(np.int64)
@@ -499,15 +576,17 @@ class DuckDBProvenanceStore:
             return np.zeros((0, dim or 0), dtype=np.float32)
         with self._registered({"seq": seqs, "pos": np.arange(seqs.size)}) as view:
             rows = self._con.execute(
-                f"SELECT v.pos, e.vector FROM {view} v JOIN embeddings e ON e.seq = v.seq ORDER BY v.pos").fetchall()
+                f"SELECT v.pos, e.vector FROM {view} v JOIN embeddings e ON e.seq = v.seq ORDER BY v.pos"
+            ).fetchall()
         if len(rows) != seqs.size:
             raise StoreError("some entries have no stored vector")
         return np.stack([np.frombuffer(row[1], dtype=np.float32) for row in rows]).reshape(seqs.size, dim)
 
     # ---------------------------------------------------------------- event log
 
-    def _append_event(self, kind: str, subject_type: str, subjects: Sequence[int] | np.ndarray,
-                      details: Mapping[str, Any]) -> None:
+    def _append_event(
+        self, kind: str, subject_type: str, subjects: Sequence[int] | np.ndarray, details: Mapping[str, Any]
+    ) -> None:
         if kind not in EVENT_KINDS:
             raise ValueError(f"unknown event kind {kind!r}")
         with self.transaction():
@@ -519,8 +598,10 @@ class DuckDBProvenanceStore:
             details_json = canonical_dumps(dict(details))
             created = int(time.time() * 1_000_000)
             digest = event_hash(seq, kind, subject_type, subjects_json, details_json, created, prev_hash)
-            self._con.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                              [seq, kind, subject_type, subjects_json, details_json, created, prev_hash, digest])
+            self._con.execute(
+                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [seq, kind, subject_type, subjects_json, details_json, created, prev_hash, digest],
+            )
 
     def events(self, kind: str | None = None) -> list[Event]:
         query = "SELECT seq, kind, subject_type, subjects, details, created_at_us, prev_hash, hash FROM events"
@@ -537,9 +618,11 @@ class DuckDBProvenanceStore:
 
     def verify_event_chain(self) -> ChainReport:
         """Recompute every event hash and link; any edit, deletion or reordering breaks the chain."""
-        return verify_chain(self._con.execute(
-            "SELECT seq, kind, subject_type, subjects, details, created_at_us, prev_hash, hash FROM events ORDER BY seq"
-        ).fetchall())
+        return verify_chain(
+            self._con.execute(
+                "SELECT seq, kind, subject_type, subjects, details, created_at_us, prev_hash, hash FROM events ORDER BY seq"
+            ).fetchall()
+        )
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> duckdb.DuckDBPyConnection:
         """Raw SQL for inspecting the tables in DuckDB-specific tests and notebooks; not part of

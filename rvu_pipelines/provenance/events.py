@@ -14,16 +14,30 @@ from rvu_pipelines.provenance.store import ChainReport
 
 GENESIS_HASH = "0" * 64
 EVENT_KINDS = (
-    "ingested", "contamination_scored", "tainted", "quarantined", "restored", "purged", "evicted",
-    "adapter_loaded", "adapter_unloaded", "adapter_fused",
+    "ingested",
+    "contamination_scored",
+    "tainted",
+    "quarantined",
+    "restored",
+    "purged",
+    "evicted",
+    "adapter_loaded",
+    "adapter_unloaded",
+    "adapter_fused",
 )
 
 
-def event_hash(seq: int, kind: str, subject_type: str, subjects_json: str, details_json: str,
-               created_at_us: int, prev_hash: str) -> str:
+def event_hash(
+    seq: int, kind: str, subject_type: str, subjects_json: str, details_json: str, created_at_us: int, prev_hash: str
+) -> str:
     payload = {
-        "seq": seq, "kind": kind, "subject_type": subject_type, "subjects": subjects_json,
-        "details": details_json, "created_at_us": created_at_us, "prev_hash": prev_hash,
+        "seq": seq,
+        "kind": kind,
+        "subject_type": subject_type,
+        "subjects": subjects_json,
+        "details": details_json,
+        "created_at_us": created_at_us,
+        "prev_hash": prev_hash,
     }
     return sha256_bytes(canonical_bytes(payload))
 
@@ -36,11 +50,13 @@ def verify_chain(rows: Iterable[tuple]) -> ChainReport:
     for index, row in enumerate(rows):
         seq, kind, subject_type, subjects, details, created, prev_hash, digest = row
         if int(seq) != index:
-            return ChainReport(False, len(rows), prev,
-                               f"event seq {seq} found where {index} was expected (gap or reorder)")
+            return ChainReport(
+                False, len(rows), prev, f"event seq {seq} found where {index} was expected (gap or reorder)"
+            )
         if prev_hash != prev:
-            return ChainReport(False, len(rows), prev,
-                               f"event {seq}: prev_hash does not match the previous event's hash")
+            return ChainReport(
+                False, len(rows), prev, f"event {seq}: prev_hash does not match the previous event's hash"
+            )
         if event_hash(int(seq), kind, subject_type, subjects, details, int(created), prev_hash) != digest:
             return ChainReport(False, len(rows), prev, f"event {seq}: content does not match its hash (edited)")
         prev = digest

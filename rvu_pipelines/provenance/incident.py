@@ -172,19 +172,34 @@ def _record(line: int, obj: Mapping[str, Any]) -> IncidentRecord:
     record_hash = sha256_bytes(canonical_bytes(obj))
     if kind == "action":
         return IncidentRecord(
-            line=line, kind=kind, entry_id=obj["entry_id"], episode_id=obj["episode_id"],
-            action_type=obj["action_type"], content=obj["content"], parent_id=obj.get("parent_id"),
-            timestamp=float(obj["timestamp"]), active_adapter_id=obj.get("active_adapter_id"),
-            contaminated=bool(obj.get("contaminated", False)), record_hash=record_hash,
+            line=line,
+            kind=kind,
+            entry_id=obj["entry_id"],
+            episode_id=obj["episode_id"],
+            action_type=obj["action_type"],
+            content=obj["content"],
+            parent_id=obj.get("parent_id"),
+            timestamp=float(obj["timestamp"]),
+            active_adapter_id=obj.get("active_adapter_id"),
+            contaminated=bool(obj.get("contaminated", False)),
+            record_hash=record_hash,
         )
     influence = obj.get("influence")
     return IncidentRecord(
-        line=line, kind=kind, entry_id=obj["entry_id"], episode_id=obj["episode_id"],
-        action_type=LIFECYCLE_ACTION_TYPES[kind], content=_lifecycle_content(obj),
-        parent_id=obj.get("parent_id"), timestamp=float(obj["timestamp"]),
+        line=line,
+        kind=kind,
+        entry_id=obj["entry_id"],
+        episode_id=obj["episode_id"],
+        action_type=LIFECYCLE_ACTION_TYPES[kind],
+        content=_lifecycle_content(obj),
+        parent_id=obj.get("parent_id"),
+        timestamp=float(obj["timestamp"]),
         active_adapter_id=obj["adapter_id"] if kind == "adapter_loaded" else None,
-        contaminated=False, record_hash=record_hash, adapter_id=obj["adapter_id"],
-        adapter_name=obj.get("adapter_name"), adapter_hash=obj.get("adapter_hash"),
+        contaminated=False,
+        record_hash=record_hash,
+        adapter_id=obj["adapter_id"],
+        adapter_name=obj.get("adapter_name"),
+        adapter_hash=obj.get("adapter_hash"),
         source=obj.get("source", "local") if kind == "adapter_loaded" else None,
         parent_adapter_id=obj.get("parent_adapter_id"),
         influence=float(influence) if influence is not None else None,
@@ -197,8 +212,14 @@ def _file_issues(source: str, records: list[IncidentRecord]) -> tuple[list[Incid
     first_line: dict[str, int] = {}
     for record in records:
         if record.entry_id in first_line:
-            issues.append(IncidentIssue(source, record.line, "entry_id",
-                                        f"duplicate entry id {record.entry_id!r} (first on line {first_line[record.entry_id]})"))
+            issues.append(
+                IncidentIssue(
+                    source,
+                    record.line,
+                    "entry_id",
+                    f"duplicate entry id {record.entry_id!r} (first on line {first_line[record.entry_id]})",
+                )
+            )
         else:
             first_line[record.entry_id] = record.line
     external_parents: dict[str, list[int]] = {}
@@ -212,16 +233,28 @@ def _file_issues(source: str, records: list[IncidentRecord]) -> tuple[list[Incid
                 issues.append(IncidentIssue(source, record.line, "parent_id", "an entry cannot be its own parent"))
             elif parent in first_line:
                 if first_line[parent] > record.line:
-                    issues.append(IncidentIssue(source, record.line, "parent_id",
-                                                f"parent {parent!r} is defined later, on line {first_line[parent]}; "
-                                                "lines must be in causal order"))
+                    issues.append(
+                        IncidentIssue(
+                            source,
+                            record.line,
+                            "parent_id",
+                            f"parent {parent!r} is defined later, on line {first_line[parent]}; "
+                            "lines must be in causal order",
+                        )
+                    )
             else:
                 external_parents.setdefault(parent, []).append(record.line)
         if record.kind == "adapter_loaded":
             assert record.adapter_id is not None
             if record.adapter_id in loaded:
-                issues.append(IncidentIssue(source, record.line, "adapter_id",
-                                            f"adapter {record.adapter_id!r} is already loaded on line {loaded[record.adapter_id]}"))
+                issues.append(
+                    IncidentIssue(
+                        source,
+                        record.line,
+                        "adapter_id",
+                        f"adapter {record.adapter_id!r} is already loaded on line {loaded[record.adapter_id]}",
+                    )
+                )
             else:
                 loaded[record.adapter_id] = record.line
             continue
@@ -230,8 +263,11 @@ def _file_issues(source: str, records: list[IncidentRecord]) -> tuple[list[Incid
             continue
         field_name = "active_adapter_id" if record.is_action else "adapter_id"
         if adapter in unloaded:
-            issues.append(IncidentIssue(source, record.line, field_name,
-                                        f"adapter {adapter!r} was unloaded on line {unloaded[adapter]}"))
+            issues.append(
+                IncidentIssue(
+                    source, record.line, field_name, f"adapter {adapter!r} was unloaded on line {unloaded[adapter]}"
+                )
+            )
         elif adapter not in loaded:
             external_adapters.setdefault(adapter, []).append(record.line)
         if record.kind == "adapter_unloaded":
@@ -288,7 +324,9 @@ def load_incident(path: Path | str) -> IncidentLog:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise IncidentValidationError(str(path), [IncidentIssue(str(path), 0, "<file>", f"cannot read: {exc.strerror or exc}")]) from exc
+        raise IncidentValidationError(
+            str(path), [IncidentIssue(str(path), 0, "<file>", f"cannot read: {exc.strerror or exc}")]
+        ) from exc
     return parse_incident(data, str(path))
 
 

@@ -139,7 +139,9 @@ def _single_class_radius3(graph: ProvenanceGraph) -> np.ndarray:
     return single & ~risky
 
 
-def _tree_ball_pairs(graph: ProvenanceGraph, targets: np.ndarray, radius: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _tree_ball_pairs(
+    graph: ProvenanceGraph, targets: np.ndarray, radius: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(target position, node, distance) for every node within ``radius`` tree steps of each target."""
     children_indptr, children = graph._children
     owner = np.arange(targets.size, dtype=np.int64)
@@ -238,8 +240,11 @@ def _extensions(graph: ProvenanceGraph, ext_codes: np.ndarray) -> _Extensions:
 
     # whole classes: K itself, plus (budget 2) every class met in F1
     f1_classed = two & (adapter[f1_node] >= 0)
-    ccls_codes = _unique(np.concatenate([np.arange(n_ext, dtype=np.int64) * m + ext_class,
-                                         f1_owner[f1_classed] * m + adapter[f1_node[f1_classed]]]))
+    ccls_codes = _unique(
+        np.concatenate(
+            [np.arange(n_ext, dtype=np.int64) * m + ext_class, f1_owner[f1_classed] * m + adapter[f1_node[f1_classed]]]
+        )
+    )
     # loose entries: F1 and F2 minus entries of whole classes
     lse_codes = np.concatenate([f1_codes, f2_codes])
     lse_owner, lse_node = lse_codes // n, lse_codes % n
@@ -257,8 +262,18 @@ def _extensions(graph: ProvenanceGraph, ext_codes: np.ndarray) -> _Extensions:
     classed = adapter[lse_node] >= 0
     hist_codes, hist_counts = _unique_counts(lse_owner[classed] * m + adapter[lse_node[classed]])
     whole = np.bincount(ccls_owner, weights=graph.adapter_sizes[ccls_classes], minlength=n_ext).astype(np.int64)
-    return _Extensions(ccls_codes, ccls_ptr, ccls_classes, lse_codes, lse_ptr, lse_node, hist_codes, hist_counts,
-                       whole, whole + np.diff(lse_ptr))
+    return _Extensions(
+        ccls_codes,
+        ccls_ptr,
+        ccls_classes,
+        lse_codes,
+        lse_ptr,
+        lse_node,
+        hist_codes,
+        hist_counts,
+        whole,
+        whole + np.diff(lse_ptr),
+    )
 
 
 class _HeavyUnion:
@@ -301,9 +316,12 @@ class _HeavyUnion:
         fresh = ~_in_sorted(ext.ccls_codes, base0[oc_key] * m + oc_class)
         extra_c = _unique(oc_key[fresh] * m + oc_class[fresh])
         ec_key, ec_class = extra_c // m, extra_c % m
-        sizes += np.bincount(ec_key, weights=graph.adapter_sizes[ec_class]
-                             - _lookup(ext.hist_codes, ext.hist_counts, base0[ec_key] * m + ec_class),
-                             minlength=n_keys).astype(np.int64)
+        sizes += np.bincount(
+            ec_key,
+            weights=graph.adapter_sizes[ec_class]
+            - _lookup(ext.hist_codes, ext.hist_counts, base0[ec_key] * m + ec_class),
+            minlength=n_keys,
+        ).astype(np.int64)
         # loose entries of the other extensions, minus those in whole classes of the union
         sizes += np.bincount(other_key, weights=ext.n_loose[other_ext], minlength=n_keys).astype(np.int64)
         hist_ptr = np.zeros(n_ext + 1, dtype=np.int64)
@@ -320,8 +338,9 @@ class _HeavyUnion:
         keep = ~in_w
         sizes -= np.bincount(dup_key[keep], weights=dup_mult[keep] - 1, minlength=n_keys).astype(np.int64)
         keep &= classed
-        self.dup_codes, self.dup_counts = _unique_counts(np.repeat(dup_key[keep] * m + adapter[dup_node[keep]],
-                                                                   dup_mult[keep] - 1))
+        self.dup_codes, self.dup_counts = _unique_counts(
+            np.repeat(dup_key[keep] * m + adapter[dup_node[keep]], dup_mult[keep] - 1)
+        )
         self.sizes = sizes
 
     def _shared(self, ext: _Extensions, n_ext: int, n_keys: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

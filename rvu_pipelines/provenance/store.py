@@ -117,8 +117,9 @@ class ProvenanceStore(Protocol):
 
     def __enter__(self) -> ProvenanceStore: ...
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None: ...
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None: ...
 
     def transaction(self) -> AbstractContextManager[None]:
         """All writes inside happen or none do; nested uses join the outer transaction."""
@@ -186,8 +187,14 @@ class ProvenanceStore(Protocol):
 
     # ---------------------------------------------------------------- writes
 
-    def ingest(self, incident: IncidentLog, *, contamination: Mapping[str, float] | None = None,
-               vectors: np.ndarray | None = None, embedder: str | None = None) -> IngestResult:
+    def ingest(
+        self,
+        incident: IncidentLog,
+        *,
+        contamination: Mapping[str, float] | None = None,
+        vectors: np.ndarray | None = None,
+        embedder: str | None = None,
+    ) -> IngestResult:
         """Write a validated incident, all of it or nothing; re-ingesting the same file changes nothing."""
         ...
 
@@ -199,8 +206,9 @@ class ProvenanceStore(Protocol):
         """Taint adapters; returns (and logs) the adapter seqs that changed."""
         ...
 
-    def quarantine(self, seqs: np.ndarray | Sequence[int], risk: np.ndarray | Sequence[float],
-                   details: Mapping[str, Any]) -> np.ndarray:
+    def quarantine(
+        self, seqs: np.ndarray | Sequence[int], risk: np.ndarray | Sequence[float], details: Mapping[str, Any]
+    ) -> np.ndarray:
         """Quarantine entries neither purged nor already under an active quarantine; returns those."""
         ...
 
@@ -208,8 +216,9 @@ class ProvenanceStore(Protocol):
         """Purge entries (irreversible); returns the seqs that changed."""
         ...
 
-    def evict_adapters(self, adapter_seqs: np.ndarray | Sequence[int],
-                       details: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    def evict_adapters(
+        self, adapter_seqs: np.ndarray | Sequence[int], details: Mapping[str, Any]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Evict adapters and mark them unloaded; returns (evicted, newly unloaded)."""
         ...
 

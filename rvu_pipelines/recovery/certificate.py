@@ -58,9 +58,22 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "policy": ("weights", "thresholds", "propagation_depth", "closure_max_depth", "seed_threshold"),
     "detector": ("name", "version"),
     "runtime_recovery": (
-        "seed_ids", "closure_ids", "closure_v1_ids", "closure_size", "closure_v1_size", "adapter_expansion_gain",
-        "flagged", "quarantined", "purged", "total_flagged", "total_quarantined", "total_purged",
-        "manifest_entries", "tier_counts", "state_digest", "index",
+        "seed_ids",
+        "closure_ids",
+        "closure_v1_ids",
+        "closure_size",
+        "closure_v1_size",
+        "adapter_expansion_gain",
+        "flagged",
+        "quarantined",
+        "purged",
+        "total_flagged",
+        "total_quarantined",
+        "total_purged",
+        "manifest_entries",
+        "tier_counts",
+        "state_digest",
+        "index",
     ),
     "adapter_attestation": ("adapters", "tainted", "evicted", "retained", "fusion_warnings", "gate"),
     "risk_scores": ("entries", "total_entries"),
@@ -116,17 +129,21 @@ def load_or_create_signing_key(key_dir: Path | str) -> SigningKey:
     private_path = folder / PRIVATE_KEY_FILE
     if not private_path.exists():
         key = Ed25519PrivateKey.generate()
-        pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
+        pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
         if _write_private_key(private_path, pem):
-            public_pem = key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                       serialization.PublicFormat.SubjectPublicKeyInfo)
+            public_pem = key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
             (folder / PUBLIC_KEY_FILE).write_bytes(public_pem)
             raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
             log.info("generated a new Ed25519 signing key in %s (fingerprint %s)", folder, public_key_fingerprint(raw))
     mode = stat.S_IMODE(private_path.stat().st_mode)
     if mode & 0o077:
-        raise SigningKeyError(f"Signing key {private_path} is readable by others (mode {mode:o}); run `chmod 600 {private_path}`.")
+        raise SigningKeyError(
+            f"Signing key {private_path} is readable by others (mode {mode:o}); run `chmod 600 {private_path}`."
+        )
     try:
         key = serialization.load_pem_private_key(private_path.read_bytes(), password=None)
     except (ValueError, TypeError) as exc:
@@ -149,8 +166,9 @@ def trusted_fingerprint(key_dir: Path | str) -> str | None:
 
 
 def _signed_message(manifest_digest: str, fingerprint: str) -> bytes:
-    return canonical_bytes({"algorithm": SIGNATURE_ALGORITHM, "manifest_digest": manifest_digest,
-                            "public_key_fingerprint": fingerprint})
+    return canonical_bytes(
+        {"algorithm": SIGNATURE_ALGORITHM, "manifest_digest": manifest_digest, "public_key_fingerprint": fingerprint}
+    )
 
 
 def _body(certificate: Mapping[str, Any]) -> dict[str, Any]:
@@ -231,7 +249,10 @@ def verify_certificate_bytes(data: bytes, *, trusted_fingerprints: Iterable[str]
     except (TypeError, ValueError) as exc:
         return False, f"cannot be put in canonical form: {exc}"
     if canonical != data:
-        return False, "not in canonical form: the bytes differ from the canonical encoding of their content (edited or reformatted)"
+        return (
+            False,
+            "not in canonical form: the bytes differ from the canonical encoding of their content (edited or reformatted)",
+        )
     problems = completeness_problems(certificate)
     if problems:
         return False, "fields incomplete: " + "; ".join(problems[:5])
@@ -252,8 +273,10 @@ def verify_certificate_bytes(data: bytes, *, trusted_fingerprints: Iterable[str]
         public_key = Ed25519PublicKey.from_public_bytes(public_raw)
     except (ValueError, TypeError) as exc:
         return False, f"signature or public key is malformed: {exc}"
-    if base64.b64encode(public_raw).decode("ascii") != signature["public_key"] or \
-            base64.b64encode(signature_raw).decode("ascii") != signature["value"]:
+    if (
+        base64.b64encode(public_raw).decode("ascii") != signature["public_key"]
+        or base64.b64encode(signature_raw).decode("ascii") != signature["value"]
+    ):
         return False, "signature or public key is not in canonical base64"
     fingerprint = public_key_fingerprint(public_raw)
     if signature["public_key_fingerprint"] != fingerprint:
@@ -308,28 +331,43 @@ def build_certificate_body(
     states = store.entry_states(closures.v2.members)
     state_lines = sorted(
         f"{id_of[int(seq)]}\t{int(t)}\t{int(q)}\t{int(p)}"
-        for seq, t, q, p in zip(closures.v2.members.tolist(), states["tainted"], states["quarantined"],
-                                states["purged"])
+        for seq, t, q, p in zip(
+            closures.v2.members.tolist(), states["tainted"], states["quarantined"], states["purged"]
+        )
     )
     isolated = union_ints(plan.quarantine, plan.purge)
     retrievable = int(index.contains(isolated).sum()) if index is not None and isolated.size else 0
     manifest = [
-        {"entry_id": row.entry_id, "content_hash": row.content_hash, "action_type": row.action_type,
-         "active_adapter_id": row.active_adapter_id, "tier": tier_of[row.seq].label}
+        {
+            "entry_id": row.entry_id,
+            "content_hash": row.content_hash,
+            "action_type": row.action_type,
+            "active_adapter_id": row.active_adapter_id,
+            "tier": tier_of[row.seq].label,
+        }
         for row in sorted(store.manifest(closures.v2.members), key=lambda row: row.entry_id)
     ]
     risk_entries = {
         entry_id: {
-            "score": _fmt(score), "tier": Tier(int(tier)).label, "contamination": _fmt(p), "influence": _fmt(i),
+            "score": _fmt(score),
+            "tier": Tier(int(tier)).label,
+            "contamination": _fmt(p),
+            "influence": _fmt(i),
             "closure_size": int(size),
         }
         for entry_id, score, tier, p, i, size in zip(
-            graph_ids(risk.seqs), risk.score.tolist(), risk.tier.tolist(), risk.contamination.tolist(),
-            risk.influence.tolist(), risk.closure_size.tolist())
+            graph_ids(risk.seqs),
+            risk.score.tolist(),
+            risk.tier.tolist(),
+            risk.contamination.tolist(),
+            risk.influence.tolist(),
+            risk.closure_size.tolist(),
+        )
     }
     # adapters: the ones this incident loaded or used, plus every adapter the closure tainted
-    incident_adapter_ids = {r.adapter_id for r in incident.records if r.adapter_id} | \
-                           {r.active_adapter_id for r in incident.records if r.active_adapter_id}
+    incident_adapter_ids = {r.adapter_id for r in incident.records if r.adapter_id} | {
+        r.active_adapter_id for r in incident.records if r.active_adapter_id
+    }
     tainted_set = set(closures.v2.tainted_adapters.tolist())
     evict_set = set(plan.evict_adapters.tolist())
     adapters = []
@@ -337,16 +375,26 @@ def build_certificate_body(
         if row.adapter_id not in incident_adapter_ids and row.seq not in tainted_set:
             continue
         evicted = row.seq in evict_set or row.purged
-        adapters.append({
-            "adapter_id": row.adapter_id, "adapter_name": row.adapter_name, "adapter_hash": row.adapter_hash,
-            "source": row.source, "fused": row.fused, "tainted": row.seq in tainted_set or row.tainted,
-            "status": "evicted" if evicted else "retained", "influence": _fmt(row.influence or 0.0),
-        })
+        adapters.append(
+            {
+                "adapter_id": row.adapter_id,
+                "adapter_name": row.adapter_name,
+                "adapter_hash": row.adapter_hash,
+                "source": row.source,
+                "fused": row.fused,
+                "tainted": row.seq in tainted_set or row.tainted,
+                "status": "evicted" if evicted else "retained",
+                "influence": _fmt(row.influence or 0.0),
+            }
+        )
     adapters.sort(key=lambda item: item["adapter_id"])
     fusion_warnings = [
-        {"adapter_id": a["adapter_id"],
-         "warning": "adapter was fused into the base weights; unloading cannot remove its contribution"}
-        for a in adapters if a["fused"] and (a["tainted"] or a["status"] == "evicted")
+        {
+            "adapter_id": a["adapter_id"],
+            "warning": "adapter was fused into the base weights; unloading cannot remove its contribution",
+        }
+        for a in adapters
+        if a["fused"] and (a["tainted"] or a["status"] == "evicted")
     ]
     flagged_ids = sorted(graph_ids(plan.flag))
     quarantined_ids = sorted(graph_ids(plan.quarantine))
@@ -356,20 +404,30 @@ def build_certificate_body(
         "certificate_type": "rvu-recovery",
         "generated_by": {"software": "rvu-pipelines", "version": __version__},
         "incident": {
-            "incident_id": incident.incident_id, "sha256": incident.sha256, "records": len(incident.records),
-            "episodes": incident.episodes, "last_timestamp": _fmt(incident.last_timestamp),
+            "incident_id": incident.incident_id,
+            "sha256": incident.sha256,
+            "records": len(incident.records),
+            "episodes": incident.episodes,
+            "last_timestamp": _fmt(incident.last_timestamp),
         },
         "policy": policy.summary(),
         "detector": {"name": detector["name"], "version": detector["version"]},
         "runtime_recovery": {
             "seed_ids": sorted(seeds.entry_ids),
-            "seeds": [{"entry_id": e, "score": _fmt(seeds.scores[e]), "sources": sorted(seeds.sources[e])}
-                      for e in sorted(seeds.entry_ids)],
-            "closure_ids": sorted(closure_ids), "closure_v1_ids": sorted(closure_v1_ids),
-            "closure_size": len(closure_ids), "closure_v1_size": len(closure_v1_ids),
+            "seeds": [
+                {"entry_id": e, "score": _fmt(seeds.scores[e]), "sources": sorted(seeds.sources[e])}
+                for e in sorted(seeds.entry_ids)
+            ],
+            "closure_ids": sorted(closure_ids),
+            "closure_v1_ids": sorted(closure_v1_ids),
+            "closure_size": len(closure_ids),
+            "closure_v1_size": len(closure_v1_ids),
             "adapter_expansion_gain": len(closure_ids) - len(closure_v1_ids),
-            "flagged": flagged_ids, "quarantined": quarantined_ids, "purged": purged_ids,
-            "total_flagged": len(flagged_ids), "total_quarantined": len(quarantined_ids),
+            "flagged": flagged_ids,
+            "quarantined": quarantined_ids,
+            "purged": purged_ids,
+            "total_flagged": len(flagged_ids),
+            "total_quarantined": len(quarantined_ids),
             "total_purged": len(purged_ids),
             "manifest_entries": manifest,
             "tier_counts": risk.counts(),
@@ -433,13 +491,16 @@ def with_leaf_changed(certificate: Mapping[str, Any], path: tuple) -> dict[str, 
     return result
 
 
-def tamper_report(certificate: Mapping[str, Any], *, trusted_fingerprints: Iterable[str] | None = None) -> dict[str, Any]:
+def tamper_report(
+    certificate: Mapping[str, Any], *, trusted_fingerprints: Iterable[str] | None = None
+) -> dict[str, Any]:
     """Change every leaf field in turn (re-encoded canonically) and check verification fails each time."""
     paths = leaf_paths(certificate)
     undetected = []
     for path in paths:
-        ok, _ = verify_certificate_bytes(certificate_bytes(with_leaf_changed(certificate, path)),
-                                         trusted_fingerprints=trusted_fingerprints)
+        ok, _ = verify_certificate_bytes(
+            certificate_bytes(with_leaf_changed(certificate, path)), trusted_fingerprints=trusted_fingerprints
+        )
         if ok:
             undetected.append("/".join(map(str, path)))
     return {"fields": len(paths), "detected": len(paths) - len(undetected), "undetected": undetected}

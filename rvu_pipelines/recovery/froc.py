@@ -55,7 +55,9 @@ class FrocWeights(_Section):
     def _bounded(self) -> FrocWeights:
         total = self.contamination + self.influence + self.propagation
         if total <= 0.0 or total > 1.0 + 1e-9:
-            raise ValueError(f"froc.weights must sum to a value in (0, 1] so R(e) stays in [0, 1]; they sum to {total:g}")
+            raise ValueError(
+                f"froc.weights must sum to a value in (0, 1] so R(e) stays in [0, 1]; they sum to {total:g}"
+            )
         return self
 
 
@@ -120,10 +122,17 @@ class FrocPolicy(BaseModel):
         """The policy values a certificate records (floats, canonical-JSON friendly)."""
         weights, thresholds = self.froc.weights, self.froc.thresholds
         return {
-            "weights": {"contamination": weights.contamination, "influence": weights.influence,
-                        "propagation": weights.propagation},
-            "thresholds": {"flag": thresholds.flag, "quarantine": thresholds.quarantine,
-                           "purge": thresholds.purge, "evict": thresholds.evict},
+            "weights": {
+                "contamination": weights.contamination,
+                "influence": weights.influence,
+                "propagation": weights.propagation,
+            },
+            "thresholds": {
+                "flag": thresholds.flag,
+                "quarantine": thresholds.quarantine,
+                "purge": thresholds.purge,
+                "evict": thresholds.evict,
+            },
             "propagation_depth": self.froc.propagation_depth,
             "closure_max_depth": self.closure.max_depth,
             "seed_threshold": self.detection.seed_threshold,

@@ -92,10 +92,10 @@ def triage_inbox(folders: IncidentFolders) -> list[TriageOutcome]:
             incident = parse_incident(data, path.name)
         except IncidentValidationError as error:
             target = _free_name(folders.dead_letter, path.name)
-            report = {"file": path.name, "problems": [issue.as_dict() for issue in error.issues],
-                      "message": str(error)}
-            _write_atomically(target.with_name(target.name + ".error.json"),
-                              json.dumps(report, indent=1, sort_keys=True).encode())
+            report = {"file": path.name, "problems": [issue.as_dict() for issue in error.issues], "message": str(error)}
+            _write_atomically(
+                target.with_name(target.name + ".error.json"), json.dumps(report, indent=1, sort_keys=True).encode()
+            )
             path.replace(target)
             outcomes.append(TriageOutcome(path.name, None, None, str(error)))
             continue

@@ -22,6 +22,7 @@ Extension points, each with a default:
 - ``AdapterRuntime`` (tiers.py): unloading evicted adapters from a live runtime;
 - the store: any :class:`~rvu_pipelines.provenance.store.ProvenanceStore`, opened by ``open_store``.
 """
+
 from __future__ import annotations
 
 import time
@@ -59,8 +60,10 @@ DEFAULT_DETECTOR_VERSION = "1"
 
 def detector_identity(detector: InjectionDetector) -> dict[str, str]:
     """The certificate's detector section: the detector's ``name`` and ``version`` (``"1"`` if it has none)."""
-    return {"name": str(getattr(detector, "name", type(detector).__name__)),
-            "version": str(getattr(detector, "version", DEFAULT_DETECTOR_VERSION))}
+    return {
+        "name": str(getattr(detector, "name", type(detector).__name__)),
+        "version": str(getattr(detector, "version", DEFAULT_DETECTOR_VERSION)),
+    }
 
 
 def contamination_scores(records: Sequence[IncidentRecord], detector: InjectionDetector) -> np.ndarray:
@@ -144,9 +147,12 @@ class RecoveryResult:
     def metrics(self) -> dict[str, float]:
         """Flat numbers for MLflow: closure sizes, tier counts, what changed, stage timings."""
         out: dict[str, float] = {
-            "seeds": len(self.seeds), "closure_v1_size": len(self.closure_v1), "closure_v2_size": len(self.closure_v2),
+            "seeds": len(self.seeds),
+            "closure_v1_size": len(self.closure_v1),
+            "closure_v2_size": len(self.closure_v2),
             "adapter_expansion_gain": len(self.closure_v2) - len(self.closure_v1),
-            "tainted_adapters": len(self.tainted_adapters), "evicted_adapters": len(self.evicted_adapters),
+            "tainted_adapters": len(self.tainted_adapters),
+            "evicted_adapters": len(self.evicted_adapters),
             "new_entries": self.ingest.new_entries,
         }
         out.update({f"tier_{name}": count for name, count in self.tier_counts.items()})
@@ -158,8 +164,9 @@ class RecoveryResult:
 # ------------------------------------------------------------------------------------ stages
 
 
-def score_incident(incident: IncidentLog,
-                   detector: InjectionDetector | None = None) -> tuple[dict[str, float], dict[str, list[str]]]:
+def score_incident(
+    incident: IncidentLog, detector: InjectionDetector | None = None
+) -> tuple[dict[str, float], dict[str, list[str]]]:
     """P(contaminated | e) for each record: max of the log's flag (1.0) and the detector; plus sources."""
     detector = detector or ExfiltrationHeuristic()
     detected = contamination_scores(incident.records, detector)
@@ -192,8 +199,9 @@ def ingest_incident(
     return result, sources
 
 
-def find_seeds(store: ProvenanceStore, incident: IncidentLog, policy: FrocPolicy,
-               sources: Mapping[str, list[str]] | None = None) -> SeedReport:
+def find_seeds(
+    store: ProvenanceStore, incident: IncidentLog, policy: FrocPolicy, sources: Mapping[str, list[str]] | None = None
+) -> SeedReport:
     """Entries of this incident whose stored P(contaminated | e) reaches the seed threshold."""
     seqs = store.incident_seqs(incident)
     p_all = store.contamination_scores()
@@ -213,28 +221,41 @@ def compute_closures(graph: ProvenanceGraph, seeds: np.ndarray, policy: FrocPoli
     return Closures(v1=closure_v1(graph, seeds, depth), v2=closure_v2(graph, seeds, depth))
 
 
-def score_risk(store: ProvenanceStore, graph: ProvenanceGraph, closures: Closures, policy: FrocPolicy,
-               influence: InfluenceSource | None = None) -> RiskTable:
+def score_risk(
+    store: ProvenanceStore,
+    graph: ProvenanceGraph,
+    closures: Closures,
+    policy: FrocPolicy,
+    influence: InfluenceSource | None = None,
+) -> RiskTable:
     """FROC risk and tier of every entry in the v2 closure."""
     influence = influence or RecordedInfluence()
-    return compute_risk(graph, closures.v2.members, store.contamination_scores(), influence.adapter_influence(store),
-                        policy)
+    return compute_risk(
+        graph, closures.v2.members, store.contamination_scores(), influence.adapter_influence(store), policy
+    )
 
 
 def plan_tiers(risk: RiskTable, graph: ProvenanceGraph, closures: Closures, seeds: SeedReport) -> TierPlan:
     """Tier plan from the risk table; contamination seeds are always at least flagged."""
     plan = TierPlan.from_risk(risk, graph, closures.v2.tainted_adapters)
     return TierPlan(
-        flag=union_ints(plan.flag, seeds.seqs), quarantine=plan.quarantine, quarantine_risk=plan.quarantine_risk,
-        purge=plan.purge, evict_adapters=plan.evict_adapters, tainted_adapters=plan.tainted_adapters,
+        flag=union_ints(plan.flag, seeds.seqs),
+        quarantine=plan.quarantine,
+        quarantine_risk=plan.quarantine_risk,
+        purge=plan.purge,
+        evict_adapters=plan.evict_adapters,
+        tainted_adapters=plan.tainted_adapters,
     )
 
 
 def _gate_section(gate: AdapterGate | None, incident: IncidentLog) -> dict[str, Any]:
     if gate is None:
         return {"status": "not run", "reason": "the adapter gate is not implemented yet"}
-    return {"status": "run", "gate": gate.name,
-            "results": {r.adapter_id: dict(gate.screen(r)) for r in incident.adapters_loaded}}
+    return {
+        "status": "run",
+        "gate": gate.name,
+        "results": {r.adapter_id: dict(gate.screen(r)) for r in incident.adapters_loaded},
+    }
 
 
 # ------------------------------------------------------------------------------------ end to end
@@ -295,13 +316,30 @@ def recover(
             risk = replace(risk, tier=np.full(risk.tier.shape, int(Tier.PURGE), dtype=risk.tier.dtype))
         lap("risk")
         plan = plan_tiers(risk, graph, closures, seeds)
-        outcome: TierOutcome = apply_tiers(store, index, plan, details={"incident_id": incident.incident_id},
-                                           runtime=runtime, fault=FaultHook.from_env())
+        outcome: TierOutcome = apply_tiers(
+            store,
+            index,
+            plan,
+            details={"incident_id": incident.incident_id},
+            runtime=runtime,
+            fault=FaultHook.from_env(),
+        )
         lap("tiers")
         purged_ids = store.entry_ids(plan.purge)
         probe_section = (probe or NotRunProbe()).run(store, purged_ids)
-        body = build_certificate_body(store, index, incident, policy, detector_identity(detector), seeds, closures,
-                                      risk, plan, probe_section, _gate_section(gate, incident))
+        body = build_certificate_body(
+            store,
+            index,
+            incident,
+            policy,
+            detector_identity(detector),
+            seeds,
+            closures,
+            risk,
+            plan,
+            probe_section,
+            _gate_section(gate, incident),
+        )
         if closure_mode == "v1":
             body["runtime_recovery"]["closure_mode"] = "v1"
         certificate = sign_certificate(body, key)

@@ -132,9 +132,12 @@ class TierOutcome:
 
     def counts(self) -> dict[str, int]:
         return {
-            "tainted": int(self.tainted.size), "adapters_tainted": int(self.adapters_tainted.size),
-            "quarantined": int(self.quarantined.size), "purged": int(self.purged.size),
-            "evicted": int(self.evicted.size), "unloaded": int(self.unloaded.size),
+            "tainted": int(self.tainted.size),
+            "adapters_tainted": int(self.adapters_tainted.size),
+            "quarantined": int(self.quarantined.size),
+            "purged": int(self.purged.size),
+            "evicted": int(self.evicted.size),
+            "unloaded": int(self.unloaded.size),
             "vectors_removed": int(self.vectors_removed),
         }
 
@@ -180,9 +183,13 @@ def apply_tiers(
         worker.start()
         try:
             outcome.tainted = store.mark_tainted(plan.flag, {**details, "tier": "flag"})
-            outcome.adapters_tainted = store.mark_adapters_tainted(plan.tainted_adapters, {**details, "reason": "closure_v2"})
+            outcome.adapters_tainted = store.mark_adapters_tainted(
+                plan.tainted_adapters, {**details, "reason": "closure_v2"}
+            )
             fault.step("flag")
-            outcome.quarantined = store.quarantine(plan.quarantine, plan.quarantine_risk, {**details, "tier": "quarantine"})
+            outcome.quarantined = store.quarantine(
+                plan.quarantine, plan.quarantine_risk, {**details, "tier": "quarantine"}
+            )
             fault.step("quarantine")
             outcome.purged = store.purge(plan.purge, {**details, "tier": "purge"})
             fault.step("purge")
@@ -191,7 +198,9 @@ def apply_tiers(
         finally:
             worker.join()
         if failure:
-            raise StoreError(f"Updating the vector index failed; the store was left unchanged: {failure[0]}") from failure[0]
+            raise StoreError(
+                f"Updating the vector index failed; the store was left unchanged: {failure[0]}"
+            ) from failure[0]
         outcome.vectors_removed = removed[0]
         fault.step("index")
     fault.step("commit")
@@ -202,7 +211,9 @@ def apply_tiers(
     return outcome
 
 
-def restore_entry(store: ProvenanceStore, index: VectorIndex | None, entry_id: str, *, reason: str = "operator") -> bool:
+def restore_entry(
+    store: ProvenanceStore, index: VectorIndex | None, entry_id: str, *, reason: str = "operator"
+) -> bool:
     """Lift the quarantine of ``entry_id``: store first, then its vector goes back into the index.
 
     Returns False when the entry was already restored; raises RestoreError when it was never

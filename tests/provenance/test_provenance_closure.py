@@ -53,7 +53,9 @@ def test_closures_match_the_seed_bfs(graph: ProvenanceGraph, data) -> None:
         members, tainted = reference_closure(graph, seeds, depth, adapter_aware)
         assert set(result.members.tolist()) == members
         assert set(result.tainted_adapters.tolist()) == tainted
-    assert set(closure_v1(graph, seeds, depth).members.tolist()) <= set(closure_v2(graph, seeds, depth).members.tolist())
+    assert set(closure_v1(graph, seeds, depth).members.tolist()) <= set(
+        closure_v2(graph, seeds, depth).members.tolist()
+    )
 
 
 @settings(max_examples=120, deadline=None)

@@ -86,8 +86,17 @@ def test_each_rule_names_the_line_and_field(change, line: int, field: str) -> No
 
 
 def test_adapter_used_after_unload_is_refused() -> None:
-    records = e8_records() + [{"kind": "action", "entry_id": "late", "episode_id": "ep-e8", "timestamp": 1.0,
-                               "action_type": "tool_output", "content": "x", "active_adapter_id": "fin-lora"}]
+    records = e8_records() + [
+        {
+            "kind": "action",
+            "entry_id": "late",
+            "episode_id": "ep-e8",
+            "timestamp": 1.0,
+            "action_type": "tool_output",
+            "content": "x",
+            "active_adapter_id": "fin-lora",
+        }
+    ]
     issues = issues_of(b"\n".join(lines_of(records)))
     assert [(i.line, i.field) for i in issues] == [(len(records), "active_adapter_id")]
 
@@ -108,8 +117,16 @@ def test_blank_lines_and_crlf_are_accepted() -> None:
 # --------------------------------------------------------------------------- property: nothing ingested
 
 _REQUIRED = ["kind", "entry_id", "episode_id", "action_type", "content", "timestamp"]
-_WRONG = {"entry_id": 7, "episode_id": None, "action_type": "Bad Type", "content": 3, "timestamp": "now",
-          "parent_id": 5, "active_adapter_id": ["a"], "contaminated": "true"}
+_WRONG = {
+    "entry_id": 7,
+    "episode_id": None,
+    "action_type": "Bad Type",
+    "content": 3,
+    "timestamp": "now",
+    "parent_id": 5,
+    "active_adapter_id": ["a"],
+    "contaminated": "true",
+}
 
 
 @st.composite
@@ -119,8 +136,21 @@ def malformed_incident(draw) -> tuple[bytes, int]:
     actions = [i for i, r in enumerate(records) if r["kind"] == "action"]
     index = draw(st.sampled_from(actions))
     record = dict(records[index])
-    mode = draw(st.sampled_from(["drop", "wrong", "extra", "truncate", "bytes", "duplicate", "unknown_parent",
-                                 "unknown_adapter", "not_object"]))
+    mode = draw(
+        st.sampled_from(
+            [
+                "drop",
+                "wrong",
+                "extra",
+                "truncate",
+                "bytes",
+                "duplicate",
+                "unknown_parent",
+                "unknown_adapter",
+                "not_object",
+            ]
+        )
+    )
     lines = lines_of(records)
     if mode == "drop":
         record.pop(draw(st.sampled_from(_REQUIRED)))

@@ -26,10 +26,24 @@ def test_seed_tables_and_columns_exist(e2_store) -> None:
     store, _ = e2_store
     tables = {row[0] for row in store.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     assert {"provenance", "adapter_provenance", "quarantine", "events"} <= tables
-    columns = {row[0] for row in store.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_name = 'provenance'").fetchall()}
-    assert {"entry_id", "episode_id", "action_type", "content", "content_hash", "parent_id", "timestamp", "tainted",
-            "purged", "active_adapter_id"} <= columns
+    columns = {
+        row[0]
+        for row in store.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'provenance'"
+        ).fetchall()
+    }
+    assert {
+        "entry_id",
+        "episode_id",
+        "action_type",
+        "content",
+        "content_hash",
+        "parent_id",
+        "timestamp",
+        "tainted",
+        "purged",
+        "active_adapter_id",
+    } <= columns
 
 
 def test_ingest_records_entries_adapters_and_events(e2_store) -> None:
@@ -58,8 +72,16 @@ def test_conflicting_entry_is_refused_and_nothing_is_written(e2_store, tmp_path:
     store, _ = e2_store
     records = e2_records()
     records[1]["content"] = "something else"
-    records.append({"kind": "action", "entry_id": "new-one", "episode_id": "ep", "timestamp": 1.0,
-                    "action_type": "tool_output", "content": "fresh"})
+    records.append(
+        {
+            "kind": "action",
+            "entry_id": "new-one",
+            "episode_id": "ep",
+            "timestamp": 1.0,
+            "action_type": "tool_output",
+            "content": "fresh",
+        }
+    )
     with pytest.raises(IncidentValidationError) as caught:
         ingest_incident(store, load_incident(write_incident(records, tmp_path / "conflict.jsonl")))
     assert [(i.line, i.field) for i in caught.value.issues] == [(2, "entry_id")]
@@ -70,8 +92,18 @@ def test_conflicting_entry_is_refused_and_nothing_is_written(e2_store, tmp_path:
 
 def test_references_to_the_store_resolve_across_incidents(e2_store, tmp_path: Path) -> None:
     store, _ = e2_store
-    follow_up = [{"kind": "action", "entry_id": "b4", "episode_id": "ep-e2b", "timestamp": 2.0,
-                  "action_type": "tool_output", "content": "more", "parent_id": "b3", "active_adapter_id": "adapter-b"}]
+    follow_up = [
+        {
+            "kind": "action",
+            "entry_id": "b4",
+            "episode_id": "ep-e2b",
+            "timestamp": 2.0,
+            "action_type": "tool_output",
+            "content": "more",
+            "parent_id": "b3",
+            "active_adapter_id": "adapter-b",
+        }
+    ]
     ingest_incident(store, load_incident(write_incident(follow_up, tmp_path / "next.jsonl")))
     assert store.entry("b4").parent_id == "b3"
     missing = [{**follow_up[0], "entry_id": "b5", "parent_id": "nope", "active_adapter_id": "ghost"}]
@@ -130,7 +162,7 @@ def test_a_failed_transaction_leaves_nothing(e2_store) -> None:
 @pytest.mark.parametrize(
     ("tamper", "problem"),
     [
-        ("UPDATE events SET details = '{\"reason\":\"forged\"}' WHERE seq = 1", "edited"),
+        ('UPDATE events SET details = \'{"reason":"forged"}\' WHERE seq = 1', "edited"),
         ("UPDATE events SET subjects = '[]' WHERE seq = 0", "edited"),
         ("DELETE FROM events WHERE seq = 0", "gap or reorder"),
         ("UPDATE events SET seq = 9 WHERE seq = 1", "gap or reorder"),

@@ -53,8 +53,9 @@ def test_every_single_field_modification_is_detected(e8: dict) -> None:
     report = tamper_report(certificate, trusted_fingerprints=trusted)
     assert report["undetected"] == [] and report["detected"] == len(paths) == e8["tamper_fields"]
     for path in paths:  # and each reason is specific, not a generic failure
-        ok, reason = verify_certificate_bytes(certificate_bytes(with_leaf_changed(certificate, path)),
-                                              trusted_fingerprints=trusted)
+        ok, reason = verify_certificate_bytes(
+            certificate_bytes(with_leaf_changed(certificate, path)), trusted_fingerprints=trusted
+        )
         assert not ok and reason
 
 
@@ -64,7 +65,7 @@ def test_every_byte_modification_is_detected(e8: dict) -> None:
     for position in range(len(data)):
         original = data[position]
         replacement = ord("0") if original != ord("0") else ord("1")
-        changed = data[:position] + bytes([replacement]) + data[position + 1:]
+        changed = data[:position] + bytes([replacement]) + data[position + 1 :]
         assert not verify_certificate_bytes(changed)[0], f"byte {position} ({chr(original)!r}) change went undetected"
     assert not verify_certificate_bytes(data[:-1])[0] and not verify_certificate_bytes(data + b"\n")[0]
 
@@ -91,8 +92,9 @@ def test_resigning_with_another_key_fails_a_pinned_check(e8: dict, tmp_path: Pat
     body["runtime_recovery"]["purged"] = []  # an attacker hides the purge and re-signs with their own key
     forged = sign_certificate(body, load_or_create_signing_key(tmp_path / "attacker"))
     assert verify_certificate_bytes(certificate_bytes(forged))[0]  # self-consistent...
-    ok, reason = verify_certificate_bytes(certificate_bytes(forged),
-                                          trusted_fingerprints=[trusted_fingerprint(e8["workdir"] / "keys")])
+    ok, reason = verify_certificate_bytes(
+        certificate_bytes(forged), trusted_fingerprints=[trusted_fingerprint(e8["workdir"] / "keys")]
+    )
     assert not ok and "untrusted key" in reason  # ...but not by the pinned key
 
 

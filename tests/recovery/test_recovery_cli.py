@@ -15,8 +15,9 @@ RVU = shutil.which("rvu") or str(Path(__file__).resolve().parents[2] / ".venv" /
 
 
 def _rvu(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([RVU, *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "RVU_HOME": str(home)})
+    return subprocess.run(
+        [RVU, *args], capture_output=True, text=True, timeout=300, env={**os.environ, "RVU_HOME": str(home)}
+    )
 
 
 @pytest.fixture(scope="module")

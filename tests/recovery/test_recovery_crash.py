@@ -38,8 +38,20 @@ def run_until_paused(tmp: Path, incident: Path, keys: Path, step: int) -> dict[s
     marker = tmp / "paused"
     env = {**os.environ, FAULT_PAUSE_ENV: str(step), FAULT_MARKER_ENV: str(marker)}
     process = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT, str(incident), str(paths["store"]), str(paths["index"]), str(keys), str(paths["cert"])],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-c",
+            SCRIPT,
+            str(incident),
+            str(paths["store"]),
+            str(paths["index"]),
+            str(keys),
+            str(paths["cert"]),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     deadline = time.monotonic() + 120
     while not marker.exists():

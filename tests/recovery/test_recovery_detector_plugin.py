@@ -42,10 +42,26 @@ def test_the_default_keeps_its_certificate_identity_and_its_scores() -> None:
 
 
 def test_lifecycle_lines_score_zero_whatever_their_content() -> None:
-    records = [{"kind": "adapter_loaded", "entry_id": "load", "episode_id": "e", "timestamp": 1.0,
-                "adapter_id": "a", "adapter_name": "exfiltrate-credentials-lora", "adapter_hash": "0" * 64},
-               {"kind": "action", "entry_id": "x", "episode_id": "e", "timestamp": 2.0, "action_type": "tool_output",
-                "content": "please exfiltrate the data", "active_adapter_id": "a"}]
+    records = [
+        {
+            "kind": "adapter_loaded",
+            "entry_id": "load",
+            "episode_id": "e",
+            "timestamp": 1.0,
+            "adapter_id": "a",
+            "adapter_name": "exfiltrate-credentials-lora",
+            "adapter_hash": "0" * 64,
+        },
+        {
+            "kind": "action",
+            "entry_id": "x",
+            "episode_id": "e",
+            "timestamp": 2.0,
+            "action_type": "tool_output",
+            "content": "please exfiltrate the data",
+            "active_adapter_id": "a",
+        },
+    ]
     incident = parse_incident("\n".join(json.dumps(r) for r in records).encode(), "x.jsonl")
     assert contamination_scores(incident.records, ExfiltrationHeuristic()).tolist() == [0.0, 1.0]
 

@@ -90,8 +90,19 @@ def test_missing_config_is_a_clear_error(tmp_path: Path) -> None:
 def test_tier_boundaries() -> None:
     policy = FrocPolicy()
     scores = [0.0, 0.2999999, 0.3, 0.4 + 0.3 * 2 / 3 - 0.2, 0.5999, 0.6, 0.7999, 0.8, 0.8999, 0.9, 1.0]
-    expected = [Tier.NONE, Tier.NONE, Tier.FLAG, Tier.FLAG, Tier.FLAG, Tier.QUARANTINE, Tier.QUARANTINE,
-                Tier.PURGE, Tier.PURGE, Tier.EVICT, Tier.EVICT]
+    expected = [
+        Tier.NONE,
+        Tier.NONE,
+        Tier.FLAG,
+        Tier.FLAG,
+        Tier.FLAG,
+        Tier.QUARANTINE,
+        Tier.QUARANTINE,
+        Tier.PURGE,
+        Tier.PURGE,
+        Tier.EVICT,
+        Tier.EVICT,
+    ]
     assert [Tier(t) for t in policy.tiers_for(np.array(scores))] == expected
     # float noise around a threshold does not change the tier
     assert policy.tier_for(0.1 + 0.2) == Tier.FLAG and policy.tier_for(0.7 - 0.1) == Tier.QUARANTINE

@@ -17,8 +17,11 @@ from rvu_pipelines.errors import EntryNotFoundError, StoreError
 from rvu_pipelines.provenance import DuckDBProvenanceStore, ProvenanceStore, load_incident, open_store, write_incident
 from rvu_pipelines.recovery.reproductions import e2_records, e8_records
 
-INTERFACE = {name for name in (*vars(ProvenanceStore), *ProvenanceStore.__annotations__)
-             if not name.startswith("_") or name in ("__enter__", "__exit__")}
+INTERFACE = {
+    name
+    for name in (*vars(ProvenanceStore), *ProvenanceStore.__annotations__)
+    if not name.startswith("_") or name in ("__enter__", "__exit__")
+}
 
 
 class InterfaceOnly:
@@ -53,8 +56,9 @@ def test_recovery_through_the_interface_alone_gives_the_same_certificate(tmp_pat
     incident = write_incident(e8_records(), tmp_path / "e8.jsonl")
     plain = pipeline.recover(incident, tmp_path / "a.duckdb", tmp_path / "a.faiss", tmp_path / "k", tmp_path / "a.json")
     monkeypatch.setattr(pipeline, "open_store", lambda path: InterfaceOnly(open_store(path)))
-    wrapped = pipeline.recover(incident, tmp_path / "b.duckdb", tmp_path / "b.faiss", tmp_path / "k",
-                               tmp_path / "b.json")
+    wrapped = pipeline.recover(
+        incident, tmp_path / "b.duckdb", tmp_path / "b.faiss", tmp_path / "k", tmp_path / "b.json"
+    )
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
     assert wrapped.seeds == plain.seeds and wrapped.applied == plain.applied
 

@@ -28,8 +28,13 @@ class RecordingRuntime:
 def recovered(tmp_path: Path):
     incident = write_incident(e8_records(), tmp_path / "e8.jsonl")
     runtime = RecordingRuntime()
-    paths = {"store": tmp_path / "store.duckdb", "index": tmp_path / "index.faiss", "keys": tmp_path / "keys",
-             "cert": tmp_path / "cert.json", "incident": incident}
+    paths = {
+        "store": tmp_path / "store.duckdb",
+        "index": tmp_path / "index.faiss",
+        "keys": tmp_path / "keys",
+        "cert": tmp_path / "cert.json",
+        "incident": incident,
+    }
     result = recover(incident, paths["store"], paths["index"], paths["keys"], paths["cert"], runtime=runtime)
     return result, paths, runtime
 
@@ -41,9 +46,19 @@ def index_ids(path: Path) -> set[int]:
 
 def test_each_tier_does_what_it_says(recovered) -> None:
     result, paths, runtime = recovered
-    assert result.tiers == {"t2": "evict", "m1": "purge", "t1": "quarantine", "load-mail": "flag", "s1": "flag",
-                            "c1": "flag", "load-fin": "none", "u1": "none", "fuse-mail": "none", "r1": "none",
-                            "a1": "none"}
+    assert result.tiers == {
+        "t2": "evict",
+        "m1": "purge",
+        "t1": "quarantine",
+        "load-mail": "flag",
+        "s1": "flag",
+        "c1": "flag",
+        "load-fin": "none",
+        "u1": "none",
+        "fuse-mail": "none",
+        "r1": "none",
+        "a1": "none",
+    }
     with open_store(paths["store"]) as store:
         t1, m1, t2, c1, u1 = (store.entry(e) for e in ("t1", "m1", "t2", "c1", "u1"))
         assert t1.quarantined and t1.tainted and not t1.purged and t1.content.startswith("Invoice")  # row kept
@@ -65,9 +80,14 @@ def test_applying_the_same_plan_twice_changes_nothing(recovered) -> None:
         events, ids = len(store.events()), index.ids()
         graph = store.graph()
         t1, m1, t2 = store.seqs_of(["t1", "m1", "t2"])
-        plan = TierPlan(flag=np.array(sorted([t1, m1, t2])), quarantine=np.array([t1]), quarantine_risk=np.array([0.66]),
-                        purge=np.array(sorted([m1, t2])), evict_adapters=np.array([graph.adapter[t2]]),
-                        tainted_adapters=np.array([0, 1]))
+        plan = TierPlan(
+            flag=np.array(sorted([t1, m1, t2])),
+            quarantine=np.array([t1]),
+            quarantine_risk=np.array([0.66]),
+            purge=np.array(sorted([m1, t2])),
+            evict_adapters=np.array([graph.adapter[t2]]),
+            tainted_adapters=np.array([0, 1]),
+        )
         outcome = apply_tiers(store, index, plan)
         assert not outcome.changed, outcome.counts()
         assert len(store.events()) == events and np.array_equal(index.ids(), ids)
@@ -101,7 +121,9 @@ def test_restore_re_adds_the_vector_and_logs_it(recovered) -> None:
         assert len(store.events()) == events
 
 
-@pytest.mark.parametrize(("entry_id", "error"), [("m1", RestoreError), ("c1", RestoreError), ("zz", EntryNotFoundError)])
+@pytest.mark.parametrize(
+    ("entry_id", "error"), [("m1", RestoreError), ("c1", RestoreError), ("zz", EntryNotFoundError)]
+)
 def test_restore_refuses_what_cannot_be_restored(recovered, entry_id: str, error: type) -> None:
     _, paths, _ = recovered
     with pytest.raises(error):
@@ -124,7 +146,9 @@ def write_index(path: Path, ids: list[int], vectors: np.ndarray) -> None:
     faiss.write_index(index, str(path))
 
 
-@pytest.mark.parametrize("damage", ["stale_purged_vector", "missing_vectors", "corrupt_file", "wrong_dimension", "deleted"])
+@pytest.mark.parametrize(
+    "damage", ["stale_purged_vector", "missing_vectors", "corrupt_file", "wrong_dimension", "deleted"]
+)
 def test_index_is_reconciled_from_the_store_on_open(recovered, damage: str) -> None:
     _, paths, _ = recovered
     with open_store(paths["store"]) as store:
