@@ -14,4 +14,5 @@ cell_partitions = MultiPartitionsDefinition(
 )
 
 # one partition per accepted incident log, keyed by its content sha256 (added by the incident sensor)
-incident_partitions = DynamicPartitionsDefinition(name="incidents")
+INCIDENTS = "incidents"
+incident_partitions = DynamicPartitionsDefinition(name=INCIDENTS)

@@ -141,8 +141,10 @@ def e8_certificate_audit(context: AssetExecutionContext, mlflow_tracker: MlflowT
 
 STAGES = ["provenance_store", "contamination_closure", "risk_scores", "tier_actions", "recovery_certificate"]
 _DESCRIPTIONS = {
-    "provenance_store": "The incident ingested into the provenance store (DuckDB) and its vectors into the FAISS index.",
-    "contamination_closure": "Contamination seeds and the v1 (parent/child) and v2 (adapter-aware, Theorem 2c) closures.",
+    "provenance_store": "The incident ingested into the provenance store (DuckDB) and its vectors into the "
+    "FAISS index.",
+    "contamination_closure": "Contamination seeds and the v1 (parent/child) and v2 (adapter-aware, Theorem 2c) "
+    "closures.",
     "risk_scores": "FROC risk R(e) and tier of every entry in the v2 closure.",
     "tier_actions": "Tier actions applied: flag, quarantine (reversible), purge, evict.",
     "recovery_certificate": "The Ed25519-signed v2 recovery certificate of the incident.",
@@ -204,7 +206,7 @@ def incident_recovery(
         schema_overrides={"risk": pl.Float64},
     ).sort("entry_id")
     ok, reason = verify_certificate(
-        result.certificate_path, trusted_fingerprints=[trusted_fingerprint(recovery.key_dir)]
+        result.certificate_path, trusted_fingerprints=[fp for fp in [trusted_fingerprint(recovery.key_dir)] if fp]
     )
     yield Output(
         {
@@ -257,7 +259,7 @@ def incident_recovery(
     yield AssetCheckResult(
         asset_key="risk_scores",
         check_name="corollary_3_1",
-        passed=all(a <= b for a, b in zip(ranks, ranks[1:])),
+        passed=all(a <= b for a, b in zip(ranks, ranks[1:], strict=False)),
         metadata={"thresholds": MetadataValue.json(policy.summary()["thresholds"])},
     )
 

@@ -34,9 +34,9 @@ import gc
 import json
 import os
 import shutil
+import sqlite3
 import statistics
 import subprocess
-import sqlite3
 import sys
 import tempfile
 import time
@@ -172,7 +172,9 @@ def build_sqlite(trace: Trace, workdir: Path) -> Path:
             0,
             None if a < 0 else f"adapter-{a:06d}",
         )
-        for i, p, a, t in zip(range(trace.n), trace.parent.tolist(), trace.adapter.tolist(), tainted.tolist())
+        for i, p, a, t in zip(
+            range(trace.n), trace.parent.tolist(), trace.adapter.tolist(), tainted.tolist(), strict=True
+        )
     )
     con.executemany("INSERT INTO provenance VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
     con.executemany(
@@ -422,10 +424,12 @@ def run_networkx(trace: Trace, ours: dict, budget: float) -> dict:
     graph = nx.Graph()
     graph.add_nodes_from(range(trace.n))
     children = np.flatnonzero(trace.parent >= 0)
-    graph.add_weighted_edges_from(zip(children.tolist(), trace.parent[children].tolist(), [1.0] * children.size))
+    graph.add_weighted_edges_from(
+        zip(children.tolist(), trace.parent[children].tolist(), [1.0] * children.size, strict=True)
+    )
     linked = np.flatnonzero(trace.adapter >= 0)
     hubs = (trace.n + trace.adapter[linked]).tolist()
-    graph.add_weighted_edges_from(zip(linked.tolist(), hubs, [0.5] * linked.size))
+    graph.add_weighted_edges_from(zip(linked.tolist(), hubs, [0.5] * linked.size, strict=True))
     build = time.perf_counter() - start
     start = time.perf_counter()
     lengths = nx.multi_source_dijkstra_path_length(graph, set(trace.seeds.tolist()), cutoff=MAX_DEPTH)
@@ -446,7 +450,7 @@ def run_networkx(trace: Trace, ours: dict, budget: float) -> dict:
         extrapolated=done < members.size,
         note=f"{done:,} of {members.size:,} entries scored" if done < members.size else "",
     )
-    expected = dict(zip(ours["risk"].seqs.tolist(), ours["risk"].closure_size.tolist()))
+    expected = dict(zip(ours["risk"].seqs.tolist(), ours["risk"].closure_size.tolist(), strict=True))
     risk_agrees = all(expected[e] == s for e, s in sizes.items())
     return {"build": build, "closure": Timing(closure_time), "risk": risk, "agrees": agrees and risk_agrees}
 
@@ -480,9 +484,9 @@ def run_seed(sqlite_path: Path, trace: Trace, ours: dict, budget: float) -> dict
         f"{done:,} of {members.size:,} entries scored" if done < members.size else "",
     )
     risk_table = ours["risk"]
-    expected = dict(zip(risk_table.seqs.tolist(), risk_table.score.tolist()))
+    expected = dict(zip(risk_table.seqs.tolist(), risk_table.score.tolist(), strict=True))
     risk_agrees = all(abs(expected[e] - s) < 1e-9 for e, s in scores.items())
-    tiers = dict(zip(risk_table.seqs.tolist(), risk_table.tier.tolist()))
+    tiers = dict(zip(risk_table.seqs.tolist(), risk_table.tier.tolist(), strict=True))
 
     def apply(entry: int) -> None:
         method.apply(f"e{entry:09d}", Tier(int(tiers[entry])), expected[entry])

@@ -9,7 +9,7 @@ from dagster import (
 )
 
 from assets.jobs import recovery_job
-from assets.partitions import incident_partitions
+from assets.partitions import INCIDENTS, incident_partitions
 from resources.recovery import RecoveryResource
 from rvu_pipelines.recovery.inbox import triage_inbox
 
@@ -28,7 +28,7 @@ def incident_log_sensor(context: SensorEvaluationContext, recovery: RecoveryReso
         if outcome.error:
             context.log.warning(f"dead-lettered {outcome.source}: {outcome.error.splitlines()[0]}")
     accepted = folders.accepted_incidents()
-    known = set(context.instance.get_dynamic_partitions(incident_partitions.name))
+    known = set(context.instance.get_dynamic_partitions(INCIDENTS))
     new = [incident_id for incident_id, _ in accepted if incident_id not in known]
     # every accepted log is requested each tick; Dagster drops run keys it has seen, so a crash
     # between accepting a file and requesting its run loses nothing

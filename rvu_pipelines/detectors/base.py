@@ -70,7 +70,7 @@ class MemoizedDetector:
         checked = check_texts(texts, getattr(self.detector, "name", "detector"))
         missing = [text for text in dict.fromkeys(checked) if text not in self._scores]
         if missing:
-            self._scores.update(zip(missing, (float(s) for s in self.detector.score(missing))))
+            self._scores.update(zip(missing, (float(s) for s in self.detector.score(missing)), strict=True))
         return np.array([self._scores[text] for text in checked], dtype=np.float64)
 
     def predict(self, texts: Sequence[str], threshold: float = DEFAULT_THRESHOLD) -> np.ndarray:

@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -65,7 +66,7 @@ class RegisteredDetector:
         }
 
 
-def _client(tracking_uri: str) -> object:
+def _client(tracking_uri: str) -> Any:  # MlflowClient, imported lazily (mlflow is slow to import)
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
@@ -125,20 +126,20 @@ def register_detector(
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / MODEL_ARTIFACT
         kind = _save_model_folder(detector, folder)
-        client.log_artifacts(run_id, str(folder), MODEL_ARTIFACT)  # type: ignore[attr-defined]
+        client.log_artifacts(run_id, str(folder), MODEL_ARTIFACT)
     try:
-        client.create_registered_model(name, description=description or None)  # type: ignore[attr-defined]
+        client.create_registered_model(name, description=description or None)
     except MlflowException as exc:
         if exc.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
-    version = client.create_model_version(  # type: ignore[attr-defined]
+    version = client.create_model_version(
         name,
         f"runs:/{run_id}/{MODEL_ARTIFACT}",
         run_id=run_id,
         tags={KIND_KEY: KINDS[kind], **str_tags},
         description=description or None,
     )
-    client.set_registered_model_alias(name, CURRENT_ALIAS, version.version)  # type: ignore[attr-defined]
+    client.set_registered_model_alias(name, CURRENT_ALIAS, version.version)
     return RegisteredDetector(name, str(version.version), run_id, kind, uri)
 
 
@@ -151,9 +152,9 @@ def resolve_version(name: str, tracking_uri: str | None = None, version: str | i
     try:
         found = (
             client.get_model_version(name, str(version))
-            if version is not None  # type: ignore[attr-defined]
+            if version is not None
             else client.get_model_version_by_alias(name, CURRENT_ALIAS)
-        )  # type: ignore[attr-defined]
+        )
     except MlflowException as exc:
         which = f"version {version}" if version is not None else f"alias '{CURRENT_ALIAS}'"
         raise RegisteredDetectorError(
@@ -181,7 +182,7 @@ def load_registered_detector(
     ref = resolve_version(name, tracking_uri, version)
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            source = _client(ref.tracking_uri).get_model_version_download_uri(ref.name, ref.version)  # type: ignore[attr-defined]
+            source = _client(ref.tracking_uri).get_model_version_download_uri(ref.name, ref.version)
             local = Path(
                 mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=tmp, tracking_uri=ref.tracking_uri)
             )
@@ -209,5 +210,5 @@ def load_registered_detector(
                 f"{ref.model_uri} is not an RVU detector (metadata {KIND_KEY}={kind!r}); "
                 f"expected one of {sorted(KINDS.values())}."
             )
-    detector.registered = ref  # type: ignore[attr-defined]
+    detector.registered = ref  # type: ignore[attr-defined]  # read back by registered_ref()
     return detector

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -119,7 +119,7 @@ def _existing_adapters(store: DuckDBProvenanceStore) -> dict[str, tuple[int, str
 
 
 def _next_seq(store: DuckDBProvenanceStore, table: str) -> int:
-    return int(store._first(f"SELECT coalesce(max(seq) + 1, 0) FROM {table}")[0])
+    return int(store._one(f"SELECT coalesce(max(seq) + 1, 0) FROM {table}")[0])
 
 
 def _write_incident(
@@ -142,7 +142,7 @@ def _write_incident(
     new_adapters: list[int] = []
     for index, record in enumerate(records):
         if record.kind == "adapter_loaded" and record.adapter_id not in adapter_seq:
-            adapter_seq[record.adapter_id] = next_adapter
+            adapter_seq[cast(str, record.adapter_id)] = next_adapter
             new_adapters.append(index)
             next_adapter += 1
         if record.entry_id not in existing:
@@ -209,7 +209,7 @@ def _write_incident(
     loaded_seqs = []
     for index in new_adapters:
         record = records[index]
-        seq = adapter_seq[record.adapter_id]
+        seq = adapter_seq[cast(str, record.adapter_id)]
         store._con.execute(
             "INSERT INTO adapter_provenance (adapter_id, adapter_name, adapter_hash, source, loaded_at, "
             "parent_adapter_id, episode_id, seq, influence, load_entry_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -238,7 +238,7 @@ def _write_incident(
             record = records[index]
             if record.kind != kind:
                 continue
-            seq = adapter_seq[record.adapter_id]
+            seq = adapter_seq[cast(str, record.adapter_id)]
             if column_name == "unloaded_at":
                 hit = store._con.execute(
                     "UPDATE adapter_provenance SET unloaded_at = ? WHERE seq = ? AND unloaded_at IS NULL RETURNING seq",
@@ -251,7 +251,7 @@ def _write_incident(
             changed.extend(int(row[0]) for row in hit)
         if changed:
             store._append_event(event, "adapter", changed, {"incident_id": incident.incident_id})
-    known = store._first("SELECT count(*) FROM incidents WHERE incident_id = ?", [incident.incident_id])[0]
+    known = store._one("SELECT count(*) FROM incidents WHERE incident_id = ?", [incident.incident_id])[0]
     if not known:
         store._con.execute(
             "INSERT INTO incidents VALUES (?, ?, ?, ?, ?)",

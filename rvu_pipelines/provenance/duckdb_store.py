@@ -212,6 +212,13 @@ class DuckDBProvenanceStore:
         rows = self._con.execute(sql, params or []).fetchall()
         return rows[0] if rows else None
 
+    def _one(self, sql: str, params: Sequence[Any] | None = None) -> tuple:
+        """The row of a query that always returns one (an aggregate such as count(*))."""
+        row = self._first(sql, params)
+        if row is None:
+            raise RuntimeError(f"query returned no row: {sql}")
+        return row
+
     def _meta(self, key: str) -> str | None:
         row = self._first("SELECT value FROM meta WHERE key = ?", [key])
         return None if row is None else str(row[0])
@@ -225,11 +232,11 @@ class DuckDBProvenanceStore:
 
     @property
     def entry_count(self) -> int:
-        return int(self._first("SELECT count(*) FROM provenance")[0])
+        return int(self._one("SELECT count(*) FROM provenance")[0])
 
     @property
     def adapter_count(self) -> int:
-        return int(self._first("SELECT count(*) FROM adapter_provenance")[0])
+        return int(self._one("SELECT count(*) FROM adapter_provenance")[0])
 
     @property
     def embedding_dim(self) -> int | None:
@@ -255,7 +262,7 @@ class DuckDBProvenanceStore:
     def _by_seq(seqs: np.ndarray, values: np.ndarray, dtype: type) -> np.ndarray:
         """Scatter a column into seq order (cheaper than ORDER BY on a million rows)."""
         seqs = np.asarray(seqs, dtype=np.int64)
-        out = np.empty(seqs.size, dtype=dtype)
+        out: np.ndarray = np.empty(seqs.size, dtype=dtype)
         out[seqs] = np.asarray(values, dtype=dtype)
         return out
 
@@ -541,7 +548,7 @@ class DuckDBProvenanceStore:
                 "UPDATE quarantine SET restored = 1 WHERE seq = ? AND restored = 0 RETURNING seq", [entry.seq]
             ).fetchall()
             if not lifted:
-                ever = self._first("SELECT count(*) FROM quarantine WHERE seq = ?", [entry.seq])[0]
+                ever = self._one("SELECT count(*) FROM quarantine WHERE seq = ?", [entry.seq])[0]
                 if not ever:
                     raise RestoreError(f"Entry {entry_id!r} was never quarantined; there is nothing to restore.")
                 return False
@@ -566,7 +573,7 @@ class DuckDBProvenanceStore:
         return np.flatnonzero(allowed).astype(np.int64)
 
     def has_vector(self, seq: int) -> bool:
-        return bool(self._first("SELECT count(*) FROM embeddings WHERE seq = ?", [int(seq)])[0])
+        return bool(self._one("SELECT count(*) FROM embeddings WHERE seq = ?", [int(seq)])[0])
 
     def vectors(self, seqs: np.ndarray | Sequence[int]) -> np.ndarray:
         """Stored vectors for the given seqs (float32 rows, in the given order)."""
@@ -620,7 +627,8 @@ class DuckDBProvenanceStore:
         """Recompute every event hash and link; any edit, deletion or reordering breaks the chain."""
         return verify_chain(
             self._con.execute(
-                "SELECT seq, kind, subject_type, subjects, details, created_at_us, prev_hash, hash FROM events ORDER BY seq"
+                "SELECT seq, kind, subject_type, subjects, details, created_at_us, prev_hash, hash "
+                "FROM events ORDER BY seq"
             ).fetchall()
         )
 

@@ -6,6 +6,8 @@ set operation on that path a sort or a binary search (see ``_unique`` for why no
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 
@@ -83,7 +85,7 @@ def _unique_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ordered[new], inverse
 
 
-def unique_ints(values: np.ndarray | list[int]) -> np.ndarray:
+def unique_ints(values: np.ndarray | Sequence[int]) -> np.ndarray:
     """Sorted distinct int64 values (fast; see ``_unique``)."""
     return _unique(np.asarray(values, dtype=np.int64).ravel())
 

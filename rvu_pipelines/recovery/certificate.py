@@ -145,11 +145,12 @@ def load_or_create_signing_key(key_dir: Path | str) -> SigningKey:
             f"Signing key {private_path} is readable by others (mode {mode:o}); run `chmod 600 {private_path}`."
         )
     try:
-        key = serialization.load_pem_private_key(private_path.read_bytes(), password=None)
+        loaded = serialization.load_pem_private_key(private_path.read_bytes(), password=None)
     except (ValueError, TypeError) as exc:
         raise SigningKeyError(f"Signing key {private_path} is not a readable unencrypted PEM key.") from exc
-    if not isinstance(key, Ed25519PrivateKey):
+    if not isinstance(loaded, Ed25519PrivateKey):
         raise SigningKeyError(f"Signing key {private_path} is not an Ed25519 key.")
+    key = loaded
     raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return SigningKey(private_key=key, public_raw=raw, folder=folder)
 
@@ -227,7 +228,7 @@ def completeness_problems(certificate: Mapping[str, Any]) -> list[str]:
             problems.append(f"section '{section}' must be an object")
             continue
         for name in fields if isinstance(value, Mapping) else ():
-            if name not in value:
+            if name not in value:  # type: ignore[operator]  # value is a Mapping here (the loop is empty otherwise)
                 problems.append(f"missing field '{section}.{name}'")
     probe = certificate.get("membership_probe")
     if isinstance(probe, Mapping) and not isinstance(probe.get("status"), str):
@@ -251,7 +252,8 @@ def verify_certificate_bytes(data: bytes, *, trusted_fingerprints: Iterable[str]
     if canonical != data:
         return (
             False,
-            "not in canonical form: the bytes differ from the canonical encoding of their content (edited or reformatted)",
+            "not in canonical form: the bytes differ from the canonical encoding of their content "
+            "(edited or reformatted)",
         )
     problems = completeness_problems(certificate)
     if problems:
@@ -326,13 +328,13 @@ def build_certificate_body(
     graph_ids = store.entry_ids
     closure_ids = graph_ids(closures.v2.members)
     closure_v1_ids = graph_ids(closures.v1.members)
-    tier_of = {int(seq): Tier(int(tier)) for seq, tier in zip(risk.seqs.tolist(), risk.tier.tolist())}
-    id_of = dict(zip(closures.v2.members.tolist(), closure_ids))
+    tier_of = {int(seq): Tier(int(tier)) for seq, tier in zip(risk.seqs.tolist(), risk.tier.tolist(), strict=True)}
+    id_of = dict(zip(closures.v2.members.tolist(), closure_ids, strict=True))
     states = store.entry_states(closures.v2.members)
     state_lines = sorted(
         f"{id_of[int(seq)]}\t{int(t)}\t{int(q)}\t{int(p)}"
         for seq, t, q, p in zip(
-            closures.v2.members.tolist(), states["tainted"], states["quarantined"], states["purged"]
+            closures.v2.members.tolist(), states["tainted"], states["quarantined"], states["purged"], strict=True
         )
     )
     isolated = union_ints(plan.quarantine, plan.purge)
@@ -362,6 +364,7 @@ def build_certificate_body(
             risk.contamination.tolist(),
             risk.influence.tolist(),
             risk.closure_size.tolist(),
+            strict=True,
         )
     }
     # adapters: the ones this incident loaded or used, plus every adapter the closure tainted
@@ -387,7 +390,7 @@ def build_certificate_body(
                 "influence": _fmt(row.influence or 0.0),
             }
         )
-    adapters.sort(key=lambda item: item["adapter_id"])
+    adapters.sort(key=lambda item: str(item["adapter_id"]))
     fusion_warnings = [
         {
             "adapter_id": a["adapter_id"],

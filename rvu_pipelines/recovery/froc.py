@@ -70,10 +70,11 @@ class TierThresholds(_Section):
     @model_validator(mode="after")
     def _corollary_3_1(self) -> TierThresholds:
         ordered = [("flag", self.flag), ("quarantine", self.quarantine), ("purge", self.purge), ("evict", self.evict)]
-        for (low_name, low), (high_name, high) in zip(ordered, ordered[1:]):
+        for (low_name, low), (high_name, high) in zip(ordered, ordered[1:], strict=False):
             if not high > low:
                 raise ValueError(
-                    f"froc.thresholds.{high_name} ({high:g}) must be greater than froc.thresholds.{low_name} ({low:g}): "
+                    f"froc.thresholds.{high_name} ({high:g}) must be greater than "
+                    f"froc.thresholds.{low_name} ({low:g}): "
                     "Corollary 3.1 requires flag < quarantine < purge < evict"
                 )
         return self

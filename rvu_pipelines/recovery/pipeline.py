@@ -173,7 +173,7 @@ def score_incident(
     identity = detector_identity(detector)
     scores: dict[str, float] = {}
     sources: dict[str, list[str]] = {}
-    for record, value in zip(incident.records, detected.tolist()):
+    for record, value in zip(incident.records, detected.tolist(), strict=True):
         found = []
         if record.contaminated:
             found.append("log_flag")
@@ -210,7 +210,7 @@ def find_seeds(
     return SeedReport(
         seqs=chosen,
         entry_ids=ids,
-        scores={entry_id: float(p_all[seq]) for entry_id, seq in zip(ids, chosen.tolist())},
+        scores={entry_id: float(p_all[seq]) for entry_id, seq in zip(ids, chosen.tolist(), strict=True)},
         sources={entry_id: list((sources or {}).get(entry_id) or ["store"]) for entry_id in ids},
     )
 
@@ -355,8 +355,8 @@ def recover(
             closure_v2=sorted(store.entry_ids(closures.v2.members)),
             tainted_adapters=sorted(store.adapter_ids(closures.v2.tainted_adapters)),
             evicted_adapters=sorted(store.adapter_ids(plan.evict_adapters)),
-            risk_scores={e: float(s) for e, s in zip(risk_ids, risk.score.tolist())},
-            tiers={e: Tier(int(t)).label for e, t in zip(risk_ids, risk.tier.tolist())},
+            risk_scores={e: float(s) for e, s in zip(risk_ids, risk.score.tolist(), strict=True)},
+            tiers={e: Tier(int(t)).label for e, t in zip(risk_ids, risk.tier.tolist(), strict=True)},
             tier_counts=risk.counts(),
             applied=outcome.counts(),
             ingest=ingest,

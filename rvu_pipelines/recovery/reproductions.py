@@ -270,8 +270,8 @@ def reproduce_froc_table(workdir: Path | str, policy: FrocPolicy | None = None) 
             graph, seqs, store.contamination_scores(), RecordedInfluence().adapter_influence(store), policy
         )
         by_seq = {int(s): i for i, s in enumerate(risk.seqs.tolist())}
-        rows = {}
-        for label, seq in zip(TABLE3_LABELS, seqs.tolist()):
+        rows: dict[str, dict[str, Any]] = {}
+        for label, seq in zip(TABLE3_LABELS, seqs.tolist(), strict=True):
             i = by_seq[seq]
             rows[label] = {
                 "score": round(float(risk.score[i]), 4),
@@ -417,7 +417,7 @@ def reproduce_certificate_audit(
         ExfiltrationHeuristic(),
         policy=policy,
     )
-    trusted = [trusted_fingerprint(key_dir)]
+    trusted = [fp for fp in [trusted_fingerprint(key_dir)] if fp]  # recover() just wrote the key
     ok, reason = verify_certificate(cert_path, trusted_fingerprints=trusted)
     certificate = result.certificate
     roundtrip = cert_path.read_bytes() == certificate_bytes(certificate)

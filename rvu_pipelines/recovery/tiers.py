@@ -172,7 +172,7 @@ def apply_tiers(
     def index_work() -> None:
         try:
             count = index.remove(union_ints(plan.quarantine, plan.purge)) if index is not None else 0
-            if count:
+            if count and index is not None:
                 index.save()
             removed.append(count)
         except BaseException as exc:  # surfaced below, before the commit

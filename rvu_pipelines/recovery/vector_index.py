@@ -135,7 +135,7 @@ class VectorIndex:
         seqs = np.ascontiguousarray(unique_ints(seqs))
         if seqs.size == 0 or self.ntotal == 0:
             return 0
-        return int(self._index.remove_ids(seqs))
+        return int(self._index.remove_ids(seqs))  # type: ignore[arg-type]  # faiss's stubs omit the numpy form
 
     def add(self, seqs: np.ndarray | Sequence[int], vectors: np.ndarray) -> None:
         seqs = np.ascontiguousarray(np.asarray(seqs, dtype=np.int64))

@@ -98,7 +98,7 @@ def test_sigkill_during_tiers_leaves_store_and_index_consistent(tmp_path: Path, 
         assert set(index.ids().tolist()) == allowed
         _, found = index.search(store.vectors(isolated), index.ntotal)
         retrievable = set(found.ravel().tolist())
-        for seq, state in zip(isolated.tolist(), zip(*store.entry_states(isolated).values())):
+        for seq, state in zip(isolated.tolist(), zip(*store.entry_states(isolated).values(), strict=True), strict=True):
             tainted, quarantined_now, purged = state
             if quarantined_now or purged:
                 assert seq not in retrievable

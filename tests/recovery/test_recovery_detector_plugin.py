@@ -36,7 +36,7 @@ def test_the_default_keeps_its_certificate_identity_and_its_scores() -> None:
     for records in (e2_records(), e3_records(), e8_records()):
         incident = parse_incident("\n".join(json.dumps(r) for r in records).encode(), "x.jsonl")
         scores = contamination_scores(incident.records, detector)
-        flagged.update({r.entry_id: s for r, s in zip(incident.records, scores.tolist()) if s})
+        flagged.update({r.entry_id: s for r, s in zip(incident.records, scores.tolist(), strict=True) if s})
     # the seed scenarios' injection and exfiltration phrases, and nothing else
     assert flagged == {"b1": 1.0, "moderate": 1.0, "high": 1.0, "high_child1": 1.0, "t1": 1.0, "t2": 1.0, "m1": 1.0}
 
