@@ -9,7 +9,6 @@ from rvu_pipelines.recovery.certificate import (
     build_certificate_body,
     load_or_create_signing_key,
     sign_certificate,
-    tamper_report,
     trusted_fingerprint,
     verify_certificate,
     verify_certificate_bytes,
@@ -34,6 +33,7 @@ from rvu_pipelines.recovery.pipeline import (
     score_incident,
     score_risk,
 )
+from rvu_pipelines.recovery.tamper_audit import tamper_report
 from rvu_pipelines.recovery.tiers import AdapterRuntime, TierOutcome, TierPlan, apply_tiers, restore_entry
 from rvu_pipelines.recovery.vector_index import Embedder, HashingEmbedder, VectorIndex
 

@@ -29,12 +29,12 @@ from rvu_pipelines.provenance.store import open_store
 from rvu_pipelines.recovery.certificate import (
     certificate_bytes,
     completeness_problems,
-    tamper_report,
     trusted_fingerprint,
     verify_certificate,
 )
 from rvu_pipelines.recovery.froc import FrocPolicy, RecordedInfluence, Tier, compute_risk
 from rvu_pipelines.recovery.pipeline import ingest_incident, recover
+from rvu_pipelines.recovery.tamper_audit import tamper_report
 
 T0 = 1_718_000_000.0
 

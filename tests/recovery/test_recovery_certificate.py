@@ -15,16 +15,14 @@ from rvu_pipelines.recovery.certificate import (
     PRIVATE_KEY_FILE,
     REQUIRED_FIELDS,
     certificate_bytes,
-    leaf_paths,
     load_or_create_signing_key,
-    tamper_report,
     trusted_fingerprint,
     verify_certificate,
     verify_certificate_bytes,
-    with_leaf_changed,
 )
 from rvu_pipelines.recovery.pipeline import recover
 from rvu_pipelines.recovery.reproductions import e8_records, reproduce_certificate_audit
+from rvu_pipelines.recovery.tamper_audit import leaf_paths, tamper_report, with_leaf_changed
 
 
 @pytest.fixture(scope="module")
