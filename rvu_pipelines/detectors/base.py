@@ -57,6 +57,11 @@ class MemoizedDetector:
     ``registered``) are the wrapped detector's.
     """
 
+    # Declared for type checkers only (no class attribute is created): at run time both come from the
+    # wrapped detector through ``__getattr__``, and ``version`` stays absent where the wrapped one has none.
+    name: str
+    version: str
+
     def __init__(self, detector: InjectionDetector) -> None:
         self.detector = detector
         self._scores: dict[str, float] = {}
