@@ -82,8 +82,9 @@ def test_doctor_reports_a_native_crash_and_exits_1(tmp_path) -> None:
     assert "dagster home:" in done.stdout and "Traceback" not in done.stdout + done.stderr
 
 
-def test_doctor_without_dagster_home_says_how_to_set_it() -> None:
+def test_doctor_without_dagster_home_checks_the_checkouts_and_says_how_to_set_it() -> None:
+    """Run by hand (no make), doctor checks the checkout's .dagster_home/ that set-up made, and says so."""
     env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
     done = subprocess.run([RVU, "doctor", "--no-generation"], capture_output=True, text=True, timeout=300, env=env)
-    assert done.returncode == 1
-    assert "DAGSTER_HOME is not set" in done.stdout
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "DAGSTER_HOME is not set (make sets it)" in done.stdout and "export DAGSTER_HOME=" in done.stdout
