@@ -189,7 +189,8 @@ def build(info: dict[str, object]) -> Path:
             staging,
             f"llama-cpp-python=={info['version']}",
         ]
-        result = subprocess.run(command, env=env)
+        # pip's output goes to stderr: stdout carries only the wheel path, which setup.sh captures
+        result = subprocess.run(command, env=env, stdout=sys.stderr)
         if result.returncode != 0:
             raise SystemExit(
                 f"build-llama-cpp: compiling llama-cpp-python failed (exit {result.returncode}); "

@@ -172,3 +172,30 @@ def test_x86_64_levels_follow_the_psabi_flags() -> None:
     assert x86_64_level(v3) == "x86-64-v3"
     assert x86_64_level(v3 - {"avx2"}) == "x86-64-v2"  # an AVX2-less CPU gets the SSE4.2 build
     assert x86_64_level({"sse2"}) == "x86-64"
+
+
+def test_wheel_command_prints_only_the_wheel_path(monkeypatch, tmp_path, capsys) -> None:
+    """setup.sh captures `build_llama_cpp.py wheel`'s stdout as the wheel path, so a fresh compile must
+    send pip's own output elsewhere (a fresh machine once got pip's log as the "path" and set-up failed)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_llama_cpp", REPO / "scripts" / "build_llama_cpp.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+
+    real_run = subprocess.run
+
+    def fake_pip(command, env=None, stdout=None, **kwargs):  # writes where the real pip would, honouring stdout=
+        if "wheel" not in command:  # the compiler --version probe of plan()
+            return real_run(command, env=env, stdout=stdout, **kwargs)
+        print("Building wheel for llama-cpp-python ... done", file=stdout or sys.stdout)
+        staging = Path(command[command.index("-w") + 1])
+        (staging / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl").write_bytes(b"wheel")
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setenv("RVU_WHEEL_CACHE", str(tmp_path / "wheels"))
+    monkeypatch.setattr(script.subprocess, "run", fake_pip)
+    assert script.main(["build_llama_cpp.py", "wheel"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and out[0].endswith(".whl") and Path(out[0]).is_file(), out
