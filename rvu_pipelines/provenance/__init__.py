@@ -19,6 +19,7 @@ from rvu_pipelines.provenance.closure import (
     reference_closure_sizes,
 )
 from rvu_pipelines.provenance.duckdb_store import DuckDBProvenanceStore
+from rvu_pipelines.provenance.engines import open_store
 from rvu_pipelines.provenance.incident import (
     IncidentIssue,
     IncidentLog,
@@ -37,7 +38,6 @@ from rvu_pipelines.provenance.store import (
     IngestResult,
     ManifestRow,
     ProvenanceStore,
-    open_store,
 )
 
 __all__ = [

@@ -1,7 +1,7 @@
 """The provenance store interface: what recovery may ask of a store, and the rows a store hands back.
 
 Recovery, the tier actions and the vector index depend on :class:`ProvenanceStore` (a Protocol), never
-on an engine or on SQL; :func:`open_store` picks the engine for a location. Today that is DuckDB
+on an engine or on SQL; :func:`engines.open_store` picks the engine for a location. Today that is DuckDB
 (:mod:`duckdb_store`, all SQL lives there); a PostgreSQL store implements the same methods, returns
 the same rows and can then run the same test suite. Sets of entries and adapters are sorted int64
 numpy arrays of *seqs* (dense ids in ingest order), so a million-entry closure never becomes strings.
@@ -12,13 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from rvu_pipelines.errors import StoreError
 from rvu_pipelines.provenance.closure import ProvenanceGraph
 from rvu_pipelines.provenance.incident import IncidentLog
 
@@ -247,15 +245,3 @@ class ProvenanceStore(Protocol):
     def verify_event_chain(self) -> ChainReport:
         """Recompute every event hash and link; any edit, deletion or reordering breaks the chain."""
         ...
-
-
-def open_store(location: Path | str, *, read_only: bool = False, lock_timeout_s: float = 30.0) -> ProvenanceStore:
-    """Open (creating if needed) the store at ``location``: a DuckDB file path, or ``":memory:"``.
-
-    The one place that chooses an engine, so recovery, the CLI and the assets never name one.
-    """
-    if "://" in str(location):
-        raise StoreError(f"No provenance store engine for {location}: only DuckDB file paths are supported so far.")
-    from rvu_pipelines.provenance.duckdb_store import DuckDBProvenanceStore  # that module imports this one
-
-    return DuckDBProvenanceStore.open(location, read_only=read_only, lock_timeout_s=lock_timeout_s)

@@ -2,7 +2,7 @@
 
 Plain Python (no Dagster). ``recover(...)`` runs the whole pipeline for every caller: the CLI, the
 agents' episode runner and the Dagster ``incident_recovery`` asset (once per incident). The stage
-functions in ``pipeline`` are its steps, public for tests and the seed reproductions (``reproductions``).
+functions in ``pipeline`` are its steps, public for tests and the paper reproductions (``reproductions``).
 """
 
 from rvu_pipelines.recovery.certificate import (
@@ -14,18 +14,15 @@ from rvu_pipelines.recovery.certificate import (
     verify_certificate_bytes,
     write_certificate,
 )
+from rvu_pipelines.recovery.contamination import Closures, SeedReport, compute_closures, find_seeds
 from rvu_pipelines.recovery.froc import FrocPolicy, InfluenceSource, RecordedInfluence, RiskTable, Tier, compute_risk
 from rvu_pipelines.recovery.pipeline import (
     AdapterGate,
-    Closures,
     MembershipProbe,
     NotRunProbe,
     RecoveryResult,
-    SeedReport,
-    compute_closures,
     contamination_scores,
     detector_identity,
-    find_seeds,
     ingest_incident,
     plan_tiers,
     recover,

@@ -1,6 +1,6 @@
 """V2 recovery certificates (seed 000 §3.8, Theorem 4): canonical JSON, SHA-256 digest, Ed25519 signature.
 
-The seed "signs" with a bare SHA-256, which proves nothing to an auditor: anyone who edits the file
+The paper's code "signs" with a bare SHA-256, which proves nothing to an auditor: anyone who edits the file
 can recompute it. Here the digest covers the certificate body and an Ed25519 signature covers the
 digest and the signer's key fingerprint, so an edit is caught unless the editor holds the private key.
 An auditor pins the fingerprint (``trusted_fingerprints``); without a pin, :func:`verify_certificate`
@@ -40,8 +40,8 @@ from rvu_pipelines.recovery.froc import Tier
 if TYPE_CHECKING:
     from rvu_pipelines.provenance.incident import IncidentLog
     from rvu_pipelines.provenance.store import ProvenanceStore
+    from rvu_pipelines.recovery.contamination import Closures, SeedReport
     from rvu_pipelines.recovery.froc import FrocPolicy, RiskTable
-    from rvu_pipelines.recovery.pipeline import Closures, SeedReport
     from rvu_pipelines.recovery.tiers import TierPlan
     from rvu_pipelines.recovery.vector_index import VectorIndex
 

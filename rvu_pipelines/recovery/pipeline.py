@@ -38,16 +38,18 @@ from rvu_pipelines.detectors.exfiltration import ExfiltrationHeuristic
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.provenance.canonical import canonical_bytes
-from rvu_pipelines.provenance.closure import ClosureResult, ProvenanceGraph, closure_v1, closure_v2
+from rvu_pipelines.provenance.closure import ProvenanceGraph
+from rvu_pipelines.provenance.engines import open_store
 from rvu_pipelines.provenance.incident import IncidentLog, IncidentRecord, load_incident
-from rvu_pipelines.provenance.intsets import union_ints, unique_ints
-from rvu_pipelines.provenance.store import IngestResult, ProvenanceStore, open_store
+from rvu_pipelines.provenance.intsets import union_ints
+from rvu_pipelines.provenance.store import IngestResult, ProvenanceStore
 from rvu_pipelines.recovery.certificate import (
     build_certificate_body,
     load_or_create_signing_key,
     sign_certificate,
     write_certificate,
 )
+from rvu_pipelines.recovery.contamination import Closures, SeedReport, compute_closures, find_seeds
 from rvu_pipelines.recovery.froc import FrocPolicy, InfluenceSource, RecordedInfluence, RiskTable, Tier, compute_risk
 from rvu_pipelines.recovery.tiers import AdapterRuntime, FaultHook, TierOutcome, TierPlan, apply_tiers, restore_entry
 from rvu_pipelines.recovery.vector_index import Embedder, HashingEmbedder, VectorIndex, embedder_name
@@ -107,22 +109,6 @@ class NotRunProbe:
 
 
 # ------------------------------------------------------------------------------------ results
-
-
-@dataclass(frozen=True)
-class SeedReport:
-    """Contamination seeds of one incident: entry seqs and ids, P, and where each came from."""
-
-    seqs: np.ndarray
-    entry_ids: list[str]
-    scores: dict[str, float]
-    sources: dict[str, list[str]]
-
-
-@dataclass(frozen=True)
-class Closures:
-    v1: ClosureResult
-    v2: ClosureResult
 
 
 @dataclass
@@ -197,28 +183,6 @@ def ingest_incident(
     vectors = np.asarray(embedder.encode([record.content for record in incident.records]), dtype=np.float32)
     result = store.ingest(incident, contamination=scores, vectors=vectors, embedder=embedder_name(embedder))
     return result, sources
-
-
-def find_seeds(
-    store: ProvenanceStore, incident: IncidentLog, policy: FrocPolicy, sources: Mapping[str, list[str]] | None = None
-) -> SeedReport:
-    """Entries of this incident whose stored P(contaminated | e) reaches the seed threshold."""
-    seqs = store.incident_seqs(incident)
-    p_all = store.contamination_scores()
-    chosen = unique_ints(seqs[np.round(p_all[seqs], 12) >= policy.detection.seed_threshold])
-    ids = store.entry_ids(chosen)
-    return SeedReport(
-        seqs=chosen,
-        entry_ids=ids,
-        scores={entry_id: float(p_all[seq]) for entry_id, seq in zip(ids, chosen.tolist(), strict=True)},
-        sources={entry_id: list((sources or {}).get(entry_id) or ["store"]) for entry_id in ids},
-    )
-
-
-def compute_closures(graph: ProvenanceGraph, seeds: np.ndarray, policy: FrocPolicy) -> Closures:
-    """v1 (parent/child) and v2 (adapter-aware, Theorem 2c) closures at the policy's depth bound."""
-    depth = policy.closure.max_depth
-    return Closures(v1=closure_v1(graph, seeds, depth), v2=closure_v2(graph, seeds, depth))
 
 
 def score_risk(

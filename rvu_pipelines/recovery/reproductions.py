@@ -25,7 +25,7 @@ from rvu_pipelines.detectors.exfiltration import ExfiltrationHeuristic
 from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.provenance.closure import closure_v1, closure_v2
 from rvu_pipelines.provenance.incident import load_incident, write_incident
-from rvu_pipelines.provenance.store import open_store
+from rvu_pipelines.provenance.engines import open_store
 from rvu_pipelines.recovery.certificate import (
     certificate_bytes,
     completeness_problems,
