@@ -32,8 +32,11 @@ from rvu_pipelines.models.llama_runtime import (
     LlamaRuntimeSettings,
     host_cpu_summary,
     missing_instruction_sets,
+    open_llama,
     parse_system_info,
 )
+from rvu_pipelines.models.specs import load_model_config
+from rvu_pipelines.models.store import ModelStore
 from rvu_pipelines.paths import cache_dir
 from rvu_pipelines.settings import env_flag, env_value
 
@@ -283,8 +286,6 @@ def _child(model_path: str, report: Path, n_ctx: int, n_threads: int, extra_buft
         system_info=llama_cpp.llama_print_system_info().decode(errors="replace"),
         llama_cpp_version=llama_cpp.__version__,
     )
-    from rvu_pipelines.models.llama_runtime import open_llama
-
     try:
         llm = open_llama(
             llama_cpp.Llama,
@@ -348,8 +349,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         return _child(args.model, args.report, args.n_ctx, args.n_threads, args.extra_bufts == "1")
     if args.model is None:
-        from rvu_pipelines.models import ModelStore, load_model_config
-
         try:
             args.model = str(ModelStore().resolve("llm", load_model_config().profile()["llm"]).path)
         except RvuError as exc:

@@ -1,5 +1,6 @@
-"""The subpackages of rvu_pipelines/ import each other without a cycle, so each can be read, tested and
-changed from its dependencies up; a function-level import does not hide an edge (every import counts)."""
+"""The subpackages of rvu_pipelines/ import each other without a cycle, and so do the modules inside each
+subpackage, so each can be read, tested and changed from its dependencies up. A function-level or
+TYPE_CHECKING import does not hide an edge: every import statement counts."""
 
 from __future__ import annotations
 
@@ -83,3 +84,54 @@ def test_no_cycle_between_subpackages() -> None:
 def test_scenarios_never_import_agents() -> None:
     """Scenarios are the attack side: the agents (defenses, harness) import them, never the reverse."""
     assert not import_graph().has_edge("rvu_pipelines.scenarios", "rvu_pipelines.agents")
+
+
+def module_graph() -> nx.DiGraph:
+    """Modules of rvu_pipelines with an edge for each import between two.
+
+    ``from pkg import sub`` names the submodule, not ``pkg/__init__`` (a package's ``__init__`` re-exports
+    its modules, and a module reaching a sibling through it is still an edge to the sibling).
+    """
+    modules = {_module(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+    graph = nx.DiGraph()
+    graph.add_nodes_from(modules)
+    for source, path in modules.items():
+        package = source if path.name == "__init__.py" else source.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[: len(parts) - node.level + 1])
+                    module = f"{base}.{node.module}" if node.module else base
+                else:
+                    module = node.module or ""
+                for alias in node.names:
+                    targets.append(f"{module}.{alias.name}" if f"{module}.{alias.name}" in modules else module)
+            graph.add_edges_from((source, target) for target in targets if target in modules and target != source)
+    return graph
+
+
+def test_module_graph_sees_imports() -> None:
+    graph = module_graph()
+    assert graph.has_edge("rvu_pipelines.recovery.pipeline", "rvu_pipelines.recovery.certificate")
+    assert graph.has_edge("rvu_pipelines.provenance.duckdb_store", "rvu_pipelines.provenance.duckdb_ingest")
+
+
+# One unit in two files: duckdb_ingest is the DuckDB store's write path, split off for length only; its
+# functions take the store as their first argument and name its type under TYPE_CHECKING. The edge back
+# is a type annotation, never a runtime import; any other pair must not lean on each other.
+ONE_UNIT_EDGES: frozenset[tuple[str, str]] = frozenset(
+    {("rvu_pipelines.provenance.duckdb_ingest", "rvu_pipelines.provenance.duckdb_store")}
+)
+
+
+def test_no_cycle_between_modules() -> None:
+    """Inside a subpackage too: no pair of modules leans on each other (the usual sign of a misplaced type)."""
+    graph = module_graph()
+    assert ONE_UNIT_EDGES <= set(graph.edges), "an exception above no longer exists: remove it"
+    graph.remove_edges_from(ONE_UNIT_EDGES)
+    cycles = sorted(" -> ".join(cycle) for cycle in nx.simple_cycles(graph))
+    assert not cycles, f"import cycles between modules of rvu_pipelines/: {cycles}"
