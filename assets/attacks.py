@@ -50,7 +50,7 @@ class HarnessConfig(Config):
     detector: str = Field(
         default="nanoguard",
         description="The classifier defense's detector: nanoguard (D3, "
-        "the seed's PromptGuard role), heuristic (D1) or registered:<MLflow model name>.",
+        "the paper's PromptGuard role), heuristic (D1) or registered:<MLflow model name>.",
     )
     max_iters: int | None = Field(
         default=None,

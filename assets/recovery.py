@@ -43,7 +43,7 @@ def _numbers(result: dict) -> dict[str, float]:
 @asset(
     group_name=REPRO_GROUP,
     kinds={"duckdb", "mlflow"},
-    description="Seed 000 E2: adapter-aware closure on the seed's scenario (adapter A clean a1-a3, adapter B "
+    description="Seed 000 E2: adapter-aware closure on the paper's scenario (adapter A clean a1-a3, adapter B "
     "b1-b3 with b1 contaminated, an orphan). Expected v1 = 3, v2 = 4, adapter B tainted, A and orphan excluded.",
     check_specs=[AssetCheckSpec("reproduces_e2", asset="e2_closure_reproduction", blocking=True)],
 )
@@ -89,7 +89,7 @@ def e3_froc_reproduction(
         run.log_metrics({f"risk_{label}": row["score"] for label, row in result["rows"].items()})
     table = pl.DataFrame(
         [
-            {"entry": label, **row, "matches_seed": result["matches_seed"][label]}
+            {"entry": label, **row, "matches_paper": result["matches_paper"][label]}
             for label, row in result["rows"].items()
         ]
     )
@@ -97,7 +97,7 @@ def e3_froc_reproduction(
     yield AssetCheckResult(
         check_name="matches_table_3",
         passed=result["all_match"],
-        metadata={"mismatches": MetadataValue.json(sorted(k for k, ok in result["matches_seed"].items() if not ok))},
+        metadata={"mismatches": MetadataValue.json(sorted(k for k, ok in result["matches_paper"].items() if not ok))},
     )
     yield AssetCheckResult(
         check_name="corollary_3_1",

@@ -270,7 +270,7 @@ def _pct(value: float, low: float, high: float) -> str:
 
 
 def table_markdown(table: pl.DataFrame) -> str:
-    """Table 1 as the seed prints it, plus CIs and certificate counts."""
+    """Table 1 as the paper prints it, plus CIs and certificate counts."""
     lines = [
         "| Benchmark | Defense | n | ASR [95% CI] | Security | Utility [95% CI] | Latency (s) | Certificates |",
         "|---|---|---|---|---|---|---|---|",

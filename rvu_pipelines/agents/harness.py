@@ -80,7 +80,7 @@ def detector_for(choice: str) -> tuple[InjectionDetector, str]:
 def load_detector(choice: str) -> tuple[InjectionDetector, str]:
     """The classifier defense's detector and a version string for cache keys.
 
-    ``nanoguard`` (D3 offline, the default: the seed's PromptGuard role), ``heuristic`` (D1),
+    ``nanoguard`` (D3 offline, the default: the paper's PromptGuard role), ``heuristic`` (D1),
     or ``registered:<name>`` (a D2/D4 model registered in MLflow, alias 'current').
     """
     if choice == "heuristic":

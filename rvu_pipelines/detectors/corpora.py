@@ -2,12 +2,12 @@
 
 * ``deepset``: deepset/prompt-injections with its upstream train/test split (546/116), untouched.
 * ``jailbreak``: TrustAIRLab in-the-wild jailbreak prompts (label 1) + awesome-chatgpt-prompts
-  (label 0), stratified 80/20 with seed 42. This is the offline stand-in for the seed's
+  (label 0), stratified 80/20 with seed 42. This is the offline stand-in for the paper's
   jackhhao/jailbreak-classification, whose jailbreak half comes from the same in-the-wild prompts and
   whose benign half is not mirrored; :func:`jackhhao_corpus` still loads the real one from the hub.
-* ``combined``: all three sources, stratified 80/20 with seed 42 (the seed's split rule).
+* ``combined``: all three sources, stratified 80/20 with seed 42 (the paper's split rule).
 
-Preprocessing is the seed's: whitespace normalisation only. The two stratified corpora also drop
+Preprocessing is the paper's: whitespace normalisation only. The two stratified corpora also drop
 exact duplicates (after normalisation) before splitting, so no test text is also a training text;
 a text that appears with both labels is dropped entirely. Every row keeps a stable ``id``
 (``source:row``) and frames are sorted by (split, id), so the same inputs give byte-identical corpora.
@@ -77,7 +77,7 @@ class Corpus:
 
 
 def normalize_whitespace(text: str) -> str:
-    """The seed's only preprocessing: runs of whitespace become one space, ends stripped."""
+    """The paper's only preprocessing: runs of whitespace become one space, ends stripped."""
     return " ".join(str(text).split())
 
 
@@ -105,7 +105,7 @@ def deduplicate(frame: pl.DataFrame) -> pl.DataFrame:
 def stratified_split(
     frame: pl.DataFrame, *, test_fraction: float = TEST_FRACTION, seed: int = SPLIT_SEED
 ) -> pl.DataFrame:
-    """The seed's rule: sklearn ``train_test_split(stratify=y, random_state=42)`` over rows in id order."""
+    """The paper's rule: sklearn ``train_test_split(stratify=y, random_state=42)`` over rows in id order."""
     from sklearn.model_selection import train_test_split
 
     frame = frame.sort("id")
@@ -167,7 +167,7 @@ def jailbreak_rows(trustair: pl.DataFrame, awesome: pl.DataFrame) -> pl.DataFram
 
 
 def deepset_corpus(deepset: pl.DataFrame) -> Corpus:
-    """Upstream split kept as published (no deduplication: it has no duplicates and its counts are the seed's)."""
+    """Upstream split kept as published (no deduplication: it has no duplicates and its counts are the paper's)."""
     return _finish("deepset", deepset_rows(deepset))
 
 
@@ -211,7 +211,7 @@ def load_corpora(names: Iterable[str] = CORPUS_NAMES, source: object | None = No
     return {name: build_corpus(name, frames) for name in names}
 
 
-# ---------------------------------------------------------------- the seed's hub corpus
+# ---------------------------------------------------------------- the paper's hub corpus
 
 
 def _hub_rows(repo: str, split: str, revision: str) -> Iterable[Mapping[str, object]]:
@@ -234,7 +234,7 @@ def _hub_rows(repo: str, split: str, revision: str) -> Iterable[Mapping[str, obj
 def jackhhao_corpus(loader: HfRowLoader | None = None, revision: str = "main") -> Corpus:
     """jackhhao/jailbreak-classification: columns prompt, type (jailbreak | benign) -> text, label.
 
-    Upstream train and test are pooled and re-split stratified 80/20 with seed 42, as the seed did
+    Upstream train and test are pooled and re-split stratified 80/20 with seed 42, as the paper did
     (its 1,306 rows gave 1,044 / 262); exact duplicates are dropped first, as for the other
     stratified corpora.
     """

@@ -4,8 +4,8 @@ Seed 002 §5.2 fine-tunes DeBERTa-v3 with its embeddings and lower encoder layer
 the top layers and the head (12.1% of parameters), AdamW, lr 2e-5, weight decay 0.01, batch 8,
 clipping 1.0, seed 42, 3 / 3 / 2 epochs. Here the embeddings and the lower 3 of MiniLM's 6 layers
 stay frozen; the top 3 layers and a head on the mean-pooled tokens (sentence-transformers' pooling
-for this model) train, with the seed's batch size, weight decay, clipping, seed and epochs. Two
-settings differ, because the seed started from a checkpoint that already was an injection
+for this model) train, with the paper's batch size, weight decay, clipping, seed and epochs. Two
+settings differ, because the paper started from a checkpoint that already was an injection
 classifier and MiniLM does not: the fresh head gets its own learning rate (1e-3) and the encoder
 layers 1e-4. These and the number of trainable layers were chosen on a validation split carved
 from deepset's *training* split (stratified 20%, seed 42), never on a test split
@@ -74,7 +74,7 @@ class FinetuneSettings:
 
 
 def settings_for(corpus: str, **overrides: Any) -> FinetuneSettings:
-    """The seed's epochs for that corpus (3, or 2 for the combined corpus), plus any overrides."""
+    """The paper's epochs for that corpus (3, or 2 for the combined corpus), plus any overrides."""
     return replace(FinetuneSettings(epochs=SEED_EPOCHS.get(corpus, 3)), **overrides)
 
 

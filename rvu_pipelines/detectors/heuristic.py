@@ -2,7 +2,7 @@
 
 Score = the largest weight among the groups with a matching pattern (0 when nothing matches), so the
 detector says how bad the worst sign is, not how many signs there are. Patterns were written from
-the public descriptions of each attack class (OWASP LLM01, the seed's taxonomy), never fitted to a
+the public descriptions of each attack class (OWASP LLM01, the paper's taxonomy), never fitted to a
 test split; German variants are included because deepset's corpus is bilingual.
 """
 

@@ -1,4 +1,4 @@
-"""Detection metrics of seed 002 §5.4 with what the seed lacked (§11.4): bootstrap 95% CIs.
+"""Detection metrics of seed 002 §5.4 with what the paper lacked (§11.4): bootstrap 95% CIs.
 
 Point estimates come from scikit-learn at threshold 0.5. CIs are percentile bootstrap intervals
 over test examples (fixed seed, 1,000 resamples by default); resamples holding one class only are
@@ -219,7 +219,7 @@ def _pct(value: float, low: float, high: float) -> str:
 
 
 def table_markdown(table: pl.DataFrame) -> str:
-    """The seed's Table 1-3 layout, percentages with 95% CIs, latency and training time."""
+    """The paper's Table 1-3 layout, percentages with 95% CIs, latency and training time."""
     header = [
         "Detector",
         *[m.upper() if m == "auroc" else m.capitalize() for m in METRICS],

@@ -1,6 +1,6 @@
 """D3: a pretrained injection classifier used zero-shot (seed 002 §5.2).
 
-Online, the seed's ``protectai/deberta-v3-base-prompt-injection-v2`` through transformers. Offline,
+Online, the paper's ``protectai/deberta-v3-base-prompt-injection-v2`` through transformers. Offline,
 NanoGuard from the ``metatronnanoguard`` package (16.8M parameters, MIT). NanoGuard ships its BPE
 tokenizer as a *pickled* tiktoken ``Encoding``; a pickle can run arbitrary code when loaded, so it is
 read here only through :class:`RestrictedUnpickler`, which admits the one class needed to rebuild

@@ -2,7 +2,7 @@
 
 Every attack runs against a ``Runtime`` (the monitor itself, or a ``TheoremChecker`` around it),
 in an acting session with a victim session beside it, and reports its decisions, whether all were
-rejected with memory unchanged, and whether the rule the seed names decided them.
+rejected with memory unchanged, and whether the rule the paper names decided them.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class Runtime(Protocol):
 
 @dataclass(frozen=True)
 class AttackVector:
-    """A row of Table 7: what the seed says the attack is and which rule blocks it."""
+    """A row of Table 7: what the paper says the attack is and which rule blocks it."""
 
     id: str
     name: str
@@ -163,7 +163,7 @@ class AttackOutcome:
 
     @property
     def blocked_by_named_rule(self) -> bool:
-        """The seed's rules all applied, and every attempt was decided by one of them (Rule 8 acts
+        """The paper's rules all applied, and every attempt was decided by one of them (Rule 8 acts
         through Rule 4: it is what makes the dependency tainted)."""
         named = {int(r) for r in self.vector.seed_rules}
         deciders = named | ({int(Rule.R4_TAINTED)} if int(Rule.R8_TAINT_PROPAGATION) in named else set())

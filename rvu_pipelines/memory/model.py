@@ -59,7 +59,7 @@ class Op(IntEnum):
 
 
 class Rule(IntEnum):
-    """The rule that decided: values are the seed's rule numbers (0 and 10 are not seed rules)."""
+    """The rule that decided: values are the paper's rule numbers (0 and 10 are not the paper's rules)."""
 
     NOT_INTERPOSED = 0  # INTERNAL actions: the monitor does not interpose (§3.3)
     R1_READ = 1

@@ -4,7 +4,7 @@ The runtime (not the model) calls it: ``channel`` is the channel the data really
 ``Channel`` value the runtime holds; whatever provenance the model claims goes in ``claimed`` and
 is only logged. ``ReferenceMonitor`` is one object in three files: this one holds its state
 (interned names, the columnar items M_t, the belief graph B_t), genesis, views and persistence;
-``rules.py`` the single-call deciders with the decision tables and the seed-level rule choices;
+``rules.py`` the single-call deciders with the decision tables and the paper-level rule choices;
 ``batch.py`` the numpy batch path, which must give the same codes.
 
 Belief nodes enter B_t by OBSERVE (a labelled input: tainted iff its channel is untrusted), READ

@@ -1,13 +1,13 @@
 """Contamination closure over the provenance graph: v1 (parent/child) and v2 (adapter-aware).
 
-Seed 000 §3.3 (Theorem 2c) defines the v2 closure as a BFS from the seed set K, depth-bounded
+Seed 000 §3.3 (Theorem 2c) defines the v2 closure as a BFS from the contamination seed set K, depth-bounded
 (``max_depth`` = 10), that follows each entry's children and parent and, for an entry produced under
 adapter A, marks A tainted and adds *every* entry produced under A. v1 is the same BFS without the
-adapter step. The seed runs one SQL SELECT per visited node; here the graph is two integer arrays
+adapter step. The paper's code runs one SQL SELECT per visited node; here the graph is two integer arrays
 (``parent``, ``adapter``) and the BFS is level-synchronous over numpy arrays, so a closure over a
 million entries costs a few array passes.
 
-Depth semantics match the seed's queue exactly: seeds are at depth 0, a node first reached at depth d
+Depth semantics match the paper's queue exactly: seeds are at depth 0, a node first reached at depth d
 is expanded only if d < max_depth, and reaching all entries of an adapter costs one hop. So the
 closure is every entry within graph distance ``max_depth`` of a seed, where the graph has parent/child
 edges plus an edge between any two entries of the same adapter; an adapter is tainted when one of its
@@ -175,7 +175,7 @@ def reference_closure(
     max_depth: int = DEFAULT_MAX_DEPTH,
     adapter_aware: bool = True,
 ) -> tuple[set[int], set[int]]:
-    """The seed's queue BFS, node by node, in plain Python: the specification the fast code must match."""
+    """The paper's queue BFS, node by node, in plain Python: the specification the fast code must match."""
     closure: set[int] = {int(s) for s in seeds}
     queue: deque[tuple[int, int]] = deque((s, 0) for s in sorted(closure))
     tainted: set[int] = set()
@@ -202,7 +202,7 @@ def reference_closure(
 
 
 def reference_closure_sizes(graph: ProvenanceGraph, targets: np.ndarray | list[int], radius: int = 3) -> np.ndarray:
-    """One BFS per target (the seed's way): the oracle :func:`closure_sizes` is tested against."""
+    """One BFS per target (the paper's way): the oracle :func:`closure_sizes` is tested against."""
     return np.array(
         [len(reference_closure(graph, [int(t)], radius)[0]) for t in np.asarray(targets).tolist()], dtype=np.int64
     )

@@ -6,7 +6,7 @@ because every method shares one connection, its transaction depth and its tempor
 
 Tables (seed 000 §3.2, plus what recovery at scale needs):
 
-- ``provenance``: one row per entry, with the seed's columns (``active_adapter_id`` included) and an
+- ``provenance``: one row per entry, with the paper's columns (``active_adapter_id`` included) and an
   integer ``seq`` (dense, 0..n-1, in ingest order) plus ``parent_seq``/``adapter_seq``, so the graph
   loads as two integer arrays instead of strings;
 - ``adapter_provenance``: adapter lifecycle (loaded/unloaded/fused, tainted, purged = evicted);

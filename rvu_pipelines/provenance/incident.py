@@ -6,7 +6,7 @@ One JSON object per line, validated against ``configs/schemas/incident_log.schem
   active adapter, optional ``contaminated`` flag);
 - ``kind: adapter_loaded | adapter_unloaded | adapter_fused``: adapter lifecycle events.
 
-Every line becomes one provenance entry. As in the seed (§3.2, and its ``load_adapter``), an
+Every line becomes one provenance entry. As in the paper (§3.2, and its ``load_adapter``), an
 ``adapter_loaded`` line is an entry produced *under* that adapter, so adapter-aware closure reaches
 it; unload and fuse lines carry no adapter linkage. Parsing is all-or-nothing: every line is checked
 (UTF-8, JSON, schema, then file-level rules: unique entry ids, parents and adapters defined on an

@@ -5,11 +5,11 @@ seed's published recovery numbers. Each runner is named for what it reproduces, 
 docstring: :func:`reproduce_adapter_closure` (E2), :func:`reproduce_froc_table` (E3 / Table 3),
 :func:`reproduce_certificate_audit` (E8).
 
-The records mirror ``scripts/run_v2_empirical_eval.py`` of the seed's code: in particular its
+The records mirror ``scripts/run_v2_empirical_eval.py`` of the paper's code: in particular its
 ``load_adapter`` records the load itself as a provenance entry produced *under* the adapter. That
 entry is what makes E2's v2 closure 4 (b1, b2, b3 and adapter B's load entry; b1-b3 are already in
 v1 through their parent chain) and Table 3's |V| 8 (seven labelled entries plus evil-lora's load).
-Two deviations, both documented where they matter: the seed's orphan entry silently inherits the
+Two deviations, both documented where they matter: the paper's orphan entry silently inherits the
 first active adapter (its ``record_action`` defaults ``active_adapter_id`` to it), ours has none; and
 ids here are readable names instead of random UUIDs. Neither changes a published number.
 
@@ -24,8 +24,8 @@ from typing import Any
 from rvu_pipelines.detectors.exfiltration import ExfiltrationHeuristic
 from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.provenance.closure import closure_v1, closure_v2
-from rvu_pipelines.provenance.incident import load_incident, write_incident
 from rvu_pipelines.provenance.engines import open_store
+from rvu_pipelines.provenance.incident import load_incident, write_incident
 from rvu_pipelines.recovery.certificate import (
     certificate_bytes,
     completeness_problems,
@@ -100,7 +100,7 @@ def _load(
 
 
 def e2_records() -> list[dict[str, Any]]:
-    """Seed §5.2: adapter A clean (a1-a3), adapter B (b1-b3) with b1 contaminated, and an orphan."""
+    """The paper's §5.2: adapter A clean (a1-a3), adapter B (b1-b3) with b1 contaminated, and an orphan."""
     ep = "ep-e2"
     return [
         _load("load-a", ep, T0 + 0, "adapter-a", "safe-finance-lora", b"safe_lora_weights_placeholder_v1"),
@@ -151,7 +151,7 @@ E2_EXPECTED = {
 
 
 def reproduce_adapter_closure(workdir: Path | str) -> dict[str, Any]:
-    """E2: ingest the E2 log and compute both closures from seed {b1} (the seed's own setup)."""
+    """E2: ingest the E2 log and compute both closures from seed set {b1} (the paper's own setup)."""
     workdir = Path(workdir)
     incident = load_incident(write_incident(e2_records(), workdir / "e2_incident.jsonl"))
     with open_store(workdir / "e2.duckdb") as store:
@@ -183,7 +183,7 @@ def reproduce_adapter_closure(workdir: Path | str) -> dict[str, Any]:
 
 
 def e3_records() -> list[dict[str, Any]]:
-    """Seed §5.3: seven labelled entries with varying contamination, three under evil-lora."""
+    """The paper's §5.3: seven labelled entries with varying contamination, three under evil-lora."""
     ep = "ep-e3"
     return [
         _action("clean", ep, T0 + 0, "tool_output", "The weather today is sunny and warm."),
@@ -246,7 +246,7 @@ def e3_records() -> list[dict[str, Any]]:
 
 
 TABLE3_LABELS = ("clean", "mild", "moderate", "moderate_child", "high", "high_child1", "high_child2")
-TABLE3_SEED = {  # seed 000 Table 3: (risk score, action)
+TABLE3_PUBLISHED = {  # seed 000 Table 3: (risk score, action)
     "clean": (0.0375, "none"),
     "mild": (0.4375, "flag"),
     "moderate": (0.4750, "flag"),
@@ -258,7 +258,7 @@ TABLE3_SEED = {  # seed 000 Table 3: (risk score, action)
 
 
 def reproduce_froc_table(workdir: Path | str, policy: FrocPolicy | None = None) -> dict[str, Any]:
-    """E3 / Table 3: score every Table 3 entry with R(e) (the seed scores them one by one, closure or not)."""
+    """E3 / Table 3: score every Table 3 entry with R(e) (the paper scores them one by one, closure or not)."""
     workdir = Path(workdir)
     policy = policy or FrocPolicy.load()
     incident = load_incident(write_incident(e3_records(), workdir / "e3_incident.jsonl"))
@@ -282,7 +282,8 @@ def reproduce_froc_table(workdir: Path | str, policy: FrocPolicy | None = None) 
             }
         total = risk.total_entries
     matches = {
-        label: abs(rows[label]["score"] - TABLE3_SEED[label][0]) < 1e-9 and rows[label]["tier"] == TABLE3_SEED[label][1]
+        label: abs(rows[label]["score"] - TABLE3_PUBLISHED[label][0]) < 1e-9
+        and rows[label]["tier"] == TABLE3_PUBLISHED[label][1]
         for label in TABLE3_LABELS
     }
     thresholds = policy.froc.thresholds
@@ -290,7 +291,7 @@ def reproduce_froc_table(workdir: Path | str, policy: FrocPolicy | None = None) 
     return {
         "rows": rows,
         "total_entries": total,
-        "matches_seed": matches,
+        "matches_paper": matches,
         "all_match": all(matches.values()),
         "tier_counts": tier_counts,
         "thresholds_monotonic": thresholds.flag < thresholds.quarantine < thresholds.purge < thresholds.evict,

@@ -15,4 +15,4 @@ BENCHMARKS: tuple[str, ...] = (
     "bipia_code",
     "agentdojo",
 )
-CANONICAL = "canonical"  # the seed's 10 canonical scenarios, a pseudo-benchmark of the table
+CANONICAL = "canonical"  # the paper's 10 canonical scenarios, a pseudo-benchmark of the table

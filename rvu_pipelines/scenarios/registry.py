@@ -1,5 +1,5 @@
 """Which scenarios exist: ``load_scenarios`` (a fixed-seed sample of one benchmark),
-``canonical_scenarios`` (the seed's 10, listed in configs/benchmarks.yaml) and ``scenario_by_id``.
+``canonical_scenarios`` (the paper's 10, listed in configs/benchmarks.yaml) and ``scenario_by_id``.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def scenario_by_id(scenario_id: str, config: BenchmarksConfig | None = None) -> 
 
 
 def canonical_scenarios(config: BenchmarksConfig | None = None) -> list[Scenario]:
-    """The seed's 10 canonical scenarios, in the order configs/benchmarks.yaml lists them."""
+    """The paper's 10 canonical scenarios, in the order configs/benchmarks.yaml lists them."""
     config = config or load_benchmarks_config()
     if len(config.canonical) != CANONICAL_COUNT:
         raise ConfigError(

@@ -1,6 +1,6 @@
 """D4 on the real encoder: lower layers frozen, deterministic for a seed, the cached-feature split equals
 the full forward pass, safetensors round trip refuses a different base encoder. The full deepset run
-with the seed's epochs is marked slow."""
+with the paper's epochs is marked slow."""
 
 from __future__ import annotations
 

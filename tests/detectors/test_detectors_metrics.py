@@ -1,5 +1,5 @@
 """Metrics agree with scikit-learn, bootstrap CIs are deterministic and cover the estimate, latency and
-the ROC image are produced, and the evaluation assembles the seed's five-row table."""
+the ROC image are produced, and the evaluation assembles the paper's five-row table."""
 
 from __future__ import annotations
 

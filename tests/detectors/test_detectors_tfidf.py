@@ -1,4 +1,4 @@
-"""D2 with the seed's settings on deepset's real split, saved and loaded through skops only."""
+"""D2 with the paper's settings on deepset's real split, saved and loaded through skops only."""
 
 from __future__ import annotations
 

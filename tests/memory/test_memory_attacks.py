@@ -1,4 +1,4 @@
-"""A1-A7 (seed 002 Table 7): each blocked, memory unchanged, by the rule the seed names."""
+"""A1-A7 (seed 002 Table 7): each blocked, memory unchanged, by the rule the paper names."""
 
 from __future__ import annotations
 

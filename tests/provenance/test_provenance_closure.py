@@ -1,4 +1,4 @@
-"""Closure v1/v2 (Theorem 2c): E2 reproduced exactly; fast code equal to the seed's BFS on random graphs."""
+"""Closure v1/v2 (Theorem 2c): E2 reproduced exactly; fast code equal to the paper's BFS on random graphs."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_e2_reproduced_exactly(tmp_path: Path) -> None:
     result = reproduce_adapter_closure(tmp_path)
     assert {key: result[key] for key in E2_EXPECTED} == E2_EXPECTED
     assert result["v1_closure"] == ["b1", "b2", "b3"]
-    # the +1 is adapter B's load entry (produced under B), exactly as in the seed's load_adapter
+    # the +1 is adapter B's load entry (produced under B), exactly as in the paper's load_adapter
     assert result["v2_closure"] == ["b1", "b2", "b3", "load-b"]
     assert result["adapter_b_entries_in_closure"] == 3 and result["tainted_adapters"] == ["adapter-b"]
     assert result["theorem_2c_satisfied"] and not result["adapter_a_tainted"]
