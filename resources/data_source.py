@@ -1,27 +1,38 @@
+"""Where data sets come from: one interface, a mirror folder or the public sources; a deployment picks one."""
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from rvu_pipelines.data.sources import (
-    DatasetSource,
-    MirrorDatasetSource,
-    PublicDatasetSource,
-    dataset_source_from_env,
-)
+from rvu_pipelines.data.sources import DatasetSource, PublicDatasetSource, mirror_source
 
 
-class DatasetSourceResource(ConfigurableResource):
-    """Where data sets are read from: a mirror folder, else the public sources.
+class DatasetSourceResource(ConfigurableResource, ABC):
+    """The data set source the dataset assets read through (``resources.deployments`` binds one)."""
 
-    Leave `mirror` unset to follow the RVU_DATA_MIRROR environment variable (the embedded default).
-    """
+    @abstractmethod
+    def build(self) -> DatasetSource:
+        """The library's source object, ready to resolve data set specs."""
 
-    mirror: str | None = Field(default=None, description="Mirror folder; overrides RVU_DATA_MIRROR.")
-    offline: bool = Field(default=False, description="Never reach the network on the public path.")
+
+class MirrorDatasetSourceResource(DatasetSourceResource):
+    """A local mirror folder laid out like ``../shared/data`` (sha256-verified; never the network)."""
+
+    mirror: str = Field(description="The mirror folder (RVU_DATA_MIRROR in the shipped deployments).")
 
     def build(self) -> DatasetSource:
-        if self.mirror:
-            return MirrorDatasetSource(self.mirror)  # type: ignore[arg-type]
-        source = dataset_source_from_env()
-        if self.offline and isinstance(source, PublicDatasetSource):
-            source.offline = True
-        return source
+        return mirror_source(self.mirror)
+
+
+class PublicDatasetSourceResource(DatasetSourceResource):
+    """The canonical public sources (HF datasets, GitHub at pinned commits, PyPI), cached under .rvu/."""
+
+    offline: bool | None = Field(
+        default=None, description="True: use the cache only and fail fast; default: RVU_OFFLINE / HF_HUB_OFFLINE."
+    )
+    cache_root: str | None = Field(default=None, description="Cache folder; default .rvu/cache/datasets")
+
+    def build(self) -> DatasetSource:
+        return PublicDatasetSource(cache_root=Path(self.cache_root) if self.cache_root else None, offline=self.offline)

@@ -1,5 +1,8 @@
+"""The chat model resource: one interface, one implementation per backend; a deployment picks one."""
+
+from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar
 
 from dagster import ConfigurableResource
 from pydantic import Field
@@ -7,27 +10,41 @@ from pydantic import Field
 from rvu_pipelines.models import ChatModel, LlamaCppChatModel, OpenAICompatibleChatModel
 
 
-class LLMResource(ConfigurableResource):
-    """The chat model: llama.cpp in-process by default, or any OpenAI-compatible endpoint."""
+class LLMResource(ConfigurableResource, ABC):
+    """The chat model the agents talk to. Assets depend on this; ``resources.deployments`` binds an
+    implementation (in-process llama.cpp, or an OpenAI-compatible server)."""
 
-    backend: Literal["llama_cpp", "openai_compatible"] = "llama_cpp"
-    base_url: str | None = Field(
-        default=None, description="Endpoint for openai_compatible, e.g. http://127.0.0.1:8080/v1"
-    )
-    model: str | None = Field(default=None, description="Model name sent to the endpoint.")
+    backend: ClassVar[str]  # recorded with every MLflow run that generated text
+
+    @abstractmethod
+    def build(self, model_path: Path, *, n_ctx: int = 2048, name: str | None = None) -> ChatModel:
+        """The chat model for the profile's LLM role (``model_path``: its resolved GGUF file)."""
+
+
+class LlamaCppLLMResource(LLMResource):
+    """llama.cpp in-process (the embedded default): the profile's pinned GGUF file, temperature 0."""
+
+    backend: ClassVar[str] = "llama_cpp"
+
+    n_threads: int | None = Field(default=None, description="CPU threads; default: llama.cpp's choice.")
+    seed: int = Field(default=0, description="Sampling seed (generation is greedy; kept for determinism).")
+
+    def build(self, model_path: Path, *, n_ctx: int = 2048, name: str | None = None) -> ChatModel:
+        return LlamaCppChatModel(model_path, n_ctx=n_ctx, n_threads=self.n_threads, seed=self.seed, name=name)
+
+
+class OpenAICompatibleLLMResource(LLMResource):
+    """Any OpenAI-compatible chat endpoint (llama.cpp server, vLLM, ...), for scale-out and production."""
+
+    backend: ClassVar[str] = "openai_compatible"
+
+    base_url: str = Field(description="Endpoint, e.g. http://127.0.0.1:8080/v1")
+    model: str | None = Field(default=None, description="Model name sent to the endpoint; default: the GGUF name.")
     extra_body: dict[str, float] = Field(
         default_factory=dict, description="Server-specific sampling fields, e.g. repeat_penalty."
     )
-    n_threads: int | None = None
-    seed: int = 0
 
     def build(self, model_path: Path, *, n_ctx: int = 2048, name: str | None = None) -> ChatModel:
-        if self.backend == "openai_compatible":
-            if not self.base_url:
-                from rvu_pipelines.errors import ConfigError
-
-                raise ConfigError("Invalid config: key 'llm.base_url' is required when backend is 'openai_compatible'")
-            return OpenAICompatibleChatModel(
-                self.base_url, self.model or (name or Path(model_path).name), extra_body=dict(self.extra_body)
-            )
-        return LlamaCppChatModel(model_path, n_ctx=n_ctx, n_threads=self.n_threads, seed=self.seed, name=name)
+        return OpenAICompatibleChatModel(
+            self.base_url, self.model or (name or Path(model_path).name), extra_body=dict(self.extra_body)
+        )

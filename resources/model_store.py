@@ -10,6 +10,9 @@ class ModelStoreResource(ConfigurableResource):
     profile: str | None = Field(
         default=None, description="Profile name; default RVU_MODEL_PROFILE, else the file's default."
     )
+    offline: bool | None = Field(
+        default=None, description="True: never reach a model hub; default: RVU_OFFLINE / HF_HUB_OFFLINE."
+    )
 
     def config(self) -> ModelConfig:
         return load_model_config()
@@ -21,4 +24,4 @@ class ModelStoreResource(ConfigurableResource):
         return self.config().profile(self.profile)[role]  # type: ignore[index]
 
     def resolve(self, role: str) -> ResolvedModel:
-        return ModelStore().resolve(role, self.spec(role))
+        return ModelStore(offline=self.offline).resolve(role, self.spec(role))

@@ -31,6 +31,14 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "RVU_DEPLOYMENT",
+        "choice",
+        "local",
+        "state",
+        "resource set the Dagster code location binds (resources/deployments.py): local, offline_mirror, production",
+        choices=("local", "offline_mirror", "production"),
+    ),
     # where things live
     Setting("RVU_HOME", "path", "<checkout>/.rvu", "state", "local state: asset outputs, MLflow store, caches, keys"),
     Setting("RVU_PROJECT_ROOT", "path", "<the checkout>", "state", "the checkout the library runs from"),
@@ -109,6 +117,14 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("RVU_WHEEL_CACHE", "path", "~/.cache/rvu/wheels", "models", "where set-up caches llama-cpp-python builds"),
     # tracking
+    # inputs from outside (incident logs, certificates)
+    Setting(
+        "RVU_MAX_INPUT_MB",
+        "text",
+        "512",
+        "state",
+        "largest incident log or certificate read (MiB); bigger files, devices and FIFOs are refused",
+    ),
     Setting("MLFLOW_TRACKING_URI", "url", "sqlite:///$RVU_HOME/mlflow.db", "tracking", "MLflow tracking store"),
     # fault injection (tests and demonstrations only)
     Setting(

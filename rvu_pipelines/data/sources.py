@@ -244,15 +244,18 @@ def _http_get(url: str) -> bytes:
     return response.content
 
 
+def mirror_source(folder: str | Path) -> MirrorDatasetSource:
+    """The mirror at ``folder``, refused with the fix when it is not a folder."""
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise DatasetUnavailableError(
+            f"{MIRROR_ENV}={folder} is not a folder. Point it at the data mirror (e.g. ../shared/data) "
+            "or unset it to read the public sources."
+        )
+    return MirrorDatasetSource(root.resolve())
+
+
 def dataset_source_from_env() -> DatasetSource:
     """RVU_DATA_MIRROR names a mirror folder; without it, read the public sources."""
     mirror = env_value(MIRROR_ENV)
-    if mirror:
-        root = Path(mirror).expanduser()
-        if not root.is_dir():
-            raise DatasetUnavailableError(
-                f"{MIRROR_ENV}={mirror} is not a folder. Point it at the data mirror (e.g. ../shared/data) "
-                "or unset it to read the public sources."
-            )
-        return MirrorDatasetSource(root.resolve())
-    return PublicDatasetSource()
+    return mirror_source(mirror) if mirror else PublicDatasetSource()

@@ -11,8 +11,9 @@ from dagster import DagsterInstance, materialize
 from assets.attacks import attack_cell
 from assets.models import model_assets
 from resources import LocalTableIOManager, MlflowTrackerResource
+from resources.deployments import deployment_resources
 from rvu_pipelines.agents.regression import Tolerance, compare_to_golden, golden_path, load_golden
-from rvu_pipelines.definitions import _resources, defs
+from rvu_pipelines.definitions import defs
 from rvu_pipelines.tracking import MlflowTracker
 
 EXPERIMENT = "attack-assets-test"
@@ -31,7 +32,7 @@ def _run_config(limit: int = 1) -> dict:
 
 def test_cell_materializes_then_rematerializes_without_inference(tmp_path) -> None:
     tracker = MlflowTracker(experiment=EXPERIMENT)
-    resources = _resources() | {
+    resources = deployment_resources("local") | {
         "io_manager": LocalTableIOManager(base_dir=str(tmp_path / "assets")),
         "mlflow_tracker": MlflowTrackerResource(tracking_uri=tracker.tracking_uri, experiment=EXPERIMENT),
     }

@@ -10,7 +10,7 @@ from dagster import AssetCheckSeverity, DagsterInstance, Definitions, materializ
 from assets.datasets import dataset_assets
 from assets.detectors import detector_assets, quick_run_config
 from resources import LocalTableIOManager, MlflowTrackerResource
-from rvu_pipelines.definitions import _resources
+from resources.deployments import deployment_resources
 from rvu_pipelines.detectors import load_registered_detector
 from rvu_pipelines.tracking import MlflowTracker
 
@@ -18,7 +18,7 @@ EXPERIMENT = "detectors-assets-test"
 
 
 def test_detector_graph_is_complete() -> None:
-    defs = Definitions(assets=[*dataset_assets(), *detector_assets()], resources=_resources())
+    defs = Definitions(assets=[*dataset_assets(), *detector_assets()], resources=deployment_resources("local"))
     graph = defs.get_repository_def().asset_graph
     nodes = [graph.get(key) for key in graph.get_all_asset_keys() if graph.get(key).group_name == "detectors"]
     assert {node.key.to_user_string() for node in nodes} == {
@@ -31,7 +31,7 @@ def test_detector_graph_is_complete() -> None:
 
 def test_deepset_chain_materializes_and_registers(tmp_path) -> None:
     tracker = MlflowTracker(experiment=EXPERIMENT)
-    resources = _resources() | {
+    resources = deployment_resources("local") | {
         "io_manager": LocalTableIOManager(base_dir=str(tmp_path / "assets")),
         "mlflow_tracker": MlflowTrackerResource(tracking_uri=tracker.tracking_uri, experiment=EXPERIMENT),
     }

@@ -7,13 +7,14 @@ from dagster import DagsterInstance, materialize
 
 from assets.recovery import incident_recovery
 from resources import LocalTableIOManager, MlflowTrackerResource
-from rvu_pipelines.definitions import ALL_ASSETS, _resources
+from resources.deployments import deployment_resources
+from rvu_pipelines.definitions import ALL_ASSETS
 from rvu_pipelines.tracking import MlflowTracker
 
 
 def test_every_asset_materializes_with_passing_checks(tmp_path) -> None:
     tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    resources = _resources() | {
+    resources = deployment_resources("local") | {
         "io_manager": LocalTableIOManager(base_dir=str(tmp_path / "assets")),
         "mlflow_tracker": MlflowTrackerResource(tracking_uri=tracking_uri, experiment="materialize-test"),
     }

@@ -10,8 +10,8 @@ from dagster import DagsterInstance, build_sensor_context, materialize
 
 from assets.recovery import incident_partitions, incident_recovery
 from resources import LocalTableIOManager, MlflowTrackerResource
+from resources.deployments import deployment_resources
 from resources.recovery import RecoveryResource
-from rvu_pipelines.definitions import _resources
 from rvu_pipelines.tracking import MlflowTracker
 from sensors.incidents import incident_log_sensor
 
@@ -44,7 +44,7 @@ def test_incident_partition_recovers_with_passing_checks(tmp_path) -> None:
         sensed = incident_log_sensor(build_sensor_context(instance=instance, resources={"recovery": recovery}))
         partition = sensed.run_requests[0].partition_key
         instance.add_dynamic_partitions(incident_partitions.name, [partition])
-        resources = _resources() | {
+        resources = deployment_resources("local") | {
             "recovery": recovery,
             "io_manager": LocalTableIOManager(base_dir=str(tmp_path / "assets")),
             "mlflow_tracker": MlflowTrackerResource(tracking_uri=tracking, experiment="recovery-test"),
