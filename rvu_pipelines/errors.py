@@ -87,6 +87,11 @@ class IncidentValidationError(RvuError):
         )
 
 
+class InputFileError(RvuError):
+    """A file handed to the platform (incident log, certificate) that it refuses to read: not a regular
+    file, too large, or unreadable. The message names the path and the fix."""
+
+
 class StoreError(RvuError):
     """The provenance store or its vector index cannot be opened or used as asked."""
 

@@ -1,0 +1,91 @@
+"""Reading files that come from outside (incident logs, certificates) without trusting what they are.
+
+A path may name a FIFO (open blocks forever), a device such as /dev/zero (read never ends), a symlink
+to either, or a file larger than memory. ``read_input_file`` opens without blocking, checks the opened
+descriptor is a regular file no larger than the limit (RVU_MAX_INPUT_MB), and reads at most limit + 1
+bytes, so a file that grows while being read is refused too.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from rvu_pipelines.errors import ConfigError, InputFileError
+from rvu_pipelines.settings import env_value
+
+MAX_INPUT_ENV = "RVU_MAX_INPUT_MB"
+DEFAULT_MAX_INPUT_MB = 512.0
+
+
+def max_input_bytes() -> int:
+    """The configured read limit in bytes (RVU_MAX_INPUT_MB, default 512 MiB)."""
+    raw = env_value(MAX_INPUT_ENV)
+    if raw is None:
+        return int(DEFAULT_MAX_INPUT_MB * 2**20)
+    try:
+        megabytes = float(raw)
+    except ValueError:
+        megabytes = -1.0
+    if not megabytes > 0:
+        raise ConfigError(f"{MAX_INPUT_ENV}={raw!r} is not a positive number of MiB (e.g. 512).")
+    return int(megabytes * 2**20)
+
+
+def read_input_file(path: str | Path, *, what: str, max_bytes: int | None = None) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``max_bytes``; else :class:`InputFileError`."""
+    path = Path(path)
+    limit = max_input_bytes() if max_bytes is None else max_bytes
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise InputFileError(f"{what} {path}: no such file.") from None
+    except IsADirectoryError:
+        raise InputFileError(f"{what} {path}: is a folder; pass a file.") from None
+    except OSError as exc:
+        raise InputFileError(f"{what} {path}: cannot be opened ({exc.strerror}).") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = (
+                "a FIFO"
+                if stat.S_ISFIFO(info.st_mode)
+                else "a device"
+                if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)
+                else "a folder"
+                if stat.S_ISDIR(info.st_mode)
+                else "not a regular file"
+            )
+            raise InputFileError(f"{what} {path}: is {kind}; only regular files are read.")
+        if info.st_size > limit:
+            raise InputFileError(_too_large(what, path, info.st_size, limit))
+        chunks: list[bytes] = []
+        remaining = limit + 1
+        while remaining > 0:
+            chunk = os.read(fd, min(remaining, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > limit:
+            raise InputFileError(_too_large(what, path, len(data), limit))
+        return data
+    finally:
+        os.close(fd)
+
+
+def _too_large(what: str, path: Path, size: int, limit: int) -> str:
+    return (
+        f"{what} {path}: {size / 2**20:.1f} MiB is over the {limit / 2**20:.1f} MiB limit; "
+        f"raise {MAX_INPUT_ENV} if the file is expected to be this large."
+    )
+
+
+def truncate_for_message(value: object, limit: int = 200) -> str:
+    """``repr`` of a value cut to ``limit`` characters with the full length said, for error messages."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 1]}… ({len(text)} characters)"
