@@ -13,6 +13,11 @@ it; unload and fuse lines carry no adapter linkage. Parsing is all-or-nothing: e
 earlier line) and any problem raises :class:`IncidentValidationError` listing file, line and field
 for each one. References the file does not define are left for the store to resolve before it
 writes anything.
+
+Logs come from outside, so nothing in them is trusted: a value later stages cannot hold (an
+overflowing number, deep nesting, a lone surrogate) is a validation problem like any other; a value
+quoted in a message is cut to a few hundred characters; at most :data:`MAX_ISSUES` problems are
+listed; a UTF-16 file gets one problem telling how to re-encode it instead of one per line.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from rvu_pipelines.bounded_io import read_input_file, truncate_for_message
 from rvu_pipelines.errors import IncidentValidationError
 from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.paths import config_dir, project_root
@@ -38,7 +44,23 @@ LIFECYCLE_ACTION_TYPES = {
     "adapter_unloaded": "adapter_unload",
     "adapter_fused": "adapter_fuse",
 }
-MAX_ISSUES = 1000
+MAX_ISSUES = 200  # problems listed; validation stops at the next one
+MAX_EXTRA_FIELDS_LISTED = 10  # unexpected fields named one by one on a line
+QUOTE_LIMIT = 200  # characters of a value quoted in a message
+FIELD_LIMIT = 80  # characters of a field name
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+_FIX_HINTS = {
+    "type": "write a value of the type named",
+    "pattern": "write a value matching that pattern",
+    "maxLength": "shorten the value",
+    "minLength": "give a non-empty value",
+    "minimum": "use a value in range",
+    "maximum": "use a value in range",
+    "enum": "use one of the values listed",
+    "const": "use the value named",
+    "not": "the adapter_* action types are reserved for lifecycle lines; use kind adapter_loaded/unloaded/fused",
+    "anyOf": "write a value of the form the schema describes",
+}
 
 
 @dataclass(frozen=True)
@@ -115,6 +137,17 @@ class IncidentLog:
     def last_timestamp(self) -> float:
         return max(record.timestamp for record in self.records)
 
+    def adapter_field(self, line: int) -> str:
+        """The field that names the adapter on ``line``: ``active_adapter_id`` for an action, else ``adapter_id``.
+
+        ``external_adapters`` mixes both kinds of line, so a message about an unknown adapter asks this
+        which field to name instead of assuming an action.
+        """
+        for record in self.records:
+            if record.line == line:
+                return "active_adapter_id" if record.is_action else "adapter_id"
+        return "adapter_id"
+
 
 def schema_path() -> Path:
     """The incident-log JSON Schema: the config folder's copy if it has one, else the repository's."""
@@ -133,18 +166,63 @@ def incident_validator() -> Draft202012Validator:
     return _validator(str(schema_path()))
 
 
-def _error_field(error: ValidationError) -> str:
-    path = ".".join(str(part) for part in error.absolute_path)
+def _cut(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters with its full length said (field names are shown unquoted)."""
+    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text)} characters)"
+
+
+def _join_field(path: str, name: str) -> str:
+    return ".".join(filter(None, [path, _cut(name, FIELD_LIMIT)]))
+
+
+def _kind_of(error: ValidationError) -> str:
+    kind = error.instance.get("kind") if isinstance(error.instance, Mapping) else None
+    return f"a kind={kind} line" if isinstance(kind, str) and len(kind) <= FIELD_LIMIT else "this line"
+
+
+def _missing_fields(error: ValidationError, path: str) -> list[tuple[str, str]]:
+    """One (field, message) per missing field: each missing field is named on its own, not all on the first."""
+    missing = [name for name in error.validator_value if name not in error.instance]
+    return [(_join_field(path, name), f"required by {_kind_of(error)} but missing; add '{name}'") for name in missing]
+
+
+def _extra_fields(error: ValidationError, path: str) -> list[tuple[str, str]]:
+    allowed = sorted(error.schema.get("properties", {}))
+    extra = sorted(name for name in error.instance if name not in allowed)
+    found = [
+        (
+            _join_field(path, name),
+            f"field {truncate_for_message(name, QUOTE_LIMIT)} is not allowed on {_kind_of(error)}; remove it or fix "
+            f"its spelling (allowed: {', '.join(allowed)})",
+        )
+        for name in extra[:MAX_EXTRA_FIELDS_LISTED]
+    ]
+    if len(extra) > MAX_EXTRA_FIELDS_LISTED:
+        found.append((path or "<line>", f"and {len(extra) - MAX_EXTRA_FIELDS_LISTED} more fields that are not allowed"))
+    return found
+
+
+def _schema_message(error: ValidationError) -> str:
+    """jsonschema's message with the offending value cut short (it quotes the value whole) and a fix added."""
+    message = error.message
+    if isinstance(error.instance, (str, list, dict)):
+        full = repr(error.instance)
+        if len(full) > QUOTE_LIMIT:
+            message = message.replace(full, truncate_for_message(error.instance, QUOTE_LIMIT))
+    if error.validator == "not":
+        message = f"{truncate_for_message(error.instance, QUOTE_LIMIT)} is not allowed here"
+    message = _cut(message, 2 * QUOTE_LIMIT)
+    hint = _FIX_HINTS.get(str(error.validator))
+    return f"{message}; {hint}" if hint else message
+
+
+def _error_problems(error: ValidationError) -> list[tuple[str, str]]:
+    path = _cut(".".join(str(part) for part in error.absolute_path), FIELD_LIMIT)
     if error.validator == "required" and isinstance(error.instance, Mapping):
-        missing = [name for name in error.validator_value if name not in error.instance]
-        if missing:
-            return ".".join(filter(None, [path, missing[0]]))
+        return _missing_fields(error, path)
     if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
-        allowed = set(error.schema.get("properties", {}))
-        extra = sorted(name for name in error.instance if name not in allowed)
-        if extra:
-            return ".".join(filter(None, [path, extra[0]]))
-    return path or "<line>"
+        return _extra_fields(error, path)
+    return [(path or "<line>", _schema_message(error))]
 
 
 def _schema_issues(source: str, line: int, obj: Any) -> list[IncidentIssue]:
@@ -154,10 +232,10 @@ def _schema_issues(source: str, line: int, obj: Any) -> list[IncidentIssue]:
     for error in errors:
         if error.validator in ("if", "allOf"):
             continue
-        key = (_error_field(error), error.message)
-        if key not in seen:
-            seen.add(key)
-            issues.append(IncidentIssue(source, line, key[0], key[1]))
+        for key in _error_problems(error):
+            if key not in seen:
+                seen.add(key)
+                issues.append(IncidentIssue(source, line, key[0], key[1]))
     return issues
 
 
@@ -275,40 +353,98 @@ def _file_issues(source: str, records: list[IncidentRecord]) -> tuple[list[Incid
     return issues, external_parents, external_adapters
 
 
+def _encoding_issue(data: bytes, source: str) -> IncidentIssue | None:
+    """A UTF-16 (or UTF-32) file fails on every line; say once what it is and how to re-encode it."""
+    head = data[:4096]
+    if head.startswith(UTF16_BOMS):
+        found = f"starts with the UTF-16 byte-order mark {head[:2].hex(' ').upper()}"
+    elif len(head) >= 2 and head.count(0) * 4 >= len(head):
+        found = f"has {head.count(0)} NUL bytes in its first {len(head)}, as UTF-16 text does"
+    else:
+        return None
+    return IncidentIssue(
+        source,
+        1,
+        "<file>",
+        f"the file {found}; incident logs must be UTF-8: re-encode it, e.g. "
+        "`iconv -f UTF-16 -t UTF-8 in.jsonl > out.jsonl`, or write it with encoding='utf-8'",
+    )
+
+
+def _parse_line(source: str, index: int, raw: bytes) -> tuple[IncidentRecord | None, list[IncidentIssue]]:
+    """One line: a record, or its problems (never an exception: a hostile line is a problem like any other)."""
+    if raw.endswith(b"\r"):
+        raw = raw[:-1]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, [
+            IncidentIssue(source, index, "<line>", f"not valid UTF-8 at byte {exc.start}; write the log as UTF-8 text")
+        ]
+    if not text.strip():
+        return None, []
+    if text.startswith("\ufeff"):
+        return None, [
+            IncidentIssue(source, index, "<line>", "starts with a byte-order mark; save as UTF-8 without BOM")
+        ]
+    try:
+        obj = strict_loads(text)
+    except ValueError as exc:
+        return None, [IncidentIssue(source, index, "<json>", f"not valid JSON: {_cut(str(exc), 2 * QUOTE_LIMIT)}")]
+    line_issues = _schema_issues(source, index, obj)
+    if line_issues:
+        return None, line_issues
+    try:
+        return _record(index, obj), []
+    except (ValueError, TypeError, OverflowError) as exc:  # e.g. a value canonical JSON cannot hold
+        message = f"cannot be stored ({type(exc).__name__}: {_cut(str(exc), 2 * QUOTE_LIMIT)})"
+        return None, [IncidentIssue(source, index, "<line>", message)]
+
+
+def _invalid(source: str, issues: list[IncidentIssue], complete: bool) -> IncidentValidationError:
+    """The error for ``issues``; when validation stopped at the cap it says so instead of a false count."""
+    issues.sort(key=lambda issue: (issue.line, issue.field, issue.message))
+    error = IncidentValidationError(source, issues)
+    if not complete:
+        shown = "\n".join(f"  {issue}" for issue in issues[:50])
+        error.args = (
+            f"Incident log {source} is invalid (the first {len(issues)} of at least {len(issues) + 1} problems; "
+            f"validation stopped there, the {min(50, len(issues))} first are shown); nothing was ingested:\n"
+            f"{shown}\n  ... fix these and validate again to see the rest",
+        )
+    return error
+
+
 def parse_incident(data: bytes, source: str) -> IncidentLog:
-    """Validate every line of ``data`` (named ``source`` in messages); raise on any problem."""
+    """Validate every line of ``data`` (named ``source`` in messages); raise on any problem.
+
+    Raises only :class:`IncidentValidationError`, whatever the bytes are.
+    """
+    encoding = _encoding_issue(data, source)
+    if encoding is not None:
+        raise _invalid(source, [encoding], complete=True)
     issues: list[IncidentIssue] = []
     records: list[IncidentRecord] = []
-    lines = data.split(b"\n")
-    for index, raw in enumerate(lines, start=1):
-        if len(issues) >= MAX_ISSUES:
+    complete = True
+    for index, raw in enumerate(data.split(b"\n"), start=1):
+        record, line_issues = _parse_line(source, index, raw)
+        if len(issues) + len(line_issues) > MAX_ISSUES:
+            issues.extend(line_issues[: MAX_ISSUES - len(issues)])
+            complete = False
             break
-        if raw.endswith(b"\r"):
-            raw = raw[:-1]
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            issues.append(IncidentIssue(source, index, "<line>", f"not valid UTF-8 at byte {exc.start}"))
-            continue
-        if not text.strip():
-            continue
-        try:
-            obj = strict_loads(text)
-        except ValueError as exc:
-            issues.append(IncidentIssue(source, index, "<json>", f"not valid JSON: {exc}"))
-            continue
-        line_issues = _schema_issues(source, index, obj)
-        if line_issues:
-            issues.extend(line_issues)
-            continue
-        records.append(_record(index, obj))
+        issues.extend(line_issues)
+        if record is not None:
+            records.append(record)
     if not records and not issues:
-        issues.append(IncidentIssue(source, 1, "<file>", "the incident log holds no records"))
-    file_issues, external_parents, external_adapters = _file_issues(source, records)
-    issues.extend(file_issues)
+        issues.append(
+            IncidentIssue(source, 1, "<file>", "the incident log holds no records; write one JSON object per line")
+        )
+    file_issues, external_parents, external_adapters = _file_issues(source, records) if complete else ([], {}, {})
+    room = MAX_ISSUES - len(issues)
+    complete = complete and len(file_issues) <= room
+    issues.extend(file_issues[:room])
     if issues:
-        issues.sort(key=lambda issue: (issue.line, issue.field, issue.message))
-        raise IncidentValidationError(source, issues)
+        raise _invalid(source, issues, complete)
     return IncidentLog(
         path=source,
         sha256=sha256_bytes(data),
@@ -319,15 +455,13 @@ def parse_incident(data: bytes, source: str) -> IncidentLog:
 
 
 def load_incident(path: Path | str) -> IncidentLog:
-    """Read and validate an incident log file. Raises IncidentValidationError; never returns partial data."""
+    """Read and validate an incident log file; never returns partial data.
+
+    Raises InputFileError when the path is not a readable regular file within RVU_MAX_INPUT_MB (a FIFO
+    or /dev/zero is refused, not read), IncidentValidationError when its content is invalid.
+    """
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise IncidentValidationError(
-            str(path), [IncidentIssue(str(path), 0, "<file>", f"cannot read: {exc.strerror or exc}")]
-        ) from exc
-    return parse_incident(data, str(path))
+    return parse_incident(read_input_file(path, what="incident log"), str(path))
 
 
 def incident_line(record: Mapping[str, Any]) -> str:

@@ -7,20 +7,29 @@ Layout under one root (RVU_INCIDENT_DIR, default .rvu/incidents):
 
 Triage moves a file only after its copy is safely written, so nothing is lost if it stops midway,
 and the same content dropped twice maps to the same incident id (one recovery, not two).
+
+Files come from outside and may be hostile, so each is triaged on its own: whatever one file is or
+holds (a FIFO, a device, a file over RVU_MAX_INPUT_MB, bytes that break any later stage), it ends in
+dead_letter/ with the reason, and the files after it are still triaged. A file that cannot even be
+moved (the disk is full) stays in the inbox with its error in the outcome, to be tried again.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from rvu_pipelines.errors import IncidentValidationError
+from rvu_pipelines.bounded_io import read_input_file, truncate_for_message
+from rvu_pipelines.errors import IncidentValidationError, InputFileError
 from rvu_pipelines.paths import state_dir
-from rvu_pipelines.provenance.incident import parse_incident
+from rvu_pipelines.provenance.incident import MAX_ISSUES, parse_incident
 from rvu_pipelines.settings import env_value
 
 INCIDENT_DIR_ENV = "RVU_INCIDENT_DIR"
+MESSAGE_LIMIT = 4000  # characters of an error message kept in a dead-letter report
 
 
 @dataclass(frozen=True)
@@ -64,10 +73,18 @@ def incident_folders(root: str | Path | None = None) -> IncidentFolders:
 
 @dataclass(frozen=True)
 class TriageOutcome:
+    """What became of one inbox file: accepted (``incident_id``), dead-lettered (``dead_letter``), or neither
+    (``error`` only: it could not be moved and stays in the inbox for the next tick)."""
+
     source: str
     incident_id: str | None
     sha256: str | None
     error: str | None = None
+    dead_letter: str | None = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.incident_id is not None
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -78,31 +95,67 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 def _free_name(folder: Path, name: str) -> Path:
     candidate, n = folder / name, 1
-    while candidate.exists():
+    while os.path.lexists(candidate):  # a dangling symlink counts as taken too
         candidate, n = folder / f"{Path(name).stem}.{n}{Path(name).suffix}", n + 1
     return candidate
 
 
+def _message(error: Exception) -> str:
+    """The error's message, bounded; an unexpected error (not one of ours) is prefixed with its class."""
+    message = str(error)
+    if not isinstance(error, (IncidentValidationError, InputFileError)):
+        message = f"{type(error).__name__}: {message}"
+    if len(message) > MESSAGE_LIMIT:
+        message = f"{message[:MESSAGE_LIMIT]}… ({len(message)} characters)"
+    return message
+
+
+def _report(name: str, error: Exception) -> dict[str, Any]:
+    """The dead-letter report: the error class, its message (bounded), and the problems it lists (capped)."""
+    message = _message(error)
+    if isinstance(error, IncidentValidationError):
+        problems = [issue.as_dict() for issue in error.issues[:MAX_ISSUES]]
+    else:
+        problems = [{"file": name, "line": 0, "field": "<file>", "message": message}]
+    return {"file": name, "error": type(error).__name__, "message": message, "problems": problems}
+
+
+def _dead_letter(folders: IncidentFolders, path: Path, error: Exception) -> TriageOutcome:
+    """Move ``path`` (whatever it is: never opened here) beside a report saying why."""
+    report = _report(path.name, error)
+    target = _free_name(folders.dead_letter, path.name)
+    _write_atomically(
+        target.with_name(target.name + ".error.json"), json.dumps(report, indent=1, sort_keys=True).encode()
+    )
+    os.replace(path, target)  # renames a FIFO, device node or symlink without opening it
+    return TriageOutcome(path.name, None, None, report["message"], str(target))
+
+
+def _accept(folders: IncidentFolders, path: Path) -> TriageOutcome:
+    """Read (bounded, never blocking) and validate ``path``; keep a content-addressed copy if it is valid."""
+    data = read_input_file(path, what="incident log")
+    incident = parse_incident(data, path.name)
+    accepted = folders.accepted_path(incident.incident_id)
+    if not accepted.with_suffix(".sha256").exists():  # the .sha256 is written last: its presence means done
+        _write_atomically(accepted, data)
+        _write_atomically(accepted.with_suffix(".sha256"), incident.sha256.encode())
+    path.unlink()
+    return TriageOutcome(path.name, incident.incident_id, incident.sha256)
+
+
+def _triage_one(folders: IncidentFolders, path: Path) -> TriageOutcome:
+    """One file to accepted/ or dead_letter/; no exception escapes, so one file never blocks the others."""
+    try:
+        return _accept(folders, path)
+    except Exception as error:  # noqa: BLE001 - whatever a hostile file causes, it is dead-lettered with its class
+        failure = error
+    try:
+        return _dead_letter(folders, path, failure)
+    except OSError as error:  # cannot move it (vanished, disk full): say so, leave it for the next tick
+        reason = f"{_message(failure)}; and it could not be dead-lettered: {truncate_for_message(error)}"
+        return TriageOutcome(path.name, None, None, reason)
+
+
 def triage_inbox(folders: IncidentFolders) -> list[TriageOutcome]:
-    """Validate each new file: accept it (content-addressed copy) or dead-letter it with a report."""
-    outcomes = []
-    for path in sorted(folders.inbox.glob("*.jsonl")):
-        data = path.read_bytes()
-        try:
-            incident = parse_incident(data, path.name)
-        except IncidentValidationError as error:
-            target = _free_name(folders.dead_letter, path.name)
-            report = {"file": path.name, "problems": [issue.as_dict() for issue in error.issues], "message": str(error)}
-            _write_atomically(
-                target.with_name(target.name + ".error.json"), json.dumps(report, indent=1, sort_keys=True).encode()
-            )
-            path.replace(target)
-            outcomes.append(TriageOutcome(path.name, None, None, str(error)))
-            continue
-        accepted = folders.accepted_path(incident.incident_id)
-        if not accepted.with_suffix(".sha256").exists():  # the .sha256 is written last: its presence means done
-            _write_atomically(accepted, data)
-            _write_atomically(accepted.with_suffix(".sha256"), incident.sha256.encode())
-        path.unlink()
-        outcomes.append(TriageOutcome(path.name, incident.incident_id, incident.sha256))
-    return outcomes
+    """Triage each new file on its own: accept it (content-addressed copy) or dead-letter it with a report."""
+    return [_triage_one(folders, path) for path in sorted(folders.inbox.glob("*.jsonl"))]

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rvu_pipelines.errors import IncidentValidationError, RvuError
+from rvu_pipelines.errors import IncidentValidationError, InputFileError, RvuError
 from rvu_pipelines.provenance import load_incident, open_store, parse_incident, write_incident
-from rvu_pipelines.provenance.incident import incident_line, incident_validator, schema_path
+from rvu_pipelines.provenance.incident import MAX_ISSUES, incident_line, incident_validator, schema_path
 from rvu_pipelines.recovery.pipeline import ingest_incident
 from rvu_pipelines.recovery.reproductions import e2_records, e3_records, e8_records
 
@@ -104,9 +105,111 @@ def test_adapter_used_after_unload_is_refused() -> None:
 def test_json_edge_cases_are_refused() -> None:
     assert issues_of(b'{"kind":"action","kind":"action"}')[0].message.startswith("not valid JSON: duplicate key")
     assert issues_of(b'{"kind":"action","timestamp":NaN}')[0].field == "<json>"
-    assert issues_of(b"\xff\xfe{}")[0].field == "<line>"
+    assert issues_of(b"\xc3\x28{}")[0].field == "<line>"
     assert issues_of(b"")[0].field == "<file>"
     assert issues_of(b"[1, 2]")[0].field == "<line>"
+
+
+def _action(**changes: object) -> bytes:
+    record = {**e2_records()[1], "active_adapter_id": None, **changes}
+    return incident_line(record).encode()
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (b'{"kind":"action","timestamp":1e400}', "overflows a 64-bit float"),
+        (b'{"kind":"action","timestamp":' + b"9" * 400 + b"}", "outside the 64-bit range"),
+        (b'{"kind":"action","timestamp":9223372036854775808}', "outside the 64-bit range"),
+        (b'{"kind":"action","x":' + b"[" * 100 + b"]" * 100 + b"}", "nesting deeper than 64"),
+        (b"[" * 100_000 + b"]" * 100_000, "nesting deeper than 64"),
+        (b'{"kind":"action","content":"\\ud800"}', "lone UTF-16 surrogate"),
+        (b'{"kind":"action","\\udfff":1}', "lone UTF-16 surrogate"),
+    ],
+)
+def test_values_later_stages_cannot_hold_are_json_problems(line: bytes, expected: str) -> None:
+    issues = issues_of(line)
+    assert [issue.field for issue in issues] == ["<json>"]
+    assert expected in issues[0].message
+
+
+def test_overflowing_values_in_an_otherwise_valid_line_are_refused() -> None:
+    good = _action()
+    for bad in (
+        good.replace(b'"timestamp":', b'"timestamp":1e400,"_":'),
+        good.replace(b'"content":"', b'"content":"\\ud800'),
+    ):
+        assert issues_of(good + b"\n" + bad)[0].line == 2
+
+
+def test_nul_in_content_is_accepted_because_every_later_stage_holds_it() -> None:
+    incident = parse_incident(_action(content="a\u0000b"), "nul.jsonl")
+    assert incident.records[0].content == "a\x00b"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        "\n".join(incident_line(r) for r in e2_records()).encode("utf-16"),
+        "\n".join(incident_line(r) for r in e2_records()).encode("utf-16-be"),
+        b"\xfe\xff",
+    ],
+)
+def test_utf16_file_gets_one_problem_with_a_re_encode_hint(data: bytes) -> None:
+    issues = issues_of(data)
+    assert len(issues) == 1 and issues[0].field == "<file>"
+    assert "UTF-16" in issues[0].message and "iconv" in issues[0].message
+
+
+def test_each_missing_field_is_attributed_to_itself() -> None:
+    record = {key: value for key, value in e2_records()[1].items() if key not in ("content", "timestamp")}
+    issues = issues_of(incident_line(record).encode())
+    assert sorted(issue.field for issue in issues) == ["content", "timestamp"]
+    assert all(f"add '{issue.field}'" in issue.message for issue in issues)
+
+
+def test_each_extra_field_is_attributed_to_itself() -> None:
+    issues = issues_of(_action(zeta=1, alpha=2))
+    assert sorted(issue.field for issue in issues) == ["alpha", "zeta"]
+    assert all("remove it" in issue.message for issue in issues)
+
+
+def test_unknown_adapter_on_a_lifecycle_line_names_adapter_id() -> None:
+    unload = {"kind": "adapter_unloaded", "entry_id": "un", "episode_id": "e", "timestamp": 1.0, "adapter_id": "zz"}
+    incident = parse_incident(_action() + b"\n" + incident_line(unload).encode(), "x")
+    assert dict(incident.external_adapters) == {"zz": (2,)}
+    assert incident.adapter_field(2) == "adapter_id"
+    assert incident.adapter_field(1) == "active_adapter_id"
+
+
+def test_a_huge_value_is_not_echoed_in_the_message() -> None:
+    for line in (
+        _action(content="x" * 1_100_000),
+        _action(entry_id="y" * 1_000_000),
+        _action(**{"z" * 1_000_000: 1}),
+        b'{"kind":"action","timestamp":' + b"1" * 1_000_000 + b"}",
+        b'{"' + b"k" * 1_000_000 + b'":1,"' + b"k" * 1_000_000 + b'":1}',
+    ):
+        with pytest.raises(IncidentValidationError) as caught:
+            parse_incident(line, "big.jsonl")
+        assert len(str(caught.value)) < 10_000
+        assert all(len(str(issue)) < 1_000 for issue in caught.value.issues)
+
+
+def test_problem_count_is_capped_and_not_shown_as_exact() -> None:
+    with pytest.raises(IncidentValidationError) as caught:
+        parse_incident(b"x\n" * 5000, "many.jsonl")
+    assert len(caught.value.issues) == MAX_ISSUES
+    message = str(caught.value)
+    assert f"first {MAX_ISSUES} of at least {MAX_ISSUES + 1} problems" in message and len(message) < 20_000
+
+
+def test_missing_device_and_fifo_paths_raise_input_file_error(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    for path in (tmp_path / "absent.jsonl", fifo, Path("/dev/zero"), tmp_path):
+        with pytest.raises(InputFileError):
+            load_incident(path)
 
 
 def test_blank_lines_and_crlf_are_accepted() -> None:
