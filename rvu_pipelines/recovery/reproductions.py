@@ -32,7 +32,7 @@ from rvu_pipelines.recovery.certificate import (
     trusted_fingerprint,
     verify_certificate,
 )
-from rvu_pipelines.recovery.froc import FrocPolicy, RecordedInfluence, Tier, compute_risk
+from rvu_pipelines.recovery.froc import PAPER_POPULATION, FrocPolicy, RecordedInfluence, Tier, compute_risk
 from rvu_pipelines.recovery.pipeline import ingest_incident, recover
 from rvu_pipelines.recovery.tamper_audit import tamper_report
 
@@ -258,9 +258,13 @@ TABLE3_PUBLISHED = {  # seed 000 Table 3: (risk score, action)
 
 
 def reproduce_froc_table(workdir: Path | str, policy: FrocPolicy | None = None) -> dict[str, Any]:
-    """E3 / Table 3: score every Table 3 entry with R(e) (the paper scores them one by one, closure or not)."""
+    """E3 / Table 3: score every Table 3 entry with R(e) (the paper scores them one by one, closure or not).
+
+    |V| is pinned to the paper's population (every entry in the store, ``spread_population: store``)
+    whatever the policy says: Table 3's scores are computed with it.
+    """
     workdir = Path(workdir)
-    policy = policy or FrocPolicy.load()
+    policy = (policy or FrocPolicy.load()).with_spread_population(PAPER_POPULATION)
     incident = load_incident(write_incident(e3_records(), workdir / "e3_incident.jsonl"))
     with open_store(workdir / "e3.duckdb") as store:
         ingest_incident(store, incident)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.provenance import ProvenanceGraph
-from rvu_pipelines.recovery.froc import FrocPolicy, Tier, compute_risk
+from rvu_pipelines.recovery.froc import FrocPolicy, Tier, compute_risk, unreachable_tiers
 from rvu_pipelines.recovery.reproductions import TABLE3_PUBLISHED, reproduce_froc_table
 
 REPO = Path(__file__).resolve().parents[2]
@@ -123,3 +123,101 @@ def test_risk_is_monotone_in_each_component(p: float, i: float, bump: float, whi
     else:
         raised = compute_risk(graph_big, [0], np.array([p, 0, 0, 0]), np.array([i]), policy)
     assert raised.score[0] >= base.score[0] and raised.tier[0] >= base.tier[0]
+
+
+# ------------------------------------------------------------------ spread population (issue 12 item 2)
+
+
+@st.composite
+def graphs(draw: st.DrawFn) -> ProvenanceGraph:
+    n = draw(st.integers(1, 24))
+    n_adapters = draw(st.integers(1, 4))
+    parent = [-1] + [draw(st.integers(-1, i - 1)) for i in range(1, n)]
+    adapter = [draw(st.integers(-1, n_adapters - 1)) for _ in range(n)]
+    return ProvenanceGraph(np.array(parent), np.array(adapter), n_adapters)
+
+
+def with_unrelated(graph: ProvenanceGraph, extra: int) -> ProvenanceGraph:
+    """``graph`` plus a chain of ``extra`` entries under a new adapter, linked to nothing in ``graph``."""
+    chain = np.concatenate([[-1], graph.n + np.arange(extra - 1)])
+    parent = np.concatenate([graph.parent, chain])
+    adapter = np.concatenate([graph.adapter, np.full(extra, graph.n_adapters)])
+    return ProvenanceGraph(parent, adapter, graph.n_adapters + 1)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    graph=graphs(),
+    data=st.data(),
+    population=st.sampled_from(["store", "incident"]),
+    weights=st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)).filter(lambda w: 0 < sum(w)),
+)
+def test_risk_in_unit_interval_and_tiers_monotone(graph, data, population, weights) -> None:
+    """R in [0, 1], spread term <= 1, and Corollary 3.1 (tier non-decreasing in R) under either population."""
+    scale = max(1.0, sum(weights))
+    w_c, w_i, w_p = (w / scale for w in weights)
+    policy = FrocPolicy.model_validate(
+        {"froc": {"weights": {"contamination": w_c, "influence": w_i, "propagation": w_p}}}
+    ).with_spread_population(population)
+    targets = data.draw(st.lists(st.integers(0, graph.n - 1), min_size=1, max_size=graph.n))
+    p = np.array(data.draw(st.lists(st.floats(0, 1), min_size=graph.n, max_size=graph.n)))
+    i = np.array(data.draw(st.lists(st.floats(0, 1), min_size=graph.n_adapters, max_size=graph.n_adapters)))
+    risk = compute_risk(graph, targets, p, i, policy)
+    assert np.all(risk.score >= 0.0) and np.all(risk.score <= 1.0)
+    assert np.all(risk.propagation <= 1.0)
+    if population == "incident":  # every C({e}) lies inside the population, no clipping needed
+        assert np.all(risk.closure_size <= risk.total_entries)
+    order = np.argsort(risk.score, kind="stable")
+    assert np.all(np.diff(risk.tier[order].astype(int)) >= 0)
+    # a tier in the table is never one unreachable_tiers calls dead for the table's largest spread
+    dead = set(unreachable_tiers(policy, float(risk.propagation.max())))
+    assert not dead & {Tier(int(t)) for t in risk.tier}
+
+
+@settings(max_examples=60, deadline=None)
+@given(graph=graphs(), data=st.data(), extra=st.integers(1, 200))
+def test_incident_population_ignores_unrelated_entries(graph, data, extra: int) -> None:
+    """Under 'incident', appending entries linked to nothing scored changes no score; under 'store' it dilutes."""
+    targets = data.draw(st.lists(st.integers(0, graph.n - 1), min_size=1, max_size=graph.n))
+    p = np.array(data.draw(st.lists(st.floats(0, 1), min_size=graph.n, max_size=graph.n)))
+    i = np.array(data.draw(st.lists(st.floats(0, 1), min_size=graph.n_adapters, max_size=graph.n_adapters)))
+    flooded = with_unrelated(graph, extra)
+    p_flooded, i_flooded = np.concatenate([p, np.zeros(extra)]), np.concatenate([i, [0.0]])
+    incident = FrocPolicy().with_spread_population("incident")
+    before = compute_risk(graph, targets, p, i, incident)
+    after = compute_risk(flooded, targets, p_flooded, i_flooded, incident)
+    assert np.array_equal(before.score, after.score) and np.array_equal(before.tier, after.tier)
+    store = FrocPolicy().with_spread_population("store")
+    diluted = compute_risk(flooded, targets, p_flooded, i_flooded, store)
+    assert np.all(diluted.score <= compute_risk(graph, targets, p, i, store).score)
+    assert diluted.total_entries == graph.n + extra
+
+
+def test_default_population_is_the_incident_and_e3_pins_the_store() -> None:
+    assert FrocPolicy().froc.spread_population == "incident"
+    assert FrocPolicy().with_spread_population("store").summary()["spread_population"] == "store"
+
+
+def test_unreachable_tiers_from_weights_and_from_the_population() -> None:
+    policy = FrocPolicy()
+    assert unreachable_tiers(policy) == []
+    assert unreachable_tiers(policy, max_spread=0.0) == [Tier.PURGE, Tier.EVICT]  # the diluted store: R <= 0.7
+    assert unreachable_tiers(policy, max_spread=0.5) == [Tier.EVICT]  # R <= 0.85
+    low_spread = FrocPolicy.model_validate({"froc": {"weights": {"propagation": 0.1}}})
+    assert unreachable_tiers(low_spread) == [Tier.EVICT]  # 0.4 + 0.3 + 0.1 = 0.8 < 0.9
+
+
+def test_loading_a_policy_with_a_dead_tier_warns(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="rvu_pipelines.recovery.froc"):
+        FrocPolicy.load(write_policy(tmp_path, weights__propagation=0.1))
+    assert "evict" in caplog.text and "cannot be reached" in caplog.text
+
+
+def test_a_diluted_risk_table_carries_the_warning() -> None:
+    graph = with_unrelated(ProvenanceGraph(np.array([-1, 0, 1]), np.array([0, 0, 0]), 1), 5000)
+    p, i = np.concatenate([[1.0, 1.0, 1.0], np.zeros(5000)]), np.array([1.0, 0.0])
+    store = compute_risk(graph, [0, 1, 2], p, i, FrocPolicy().with_spread_population("store"))
+    assert store.counts()["evict"] == 0 and len(store.warnings) == 1
+    assert "purge, evict" in store.warnings[0] and "spread_population = store" in store.warnings[0]
+    incident = compute_risk(graph, [0, 1, 2], p, i, FrocPolicy())
+    assert incident.counts()["evict"] == 3 and incident.warnings == () and incident.total_entries == 3
