@@ -312,8 +312,8 @@ def compute_risk(
     warnings: list[str] = []
     if targets.size:
         warnings = tier_warnings(policy, float(propagation.max()), int(sizes.max()), total)
-        for message in warnings:
-            log.warning("%s", message)
+        for message in warnings:  # info: a small incident legitimately cannot reach every tier; callers show it
+            log.info("%s", message)
     return RiskTable(
         targets,
         p,
