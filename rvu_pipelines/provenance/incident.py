@@ -357,7 +357,7 @@ def _encoding_issue(data: bytes, source: str) -> IncidentIssue | None:
     """A UTF-16 (or UTF-32) file fails on every line; say once what it is and how to re-encode it."""
     head = data[:4096]
     if head.startswith(UTF16_BOMS):
-        found = f"starts with the UTF-16 byte-order mark {head[:2].hex(' ').upper()}"
+        found = f"starts with the UTF-16 (or UTF-32) byte-order mark {head[:2].hex(' ').upper()}"
     elif len(head) >= 2 and head.count(0) * 4 >= len(head):
         found = f"has {head.count(0)} NUL bytes in its first {len(head)}, as UTF-16 text does"
     else:
