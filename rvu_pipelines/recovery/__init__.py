@@ -6,8 +6,11 @@ functions in ``pipeline`` are its steps, public for tests and the paper reproduc
 """
 
 from rvu_pipelines.recovery.certificate import (
+    Verdict,
     build_certificate_body,
+    check_certificate,
     load_or_create_signing_key,
+    open_signing_key,
     sign_certificate,
     trusted_fingerprint,
     verify_certificate,
@@ -52,8 +55,10 @@ __all__ = [
     "TierOutcome",
     "TierPlan",
     "VectorIndex",
+    "Verdict",
     "apply_tiers",
     "build_certificate_body",
+    "check_certificate",
     "compute_closures",
     "compute_risk",
     "contamination_scores",
@@ -61,6 +66,7 @@ __all__ = [
     "find_seeds",
     "ingest_incident",
     "load_or_create_signing_key",
+    "open_signing_key",
     "plan_tiers",
     "recover",
     "restore",

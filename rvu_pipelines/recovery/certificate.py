@@ -3,13 +3,26 @@
 The paper's code "signs" with a bare SHA-256, which proves nothing to an auditor: anyone who edits the file
 can recompute it. Here the digest covers the certificate body and an Ed25519 signature covers the
 digest and the signer's key fingerprint, so an edit is caught unless the editor holds the private key.
-An auditor pins the fingerprint (``trusted_fingerprints``); without a pin, :func:`verify_certificate`
-checks integrity and reports which key signed.
+An auditor pins the fingerprint (``trusted_fingerprints``: ``rvu verify --pin``, a trust file, or this
+machine's own key). Without a pin only integrity is checked: anyone can make a self-consistent
+certificate with a key of their own, so :class:`Verdict` says ``pinned=False`` and the CLI refuses it
+unless ``--integrity-only`` was asked for.
+
+Keys: a key folder holds the private key (0600) and its public key. A key is created only where
+nothing would be orphaned by it (:func:`open_signing_key`): a lost key folder next to earlier
+certificates or recorded recoveries is an error naming both, never a silent new key. Keys are never
+logged or printed; fingerprints and public keys are.
 
 Byte-level rules: the file is exactly ``canonical_json(certificate) + "\\n"`` (sorted keys, no
 whitespace, ASCII, floats with six decimals), so changing any byte either breaks the JSON, breaks the
 canonical form, or changes a value the digest covers. The same incident and key give the same bytes:
 Ed25519 signatures are deterministic and the body holds no wall-clock time or path.
+
+Version 3 added what actually happened next to what this run did: ``runtime_recovery.flagged`` /
+``quarantined`` / ``purged`` are this run's *actions* (the tier plan), ``resulting_state`` is every
+closure entry's state read back from the store afterwards, ``kept_restored`` lists entries an operator
+restored that this run left restored, and ``truncated_at_depth`` / ``entries_beyond_depth`` say whether
+the closure's depth bound left descendants untouched.
 
 :func:`build_certificate_body` assembles a recovery's body from the store's state through the
 :class:`~rvu_pipelines.provenance.store.ProvenanceStore` interface (no SQL here).
@@ -18,20 +31,25 @@ Ed25519 signatures are deterministic and the body holds no wall-clock time or pa
 from __future__ import annotations
 
 import base64
+import hmac
 import logging
 import os
+import re
 import stat
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from rvu_pipelines import __version__
-from rvu_pipelines.errors import SigningKeyError
+from rvu_pipelines.bounded_io import read_input_file, truncate_for_message
+from rvu_pipelines.errors import InputFileError, RvuError, SigningKeyError
 from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.provenance.canonical import canonical_bytes, strict_loads
 from rvu_pipelines.provenance.intsets import union_ints
@@ -47,7 +65,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CERTIFICATE_VERSION = 2
+CERTIFICATE_VERSION = 3
+# what changed in each format version, for a clear message on an older certificate
+VERSION_CHANGES = {
+    2: "version 2 certificates list only this run's actions; version 3 adds the resulting state of every "
+    "closure entry, operator restores kept, and closure depth truncation",
+}
+ENTRY_STATES = ("active", "flagged", "restored", "quarantined", "purged")
+KEPT_RESTORED = "kept restored by operator decision"
 SIGNATURE_ALGORITHM = "Ed25519"
 PRIVATE_KEY_FILE = "ed25519_private.pem"
 PUBLIC_KEY_FILE = "ed25519_public.pem"
@@ -74,6 +99,10 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
         "tier_counts",
         "state_digest",
         "index",
+        "resulting_state",
+        "kept_restored",
+        "truncated_at_depth",
+        "entries_beyond_depth",
     ),
     "adapter_attestation": ("adapters", "tainted", "evicted", "retained", "fusion_warnings", "gate"),
     "risk_scores": ("entries", "total_entries"),
@@ -84,11 +113,16 @@ BODY_KEYS = ("version", "certificate_type", "generated_by", *REQUIRED_FIELDS)
 
 @dataclass(frozen=True)
 class SigningKey:
-    """An Ed25519 key pair loaded from a key folder. ``repr`` never shows the private key."""
+    """An Ed25519 key pair loaded from a key folder. ``repr`` never shows the private key.
 
-    private_key: Ed25519PrivateKey
+    ``created`` is True when this call made the key, so callers can say so (a new key is news: earlier
+    certificates are signed by another one).
+    """
+
+    private_key: Ed25519PrivateKey = field(repr=False)
     public_raw: bytes
     folder: Path
+    created: bool = field(default=False, compare=False)
 
     @property
     def fingerprint(self) -> str:
@@ -98,12 +132,50 @@ class SigningKey:
     def public_b64(self) -> str:
         return base64.b64encode(self.public_raw).decode("ascii")
 
+    @property
+    def public_pem(self) -> bytes:
+        return _public_pem(self.private_key.public_key())
+
     def __repr__(self) -> str:
         return f"SigningKey(fingerprint={self.fingerprint!r}, folder={str(self.folder)!r})"
 
 
+class CertificateOutputError(RvuError):
+    """The certificate cannot be written where asked; raised before recovery changes any state."""
+
+
+FINGERPRINT_PATTERN = re.compile(r"sha256:[0-9a-f]{64}")
+
+
 def public_key_fingerprint(public_raw: bytes) -> str:
     return "sha256:" + sha256_bytes(public_raw)
+
+
+def normalize_fingerprint(value: str) -> str:
+    """``sha256:<64 hex>`` from what a user typed (bare hex and upper case accepted); ValueError otherwise."""
+    text = value.strip().lower()
+    if not text.startswith("sha256:"):
+        text = "sha256:" + text
+    if not FINGERPRINT_PATTERN.fullmatch(text):
+        raise ValueError(f"{value.strip()[:80]!r} is not a key fingerprint (sha256: followed by 64 hex digits)")
+    return text
+
+
+def fingerprint_trusted(fingerprint: str, trusted: Iterable[str]) -> bool:
+    """Whether ``fingerprint`` equals one of ``trusted``, compared in constant time against every pin."""
+    candidate = fingerprint.encode("utf-8")
+    matched = False
+    for pin in trusted:
+        matched |= hmac.compare_digest(candidate, pin.encode("utf-8"))
+    return matched
+
+
+def _public_pem(public: Ed25519PublicKey) -> bytes:
+    return public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def _raw(public: Ed25519PublicKey) -> bytes:
+    return public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
 def _write_private_key(path: Path, pem: bytes) -> bool:
@@ -119,26 +191,14 @@ def _write_private_key(path: Path, pem: bytes) -> bool:
     return True
 
 
-def load_or_create_signing_key(key_dir: Path | str) -> SigningKey:
-    """The key pair in ``key_dir``; generated on first use (private key mode 0600, folder 0700)."""
-    folder = Path(key_dir)
-    try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError as exc:
-        raise SigningKeyError(f"Cannot create the key folder {folder}: {exc}") from exc
-    private_path = folder / PRIVATE_KEY_FILE
-    if not private_path.exists():
-        key = Ed25519PrivateKey.generate()
-        pem = key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-        if _write_private_key(private_path, pem):
-            public_pem = key.public_key().public_bytes(
-                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-            )
-            (folder / PUBLIC_KEY_FILE).write_bytes(public_pem)
-            raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-            log.info("generated a new Ed25519 signing key in %s (fingerprint %s)", folder, public_key_fingerprint(raw))
+def _write_public_key(folder: Path, public: Ed25519PublicKey) -> None:
+    """Write the public key atomically, so a reader never pins half a file."""
+    temp = folder / (PUBLIC_KEY_FILE + ".tmp")
+    temp.write_bytes(_public_pem(public))
+    os.replace(temp, folder / PUBLIC_KEY_FILE)
+
+
+def _read_private_key(private_path: Path) -> Ed25519PrivateKey:
     mode = stat.S_IMODE(private_path.stat().st_mode)
     if mode & 0o077:
         raise SigningKeyError(
@@ -146,24 +206,144 @@ def load_or_create_signing_key(key_dir: Path | str) -> SigningKey:
         )
     try:
         loaded = serialization.load_pem_private_key(private_path.read_bytes(), password=None)
-    except (ValueError, TypeError) as exc:
-        raise SigningKeyError(f"Signing key {private_path} is not a readable unencrypted PEM key.") from exc
+    except (ValueError, TypeError):
+        raise SigningKeyError(f"Signing key {private_path} is not a readable unencrypted PEM key.") from None
     if not isinstance(loaded, Ed25519PrivateKey):
         raise SigningKeyError(f"Signing key {private_path} is not an Ed25519 key.")
-    key = loaded
-    raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return SigningKey(private_key=key, public_raw=raw, folder=folder)
+    return loaded
+
+
+def _read_public_key(path: Path) -> Ed25519PublicKey:
+    try:
+        public = serialization.load_pem_public_key(path.read_bytes())
+    except (OSError, ValueError, TypeError):
+        raise SigningKeyError(f"Public key {path} is not a readable PEM public key.") from None
+    if not isinstance(public, Ed25519PublicKey):
+        raise SigningKeyError(f"Public key {path} is not an Ed25519 key.")
+    return public
+
+
+def _matching_public_file(folder: Path, private: Ed25519PrivateKey) -> None:
+    """Recreate a missing public key file from the private key; refuse one that belongs to another key.
+
+    The public file is what this machine pins, so a replaced public file would make it trust a stranger.
+    """
+    path = folder / PUBLIC_KEY_FILE
+    if not path.exists():
+        _write_public_key(folder, private.public_key())
+        log.info("recreated the public key file %s from the private key", path)
+        return
+    own = public_key_fingerprint(_raw(private.public_key()))
+    found = public_key_fingerprint(_raw(_read_public_key(path)))
+    if not hmac.compare_digest(own.encode(), found.encode()):
+        raise SigningKeyError(
+            f"Key folder {folder} is inconsistent: {path} holds {found} but the private key is {own}. "
+            f"Delete {path} to have it recreated from the private key, or restore the folder from a backup."
+        )
+
+
+def load_signing_key(key_dir: Path | str) -> SigningKey:
+    """The existing key pair in ``key_dir`` (never creates one); SigningKeyError if there is none."""
+    folder = Path(key_dir)
+    private_path = folder / PRIVATE_KEY_FILE
+    if not private_path.exists():
+        raise SigningKeyError(f"No signing key in {folder}: {private_path} does not exist.")
+    key = _read_private_key(private_path)
+    _matching_public_file(folder, key)
+    return SigningKey(private_key=key, public_raw=_raw(key.public_key()), folder=folder)
+
+
+def _create_signing_key(folder: Path) -> SigningKey:
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise SigningKeyError(f"Cannot create the key folder {folder}: {exc.strerror or exc}") from None
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    if not _write_private_key(folder / PRIVATE_KEY_FILE, pem):  # another process created one first: use it
+        return load_signing_key(folder)
+    _write_public_key(folder, key.public_key())
+    raw = _raw(key.public_key())
+    log.info("created signing key %s in %s", public_key_fingerprint(raw), folder)
+    return SigningKey(private_key=key, public_raw=raw, folder=folder, created=True)
+
+
+def open_signing_key(key_dir: Path | str, *, prior_use: Sequence[str] = (), new_key: bool = False) -> SigningKey:
+    """The key pair in ``key_dir``, or a new one (``created=True``) where none exists.
+
+    ``prior_use`` names what earlier keys signed or recorded (certificates, recoveries in a store): a
+    missing key next to those means the key folder was lost, and a silent new key would make every
+    earlier certificate fail as "untrusted". That is a SigningKeyError unless ``new_key`` says a new
+    key is wanted. ``new_key`` never replaces an existing key.
+    """
+    folder = Path(key_dir)
+    if (folder / PRIVATE_KEY_FILE).exists():
+        if new_key:
+            raise SigningKeyError(
+                f"--new-key was given but {folder} already holds a signing key; a key is never replaced. "
+                "Drop --new-key to keep using it, or move the folder away first."
+            )
+        return load_signing_key(folder)
+    if prior_use and not new_key:
+        raise SigningKeyError(
+            f"No signing key in {folder}, but earlier recoveries exist ({'; '.join(prior_use)}). The key that "
+            f"signed them is missing: restore the key folder {folder} from a backup, or pass --new-key to start "
+            "a new key (earlier certificates then verify only against the old key's fingerprint)."
+        )
+    return _create_signing_key(folder)
+
+
+def load_or_create_signing_key(key_dir: Path | str) -> SigningKey:
+    """The key pair in ``key_dir``; generated on first use (private key mode 0600, folder 0700)."""
+    return open_signing_key(key_dir)
 
 
 def trusted_fingerprint(key_dir: Path | str) -> str | None:
-    """Fingerprint of the public key in ``key_dir`` (for pinning in ``verify_certificate``), if present."""
-    path = Path(key_dir) / PUBLIC_KEY_FILE
-    if not path.exists():
-        return None
-    public = serialization.load_pem_public_key(path.read_bytes())
-    if not isinstance(public, Ed25519PublicKey):
-        return None
-    return public_key_fingerprint(public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw))
+    """This machine's key fingerprint for pinning: from the private key when there is one (and the public
+    file is then recreated if missing), else from a lone public key file; None when the folder has neither.
+    """
+    folder = Path(key_dir)
+    if (folder / PRIVATE_KEY_FILE).exists():
+        return load_signing_key(folder).fingerprint
+    public_path = folder / PUBLIC_KEY_FILE
+    if public_path.exists():
+        return public_key_fingerprint(_raw(_read_public_key(public_path)))
+    return None
+
+
+def public_key_info(key_dir: Path | str) -> tuple[str, bytes] | None:
+    """(fingerprint, public key PEM) of the key in ``key_dir`` for ``rvu keys``; None when there is none.
+
+    Never touches the private key's bytes beyond deriving its public half.
+    """
+    folder = Path(key_dir)
+    if (folder / PRIVATE_KEY_FILE).exists():
+        key = load_signing_key(folder)
+        return key.fingerprint, key.public_pem
+    public_path = folder / PUBLIC_KEY_FILE
+    if public_path.exists():
+        public = _read_public_key(public_path)
+        return public_key_fingerprint(_raw(public)), _public_pem(public)
+    return None
+
+
+def read_trust_file(path: Path | str) -> list[str]:
+    """Fingerprints in a trust file: one per line, ``#`` starts a comment; InputFileError naming a bad line."""
+    data = read_input_file(path, what="trust file", max_bytes=1 << 20)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputFileError(f"trust file {path}: not UTF-8 text.") from None
+    pins: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        value = line.split("#", 1)[0].strip()
+        if not value:
+            continue
+        try:
+            pins.append(normalize_fingerprint(value))
+        except ValueError as exc:
+            raise InputFileError(f"trust file {path}:{number}: {exc}.") from None
+    return pins
 
 
 def _signed_message(manifest_digest: str, fingerprint: str) -> bytes:
@@ -214,11 +394,38 @@ def write_certificate(certificate: Mapping[str, Any], path: Path | str) -> Path:
     return path
 
 
+def check_writable(path: Path | str) -> Path:
+    """Make sure a certificate can be written at ``path`` before recovery changes anything.
+
+    Creates the parent folder and a probe file in it (then removes it), so a read-only folder or a path
+    through a file fails here, with nothing purged yet, instead of after the tiers committed.
+    """
+    path = Path(path)
+    fix = "Nothing was changed; pass a writable --cert-out (or fix the folder's permissions) and run again."
+    if path.is_dir():
+        raise CertificateOutputError(f"Certificate output {path} is a folder. {fix}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+        os.close(descriptor)
+        os.unlink(probe)
+    except OSError as exc:
+        raise CertificateOutputError(f"Cannot write the certificate to {path}: {exc.strerror or exc}. {fix}") from None
+    return path
+
+
 def completeness_problems(certificate: Mapping[str, Any]) -> list[str]:
     """Missing or mistyped sections and fields; empty when complete."""
     problems: list[str] = []
-    if certificate.get("version") != CERTIFICATE_VERSION:
-        problems.append(f"version must be {CERTIFICATE_VERSION}, found {certificate.get('version')!r}")
+    version = certificate.get("version")
+    if version != CERTIFICATE_VERSION:
+        if type(version) is int and version in VERSION_CHANGES:
+            return [
+                f"certificate format version {version} is older than this rvu's version {CERTIFICATE_VERSION} "
+                f"({VERSION_CHANGES[version]}); re-issue it by running `rvu recover` on the incident again, or "
+                "verify it with the rvu-pipelines release that wrote it"
+            ]
+        problems.append(f"version must be {CERTIFICATE_VERSION}, found {truncate_for_message(version, 40)}")
     for key in BODY_KEYS:
         if key not in certificate:
             problems.append(f"missing section '{key}'")
@@ -236,69 +443,128 @@ def completeness_problems(certificate: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def verify_certificate_bytes(data: bytes, *, trusted_fingerprints: Iterable[str] | None = None) -> tuple[bool, str]:
-    """Check a certificate's bytes; returns (ok, reason). Never raises on bad input."""
-    try:
-        text = data.decode("ascii")
-        certificate = strict_loads(text)
-    except (UnicodeDecodeError, ValueError) as exc:
-        return False, f"not valid JSON: {exc}"
-    if not isinstance(certificate, dict):
-        return False, "not a JSON object"
-    try:
-        canonical = certificate_bytes(certificate)
-    except (TypeError, ValueError) as exc:
-        return False, f"cannot be put in canonical form: {exc}"
-    if canonical != data:
-        return (
-            False,
-            "not in canonical form: the bytes differ from the canonical encoding of their content "
-            "(edited or reformatted)",
-        )
-    problems = completeness_problems(certificate)
-    if problems:
-        return False, "fields incomplete: " + "; ".join(problems[:5])
+@dataclass(frozen=True)
+class Verdict:
+    """What verification found.
+
+    ``ok``: the bytes are a complete canonical certificate whose digest and Ed25519 signature hold and,
+    when pins were given, whose signer is one of them. ``pinned`` says whether the signer was checked
+    against pins at all: ``ok and not pinned`` proves integrity only, since anyone can sign with a key of
+    their own. ``signer`` is the signing key's fingerprint once the signature checked.
+    """
+
+    ok: bool
+    reason: str
+    signer: str | None = None
+    pinned: bool = False
+
+
+def _signature_fields(certificate: Mapping[str, Any]) -> tuple[dict[str, str] | None, str]:
     signature = certificate.get("signature")
     if not isinstance(signature, dict):
-        return False, "missing signature"
+        return None, "missing signature"
     for name in ("algorithm", "public_key", "public_key_fingerprint", "value"):
         if not isinstance(signature.get(name), str):
-            return False, f"signature.{name} missing or not a string"
+            return None, f"signature.{name} missing or not a string"
     if signature["algorithm"] != SIGNATURE_ALGORITHM:
-        return False, f"unsupported signature algorithm {signature['algorithm']!r}"
+        return None, f"unsupported signature algorithm {truncate_for_message(signature['algorithm'], 40)}"
+    return signature, ""
+
+
+def _parse(data: bytes) -> tuple[dict[str, Any] | None, str]:
+    """The certificate object if ``data`` is exactly its canonical encoding, else why not."""
+    try:
+        certificate = strict_loads(data.decode("ascii"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return None, f"not valid JSON: {truncate_for_message(str(exc), 160)}"
+    if not isinstance(certificate, dict):
+        return None, "not a JSON object"
+    try:
+        canonical = certificate_bytes(certificate)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return None, f"cannot be put in canonical form: {truncate_for_message(str(exc), 160)}"
+    if canonical != data:
+        return None, (
+            "not in canonical form: the bytes differ from the canonical encoding of their content "
+            "(edited or reformatted)"
+        )
+    return certificate, ""
+
+
+def check_certificate_bytes(data: bytes, *, trusted_fingerprints: Iterable[str] | None = None) -> Verdict:
+    """Check a certificate's bytes. Never raises on bad input.
+
+    ``trusted_fingerprints=None`` checks integrity only (``pinned=False``); an empty list trusts nobody.
+    """
+    certificate, problem = _parse(data)
+    if certificate is None:
+        return Verdict(False, problem)
+    problems = completeness_problems(certificate)
+    if problems:
+        return Verdict(False, "fields incomplete: " + "; ".join(problems[:5]))
+    signature, problem = _signature_fields(certificate)
+    if signature is None:
+        return Verdict(False, problem)
     digest = manifest_digest(_body(certificate))
     if certificate.get("manifest_digest") != digest:
-        return False, "manifest digest mismatch: the certificate content was modified after signing"
+        return Verdict(False, "manifest digest mismatch: the certificate content was modified after signing")
     try:
         public_raw = base64.b64decode(signature["public_key"], validate=True)
         signature_raw = base64.b64decode(signature["value"], validate=True)
         public_key = Ed25519PublicKey.from_public_bytes(public_raw)
     except (ValueError, TypeError) as exc:
-        return False, f"signature or public key is malformed: {exc}"
+        return Verdict(False, f"signature or public key is malformed: {truncate_for_message(str(exc), 120)}")
     if (
         base64.b64encode(public_raw).decode("ascii") != signature["public_key"]
         or base64.b64encode(signature_raw).decode("ascii") != signature["value"]
     ):
-        return False, "signature or public key is not in canonical base64"
+        return Verdict(False, "signature or public key is not in canonical base64")
     fingerprint = public_key_fingerprint(public_raw)
-    if signature["public_key_fingerprint"] != fingerprint:
-        return False, "public key does not match its fingerprint"
+    if not hmac.compare_digest(signature["public_key_fingerprint"].encode("utf-8"), fingerprint.encode("utf-8")):
+        return Verdict(False, "public key does not match its fingerprint")
     try:
         public_key.verify(signature_raw, _signed_message(digest, fingerprint))
     except InvalidSignature:
-        return False, "signature invalid: not made by this key over this digest"
-    if trusted_fingerprints is not None and fingerprint not in set(trusted_fingerprints):
-        return False, f"signed by an untrusted key {fingerprint}"
-    return True, f"valid: Ed25519 signature by {fingerprint} over {digest}"
+        return Verdict(False, "signature invalid: not made by this key over this digest")
+    if trusted_fingerprints is None:
+        return Verdict(
+            True,
+            f"integrity only: the signature is self-consistent but the signer is NOT verified "
+            f"(signed by {fingerprint}, which no pin checked) over {digest}",
+            signer=fingerprint,
+        )
+    if not fingerprint_trusted(fingerprint, list(trusted_fingerprints)):
+        return Verdict(False, f"signed by an untrusted key {fingerprint}", signer=fingerprint, pinned=True)
+    return Verdict(True, f"valid: Ed25519 signature by pinned key {fingerprint} over {digest}", fingerprint, True)
+
+
+def verify_certificate_bytes(data: bytes, *, trusted_fingerprints: Iterable[str] | None = None) -> tuple[bool, str]:
+    """(ok, reason) of :func:`check_certificate_bytes`. Without pins ``ok`` means integrity only."""
+    verdict = check_certificate_bytes(data, trusted_fingerprints=trusted_fingerprints)
+    return verdict.ok, verdict.reason
+
+
+def check_certificate(path: Path | str, *, trusted_fingerprints: Iterable[str] | None = None) -> Verdict:
+    """Verify the certificate file at ``path``.
+
+    The file is read with :func:`read_input_file`, so a FIFO, a device such as /dev/zero (or a symlink
+    to one) or an oversized file raises InputFileError instead of hanging or filling memory.
+    """
+    data = read_input_file(path, what="certificate")
+    return check_certificate_bytes(data, trusted_fingerprints=trusted_fingerprints)
 
 
 def verify_certificate(path: Path | str, *, trusted_fingerprints: Iterable[str] | None = None) -> tuple[bool, str]:
-    """Verify the certificate file at ``path``; returns (ok, reason). Never raises on a bad file."""
+    """Verify the certificate file at ``path``; returns (ok, reason). Never raises on a bad file.
+
+    Without ``trusted_fingerprints`` ``ok`` proves integrity only (the reason says the signer is NOT
+    verified); callers that decide trust should pin, or use :func:`check_certificate`'s ``pinned``.
+    """
     try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        return False, f"cannot read {path}: {exc.strerror or exc}"
-    return verify_certificate_bytes(data, trusted_fingerprints=trusted_fingerprints)
+        verdict = check_certificate(path, trusted_fingerprints=trusted_fingerprints)
+    except InputFileError as exc:
+        return False, str(exc)
+    return verdict.ok, verdict.reason
 
 
 # ------------------------------------------------------------------------------------ the body of a recovery
@@ -306,6 +572,35 @@ def verify_certificate(path: Path | str, *, trusted_fingerprints: Iterable[str] 
 
 def _fmt(value: float) -> float:
     return round(float(value), 6)
+
+
+def entry_state(tainted: bool, quarantined: bool, purged: bool, restored: bool) -> str:
+    """One entry's state, the most severe that holds: purged > quarantined > restored > flagged > active."""
+    if purged:
+        return "purged"
+    if quarantined:
+        return "quarantined"
+    if restored:
+        return "restored"
+    return "flagged" if tainted else "active"
+
+
+def resulting_state(
+    store: ProvenanceStore, seqs: np.ndarray, entry_ids: Sequence[str], restored: Iterable[int]
+) -> dict[str, Any]:
+    """Each entry's state read back from the store (not from the plan), plus a count per state."""
+    lifted = {int(seq) for seq in restored}
+    states = store.entry_states(seqs)
+    entries = {
+        entry_id: entry_state(bool(t), bool(q), bool(p), int(seq) in lifted)
+        for entry_id, seq, t, q, p in zip(
+            entry_ids, seqs.tolist(), states["tainted"], states["quarantined"], states["purged"], strict=True
+        )
+    }
+    counts = dict.fromkeys(ENTRY_STATES, 0)
+    for state in entries.values():
+        counts[state] += 1
+    return {"entries": dict(sorted(entries.items())), "counts": counts}
 
 
 def build_certificate_body(
@@ -320,10 +615,17 @@ def build_certificate_body(
     plan: TierPlan,
     probe: Mapping[str, Any],
     gate: Mapping[str, Any],
+    *,
+    restored: Iterable[int] = (),
+    kept_restored: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The unsigned v2 certificate: a pure function of the incident, the store's state and the policy.
+    """The unsigned certificate: a pure function of the incident, the store's state and the policy.
 
     ``detector`` is the certificate's detector section, ``{"name": ..., "version": ...}``.
+    ``runtime_recovery.flagged`` / ``quarantined`` / ``purged`` are this run's *actions* (the tier plan,
+    less what ``kept_restored`` kept: entry id -> the operator's recorded reason); ``resulting_state``
+    is what the store holds for each closure entry after the tiers (``restored``: entry seqs whose
+    quarantine an operator lifted), so an earlier run's purge or quarantine is never hidden.
     """
     graph_ids = store.entry_ids
     closure_ids = graph_ids(closures.v2.members)
@@ -399,6 +701,7 @@ def build_certificate_body(
         for a in adapters
         if a["fused"] and (a["tainted"] or a["status"] == "evicted")
     ]
+    kept = dict(kept_restored or {})
     flagged_ids = sorted(graph_ids(plan.flag))
     quarantined_ids = sorted(graph_ids(plan.quarantine))
     purged_ids = sorted(graph_ids(plan.purge))
@@ -436,6 +739,12 @@ def build_certificate_body(
             "tier_counts": risk.counts(),
             "state_digest": "sha256:" + sha256_bytes("\n".join(state_lines).encode()),
             "index": {"isolated_vectors_retrievable": retrievable},
+            "resulting_state": resulting_state(store, closures.v2.members, closure_ids, restored),
+            "kept_restored": [
+                {"entry_id": entry_id, "decision": KEPT_RESTORED, "reason": kept[entry_id]} for entry_id in sorted(kept)
+            ],
+            "truncated_at_depth": closures.v2.max_depth if closures.v2_beyond else None,
+            "entries_beyond_depth": closures.v2_beyond,
         },
         "adapter_attestation": {
             "adapters": adapters,

@@ -29,8 +29,16 @@ class SeedReport:
 
 @dataclass(frozen=True)
 class Closures:
+    """Both closures, and how many entries each depth bound left out (0: the closure is complete).
+
+    The bound (``policy.closure.max_depth``) keeps a runaway closure finite, but what lies beyond it is
+    contamination left untouched, so the count is reported rather than silently dropped.
+    """
+
     v1: ClosureResult
     v2: ClosureResult
+    v1_beyond: int = 0
+    v2_beyond: int = 0
 
 
 def find_seeds(
@@ -49,7 +57,19 @@ def find_seeds(
     )
 
 
+def entries_beyond_depth(graph: ProvenanceGraph, bounded: ClosureResult) -> int:
+    """How many entries the unbounded closure adds to ``bounded`` (0 when the bound cut nothing off).
+
+    Only a closure that reached its bound can be cut off, so the unbounded search runs only then.
+    """
+    if not bounded.depths.size or int(bounded.depths.max()) < bounded.max_depth:
+        return 0
+    unbounded = (closure_v2 if bounded.adapter_aware else closure_v1)(graph, bounded.seeds, max(graph.n, 1))
+    return unbounded.size - bounded.size
+
+
 def compute_closures(graph: ProvenanceGraph, seeds: np.ndarray, policy: FrocPolicy) -> Closures:
     """v1 (parent/child) and v2 (adapter-aware, Theorem 2c) closures at the policy's depth bound."""
     depth = policy.closure.max_depth
-    return Closures(v1=closure_v1(graph, seeds, depth), v2=closure_v2(graph, seeds, depth))
+    v1, v2 = closure_v1(graph, seeds, depth), closure_v2(graph, seeds, depth)
+    return Closures(v1=v1, v2=v2, v1_beyond=entries_beyond_depth(graph, v1), v2_beyond=entries_beyond_depth(graph, v2))

@@ -35,7 +35,7 @@ import numpy as np
 
 from rvu_pipelines.detectors.base import InjectionDetector
 from rvu_pipelines.detectors.exfiltration import ExfiltrationHeuristic
-from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.errors import ConfigError, StoreError
 from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.provenance.canonical import canonical_bytes
 from rvu_pipelines.provenance.closure import ProvenanceGraph
@@ -44,14 +44,25 @@ from rvu_pipelines.provenance.incident import IncidentLog, IncidentRecord, load_
 from rvu_pipelines.provenance.intsets import union_ints
 from rvu_pipelines.provenance.store import IngestResult, ProvenanceStore
 from rvu_pipelines.recovery.certificate import (
+    SigningKey,
     build_certificate_body,
-    load_or_create_signing_key,
+    check_writable,
+    open_signing_key,
     sign_certificate,
     write_certificate,
 )
 from rvu_pipelines.recovery.contamination import Closures, SeedReport, compute_closures, find_seeds
 from rvu_pipelines.recovery.froc import FrocPolicy, InfluenceSource, RecordedInfluence, RiskTable, Tier, compute_risk
-from rvu_pipelines.recovery.tiers import AdapterRuntime, FaultHook, TierOutcome, TierPlan, apply_tiers, restore_entry
+from rvu_pipelines.recovery.tiers import (
+    AdapterRuntime,
+    FaultHook,
+    TierOutcome,
+    TierPlan,
+    apply_tiers,
+    keep_operator_restores,
+    restore_decisions,
+    restore_entry,
+)
 from rvu_pipelines.recovery.vector_index import Embedder, HashingEmbedder, VectorIndex, embedder_name
 
 # ------------------------------------------------------------------------------------ extension points
@@ -129,6 +140,12 @@ class RecoveryResult:
     applied: dict[str, int]
     ingest: IngestResult
     timings: dict[str, float] = field(default_factory=dict)
+    resulting_state: dict[str, str] = field(default_factory=dict)  # entry id -> state after this run
+    kept_restored: list[str] = field(default_factory=list)  # left restored by an operator's decision
+    truncated_at_depth: int | None = None  # the closure's depth bound, when it cut entries off
+    entries_beyond_depth: int = 0
+    key_fingerprint: str = ""
+    key_created: bool = False  # this run created the signing key (callers say so)
 
     def metrics(self) -> dict[str, float]:
         """Flat numbers for MLflow: closure sizes, tier counts, what changed, stage timings."""
@@ -143,6 +160,8 @@ class RecoveryResult:
         }
         out.update({f"tier_{name}": count for name, count in self.tier_counts.items()})
         out.update({f"applied_{name}": count for name, count in self.applied.items()})
+        out["entries_beyond_depth"] = self.entries_beyond_depth
+        out["kept_restored"] = len(self.kept_restored)
         out.update({f"seconds_{name}": value for name, value in self.timings.items()})
         return out
 
@@ -225,6 +244,32 @@ def _gate_section(gate: AdapterGate | None, incident: IncidentLog) -> dict[str, 
 # ------------------------------------------------------------------------------------ end to end
 
 
+def with_max_depth(policy: FrocPolicy, max_depth: int | None) -> FrocPolicy:
+    """``policy`` with its closure depth bound replaced (validated like the config file); unchanged for None."""
+    if max_depth is None:
+        return policy
+    data = policy.model_dump()
+    data["closure"] = {**data.get("closure", {}), "max_depth": max_depth}
+    try:
+        return FrocPolicy.model_validate(data)
+    except ValueError as exc:
+        raise ConfigError(f"Invalid closure depth {max_depth}: {exc}") from None
+
+
+def prior_recoveries(store: ProvenanceStore, certificates_dir: Path | str | None) -> list[str]:
+    """What an earlier signing key left behind: certificates in ``certificates_dir``, incidents in the store."""
+    found: list[str] = []
+    if certificates_dir is not None:
+        folder = Path(certificates_dir)
+        count = sum(1 for _ in folder.glob("*.json")) if folder.is_dir() else 0
+        if count:
+            found.append(f"{count} certificate(s) in {folder}")
+    incidents = {event.details.get("incident_id") for event in store.events("ingested")} - {None}
+    if incidents:
+        found.append(f"{len(incidents)} incident(s) recovered in the store {store.path}")
+    return found
+
+
 def recover(
     incident_path: Path | str,
     store_path: Path | str,
@@ -240,13 +285,23 @@ def recover(
     probe: MembershipProbe | None = None,
     runtime: AdapterRuntime | None = None,
     closure_mode: str = "v2",
+    max_depth: int | None = None,
+    certificates_dir: Path | str | None = None,
+    new_key: bool = False,
 ) -> RecoveryResult:
-    """Recover from one incident log and write its signed v2 certificate to ``cert_out``.
+    """Recover from one incident log and write its signed certificate to ``cert_out``.
 
     ``closure_mode="v1"`` reproduces the RVU v1 baseline (the attack table's rvu_v1 defense): the
     recovery acts on the parent/child closure only and purges all of it (binary purge, no graduated
     tiers, no adapter eviction); the certificate then says ``runtime_recovery.closure_mode: "v1"``.
-    Raises IncidentValidationError (nothing ingested) for a bad log, ConfigError for a bad policy.
+    ``max_depth`` overrides the policy's closure depth bound.
+
+    Nothing changes before every check passed: the log validates, ``cert_out`` is writable, and the
+    signing key exists or may be created. A missing key is created only where no earlier recovery
+    (certificates in ``certificates_dir``, incidents in the store) would be orphaned by it, unless
+    ``new_key``. Entries an operator restored stay restored unless new evidence arrived.
+    Raises IncidentValidationError (nothing ingested) for a bad log, ConfigError for a bad policy,
+    CertificateOutputError for an unwritable ``cert_out``, SigningKeyError for a lost key.
     """
     if closure_mode not in ("v1", "v2"):
         raise ConfigError(f"Invalid closure_mode '{closure_mode}' for recover(); allowed values: v1, v2.")
@@ -259,13 +314,16 @@ def recover(
         timings[name] = now - clock
         clock = now
 
-    policy = policy or FrocPolicy.load()
+    policy = with_max_depth(policy or FrocPolicy.load(), max_depth)
     detector = detector or ExfiltrationHeuristic()
     embedder = embedder or HashingEmbedder()
     incident = load_incident(incident_path)
-    key = load_or_create_signing_key(key_dir)
+    check_writable(cert_out)
     lap("validate")
     with open_store(store_path) as store:
+        key: SigningKey = open_signing_key(
+            key_dir, prior_use=prior_recoveries(store, certificates_dir), new_key=new_key
+        )
         ingest, sources = ingest_incident(store, incident, detector=detector, embedder=embedder)
         index = VectorIndex.open(index_path, store, dimension=embedder.dimension) if index_path is not None else None
         lap("ingest")
@@ -273,13 +331,19 @@ def recover(
         graph = store.graph()
         closures = compute_closures(graph, seeds.seqs, policy)
         if closure_mode == "v1":  # act on the parent/child closure alone
-            closures = Closures(v1=closures.v1, v2=closures.v1)
+            closures = Closures(
+                v1=closures.v1, v2=closures.v1, v1_beyond=closures.v1_beyond, v2_beyond=closures.v1_beyond
+            )
         lap("closure")
         risk = score_risk(store, graph, closures, policy, influence)
         if closure_mode == "v1":  # binary purge: every closure member is purged
             risk = replace(risk, tier=np.full(risk.tier.shape, int(Tier.PURGE), dtype=risk.tier.dtype))
         lap("risk")
-        plan = plan_tiers(risk, graph, closures, seeds)
+        incident_seqs = store.incident_seqs(incident)
+        named = union_ints(incident_seqs, graph.parent[incident_seqs][graph.parent[incident_seqs] >= 0])
+        plan, kept = keep_operator_restores(
+            store, plan_tiers(risk, graph, closures, seeds), incident_id=incident.incident_id, named=named
+        )
         outcome: TierOutcome = apply_tiers(
             store,
             index,
@@ -291,6 +355,7 @@ def recover(
         lap("tiers")
         purged_ids = store.entry_ids(plan.purge)
         probe_section = (probe or NotRunProbe()).run(store, purged_ids)
+        kept_ids = store.entry_ids(sorted(kept))
         body = build_certificate_body(
             store,
             index,
@@ -303,6 +368,8 @@ def recover(
             plan,
             probe_section,
             _gate_section(gate, incident),
+            restored=sorted(restore_decisions(store)),
+            kept_restored={entry_id: kept[seq].reason for entry_id, seq in zip(kept_ids, sorted(kept), strict=True)},
         )
         if closure_mode == "v1":
             body["runtime_recovery"]["closure_mode"] = "v1"
@@ -310,6 +377,7 @@ def recover(
         path = write_certificate(certificate, cert_out)
         lap("certificate")
         risk_ids = store.entry_ids(risk.seqs)
+        runtime_section = certificate["runtime_recovery"]
         return RecoveryResult(
             incident_id=incident.incident_id,
             certificate_path=path,
@@ -325,11 +393,26 @@ def recover(
             applied=outcome.counts(),
             ingest=ingest,
             timings=timings,
+            resulting_state=dict(runtime_section["resulting_state"]["entries"]),
+            kept_restored=sorted(kept_ids),
+            truncated_at_depth=runtime_section["truncated_at_depth"],
+            entries_beyond_depth=int(runtime_section["entries_beyond_depth"]),
+            key_fingerprint=key.fingerprint,
+            key_created=key.created,
         )
 
 
 def restore(entry_id: str, store_path: Path | str, index_path: Path | str | None, *, reason: str = "operator") -> bool:
-    """Lift the quarantine of one entry (``rvu restore``). False if it was already restored."""
+    """Lift the quarantine of one entry (``rvu restore``). False if it was already restored.
+
+    The restore is recorded as an operator decision: later recoveries keep the entry restored unless
+    new evidence arrives. A missing store is an error, not a new empty one: there is nothing to restore.
+    """
+    if str(store_path) != ":memory:" and not Path(store_path).is_file():
+        raise StoreError(
+            f"No provenance store at {store_path}: nothing was recovered in this state folder, so there is "
+            "nothing to restore. Pass --state with the folder `rvu recover` used."
+        )
     with open_store(store_path) as store:
         index = VectorIndex.open(index_path, store) if index_path is not None and store.embedding_dim else None
         return restore_entry(store, index, entry_id, reason=reason)

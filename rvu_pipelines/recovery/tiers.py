@@ -2,7 +2,9 @@
 
 - FLAG marks an entry tainted.
 - QUARANTINE removes its vector from the retrieval index, keeps the row, records the quarantine;
-  :func:`restore_entry` lifts it (vector re-added, ``restored`` event logged).
+  :func:`restore_entry` lifts it (vector re-added, ``restored`` event logged with the operator's reason
+  and the entry's contamination score at that moment). That event is an operator decision: a later
+  recovery keeps the entry restored unless new evidence arrived (:func:`keep_operator_restores`).
 - PURGE marks it purged and removes its vector (irreversible).
 - EVICT purges it and evicts its adapter (store marks it purged/unloaded; an ``AdapterRuntime``
   hook unloads it from a live runtime).
@@ -219,7 +221,8 @@ def restore_entry(
     Returns False when the entry was already restored; raises RestoreError when it was never
     quarantined or is purged, EntryNotFoundError when the id is unknown.
     """
-    restored = store.restore(entry_id, {"reason": reason})
+    before = store.entry(entry_id)
+    restored = store.restore(entry_id, {"reason": reason, "contamination": round(before.contamination_score, 12)})
     entry = store.entry(entry_id)
     if index is not None and not entry.quarantined and not entry.purged and not index.contains([entry.seq])[0]:
         vectors = store.vectors([entry.seq]) if store.has_vector(entry.seq) else None
@@ -227,3 +230,83 @@ def restore_entry(
             index.add([entry.seq], vectors)
             index.save()
     return restored
+
+
+# ------------------------------------------------------------------------------------ operator decisions
+
+
+@dataclass(frozen=True)
+class RestoreDecision:
+    """The latest ``restored`` event of one entry: when (event seq), why, and P(e) at that moment."""
+
+    seq: int
+    event_seq: int
+    reason: str
+    contamination: float | None
+
+
+def restore_decisions(store: ProvenanceStore) -> dict[int, RestoreDecision]:
+    """Every entry whose quarantine an operator lifted, by entry seq (the latest decision wins)."""
+    decisions: dict[int, RestoreDecision] = {}
+    for event in store.events("restored"):
+        score = event.details.get("contamination")
+        for seq in event.subjects:
+            decisions[int(seq)] = RestoreDecision(
+                seq=int(seq),
+                event_seq=event.seq,
+                reason=str(event.details.get("reason", "operator")),
+                contamination=float(score) if isinstance(score, int | float) else None,
+            )
+    return decisions
+
+
+def _first_ingest_event(store: ProvenanceStore, incident_id: str) -> int | None:
+    for event in store.events("ingested"):
+        if event.details.get("incident_id") == incident_id:
+            return event.seq
+    return None
+
+
+def keep_operator_restores(
+    store: ProvenanceStore, plan: TierPlan, *, incident_id: str, named: np.ndarray
+) -> tuple[TierPlan, dict[int, RestoreDecision]]:
+    """Drop from the plan's quarantine and purge every entry an operator restored, unless new evidence.
+
+    Re-running the evidence that got an entry quarantined must not undo the operator's restore. New
+    evidence is: its P(contaminated | e) rose above the value recorded at the restore, or an incident
+    first ingested after the restore names it (``named``: this incident's entries and their parents).
+    The entries stay flagged (tainted). Returns the plan to apply and the decisions it kept, by seq.
+    """
+    decisions = restore_decisions(store)
+    isolated = union_ints(plan.quarantine, plan.purge)
+    candidates = [seq for seq in isolated.tolist() if seq in decisions]
+    if not candidates:
+        return plan, {}
+    states = store.entry_states(np.asarray(candidates, dtype=np.int64))
+    scores = store.contamination_scores()
+    ingested = _first_ingest_event(store, incident_id)
+    named_set = set(np.asarray(named, dtype=np.int64).tolist())
+    kept: dict[int, RestoreDecision] = {}
+    for seq, quarantined, purged in zip(candidates, states["quarantined"], states["purged"], strict=True):
+        decision = decisions[seq]
+        if quarantined or purged:  # isolated again since: the decision no longer holds
+            continue
+        score_rose = decision.contamination is not None and round(float(scores[seq]), 12) > decision.contamination
+        newly_named = seq in named_set and ingested is not None and ingested > decision.event_seq
+        if not (score_rose or newly_named):
+            kept[seq] = decision
+    if not kept:
+        return plan, {}
+    drop = np.asarray(sorted(kept), dtype=np.int64)
+    keep_quarantine = ~np.isin(plan.quarantine, drop)
+    return (
+        TierPlan(
+            flag=plan.flag,
+            quarantine=plan.quarantine[keep_quarantine],
+            quarantine_risk=np.asarray(plan.quarantine_risk)[keep_quarantine],
+            purge=plan.purge[~np.isin(plan.purge, drop)],
+            evict_adapters=plan.evict_adapters,
+            tainted_adapters=plan.tainted_adapters,
+        ),
+        kept,
+    )
