@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rvu_pipelines.bounded_io import read_input_file, truncate_for_message
-from rvu_pipelines.errors import IncidentValidationError, InputFileError
+from rvu_pipelines.errors import ConfigError, IncidentValidationError, InputFileError
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.provenance.incident import MAX_ISSUES, parse_incident
 from rvu_pipelines.settings import env_value
@@ -147,6 +147,8 @@ def _triage_one(folders: IncidentFolders, path: Path) -> TriageOutcome:
     """One file to accepted/ or dead_letter/; no exception escapes, so one file never blocks the others."""
     try:
         return _accept(folders, path)
+    except ConfigError:  # the deployment is wrong (e.g. RVU_MAX_INPUT_MB), not the file: fail loudly, move nothing
+        raise
     except Exception as error:  # noqa: BLE001 - whatever a hostile file causes, it is dead-lettered with its class
         failure = error
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rvu_pipelines.errors import IncidentValidationError, InputFileError, RvuError
+from rvu_pipelines.errors import ConfigError, IncidentValidationError, InputFileError, RvuError
 from rvu_pipelines.provenance.incident import incident_line, load_incident
 from rvu_pipelines.recovery.inbox import IncidentFolders, TriageOutcome, incident_folders, triage_inbox
 from rvu_pipelines.recovery.pipeline import recover
@@ -134,6 +134,14 @@ def test_oversize_log_is_dead_lettered_with_the_limit(folders: IncidentFolders, 
     assert_drained(folders, triage_inbox(folders))
     report = dead_letter_report(folders, "big.jsonl")
     assert report["error"] == "InputFileError" and "RVU_MAX_INPUT_MB" in report["message"]
+
+
+def test_a_bad_read_limit_is_a_config_error_and_moves_nothing(folders: IncidentFolders, monkeypatch) -> None:
+    monkeypatch.setenv("RVU_MAX_INPUT_MB", "lots")
+    (folders.inbox / "good.jsonl").write_bytes(good_log())
+    with pytest.raises(ConfigError):
+        triage_inbox(folders)
+    assert [path.name for path in folders.inbox.iterdir()] == ["good.jsonl"]
 
 
 def test_an_unexpected_error_dead_letters_with_its_class_and_the_rest_go_on(folders: IncidentFolders, monkeypatch):
