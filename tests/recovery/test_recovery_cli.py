@@ -26,7 +26,8 @@ def recovered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     cert = home / "cert.json"
     done = _rvu(home, "recover", str(EXAMPLES / "incident_example.jsonl"), "--cert-out", str(cert))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "certificate" in done.stdout
+    assert "certificate" in done.stdout and "created signing key sha256:" in done.stdout
+    assert "resulting state" in done.stdout
     return home, cert
 
 
@@ -55,3 +56,19 @@ def test_malformed_incident_is_refused_with_file_line_and_field(tmp_path) -> Non
     assert done.returncode == 2
     assert "incident_malformed.jsonl:3: field 'timestamp'" in done.stdout and "nothing was ingested" in done.stdout
     assert not (tmp_path / "recovery" / "provenance.duckdb").exists()
+
+
+def test_a_lost_key_or_an_unwritable_cert_out_is_refused_before_any_change(recovered, tmp_path) -> None:
+    home, _ = recovered
+    copy = tmp_path / "home"
+    shutil.copytree(home / "recovery", copy / "recovery", ignore=shutil.ignore_patterns("keys"))
+    (copy / "recovery" / "certificates").mkdir(exist_ok=True)
+    (copy / "recovery" / "certificates" / "earlier.json").write_text("{}")
+    lost = _rvu(copy, "recover", str(EXAMPLES / "incident_example.jsonl"), "--cert-out", str(tmp_path / "c.json"))
+    assert lost.returncode == 1 and "--new-key" in lost.stdout and "Traceback" not in lost.stdout + lost.stderr
+    assert not (copy / "recovery" / "keys" / "ed25519_private.pem").exists()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    done = _rvu(home, "recover", str(EXAMPLES / "incident_example.jsonl"), "--cert-out", str(blocker / "c.json"))
+    assert done.returncode == 2 and "Nothing was changed" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
