@@ -75,8 +75,9 @@ def ingest(
                     IncidentIssue(
                         incident.path,
                         line,
-                        "active_adapter_id",
-                        f"adapter {adapter!r} is neither loaded on an earlier line nor in the store",
+                        incident.adapter_field(line),
+                        f"adapter {adapter!r} is neither loaded on an earlier line nor in the store; "
+                        "load it with an adapter_loaded line first",
                     )
                     for line in lines
                 )

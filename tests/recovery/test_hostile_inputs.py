@@ -10,9 +10,11 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rvu_pipelines.errors import ConfigError, IncidentValidationError, InputFileError, RvuError
+from rvu_pipelines.provenance.engines import open_store
 from rvu_pipelines.provenance.incident import incident_line, load_incident
 from rvu_pipelines.recovery.inbox import IncidentFolders, TriageOutcome, incident_folders, triage_inbox
 from rvu_pipelines.recovery.pipeline import recover
@@ -185,3 +187,13 @@ def test_many_problems_are_capped_and_said_to_be_at_least(folders: IncidentFolde
 
 def test_input_file_error_is_an_rvu_error_so_the_cli_prints_it_without_a_traceback() -> None:
     assert issubclass(InputFileError, RvuError) and issubclass(IncidentValidationError, RvuError)
+
+
+def test_unknown_adapter_is_named_by_the_field_of_its_line(tmp_path) -> None:
+    """An adapter_unloaded line names its adapter in ``adapter_id`` (not ``active_adapter_id``, the
+    field of an action line): the store's refusal points at the field the operator has to fix."""
+    incident = load_incident(CORPUS / "unknown_adapter_unload.jsonl")
+    with open_store(tmp_path / "store.duckdb") as store, pytest.raises(IncidentValidationError) as refused:
+        store.ingest(incident, contamination={"u": 0.0}, vectors=np.zeros((1, 4), dtype=np.float32), embedder="t")
+    fields = {issue.field for issue in refused.value.issues}
+    assert fields == {"adapter_id"}, refused.value.issues
