@@ -24,12 +24,12 @@ from assets.partitions import incident_partitions
 from resources import EmbedderResource, MlflowTrackerResource, ModelStoreResource
 from resources.recovery import RecoveryResource
 from rvu_pipelines.recovery import Tier, recover, verify_certificate
-from rvu_pipelines.recovery.certificate import trusted_fingerprint
 from rvu_pipelines.recovery.reproductions import (
     reproduce_adapter_closure,
     reproduce_certificate_audit,
     reproduce_froc_table,
 )
+from rvu_pipelines.recovery.signing_keys import trusted_fingerprint
 from rvu_pipelines.reporting import markdown_table
 
 GROUP = "recovery"

@@ -16,8 +16,9 @@ from typing import Any
 from rvu_pipelines.agents.defenses import RECOVERING_DEFENSES, DefenseSettings, build_pipeline
 from rvu_pipelines.agents.provenance_log import contaminated_count, episode_records, write_incident
 from rvu_pipelines.models.llm import ChatModel
-from rvu_pipelines.recovery.certificate import trusted_fingerprint, verify_certificate
+from rvu_pipelines.recovery.certificate import verify_certificate
 from rvu_pipelines.recovery.pipeline import recover
+from rvu_pipelines.recovery.signing_keys import trusted_fingerprint
 from rvu_pipelines.recovery.state import RecoveryPaths
 from rvu_pipelines.scenarios.contract import Scenario
 

@@ -7,16 +7,13 @@ functions in ``pipeline`` are its steps, public for tests and the paper reproduc
 
 from rvu_pipelines.recovery.certificate import (
     Verdict,
-    build_certificate_body,
     check_certificate,
-    load_or_create_signing_key,
-    open_signing_key,
     sign_certificate,
-    trusted_fingerprint,
     verify_certificate,
     verify_certificate_bytes,
     write_certificate,
 )
+from rvu_pipelines.recovery.certificate_body import build_certificate_body
 from rvu_pipelines.recovery.contamination import Closures, SeedReport, compute_closures, find_seeds
 from rvu_pipelines.recovery.froc import FrocPolicy, InfluenceSource, RecordedInfluence, RiskTable, Tier, compute_risk
 from rvu_pipelines.recovery.pipeline import (
@@ -33,6 +30,7 @@ from rvu_pipelines.recovery.pipeline import (
     score_incident,
     score_risk,
 )
+from rvu_pipelines.recovery.signing_keys import load_or_create_signing_key, open_signing_key, trusted_fingerprint
 from rvu_pipelines.recovery.tamper_audit import tamper_report
 from rvu_pipelines.recovery.tiers import AdapterRuntime, TierOutcome, TierPlan, apply_tiers, restore_entry
 from rvu_pipelines.recovery.vector_index import Embedder, HashingEmbedder, VectorIndex

@@ -43,16 +43,11 @@ from rvu_pipelines.provenance.engines import open_store
 from rvu_pipelines.provenance.incident import IncidentLog, IncidentRecord, load_incident
 from rvu_pipelines.provenance.intsets import union_ints
 from rvu_pipelines.provenance.store import IngestResult, ProvenanceStore
-from rvu_pipelines.recovery.certificate import (
-    SigningKey,
-    build_certificate_body,
-    check_writable,
-    open_signing_key,
-    sign_certificate,
-    write_certificate,
-)
+from rvu_pipelines.recovery.certificate import check_writable, sign_certificate, write_certificate
+from rvu_pipelines.recovery.certificate_body import build_certificate_body
 from rvu_pipelines.recovery.contamination import Closures, SeedReport, compute_closures, find_seeds
 from rvu_pipelines.recovery.froc import FrocPolicy, InfluenceSource, RecordedInfluence, RiskTable, Tier, compute_risk
+from rvu_pipelines.recovery.signing_keys import SigningKey, open_signing_key
 from rvu_pipelines.recovery.tiers import (
     AdapterRuntime,
     FaultHook,

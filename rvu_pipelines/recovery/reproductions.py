@@ -26,14 +26,10 @@ from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.provenance.closure import closure_v1, closure_v2
 from rvu_pipelines.provenance.engines import open_store
 from rvu_pipelines.provenance.incident import load_incident, write_incident
-from rvu_pipelines.recovery.certificate import (
-    certificate_bytes,
-    completeness_problems,
-    trusted_fingerprint,
-    verify_certificate,
-)
+from rvu_pipelines.recovery.certificate import certificate_bytes, completeness_problems, verify_certificate
 from rvu_pipelines.recovery.froc import PAPER_POPULATION, FrocPolicy, RecordedInfluence, Tier, compute_risk
 from rvu_pipelines.recovery.pipeline import ingest_incident, recover
+from rvu_pipelines.recovery.signing_keys import trusted_fingerprint
 from rvu_pipelines.recovery.tamper_audit import tamper_report
 
 T0 = 1_718_000_000.0

@@ -12,16 +12,14 @@ import pytest
 from rvu_pipelines.errors import SigningKeyError
 from rvu_pipelines.provenance import write_incident
 from rvu_pipelines.recovery.certificate import (
-    PRIVATE_KEY_FILE,
     REQUIRED_FIELDS,
     certificate_bytes,
-    load_or_create_signing_key,
-    trusted_fingerprint,
     verify_certificate,
     verify_certificate_bytes,
 )
 from rvu_pipelines.recovery.pipeline import recover
 from rvu_pipelines.recovery.reproductions import e8_records, reproduce_certificate_audit
+from rvu_pipelines.recovery.signing_keys import PRIVATE_KEY_FILE, load_or_create_signing_key, trusted_fingerprint
 from rvu_pipelines.recovery.tamper_audit import leaf_paths, tamper_report, with_leaf_changed
 
 
@@ -39,7 +37,7 @@ def test_e8_table8(e8: dict) -> None:
     assert e8["membership_probe"] == "not run"
     assert (e8["evicted_adapters"], e8["retained_adapters"], e8["fusion_warnings"]) == (1, 1, 1)
     assert (e8["purged"], e8["quarantined"]) == (2, 1)
-    assert e8["tier_counts"] == {"none": 5, "flag": 3, "quarantine": 1, "purge": 1, "evict": 1}
+    assert e8["tier_counts"] == {"none": 3, "flag": 5, "quarantine": 1, "purge": 0, "evict": 2}
 
 
 def test_every_single_field_modification_is_detected(e8: dict) -> None:

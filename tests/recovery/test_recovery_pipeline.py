@@ -11,8 +11,9 @@ from rvu_pipelines.detectors.base import DetectorBase, InjectionDetector
 from rvu_pipelines.errors import ConfigError, IncidentValidationError, StoreError
 from rvu_pipelines.provenance import open_store, write_incident
 from rvu_pipelines.recovery import recover, restore, verify_certificate
-from rvu_pipelines.recovery.certificate import CertificateOutputError, trusted_fingerprint
+from rvu_pipelines.recovery.certificate import CertificateOutputError
 from rvu_pipelines.recovery.reproductions import e2_records, e8_records
+from rvu_pipelines.recovery.signing_keys import trusted_fingerprint
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,7 +33,7 @@ def test_recover_the_example_incident(tmp_path: Path) -> None:
     assert result.seeds == ["m1", "t1", "t2"] and result.evicted_adapters == ["mail-lora"]
     assert set(result.closure_v1) <= set(result.closure_v2)
     metrics = result.metrics()
-    assert metrics["closure_v2_size"] == 11 and metrics["tier_evict"] == 1 and metrics["applied_purged"] == 2
+    assert metrics["closure_v2_size"] == 11 and metrics["tier_evict"] == 2 and metrics["applied_purged"] == 2
     assert set(result.timings) == {"validate", "ingest", "closure", "risk", "tiers", "certificate"}
     with open_store(tmp_path / "s.duckdb") as store:
         assert store.verify_event_chain().ok

@@ -21,18 +21,18 @@ from hypothesis import strategies as st
 from rvu_pipelines.cli import cli
 from rvu_pipelines.errors import SigningKeyError
 from rvu_pipelines.provenance import write_incident
-from rvu_pipelines.recovery.certificate import (
+from rvu_pipelines.recovery.certificate import check_certificate
+from rvu_pipelines.recovery.pipeline import recover
+from rvu_pipelines.recovery.reproductions import e2_records
+from rvu_pipelines.recovery.signing_keys import (
     PRIVATE_KEY_FILE,
     PUBLIC_KEY_FILE,
-    check_certificate,
     fingerprint_trusted,
     load_or_create_signing_key,
     open_signing_key,
     read_trust_file,
     trusted_fingerprint,
 )
-from rvu_pipelines.recovery.pipeline import recover
-from rvu_pipelines.recovery.reproductions import e2_records
 
 CORPUS = Path(__file__).resolve().parent / "hostile_certificates"
 EXPECTED = json.loads((CORPUS / "expected.json").read_text())

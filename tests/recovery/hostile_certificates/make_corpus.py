@@ -18,12 +18,12 @@ from rvu_pipelines.recovery.certificate import (
     BODY_KEYS,
     CERTIFICATE_VERSION,
     REQUIRED_FIELDS,
-    SigningKey,
     _raw,
     certificate_bytes,
     manifest_digest,
     sign_certificate,
 )
+from rvu_pipelines.recovery.signing_keys import SigningKey
 
 HERE = Path(__file__).resolve().parent
 
