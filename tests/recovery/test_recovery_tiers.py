@@ -48,13 +48,13 @@ def test_each_tier_does_what_it_says(recovered) -> None:
     result, paths, runtime = recovered
     assert result.tiers == {
         "t2": "evict",
-        "m1": "purge",
+        "m1": "evict",
         "t1": "quarantine",
         "load-mail": "flag",
         "s1": "flag",
         "c1": "flag",
-        "load-fin": "none",
-        "u1": "none",
+        "load-fin": "flag",
+        "u1": "flag",  # R = 0.3 exactly: its spread counts against the incident's population, not the store's
         "fuse-mail": "none",
         "r1": "none",
         "a1": "none",
@@ -62,13 +62,13 @@ def test_each_tier_does_what_it_says(recovered) -> None:
     with open_store(paths["store"]) as store:
         t1, m1, t2, c1, u1 = (store.entry(e) for e in ("t1", "m1", "t2", "c1", "u1"))
         assert t1.quarantined and t1.tainted and not t1.purged and t1.content.startswith("Invoice")  # row kept
-        assert m1.purged and t2.purged and c1.tainted and not c1.purged and not u1.tainted
+        assert m1.purged and t2.purged and c1.tainted and not c1.purged and u1.tainted and not u1.purged
         mail = {a.adapter_id: a for a in store.adapters()}["mail-lora"]
         assert mail.purged and mail.tainted and mail.unloaded_at is not None
         assert {a.adapter_id for a in store.adapters() if a.tainted} == {"fin-lora", "mail-lora"}
         present = index_ids(paths["index"])
         assert t1.seq not in present and m1.seq not in present and t2.seq not in present
-        assert c1.seq in present and u1.seq in present  # flagged and untouched entries stay retrievable
+        assert c1.seq in present and u1.seq in present  # flagged entries stay retrievable
         assert present == set(store.allowed_vector_seqs().tolist())
     assert runtime.unloaded == ["mail-lora"]
 
