@@ -57,9 +57,10 @@ def recover(incident: str, cert_out: str | None, state: str | None, max_depth: i
     from rvu_pipelines.recovery.state import RecoveryPaths
 
     paths = RecoveryPaths.default(state)
-    incident_id = load_incident(incident).incident_id  # validates first: a bad file changes nothing
+    log = load_incident(incident)  # validated once, first: a bad file changes nothing; recovery uses this copy
+    incident_id = log.incident_id
     result = run_recovery(
-        incident,
+        log,
         paths.store,
         paths.index,
         paths.keys,

@@ -251,14 +251,17 @@ def with_max_depth(policy: FrocPolicy, max_depth: int | None) -> FrocPolicy:
         raise ConfigError(f"Invalid closure depth {max_depth}: {exc}") from None
 
 
-def prior_recoveries(store: ProvenanceStore, certificates_dir: Path | str | None) -> list[str]:
-    """What an earlier signing key left behind: certificates in ``certificates_dir``, incidents in the store."""
+def prior_recoveries(store: ProvenanceStore | None, certificates_dir: Path | str | None) -> list[str]:
+    """What an earlier signing key left behind: certificates in ``certificates_dir``, incidents in the store
+    (``None``: no store exists yet)."""
     found: list[str] = []
     if certificates_dir is not None:
         folder = Path(certificates_dir)
         count = sum(1 for _ in folder.glob("*.json")) if folder.is_dir() else 0
         if count:
             found.append(f"{count} certificate(s) in {folder}")
+    if store is None:
+        return found
     incidents = {event.details.get("incident_id") for event in store.events("ingested")} - {None}
     if incidents:
         found.append(f"{len(incidents)} incident(s) recovered in the store {store.path}")
@@ -266,7 +269,7 @@ def prior_recoveries(store: ProvenanceStore, certificates_dir: Path | str | None
 
 
 def recover(
-    incident_path: Path | str,
+    incident_path: IncidentLog | Path | str,
     store_path: Path | str,
     index_path: Path | str | None,
     key_dir: Path | str,
@@ -312,13 +315,17 @@ def recover(
     policy = with_max_depth(policy or FrocPolicy.load(), max_depth)
     detector = detector or ExfiltrationHeuristic()
     embedder = embedder or HashingEmbedder()
-    incident = load_incident(incident_path)
+    # an IncidentLog the caller already validated is used as is: the file is not read a second time
+    incident = incident_path if isinstance(incident_path, IncidentLog) else load_incident(incident_path)
     check_writable(cert_out)
     lap("validate")
+    key: SigningKey | None = None
+    if str(store_path) != ":memory:" and not Path(store_path).exists():
+        # no store yet: settle the key before the store file is created, so a refusal leaves nothing behind
+        key = open_signing_key(key_dir, prior_use=prior_recoveries(None, certificates_dir), new_key=new_key)
     with open_store(store_path) as store:
-        key: SigningKey = open_signing_key(
-            key_dir, prior_use=prior_recoveries(store, certificates_dir), new_key=new_key
-        )
+        if key is None:
+            key = open_signing_key(key_dir, prior_use=prior_recoveries(store, certificates_dir), new_key=new_key)
         ingest, sources = ingest_incident(store, incident, detector=detector, embedder=embedder)
         index = VectorIndex.open(index_path, store, dimension=embedder.dimension) if index_path is not None else None
         lap("ingest")

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from rvu_pipelines.cli import cli
 from rvu_pipelines.errors import SigningKeyError
-from rvu_pipelines.provenance import write_incident
+from rvu_pipelines.provenance import load_incident, write_incident
 from rvu_pipelines.recovery.certificate import check_certificate
 from rvu_pipelines.recovery.pipeline import recover
 from rvu_pipelines.recovery.reproductions import e2_records
@@ -264,3 +264,27 @@ def test_mutated_certificates_exit_0_1_or_2_without_traceback(
     assert_clean_exit(done, 0, 1, 2)
     if mutated != original:
         assert done.exit_code != 0
+
+
+def test_a_refused_key_on_a_new_store_leaves_no_store_file(tmp_path: Path) -> None:
+    """Certificates exist but the key folder is gone and the store is new (moved state): the refusal
+    comes before the store file is created, so nothing is left half-made."""
+    incident = write_incident(e2_records(), tmp_path / "e2.jsonl")
+    keys, certs = tmp_path / "keys", tmp_path / "certificates"
+    recover(incident, tmp_path / "old.duckdb", None, keys, certs / "e2.json", certificates_dir=certs)
+    (keys / PRIVATE_KEY_FILE).unlink()
+    (keys / PUBLIC_KEY_FILE).unlink()
+    new_store = tmp_path / "new.duckdb"
+    with pytest.raises(SigningKeyError, match="--new-key"):
+        recover(incident, new_store, None, keys, certs / "again.json", certificates_dir=certs)
+    assert not new_store.exists() and not list(tmp_path.glob("new.duckdb*"))
+
+
+def test_recover_takes_an_already_validated_log(tmp_path: Path) -> None:
+    """The CLI validates once and hands the parsed log over: recovery never re-reads a file that may have
+    changed since (the certificate then describes exactly what was validated)."""
+    path = write_incident(e2_records(), tmp_path / "e2.jsonl")
+    log = load_incident(path)
+    path.write_text("not json\n")  # the file changes after validation
+    result = recover(log, tmp_path / "s.duckdb", None, tmp_path / "keys", tmp_path / "c.json")
+    assert result.incident_id == log.incident_id
