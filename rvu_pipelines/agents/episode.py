@@ -75,10 +75,11 @@ def _recover(incident: Path, defense: str, settings: DefenseSettings, workdir: P
         settings.detector,
         closure_mode=mode,
     )
+    # pinned to the key this episode signed with; without it the certificate is not counted as verified
+    # (an unpinned check proves integrity only: any key makes a self-consistent certificate)
     fingerprint = trusted_fingerprint(key_dir)
-    verified, _ = verify_certificate(
-        result.certificate_path, trusted_fingerprints=[fingerprint] if fingerprint else None
-    )
+    pins = [fingerprint] if fingerprint is not None else []
+    verified = bool(pins) and verify_certificate(result.certificate_path, trusted_fingerprints=pins)[0]
     return {
         "certificate_path": str(result.certificate_path),
         "certificate_verified": bool(verified),
