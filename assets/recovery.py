@@ -234,12 +234,19 @@ def incident_recovery(
         metadata={
             "tier_counts": MetadataValue.json(result.tier_counts),
             "risk": MetadataValue.md(markdown_table(risk)),
+            "unreachable_tier_notes": MetadataValue.json(result.risk_notes),
         },
     )
     yield Output(
         {"applied": result.applied, "evicted_adapters": result.evicted_adapters},
         output_name="tier_actions",
-        metadata={"applied": MetadataValue.json(result.applied)},
+        metadata={
+            "applied": MetadataValue.json(result.applied),
+            "resulting_state": MetadataValue.json(result.resulting_state),
+            "kept_restored": MetadataValue.json(result.kept_restored),
+            "truncated_at_depth": result.truncated_at_depth if result.truncated_at_depth is not None else -1,
+            "entries_beyond_depth": result.entries_beyond_depth,
+        },
     )
     yield Output(
         {"path": str(result.certificate_path), "valid": ok, "reason": reason},

@@ -82,6 +82,8 @@ def recover(incident: str, cert_out: str | None, state: str | None, max_depth: i
     console.print(f"resulting state {counts}", highlight=False)
     if result.kept_restored:
         console.print(f"kept restored by operator decision: {escape(', '.join(result.kept_restored))}", highlight=False)
+    for note in result.risk_notes:
+        console.print(f"[yellow]note: {escape(note)}[/yellow]", highlight=False)
     if result.truncated_at_depth is not None:
         console.print(
             f"[yellow]closure truncated at depth {result.truncated_at_depth}: {result.entries_beyond_depth} "

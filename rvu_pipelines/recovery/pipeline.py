@@ -141,6 +141,7 @@ class RecoveryResult:
     entries_beyond_depth: int = 0
     key_fingerprint: str = ""
     key_created: bool = False  # this run created the signing key (callers say so)
+    risk_notes: list[str] = field(default_factory=list)  # tiers no entry could reach (froc.unreachable_tiers)
 
     def metrics(self) -> dict[str, float]:
         """Flat numbers for MLflow: closure sizes, tier counts, what changed, stage timings."""
@@ -401,6 +402,7 @@ def recover(
             entries_beyond_depth=int(runtime_section["entries_beyond_depth"]),
             key_fingerprint=key.fingerprint,
             key_created=key.created,
+            risk_notes=list(risk.warnings),
         )
 
 

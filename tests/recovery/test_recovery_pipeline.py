@@ -10,7 +10,7 @@ import pytest
 from rvu_pipelines.detectors.base import DetectorBase, InjectionDetector
 from rvu_pipelines.errors import ConfigError, IncidentValidationError, StoreError
 from rvu_pipelines.provenance import open_store, write_incident
-from rvu_pipelines.recovery import recover, restore, verify_certificate
+from rvu_pipelines.recovery import FrocPolicy, recover, restore, verify_certificate
 from rvu_pipelines.recovery.certificate import CertificateOutputError
 from rvu_pipelines.recovery.reproductions import e2_records, e8_records
 from rvu_pipelines.recovery.signing_keys import trusted_fingerprint
@@ -244,3 +244,14 @@ def test_restore_without_a_store_creates_nothing(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="nothing to restore"):
         restore("t1", tmp_path / "state" / "s.duckdb", tmp_path / "state" / "i.faiss")
     assert not (tmp_path / "state").exists()
+
+
+def test_unreachable_tiers_reach_the_result(tmp_path: Path) -> None:
+    """Under the paper's store-wide spread, E2's largest spread term (4 of 9) leaves EVICT out of reach: the
+    result says so (the CLI prints it, the risk_scores asset shows it) instead of staying silent."""
+    incident = write_incident(e2_records(), tmp_path / "e2.jsonl")
+    paper = FrocPolicy.load().with_spread_population("store")
+    result = recover(incident, tmp_path / "s.duckdb", None, tmp_path / "k", tmp_path / "c.json", policy=paper)
+    assert len(result.risk_notes) == 1 and "evict cannot be reached" in result.risk_notes[0]
+    default = recover(incident, tmp_path / "d.duckdb", None, tmp_path / "k", tmp_path / "d.json")
+    assert default.risk_notes == []
