@@ -6,11 +6,15 @@ from dagster import AssetCheckResult, AssetCheckSpec, AssetExecutionContext, Met
 from resources import MlflowTrackerResource
 from rvu_pipelines.detectors.corpora import CORPUS_NAMES, build_corpus
 from rvu_pipelines.memory import evaluate_monitor
+from rvu_pipelines.memory.evaluation import strategyqa_records
+
+UTILITY_WORKLOAD = "AgentPoison ReAct-StrategyQA memory"
 
 CHECKS = [
     "payloads_all_blocked",
     "attack_vectors_blocked_by_named_rule",
     "zero_cross_session_leaks",
+    "own_reads_ok",
     "soul_md_sha256_unchanged",
     "zero_untrusted_modifications",
     "theorem_part_i",
@@ -18,24 +22,61 @@ CHECKS = [
     "theorem_part_iii",
     "audit_chain_verifies",
     "audit_tamper_detected",
+    "benign_user_writes_accepted",
 ]
+
+
+def _test_texts(datasets: dict[str, pl.DataFrame], label: int) -> list[str]:
+    texts: set[str] = set()
+    for name in CORPUS_NAMES:
+        test = build_corpus(name, datasets).part("test")
+        texts.update(test.filter(pl.col("label") == label)["text"].to_list())
+    return sorted(texts)
 
 
 def injection_test_payloads(datasets: dict[str, pl.DataFrame]) -> list[str]:
     """Every injection-labelled test payload of the detector corpora, deduplicated and sorted."""
-    texts: set[str] = set()
-    for name in CORPUS_NAMES:
-        test = build_corpus(name, datasets).part("test")
-        texts.update(test.filter(pl.col("label") == 1)["text"].to_list())
-    return sorted(texts)
+    return _test_texts(datasets, 1)
+
+
+def benign_test_texts(datasets: dict[str, pl.DataFrame]) -> list[str]:
+    """Every benign (label 0) test text of the same corpora, deduplicated and sorted."""
+    return _test_texts(datasets, 0)
+
+
+def memory_metrics(report: dict) -> dict[str, float]:
+    """The MLflow metrics of one evaluation: what the payload count means sits next to it."""
+    benign, utility = report["benign"] or {}, report["utility"] or {}
+    return {
+        "payloads": report["payloads"]["n"],
+        "payloads_blocked": report["payloads"]["blocked"],  # by the untrusted-channel rule, by construction
+        "benign_texts": benign.get("n", 0),
+        "benign_blocked_untrusted": benign.get("blocked_untrusted", 0),  # same channels: blocked by design
+        "benign_accepted_user": benign.get("accepted_user", 0),
+        "benign_flagged_user": benign.get("flagged_on_user_channel", 0),
+        "utility_writes": utility.get("writes", 0),
+        "utility_need_user": utility.get("need_user", 0),
+        "utility_accepted_direct": utility.get("accepted_direct", 0),
+        "utility_promotions_needed": utility.get("promotions_needed", 0),
+        "utility_promotions_rate_limited": utility.get("promotions_rate_limited", 0),
+        "pair_checks": report["isolation"]["pair_checks"],
+        "leaks": report["isolation"]["leaks"],
+        "own_reads_ok": report["isolation"]["own_reads_ok"],
+        "audit_records": report["audit"]["records"],
+        **{f"check_{k}": float(v) for k, v in report["checks"].items()},
+    }
 
 
 @asset(
     group_name="memory",
     kinds={"duckdb", "mlflow"},
     description="Seed 002 Tables 6-7: every injection-labelled test payload of the detector corpora sent through "
-    "untrusted channels, attack vectors A1-A7, 50 sessions with 2,450 ordered pair checks, SOUL.md sha256, "
-    "Theorem 1 Parts I-III over the whole execution, and the hash-chained audit log (with a tamper test).",
+    "untrusted channels (blocked by the channel rule whatever the text, so the count is true by construction), "
+    "the benign test texts of the same corpora through the same channels (blocked too, by design) and through "
+    "the USER channel (accepted), the utility cost on the AgentPoison ReAct-StrategyQA memory (records that "
+    "need a USER endorsement / promotion), attack vectors A1-A7, 50 sessions with 2,450 ordered pair checks "
+    "and own reads, SOUL.md sha256, Theorem 1 Parts I-III over the whole execution, and the hash-chained "
+    "audit log (with a tamper test).",
     check_specs=[AssetCheckSpec(name, asset="memory_monitor_evaluation", blocking=True) for name in CHECKS],
 )
 def memory_monitor_evaluation(
@@ -44,33 +85,40 @@ def memory_monitor_evaluation(
     deepset_prompt_injections: pl.DataFrame,
     trustair_jailbreaks: pl.DataFrame,
     awesome_chatgpt_prompts: pl.DataFrame,
+    agentpoison_strategyqa: pl.DataFrame,
 ):
-    payloads = injection_test_payloads(
-        {
-            "deepset_prompt_injections": deepset_prompt_injections,
-            "trustair_jailbreaks": trustair_jailbreaks,
-            "awesome_chatgpt_prompts": awesome_chatgpt_prompts,
-        }
-    )
-    with mlflow_tracker.run_for(context, params={"payloads": len(payloads), "sessions": 50}) as run:
-        result = evaluate_monitor(payloads, n_sessions=50)
-        report = result.to_dict()
-        run.log_metrics(
-            {
-                "payloads": report["payloads"]["n"],
-                "payloads_blocked": report["payloads"]["blocked"],
-                "vectors_blocked": result.vectors_blocked,
-                "pair_checks": report["isolation"]["pair_checks"],
-                "leaks": report["isolation"]["leaks"],
-                "audit_records": report["audit"]["records"],
-                **{f"check_{k}": float(v) for k, v in report["checks"].items()},
-            }
+    datasets = {
+        "deepset_prompt_injections": deepset_prompt_injections,
+        "trustair_jailbreaks": trustair_jailbreaks,
+        "awesome_chatgpt_prompts": awesome_chatgpt_prompts,
+    }
+    payloads = injection_test_payloads(datasets)
+    benign = benign_test_texts(datasets)
+    records = strategyqa_records(agentpoison_strategyqa.filter(pl.col("split") == "train").to_dicts())
+    params = {"payloads": len(payloads), "benign": len(benign), "utility_records": len(records), "sessions": 50}
+    with mlflow_tracker.run_for(context, params=params) as run:
+        result = evaluate_monitor(
+            payloads, benign=benign, utility_records=records, utility_workload=UTILITY_WORKLOAD, n_sessions=50
         )
+        report = result.to_dict()
+        run.log_metrics({**memory_metrics(report), "vectors_blocked": result.vectors_blocked})
+    p, b, u = report["payloads"], report["benign"], report["utility"]
     yield Output(
         report,
         metadata={
             "tables_6_7": MetadataValue.md(result.markdown()),
             "payloads": len(payloads),
+            "payloads_blocked": f"{p['blocked']}/{p['n']}: blocked by the untrusted-channel rule "
+            "(true by construction)",
+            "benign_blocked_untrusted": f"{b['blocked_untrusted']}/{b['n']}: benign texts, same untrusted channels "
+            "(blocked by design)",
+            "benign_accepted_user": f"{b['accepted_user']}/{b['n']}: the same texts through the USER channel "
+            f"({b['flagged_on_user_channel']} flagged by the advisory content check)",
+            "utility_cost": f"{u['need_user']}/{u['writes']} legitimate memory writes of the {UTILITY_WORKLOAD} run "
+            f"need a USER endorsement; {u['promotions_needed']} need a USER promotion to reach shared memory "
+            f"({u['promotions_rate_limited']} rate-limited at {u['max_promotions_per_window']} per "
+            f"{u['promotion_window_s']:.0f} s, one episode per {u['episode_seconds']:.0f} s)",
+            "own_reads_ok": f"{report['isolation']['own_reads_ok']}/{report['isolation']['n_sessions']}",
             "mlflow_run_id": run.run_id,
         },
     )
