@@ -3,10 +3,12 @@
 - ``attack_cell``: partitioned by benchmark × defense, so any cell of any size can be materialized or
   backfilled from the UI;
 - ``attack_table_1``: the canonical 10 scenarios under all six defenses (Table 1), checked against the
-  committed golden results — the nightly regression sweep runs it;
+  committed golden results — the nightly regression sweep runs it, re-running every episode against
+  the current code (config ``rerun``, forced by the sweep's run tag ``rvu/sweep=nightly``);
 - ``attack_benchmark_samples``: a fixed-seed sample of each benchmark under all six defenses.
 
-Thin wrappers over rvu_pipelines.agents; every cell is one MLflow run.
+Thin wrappers over rvu_pipelines.agents; every cell is one MLflow run, tagged (like every row and the
+table) with the code version that produced it.
 """
 
 import base64
@@ -38,7 +40,10 @@ from rvu_pipelines.agents.regression import (
     golden_path,
     load_golden,
     load_tolerance,
+    regression_sweep,
+    table_code_version,
 )
+from rvu_pipelines.code_version import code_version
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.scenarios.axes import BENCHMARKS, CANONICAL, DEFENSES
@@ -61,6 +66,15 @@ class HarnessConfig(Config):
         default=None, description="Generation budget per LLM call; default DefenseSettings' (128)."
     )
     progress: bool = True
+    rerun: bool = Field(
+        default=False,
+        description="Re-run every episode against the current code instead of reusing the rows stored by "
+        "the same code version (the LLM response cache still serves identical prompts). The nightly "
+        "regression sweep always re-runs.",
+    )
+
+
+NIGHTLY_TAG = ("rvu/sweep", "nightly")  # nightly_regression_job's tag: its Table 1 always re-runs
 
 
 class AttackCellConfig(HarnessConfig):
@@ -101,6 +115,8 @@ def _params(harness: Harness, run: CellRun, llm_model: dict) -> dict:
         "model_sha256": llm_model["sha256"],
         "detector": harness.detector_version,
         "settings": harness.settings_fingerprint(),
+        "code_version": run.code_version,
+        "rerun": run.rerun,
     }
 
 
@@ -117,6 +133,7 @@ def _log_cell(
             "benchmark": run.spec.benchmark,
             "defense": run.spec.defense,
             "profile": run.spec.profile,
+            "code_version": run.code_version,
         },
     ) as mlrun:
         mlrun.log_metrics({k: float(v) for k, v in {**run.metrics, **run.cost()}.items() if v == v})
@@ -150,6 +167,7 @@ def _table_output(context: AssetExecutionContext, runs: list[CellRun], run_ids: 
             "plot": MetadataValue.md(_png_markdown(plot)),
             "plot_path": MetadataValue.path(str(plot)),
             "mlflow_cell_run_ids": MetadataValue.json(run_ids),
+            "code_version": table_code_version(table) or code_version(),
             **{k: float(v) for k, v in cost.items()},
         },
     )
@@ -179,7 +197,9 @@ def attack_cell(
         else dict(zip(("benchmark", "defense"), str(key).split("|"), strict=True))
     )
     harness = open_harness(config, llm_model, llm, model_store)
-    run = harness.run_cell(keys["benchmark"], keys["defense"], limit=config.limit, progress=config.progress)
+    run = harness.run_cell(
+        keys["benchmark"], keys["defense"], limit=config.limit, progress=config.progress, rerun=config.rerun
+    )
     run_id = _log_cell(context, mlflow_tracker, harness, run, llm_model)
     return Output(
         run.rows,
@@ -187,13 +207,15 @@ def attack_cell(
             "dagster/row_count": run.rows.height,
             "mlflow_run_id": run_id,
             "cell": run.spec.cell_id,
+            "code_version": run.code_version,
             **{k: float(v) for k, v in {**run.metrics, **run.cost()}.items() if v == v},
         },
     )
 
 
-def _golden_check(table: pl.DataFrame, profile: str) -> AssetCheckResult:
-    path = golden_path(profile)
+def _golden_check(table: pl.DataFrame, profile: str, path: Path | None = None) -> AssetCheckResult:
+    """The ``matches_golden`` check of a Table 1 (``path``: another golden file, for tests)."""
+    path = Path(path) if path else golden_path(profile)
     try:
         golden = load_golden(path)
     except ConfigError as exc:
@@ -215,6 +237,9 @@ def _golden_check(table: pl.DataFrame, profile: str) -> AssetCheckResult:
             "drift_rows": MetadataValue.json(drifts_as_dicts(drifts)),
             "tolerance_asr": tolerance.asr,
             "tolerance_utility": tolerance.utility,
+            "tolerance_errors": tolerance.errors,
+            "code_version": table_code_version(table) or code_version(),
+            "golden_code_version": str(golden.get("code_version", "unrecorded")),
         },
     )
 
@@ -230,8 +255,9 @@ def _golden_check(table: pl.DataFrame, profile: str) -> AssetCheckResult:
         AssetCheckSpec(
             "matches_golden",
             asset="attack_table_1",
-            description="ASR and utility of every cell within tolerance (configs/regression.yaml) "
-            "of configs/golden/table1_<profile>.json; the diff is in the metadata.",
+            description="Every cell against configs/golden/table1_<profile>.json: n (scored episodes) exact, "
+            "errored episodes at most golden's + tolerance, ASR and utility within tolerance "
+            "(configs/regression.yaml); the diff is in the metadata.",
         )
     ],
 )
@@ -244,7 +270,10 @@ def attack_table_1(
     mlflow_tracker: MlflowTrackerResource,
 ):
     harness = open_harness(config, llm_model, llm, model_store)
-    runs = harness.run_table(CANONICAL, DEFENSES, progress=config.progress)
+    if config.rerun or context.run.tags.get(NIGHTLY_TAG[0]) == NIGHTLY_TAG[1]:
+        runs = regression_sweep(harness, DEFENSES, progress=config.progress)  # every episode, current code
+    else:
+        runs = harness.run_table(CANONICAL, DEFENSES, progress=config.progress)  # same-code rows are reused
     run_ids = [_log_cell(context, mlflow_tracker, harness, run, llm_model) for run in runs]
     table, output = _table_output(
         context, runs, run_ids, f"Table 1 — canonical scenarios ({harness.profile})", "table1"
@@ -272,7 +301,9 @@ def attack_benchmark_samples(
     runs = [
         run
         for benchmark in BENCHMARKS
-        for run in harness.run_table(benchmark, DEFENSES, limit=config.per_benchmark, progress=config.progress)
+        for run in harness.run_table(
+            benchmark, DEFENSES, limit=config.per_benchmark, progress=config.progress, rerun=config.rerun
+        )
     ]
     run_ids = [_log_cell(context, mlflow_tracker, harness, run, llm_model) for run in runs]
     _, output = _table_output(context, runs, run_ids, f"Benchmark samples ({harness.profile})", "samples")

@@ -173,7 +173,8 @@ def models_check(profile: str | None) -> None:
 )
 def regress(profile: str | None, golden: str | None, update_golden: bool, detector: str) -> None:
     """Run the canonical attack cells (Table 1) and compare them with the golden results, as the nightly
-    schedule does: exit 0 within tolerance, 1 with the diff otherwise. Finished cells are reused."""
+    schedule does: exit 0 within tolerance (n exact, errors, ASR, utility), 1 with the diff otherwise.
+    Every episode is re-run against the current code; identical prompts come from the LLM response cache."""
     from rvu_pipelines.agents.evaluation import attack_table, table_markdown
     from rvu_pipelines.agents.harness import AGENT_N_CTX, Harness
     from rvu_pipelines.agents.regression import (
@@ -182,10 +183,11 @@ def regress(profile: str | None, golden: str | None, update_golden: bool, detect
         golden_path,
         load_golden,
         load_tolerance,
+        regression_sweep,
         write_golden,
     )
+    from rvu_pipelines.code_version import code_version
     from rvu_pipelines.models import LlamaCppChatModel, ModelStore, load_model_config
-    from rvu_pipelines.scenarios.axes import CANONICAL, DEFENSES
 
     config = load_model_config()
     name = config.profile_name(profile)
@@ -195,11 +197,15 @@ def regress(profile: str | None, golden: str | None, update_golden: bool, detect
         return LlamaCppChatModel(resolved.path, n_ctx=max(AGENT_N_CTX, resolved.n_ctx), name=resolved.name)
 
     harness = Harness.open((build, resolved.name), profile=name, model_id=resolved.sha256, detector=detector)
-    runs = harness.run_table(CANONICAL, DEFENSES)
+    runs = regression_sweep(harness)
     table = attack_table(runs)
     console.print(table_markdown(table), highlight=False, soft_wrap=True)
     inferences = sum(run.llm_inferences for run in runs)
-    console.print(f"LLM inferences this run: {inferences} (0 = every cell came from its rows or the response cache)")
+    episodes = sum(run.new_episodes for run in runs)
+    console.print(
+        f"Code version {code_version()}: {episodes} episodes re-run, {inferences} LLM inferences "
+        "(the rest of the calls came from the response cache)"
+    )
     path = Path(golden) if golden else golden_path(name)
     if update_golden:
         console.print(f"Golden results written to {write_golden(table, name, resolved.sha256, path)}")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rvu_pipelines.code_version import code_version
 from rvu_pipelines.paths import project_root, state_dir
 from rvu_pipelines.settings import env_value
 
@@ -123,9 +124,10 @@ class MlflowTracker:
     def run(
         self, name: str, *, tags: Mapping[str, object] | None = None, params: Mapping[str, object] | None = None
     ) -> Iterator[TrackedRun]:
-        """A run that ends FINISHED when the block completes and FAILED if it raises."""
+        """A run that ends FINISHED when the block completes and FAILED if it raises; tagged with the
+        checkout's ``git_commit`` and the ``code_version`` that episode rows and cells record too."""
         client = self._client()
-        all_tags = {"git_commit": git_commit(), **(tags or {})}
+        all_tags = {"git_commit": git_commit(), "code_version": code_version(), **(tags or {})}
         created = client.create_run(
             self.experiment_id(), run_name=name, tags={k: str(v) for k, v in sorted(all_tags.items())}
         )

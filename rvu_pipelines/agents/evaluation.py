@@ -1,10 +1,16 @@
 """Attack-table cells: (benchmark × defense × model) run episode by episode, resumable, with CIs.
 
 A cell's episodes are appended to its own parquet file as they finish, keyed by everything that
-decides the outcome (scenario, defense, model sha256, defense settings). So an interrupted cell
-resumes where it stopped, and a finished cell re-materializes by reading its rows: no inference.
-Below that, every LLM call goes through the response cache, so even a changed setting only pays for
-the calls whose prompts changed.
+decides the outcome (scenario, defense, model sha256, defense settings), and each row records the code
+version that produced it. A stored row is reused only under the same key *and* the same code version:
+so an interrupted cell resumes where it stopped, and a finished cell re-materializes by reading its
+rows (no inference), but a row of other code is never passed off as this code's. ``rerun=True`` (the
+nightly sweep, ``rvu regress``) re-runs every episode regardless. Below that, every LLM call goes
+through the response cache, so a re-run or a changed setting only pays for the prompts that changed.
+
+Latency: an episode's ``latency_s`` is its wall time plus the original inference time of the LLM
+answers it took from the cache (``llm_replayed_s``; ``wall_latency_s`` keeps the measured time), so it
+is the same whether or not another defense computed the same prompt first.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import numpy as np
 import polars as pl
 from tqdm.auto import tqdm
 
+from rvu_pipelines.code_version import code_version as current_code_version
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scenarios.contract import Scenario
 
@@ -59,6 +66,9 @@ class CellRun:
     wall_seconds: float
     path: Path
     metrics: dict[str, float] = field(default_factory=dict)
+    code_version: str = ""  # of every row (a reused row is reused only under the same version)
+    replayed_seconds: float = 0.0  # original inference time of the answers the cache served
+    rerun: bool = False  # every episode re-run against the current code (nightly sweep, rvu regress)
 
     def cost(self) -> dict[str, float]:
         """What the run cost; ``llm_inferences == 0`` is how a fully cached re-run shows itself."""
@@ -69,6 +79,7 @@ class CellRun:
             "llm_cache_hits": self.llm_cache_hits,
             "llm_inferences": self.llm_inferences,
             "inference_s": round(self.inference_seconds, 3),
+            "llm_replayed_s": round(self.replayed_seconds, 3),
             "wall_s": round(self.wall_seconds, 3),
         }
 
@@ -103,16 +114,22 @@ def _write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 class LlmStats:
-    """Reads the call counters of a CachedChatModel (calls, hits, inference seconds)."""
+    """Reads the call counters of a CachedChatModel (calls, hits, inference seconds, and the original
+    inference seconds of the answers served from the cache)."""
 
     def __init__(self, llm: Any) -> None:
         self.llm = llm
 
-    def snapshot(self) -> tuple[int, int, float]:
+    def snapshot(self) -> tuple[int, int, float, float]:
         stats = getattr(self.llm, "stats", None)
         if stats is None:
-            return (0, 0, 0.0)
-        return (int(stats.calls), int(stats.hits), float(stats.inference_seconds))
+            return (0, 0, 0.0, 0.0)
+        return (
+            int(stats.calls),
+            int(stats.hits),
+            float(stats.inference_seconds),
+            float(getattr(stats, "replayed_seconds", 0.0)),
+        )
 
 
 EpisodeRunner = Callable[[Scenario, Path], Mapping[str, Any]]
@@ -128,13 +145,18 @@ def run_cell(
     settings_fingerprint: str,
     root: Path,
     progress: bool = True,
+    code_version: str | None = None,
+    rerun: bool = False,
 ) -> CellRun:
     """Run the cell's missing episodes (in scenario-id order) and return all its rows.
 
     ``run_episode(scenario, workdir)`` returns one flat row (EpisodeResult.to_row()); the row is saved
-    before the next episode starts, so nothing finished is lost if the process dies.
+    before the next episode starts, so nothing finished is lost if the process dies. A stored row is
+    reused only if its key and its ``code_version`` (default: this process's) match; ``rerun=True``
+    re-runs every episode of the sample against the current code (replacing its stored rows).
     """
     started = time.perf_counter()
+    version = code_version or current_code_version()
     path = cell_path(root, spec)
     existing = _read_rows(path)
     done: dict[str, dict[str, Any]] = {}
@@ -142,10 +164,14 @@ def run_cell(
         done = {row["episode_key"]: row for row in existing.iter_rows(named=True)}
     ordered = sorted(scenarios, key=lambda s: s.scenario_id)
     wanted = {s.scenario_id: episode_key(s.scenario_id, spec.defense, model_id, settings_fingerprint) for s in ordered}
-    todo = [s for s in ordered if wanted[s.scenario_id] not in done]
+    todo = [
+        s
+        for s in ordered
+        if rerun or wanted[s.scenario_id] not in done or done[wanted[s.scenario_id]].get("code_version") != version
+    ]
     stored = dict(done)  # rows of other samples of this cell stay in the file
     stats = LlmStats(llm)
-    calls0, hits0, seconds0 = stats.snapshot()
+    calls0, hits0, seconds0, replayed0 = stats.snapshot()
     iterator: Any = todo
     if progress and todo:
         iterator = tqdm(todo, desc=spec.cell_id, unit="episode")
@@ -154,16 +180,22 @@ def run_cell(
         workdir = root / "episodes" / spec.profile / spec.defense / _safe(scenario.scenario_id)
         row = dict(run_episode(scenario, workdir))
         after = stats.snapshot()
+        replayed = after[3] - before[3]
+        wall = row.get("latency_s")
         row.update(
             episode_key=wanted[scenario.scenario_id],
             model_id=model_id,
+            code_version=version,
             llm_calls=after[0] - before[0],
             llm_cache_hits=after[1] - before[1],
             llm_inference_s=round(after[2] - before[2], 4),
+            llm_replayed_s=round(replayed, 4),
         )
+        if isinstance(wall, (int, float)):  # latency as if every answer had been computed here
+            row.update(wall_latency_s=wall, latency_s=round(wall + replayed, 4))
         stored[row["episode_key"]] = row
         _write_rows(path, sorted(stored.values(), key=lambda r: (r["scenario_id"], r["episode_key"])))
-    calls1, hits1, seconds1 = stats.snapshot()
+    calls1, hits1, seconds1, replayed1 = stats.snapshot()
     keys = set(wanted.values())
     rows = sorted((row for key, row in stored.items() if key in keys), key=lambda r: r["scenario_id"])
     frame = pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
@@ -178,6 +210,9 @@ def run_cell(
         inference_seconds=seconds1 - seconds0,
         wall_seconds=time.perf_counter() - started,
         path=path,
+        code_version=version,
+        replayed_seconds=replayed1 - replayed0,
+        rerun=rerun,
     )
     run.metrics = cell_metrics(frame)
     return run
@@ -256,9 +291,17 @@ def cell_metrics(rows: pl.DataFrame) -> dict[str, float]:
 
 
 def attack_table(runs: Sequence[CellRun]) -> pl.DataFrame:
-    """Table 1: one row per cell (benchmark, defense), metrics with CIs, in the order given."""
+    """Table 1: one row per cell (benchmark, defense), metrics with CIs and the cell's code version, in
+    the order given."""
     records = [
-        {"profile": r.spec.profile, "benchmark": r.spec.benchmark, "defense": r.spec.defense, **r.metrics} for r in runs
+        {
+            "profile": r.spec.profile,
+            "benchmark": r.spec.benchmark,
+            "defense": r.spec.defense,
+            **r.metrics,
+            **({"code_version": r.code_version} if getattr(r, "code_version", "") else {}),
+        }
+        for r in runs
     ]
     return pl.DataFrame(records, infer_schema_length=None)
 

@@ -1,6 +1,7 @@
 """The attack harness: one object that owns the cached LLM, the defense settings and the results
 folder, and runs cells of the attack table. Dagster assets, the nightly schedule and ``rvu regress``
-all go through it, so a cell computed by one is reused by the others.
+all go through it, so a cell computed by one is reused by the others (rows of the same code version;
+the nightly sweep and ``rvu regress`` re-run every episode, see ``run_cell(rerun=True)``).
 """
 
 from __future__ import annotations
@@ -160,7 +161,10 @@ class Harness:
         limit: int | None = None,
         progress: bool = True,
         scenarios: Sequence[Scenario] | None = None,
+        rerun: bool = False,
     ) -> CellRun:
+        """One cell; ``rerun=True`` re-runs every episode against the current code (the nightly sweep and
+        ``rvu regress``), otherwise rows stored by the same code version are reused."""
         from rvu_pipelines.agents.episode import run_episode  # runtime only: imports AgentDojo (~8 s)
 
         spec = CellSpec(benchmark=benchmark, defense=defense, profile=self.profile, limit=limit)
@@ -178,11 +182,21 @@ class Harness:
             settings_fingerprint=self.settings_fingerprint(),
             root=self.root,
             progress=progress,
+            rerun=rerun,
         )
 
     def run_table(
-        self, benchmark: str, defenses: Sequence[str], *, limit: int | None = None, progress: bool = True
+        self,
+        benchmark: str,
+        defenses: Sequence[str],
+        *,
+        limit: int | None = None,
+        progress: bool = True,
+        rerun: bool = False,
+        scenarios: Sequence[Scenario] | None = None,
     ) -> list[CellRun]:
-        """Every defense on the same scenarios (loaded once)."""
-        chosen = scenarios_for(benchmark, limit)
-        return [self.run_cell(benchmark, d, limit=limit, progress=progress, scenarios=chosen) for d in defenses]
+        """Every defense on the same scenarios (loaded once, unless given)."""
+        chosen = list(scenarios) if scenarios is not None else scenarios_for(benchmark, limit)
+        return [
+            self.run_cell(benchmark, d, limit=limit, progress=progress, scenarios=chosen, rerun=rerun) for d in defenses
+        ]

@@ -6,6 +6,11 @@ max_tokens, temperature, seed, stop), so a changed prompt, model or parameter is
 stale is ever returned. Each answer is committed as soon as it exists: an interrupted cell resumes at
 the first call it had not finished. The store is one SQLite file in WAL mode (several processes may
 read and write it at once); completions are JSON, never pickle, so a cache file cannot run code.
+
+Each entry also records how long the model took to compute it (``inference_s``, beside the completion's
+fields in the same JSON, so files written before it existed still read). A hit reports that original
+time (``CacheStats.replayed_seconds``), so Table 1's latency of an episode does not depend on whether
+another defense happened to pay for the same prompt first.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ SCHEMA_NAME = "rvu-llm-response-cache"
 SCHEMA_VERSION = 1
 KEY_VERSION = 1  # bump when the key's payload changes meaning: old entries then simply miss
 _COMPLETION_FIELDS = tuple(f.name for f in dataclasses.fields(ChatCompletion))
+INFERENCE_FIELD = "inference_s"  # stored beside the completion's fields; not one of them
 
 
 class LlmCacheError(RvuError):
@@ -141,6 +147,12 @@ class ResponseCache:
     # ---- mapping
 
     def get(self, key: str) -> ChatCompletion | None:
+        entry = self.get_entry(key)
+        return None if entry is None else entry[0]
+
+    def get_entry(self, key: str) -> tuple[ChatCompletion, float | None] | None:
+        """The stored completion and the seconds its inference originally took (None for an entry
+        written before timings were recorded)."""
         with self._lock:
             try:
                 row = self._connection().execute("SELECT completion FROM responses WHERE key = ?", (key,)).fetchone()
@@ -150,13 +162,20 @@ class ResponseCache:
             return None
         try:
             fields = json.loads(row[0])
-            return ChatCompletion(**{name: fields[name] for name in _COMPLETION_FIELDS})
-        except (ValueError, TypeError, KeyError) as exc:
+            completion = ChatCompletion(**{name: fields[name] for name in _COMPLETION_FIELDS})
+            seconds = fields.get(INFERENCE_FIELD)
+            return completion, (float(seconds) if isinstance(seconds, (int, float)) else None)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise self._fail(f"entry {key[:12]}... is not a stored completion ({exc!r})") from exc
 
-    def put(self, key: str, completion: ChatCompletion) -> None:
-        """Store (first writer wins: the same key always carries the same deterministic answer)."""
-        payload = json.dumps(dataclasses.asdict(completion), sort_keys=True, ensure_ascii=False)
+    def put(self, key: str, completion: ChatCompletion, inference_s: float | None = None) -> None:
+        """Store (first writer wins: the same key always carries the same deterministic answer).
+
+        ``inference_s``: how long computing it took, replayed as the latency of every later hit."""
+        fields: dict[str, Any] = dataclasses.asdict(completion)
+        if inference_s is not None:
+            fields[INFERENCE_FIELD] = round(float(inference_s), 6)
+        payload = json.dumps(fields, sort_keys=True, ensure_ascii=False)
         with self._lock:
             try:
                 self._connection().execute(
@@ -192,13 +211,20 @@ class ResponseCache:
 
 @dataclass
 class CacheStats:
-    """Counters since the last ``reset_stats()``; misses include uncacheable (temperature > 0) calls."""
+    """Counters since the last ``reset_stats()``; misses include uncacheable (temperature > 0) calls.
+
+    ``inference_seconds`` is what this process spent in the model; ``replayed_seconds`` what the hits'
+    answers originally cost when they were computed (``untimed_hits``: hits on entries stored before
+    timings were recorded, which add nothing). Their sum is the inference time independent of the cache.
+    """
 
     calls: int = 0
     hits: int = 0
     misses: int = 0
     uncacheable: int = 0
     inference_seconds: float = 0.0
+    replayed_seconds: float = 0.0
+    untimed_hits: int = 0
     prompt_tokens_evaluated: int = 0
 
     def as_dict(self) -> dict[str, Any]:
@@ -254,17 +280,20 @@ class CachedChatModel:
         cacheable = float(temperature) == 0.0
         key = self.key(messages, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop)
         if cacheable:
-            hit = self.cache.get(key)
-            if hit is not None:
+            entry = self.cache.get_entry(key)
+            if entry is not None:
+                hit, original_s = entry
                 with self._lock:
                     self.stats.calls += 1
                     self.stats.hits += 1
+                    self.stats.replayed_seconds += original_s or 0.0
+                    self.stats.untimed_hits += 1 if original_s is None else 0
                 return hit
         started = time.perf_counter()
         completion = self.model.chat(messages, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop)
         elapsed = time.perf_counter() - started
         if cacheable:
-            self.cache.put(key, completion)
+            self.cache.put(key, completion, inference_s=elapsed)
         with self._lock:
             self.stats.calls += 1
             self.stats.misses += 1

@@ -1,37 +1,53 @@
 """Golden-result regression for the attack table: what moved, by how much, against which tolerance.
 
 The golden file is committed (configs/golden/table1_<profile>.json); the nightly schedule and
-``rvu regress`` both call :func:`compare_to_golden`, so the UI check and the CLI never disagree.
+``rvu regress`` both run :func:`regression_sweep` (every episode re-run against the current code; the
+LLM response cache still serves identical prompts) and call :func:`compare_to_golden`, so the UI check
+and the CLI never disagree. Besides ASR and utility within tolerance, a cell must score the same number
+of episodes (``n``, exact) with no more errored episodes than golden (``errors``, tolerance in
+configs/regression.yaml, default 0): a defense that crashes on most episodes fails the check.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import yaml
 
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import config_dir
+from rvu_pipelines.scenarios.axes import CANONICAL, DEFENSES
 
-METRICS = ("asr", "utility")
+if TYPE_CHECKING:  # annotations only: the harness imports the agent stack
+    from rvu_pipelines.agents.evaluation import CellRun
+    from rvu_pipelines.agents.harness import Harness
+    from rvu_pipelines.scenarios.contract import Scenario
+
+METRICS = ("asr", "utility")  # rates, compared within an absolute tolerance
+COUNTS = ("n", "errors")  # episode counts: n exactly, errors at most golden's + tolerance.errors
+TOLERANCE_KEYS = (*METRICS, "errors")
 
 
 @dataclass(frozen=True)
 class Tolerance:
     asr: float = 0.10
     utility: float = 0.10
+    errors: int = 0  # errored episodes a cell may have beyond golden's
 
     def of(self, metric: str) -> float:
-        return float(getattr(self, metric))
+        return 0.0 if metric == "n" else float(getattr(self, metric))
 
 
 @dataclass(frozen=True)
 class Drift:
-    """One cell metric outside its tolerance (or a cell missing on one side)."""
+    """One cell count (n, errors) or metric (asr, utility) outside its tolerance, or a cell missing on one
+    side (then every field of it is one Drift with ``None`` on the missing side)."""
 
     cell: str
     metric: str
@@ -47,36 +63,64 @@ def load_tolerance(path: Path | None = None) -> Tolerance:
         raw = yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError:
         raise ConfigError(
-            f"Regression config {path} is missing; it needs `tolerance: {{asr: 0.1, utility: 0.1}}`."
+            f"Regression config {path} is missing; it needs `tolerance: {{asr: 0.1, utility: 0.1, errors: 0}}`."
         ) from None
     values = raw.get("tolerance", {})
-    unknown = sorted(set(values) - set(METRICS))
+    unknown = sorted(set(values) - set(TOLERANCE_KEYS))
     if unknown:
         raise ConfigError(
             f"Invalid config {path}: unknown key(s) tolerance.{', tolerance.'.join(unknown)}; "
-            f"allowed: {', '.join(METRICS)}."
+            f"allowed: {', '.join(TOLERANCE_KEYS)}."
         )
     for key, value in values.items():
-        if not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        if key == "errors":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(
+                    f"Invalid config {path}: tolerance.errors = {value!r}; allowed values: an integer >= 0 "
+                    "(errored episodes a cell may have beyond golden's)."
+                )
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
             raise ConfigError(
                 f"Invalid config {path}: tolerance.{key} = {value!r}; allowed values: a number in [0, 1]."
             )
-    return Tolerance(**{k: float(v) for k, v in values.items()})
+    return Tolerance(
+        asr=float(values.get("asr", Tolerance.asr)),
+        utility=float(values.get("utility", Tolerance.utility)),
+        errors=int(values.get("errors", Tolerance.errors)),
+    )
 
 
 def golden_path(profile: str) -> Path:
     return config_dir() / "golden" / f"table1_{profile}.json"
 
 
-def _cells(table: pl.DataFrame) -> dict[str, dict[str, float]]:
+def _cells(table: pl.DataFrame) -> dict[str, dict[str, float | None]]:
+    """cell -> n, errors (0 when the table has no such column), asr, utility; NaN rates become None."""
     cells = {}
     for row in table.iter_rows(named=True):
-        cells[f"{row['benchmark']}/{row['defense']}"] = {"n": int(row["n"]), **{m: float(row[m]) for m in METRICS}}
+        rates = {m: float(row[m]) if row.get(m) is not None else float("nan") for m in METRICS}
+        cells[f"{row['benchmark']}/{row['defense']}"] = {
+            "n": int(row["n"]),
+            "errors": int(row.get("errors") or 0),
+            **{m: (None if math.isnan(v) else v) for m, v in rates.items()},
+        }
     return dict(sorted(cells.items()))
 
 
+def table_code_version(table: pl.DataFrame) -> str | None:
+    """The code version the table's cells were computed with (several, comma-joined, if they differ)."""
+    if "code_version" not in table.columns:
+        return None
+    versions = sorted({str(v) for v in table["code_version"].drop_nulls().to_list()})
+    return ",".join(versions) or None
+
+
 def golden_document(table: pl.DataFrame, profile: str, model_id: str) -> dict[str, Any]:
-    return {"profile": profile, "model_sha256": model_id, "cells": _cells(table)}
+    document: dict[str, Any] = {"profile": profile, "model_sha256": model_id, "cells": _cells(table)}
+    version = table_code_version(table)
+    if version:
+        document["code_version"] = version  # provenance only: never compared
+    return document
 
 
 def write_golden(table: pl.DataFrame, profile: str, model_id: str, path: Path | None = None) -> Path:
@@ -103,14 +147,42 @@ def load_golden(path: Path) -> dict[str, Any]:
     return document
 
 
+def _count_drift(cell: str, metric: str, now: int, then: int, tolerance: Tolerance) -> Drift | None:
+    delta = now - then
+    allowed = tolerance.of(metric)
+    # n must match exactly (a scenario that errored or vanished is not scored); errors may only grow by
+    # the tolerance (fewer errors than golden is a fix, and shows up in n)
+    moved = delta != 0 if metric == "n" else delta > allowed
+    return Drift(cell, metric, float(then), float(now), float(delta), allowed) if moved else None
+
+
 def compare_to_golden(table: pl.DataFrame, golden: dict[str, Any], tolerance: Tolerance) -> list[Drift]:
-    """Every metric of every cell that moved beyond tolerance; cells on one side only are drifts too."""
+    """Every count and metric of every cell that moved beyond tolerance; cells on one side only are
+    drifts too, and so is a rate that is undefined (no episode scored) on one side only. A golden cell
+    without ``errors`` (files written before it was recorded) counts as 0 errors."""
     current, expected = _cells(table), golden["cells"]
     drifts = []
     for cell in sorted(set(current) | set(expected)):
+        if cell not in current or cell not in expected:
+            for metric in (*COUNTS, *METRICS):
+                side = current.get(cell) or expected.get(cell) or {}
+                value = side.get(metric)
+                now, then = (value, None) if cell in current else (None, value)
+                drifts.append(Drift(cell, metric, then, now, None, tolerance.of(metric)))
+            continue
+        now_cell, then_cell = current[cell], expected[cell]
+        for metric in COUNTS:
+            drift = _count_drift(
+                cell, metric, int(now_cell.get(metric) or 0), int(then_cell.get(metric) or 0), tolerance
+            )
+            if drift is not None:
+                drifts.append(drift)
         for metric in METRICS:
-            now = current.get(cell, {}).get(metric)
-            then = expected.get(cell, {}).get(metric)
+            now, then = now_cell.get(metric), then_cell.get(metric)
+            if isinstance(then, float) and math.isnan(then):
+                then = None
+            if now is None and then is None:  # undefined on both sides: n and errors tell the story
+                continue
             if now is None or then is None:
                 drifts.append(Drift(cell, metric, then, now, None, tolerance.of(metric)))
                 continue
@@ -120,14 +192,40 @@ def compare_to_golden(table: pl.DataFrame, golden: dict[str, Any], tolerance: To
     return drifts
 
 
+def regression_sweep(
+    harness: Harness,
+    defenses: Sequence[str] = DEFENSES,
+    *,
+    scenarios: Sequence[Scenario] | None = None,
+    progress: bool = True,
+) -> list[CellRun]:
+    """The canonical cells as the nightly schedule and ``rvu regress`` run them: every episode re-run
+    against the current code (stored rows are never replayed; identical prompts still hit the LLM
+    response cache). ``defenses`` / ``scenarios``: a subset, for tests."""
+    return harness.run_table(CANONICAL, defenses, progress=progress, rerun=True, scenarios=scenarios)
+
+
+def _fmt(metric: str, value: float | None) -> str:
+    if value is None:
+        return "missing"
+    return f"{value:.0f}" if metric in COUNTS else f"{value:.3f}"
+
+
 def drift_markdown(drifts: list[Drift]) -> str:
     if not drifts:
-        return "No cell moved beyond tolerance."
+        return "No cell moved beyond tolerance (n, errors, ASR, utility)."
     lines = ["| cell | metric | golden | now | delta | tolerance |", "|---|---|---|---|---|---|"]
     for d in drifts:
-        fmt = lambda v: "missing" if v is None else f"{v:.3f}"  # noqa: E731
+        if d.metric == "n":
+            allowed = "exact"
+        elif d.metric == "errors":
+            allowed = f"+{d.tolerance:.0f}"
+        else:
+            allowed = f"{d.tolerance:.2f}"
+        delta = "missing" if d.delta is None else (f"{d.delta:+.0f}" if d.metric in COUNTS else f"{d.delta:.3f}")
         lines.append(
-            f"| {d.cell} | {d.metric} | {fmt(d.golden)} | {fmt(d.current)} | {fmt(d.delta)} | {d.tolerance:.2f} |"
+            f"| {d.cell} | {d.metric} | {_fmt(d.metric, d.golden)} | {_fmt(d.metric, d.current)} | {delta} | "
+            f"{allowed} |"
         )
     return "\n".join(lines)
 

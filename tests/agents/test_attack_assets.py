@@ -91,3 +91,18 @@ def test_nightly_schedule_runs_table_1_at_two() -> None:
     assert job.tags.get("rvu/sweep") == "nightly"
     checks = {k.name for k in job.asset_layer.asset_graph.asset_check_keys}
     assert "matches_golden" in checks
+
+
+def test_nightly_sweep_reruns_every_episode_against_the_current_code() -> None:
+    """Issue 11 item 1: the 02:00 run must not replay stored rows; its run config sets `rerun` (and the
+    job's tag forces it in the asset too, for a run launched by hand)."""
+    from dagster import build_schedule_context
+
+    from assets.attacks import NIGHTLY_TAG, HarnessConfig
+
+    schedule = defs.get_repository_def().get_schedule_def("nightly_regression_sweep")
+    requests = schedule.evaluate_tick(build_schedule_context()).run_requests or []
+    assert [r.run_config["ops"]["attack_table_1"]["config"]["rerun"] for r in requests] == [True]
+    assert HarnessConfig().rerun is False  # interactive materializations keep same-code reuse
+    job = defs.get_repository_def().get_job(schedule.job_name)
+    assert job.tags.get(NIGHTLY_TAG[0]) == NIGHTLY_TAG[1]

@@ -198,3 +198,47 @@ def test_prefix_modes_give_identical_text_and_ram_evaluates_fewer_tokens(tiny_mo
 def test_unknown_prefix_mode_is_a_config_error(tiny_models) -> None:
     with pytest.raises(ConfigError, match="prefix_reuse"):
         LlamaCppChatModel(tiny_models["llm"].path, prefix_reuse="disk")  # type: ignore[arg-type]
+
+
+class _SlowModel:
+    """A ChatModel whose every answer takes a known time (no real inference needed for timings)."""
+
+    name = "slow"
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.calls = 0
+
+    def chat(self, messages, *, max_tokens=128, temperature=0.0, seed=0, stop=None) -> ChatCompletion:
+        import time
+
+        self.calls += 1
+        time.sleep(self.seconds)
+        return _completion(len(messages))
+
+
+def test_a_hit_reports_the_original_inference_time(tmp_path: Path) -> None:
+    """Table 1's latency (issue 11 item 6): the first computation's time is stored with the answer and
+    every later hit, in this process or another, reports it instead of the lookup's ~0 s."""
+    path = tmp_path / "timed.sqlite"
+    with ResponseCache(path) as cache:
+        slow = _SlowModel(0.2)
+        llm = CachedChatModel(slow, cache, "sha-timed")
+        llm.chat(MESSAGES)
+        spent = llm.stats.inference_seconds
+        assert spent >= 0.2 and llm.stats.replayed_seconds == 0.0
+        completion, original = cache.get_entry(llm.key(MESSAGES))
+        assert completion == _completion(len(MESSAGES)) and original == pytest.approx(spent, abs=1e-5)
+        llm.chat(MESSAGES)
+        assert slow.calls == 1 and llm.stats.hits == 1 and llm.stats.inference_seconds == spent
+        assert llm.stats.replayed_seconds == pytest.approx(spent, abs=1e-5) and llm.stats.untimed_hits == 0
+    with ResponseCache(path) as reopened:  # another process's hit reports the same original time
+        other = CachedChatModel(_SlowModel(5.0), reopened, "sha-timed")
+        assert other.chat(MESSAGES) == completion
+        assert other.stats.replayed_seconds == pytest.approx(spent, abs=1e-5) and other.stats.inference_seconds == 0
+        stored = json.loads(
+            sqlite3.connect(path).execute("SELECT completion FROM responses").fetchone()[0]
+        )  # the time sits beside the completion's fields: files without it (older) still read
+        assert stored["inference_s"] == pytest.approx(spent, abs=1e-5)
+        reopened.put("untimed", _completion(2))  # an entry written before timings were recorded
+        assert reopened.get_entry("untimed") == (_completion(2), None)
