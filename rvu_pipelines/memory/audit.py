@@ -270,11 +270,17 @@ EntryEncoder = Callable[[PendingEntry], tuple[str, bytes]]
 
 
 class AuditLog:
-    """The hash chain; in memory, or persisted through an ``AuditSink`` on ``flush()``."""
+    """The hash chain; in memory, or persisted through an ``AuditSink`` on ``flush()``.
 
-    def __init__(self, sink: AuditSink | None = None, *, seal_every: int = 1024) -> None:
+    Durability (``durability`` says which): without a sink every record lives in this process only;
+    with a sink, records reach it at ``flush()``/``close()`` (the monitor's ``flush``), or at every
+    seal with ``flush_on_seal=True``, so a crash loses at most the ``seal_every`` - 1 pending ones.
+    """
+
+    def __init__(self, sink: AuditSink | None = None, *, seal_every: int = 1024, flush_on_seal: bool = False) -> None:
         self.sink = sink
         self.seal_every = seal_every
+        self.flush_on_seal = flush_on_seal
         self._pending: list[PendingEntry] = []
         self._records: list[AuditRecord] = []  # sealed, not yet written to the sink
         self._seq = 0
@@ -285,6 +291,16 @@ class AuditLog:
     @classmethod
     def open(cls, path: Path | str, **kwargs: Any) -> AuditLog:
         return cls(DuckDBAuditSink(path), **kwargs)
+
+    @property
+    def durability(self) -> str:
+        """Where the chain survives a crash: 'in-memory', 'persisted on flush' or 'persisted every N'."""
+        if self.sink is None:
+            return "in-memory (lost at process exit)"
+        sink = type(self.sink).__name__
+        if self.flush_on_seal:
+            return f"persisted every {self.seal_every} decisions ({sink}, flush on seal)"
+        return f"persisted on flush()/close() ({sink})"
 
     # -- appending ---------------------------------------------------------------------------
 
@@ -298,7 +314,9 @@ class AuditLog:
     def append(self, kind: str, payload: Mapping[str, Any]) -> AuditRecord:
         """Chain a JSON record now (after every pending decision, so order is preserved)."""
         self.seal()
-        return self._chain(kind, canonical_json(payload))
+        record = self._chain(kind, canonical_json(payload))
+        self._write_if_flush_on_seal()
+        return record
 
     def append_arrays(self, kind: str, header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> AuditRecord:
         """Chain a record of raw arrays (a whole batch of decisions under one sha256)."""
@@ -307,7 +325,9 @@ class AuditLog:
         meta = dict(header)
         meta["arrays"] = [[name, arrays[name].dtype.str, int(arrays[name].shape[0])] for name in names]
         blob = b"".join(np.ascontiguousarray(arrays[name]).tobytes() for name in names)
-        return self._chain(kind, canonical_json(meta) + b"\n" + blob)
+        record = self._chain(kind, canonical_json(meta) + b"\n" + blob)
+        self._write_if_flush_on_seal()
+        return record
 
     def seal(self) -> int:
         """Serialise and chain every pending entry; returns how many were sealed."""
@@ -318,7 +338,13 @@ class AuditLog:
         chain = self._chain
         for entry in pending:
             chain(*entry[0](entry))
+        self._write_if_flush_on_seal()
         return len(pending)
+
+    def _write_if_flush_on_seal(self) -> None:
+        if self.flush_on_seal and self.sink is not None and self._records:
+            self.sink.write(self._records)
+            self._records = []
 
     def _chain(self, kind: str, body: bytes) -> AuditRecord:
         seq = self._seq

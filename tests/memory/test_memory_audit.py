@@ -124,3 +124,21 @@ def test_chain_starts_at_genesis_prev() -> None:
     log = AuditLog()
     first = log.append("note", {"x": 1})
     assert first.prev == GENESIS_PREV and first.seq == 0 and bool(AuditLog())
+
+
+def test_durability_mode_is_explicit_and_flush_on_seal_persists_every_seal(tmp_path: Path) -> None:
+    assert AuditLog().durability.startswith("in-memory")
+    on_flush = AuditLog.open(tmp_path / "a.duckdb")
+    assert on_flush.durability.startswith("persisted on flush()")
+    sink = DuckDBAuditSink(tmp_path / "b.duckdb")
+    log = AuditLog(sink, seal_every=4, flush_on_seal=True)
+    assert log.durability.startswith("persisted every 4 decisions")
+    m = ReferenceMonitor(audit=log)
+    for i in range(9):  # 9 decisions: two seals of 4 reach the sink before any flush(); 1 is pending
+        m.internal("alice", f"step {i}")
+    assert len(list(sink.iter_records())) == 8 and len(log) == 9
+    m.write("alice", "k", "v", channel=Channel.USER)
+    m.flush()
+    assert len(list(sink.iter_records())) == 10 and log.verify().ok
+    log.append("note", {"x": 1})  # a JSON record is written at once too
+    assert len(list(sink.iter_records())) == 11 and log.verify().ok
