@@ -131,7 +131,18 @@ class AgentDojoScenario:
 
     @property
     def task_tools(self) -> frozenset[str]:
+        """The answer key: the tools of AgentDojo's ground-truth solution of the user task.
+
+        No deployed gate can know it. Only the ``rvg_oracle`` defense (upper bound: reads the answer key)
+        reads it; the realistic ``rvg`` gate (and the RVU defenses) plan the allowed tools before the
+        episode from :attr:`user_task` and the suite's tool declarations (configs/rvg_policies.yaml).
+        """
         return _ground_truth_tools(self.benchmark_version, self.suite_name, self.user_task_id)
+
+    @property
+    def tool_declarations(self) -> tuple[str, ...]:
+        """The names of the tools the suite declares (what the agent is given), sorted."""
+        return tuple(sorted(tool.name for tool in self.suite.tools))
 
     def run(self, pipeline: BasePipelineElement) -> ScenarioOutcome:
         recorder = _Recorder(pipeline)
@@ -152,7 +163,7 @@ class AgentDojoScenario:
 
 @lru_cache(maxsize=512)
 def _ground_truth_tools(benchmark_version: str, suite_name: str, user_task_id: str) -> frozenset[str]:
-    """The tools of the user task's ground-truth solution (what the task legitimately needs)."""
+    """The tools of the user task's ground-truth solution: the answer key (``rvg_oracle`` only)."""
     suite = suites(benchmark_version)[suite_name]
     task = suite.get_user_task_by_id(user_task_id)
     env = task.init_environment(suite.load_and_inject_default_environment({}))

@@ -5,7 +5,15 @@ from here and scenarios/ never imports agents/. Importable without AgentDojo, so
 without paying for the agent stack until a cell runs.
 """
 
-DEFENSES: tuple[str, ...] = ("vanilla", "classifier", "fath", "rvg", "rvu_v1", "rvu_v2")
+DEFENSES: tuple[str, ...] = ("vanilla", "classifier", "fath", "rvg", "rvg_oracle", "rvu_v1", "rvu_v2")
+# What a reader of the table must know about a row. rvg_oracle gates AgentDojo tool calls with the tools
+# of the task's ground-truth solution, which no deployed gate can know: it is an upper bound, reported
+# next to the realistic rvg (tools planned from the request and the suite's declarations) and never
+# in its place. On InjecAgent and BIPIA both gates allow the one tool the protocol declares.
+DEFENSE_NOTES: dict[str, str] = {
+    "rvg": "realistic gate: tools planned before the episode from the request and the suite's tool declarations",
+    "rvg_oracle": "upper bound: reads the answer key (AgentDojo's ground-truth solution tools)",
+}
 RECOVERING_DEFENSES = frozenset({"rvu_v1", "rvu_v2"})  # the defenses that recover and certify after an episode
 BENCHMARKS: tuple[str, ...] = (
     "injecagent_dh",

@@ -7,12 +7,19 @@ filtered tool outputs, rejected tags), so the episode runner can count and recor
 - ``vanilla``: system message, user query, LLM, tool loop: the undefended agent.
 - ``classifier``: tool outputs scored by an injection detector before the LLM reads them; flagged ones
   are replaced by a notice (AgentDojo's ``PromptInjectionDetector`` with any ``InjectionDetector``).
-- ``fath``: FATH (Li et al. 2024): the user's instruction is wrapped in a tag carrying an HMAC-SHA256
-  of it under a secret key, verified before every LLM call; tool outputs are wrapped as untrusted data;
-  the answer is taken from the response section carrying the same tag.
+- ``fath``: FATH (Wang et al. 2024, arXiv 2410.21492) as published: a secret per episode, a hash-based
+  tag per message (the user's instruction carries the authorised one, each tool output its own), the
+  model told to reply inside the authorised tag, and a parser after every LLM call that keeps only the
+  authorised section: a reply without one is rejected (refusal text), and only tool calls written inside
+  it are executed (see ``fath.py``).
 - ``rvg``: a verifier-gated tool boundary: each call is checked against ``configs/tool_allowlist.yaml``
-  and the scenario's task tools before it runs; blocked calls never execute and the model is told.
-- ``rvu_v1`` / ``rvu_v2``: the RVG pipeline; after the episode its provenance goes through recovery
+  and the tools the request may use before it runs; blocked calls never execute and the model is told.
+  For AgentDojo those tools are planned before the episode from the user's request and the suite's tool
+  declarations (``configs/rvg_policies.yaml``, ``rvg_policy.py``); InjecAgent and BIPIA declare the one
+  tool of their protocol's pre-filled call.
+- ``rvg_oracle``: upper bound: reads the answer key. The same gate with AgentDojo's ground-truth
+  solution tools (``scenario.task_tools``), which no deployed gate can know; reported next to ``rvg``.
+- ``rvu_v1`` / ``rvu_v2``: the (realistic) RVG pipeline; after the episode its provenance goes through recovery
   (v1 parent/child closure + binary purge, or the v2 adapter-aware core) and a signed certificate
   (done by ``rvu_pipelines.agents.episode``).
 """
@@ -37,11 +44,14 @@ from rvu_pipelines.agents.defenses.elements import (
     EpisodeTrace,
     FathInitQuery,
     FathResponse,
+    FathSession,
     FathUntrustedTools,
     FathVerify,
+    Planner,
     ToolGate,
 )
-from rvu_pipelines.agents.defenses.fath import FATH_POLICY, load_or_create_fath_key
+from rvu_pipelines.agents.defenses.fath import FATH_POLICY, episode_secret, load_or_create_fath_key
+from rvu_pipelines.agents.defenses.rvg_policy import RvgPolicies, load_rvg_policies
 from rvu_pipelines.agents.llm_element import DEFAULT_SYSTEM_PROMPT, ChatModelLLM
 from rvu_pipelines.detectors.heuristic import HeuristicDetector
 from rvu_pipelines.errors import ConfigError
@@ -49,7 +59,8 @@ from rvu_pipelines.models.llm import ChatModel
 from rvu_pipelines.scenarios.axes import DEFENSES
 from rvu_pipelines.scenarios.contract import Scenario, prefill_calls
 
-GATED_DEFENSES = frozenset({"rvg", "rvu_v1", "rvu_v2"})
+GATED_DEFENSES = frozenset({"rvg", "rvg_oracle", "rvu_v1", "rvu_v2"})
+PLANNED_BENCHMARKS = frozenset({"agentdojo"})  # benchmarks whose allowed tools the realistic gate plans
 
 
 # ---------------------------------------------------------------------------------------- settings
@@ -64,14 +75,19 @@ class DefenseSettings:
     """Everything the defenses need besides the LLM and the scenario.
 
     ``max_iters`` bounds the tool rounds (AgentDojo's ``ToolsExecutionLoop``), so an episode makes at
-    most ``max_iters + 1`` LLM calls. ``fath_key`` defaults to ``state_dir()/keys/fath.key``.
+    most ``max_iters + 1`` LLM calls. ``fath_key`` defaults to ``state_dir()/keys/fath.key``; FATH's
+    episode secret is derived from it and the scenario id (reproducible, cacheable), or from fresh random
+    bytes per episode with ``fath_random_tags`` (as a deployment would run it).
+    ``rvg_policies``: the realistic gate's per-suite plans (``configs/rvg_policies.yaml``).
     ``signing_key_dir`` holds the certificate key (default: the recovery folder's keys).
     """
 
     detector: Any = field(default_factory=_default_detector)
     threshold: float = 0.5
     allowlist: ToolAllowlist = field(default_factory=load_tool_allowlist)
+    rvg_policies: RvgPolicies = field(default_factory=load_rvg_policies)
     fath_key: bytes | None = field(default=None, repr=False)
+    fath_random_tags: bool = False
     max_iters: int = 4
     max_tokens: int = 128
     seed: int = 0
@@ -123,6 +139,19 @@ class PrefilledToolCalls(BasePipelineElement):
         return query, runtime, env, [*messages, turn], extra_args
 
 
+def request_planner(scenario: Scenario, policies: RvgPolicies) -> Planner:
+    """The realistic gate's planner for an AgentDojo scenario: its suite's policy applied to the request
+    and the declared tools the gate is handed at the first tool call. Reads only the suite's name from
+    the scenario (never its solution); a suite without a policy is a ConfigError here, at build time."""
+    suite_name = str(getattr(scenario, "suite_name", ""))
+    suite = policies.suite(suite_name)
+
+    def plan(request: str, declared: frozenset[str]) -> dict[str, str]:
+        return suite.plan(request, declared, where=f"configs/rvg_policies.yaml agentdojo.{suite_name}").reasons
+
+    return plan
+
+
 def build_pipeline(defense: str, llm: ChatModel, scenario: Scenario, settings: DefenseSettings) -> DefensePipeline:
     """The pipeline of one defense for one scenario (fresh elements and trace per episode)."""
     if defense not in DEFENSES:
@@ -153,20 +182,29 @@ def build_pipeline(defense: str, llm: ChatModel, scenario: Scenario, settings: D
             ),
         ]
     elif defense == "fath":
-        key = settings.resolved_fath_key()
-        verify = FathVerify(key, trace)
+        nonce = None if settings.fath_random_tags else scenario.scenario_id.encode()
+        session = FathSession(episode_secret(settings.resolved_fath_key(), nonce))
+        verify, parse = FathVerify(session, trace), FathResponse(session, trace)
+        # the pre-filled call is the benchmark protocol's own (made for the user), not the model's: it runs;
+        # every reply of the model goes through the parser
+        opening: list[BasePipelineElement] = [first] if prefill else [verify, first, parse]
         elements = [
             SystemMessage(f"{settings.system_prompt}\n\n{FATH_POLICY}"),
-            FathInitQuery(key),
-            verify,
-            first,
+            FathInitQuery(session),
+            *opening,
             ToolsExecutionLoop(
-                [ToolsExecutor(), FathUntrustedTools(trace), verify, element], max_iters=settings.max_iters
+                [ToolsExecutor(), FathUntrustedTools(session, trace), verify, element, parse],
+                max_iters=settings.max_iters,
             ),
-            FathResponse(key, trace),
         ]
-    else:  # rvg, rvu_v1, rvu_v2: the same gated agent; the RVU ones recover after the episode
-        gate = ToolGate(settings.allowlist.policy_for(scenario.benchmark), scenario.task_tools, trace)
+    else:  # rvg, rvg_oracle, rvu_v1, rvu_v2: the same gated agent; the RVU ones recover after the episode
+        policy = settings.allowlist.policy_for(scenario.benchmark)
+        if defense == "rvg_oracle":  # upper bound: reads the answer key
+            gate = ToolGate(policy, scenario.task_tools, trace)
+        elif scenario.benchmark in PLANNED_BENCHMARKS:
+            gate = ToolGate(policy, None, trace, planner=request_planner(scenario, settings.rvg_policies))
+        else:  # InjecAgent, BIPIA: the protocol declares the tool of its pre-filled call
+            gate = ToolGate(policy, scenario.task_tools, trace)
         elements = [
             SystemMessage(settings.system_prompt),
             InitQuery(),

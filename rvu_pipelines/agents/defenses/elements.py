@@ -1,13 +1,15 @@
 """The defenses' AgentDojo pipeline elements and the per-episode trace they fill in.
 
 ``DetectorFilter`` (classifier), ``FathInitQuery`` / ``FathVerify`` / ``FathUntrustedTools`` /
-``FathResponse`` (FATH) and ``ToolGate`` (RVG and the RVU defenses); each records what it did in an
+``FathResponse`` (FATH, sharing one ``FathSession``) and ``ToolGate`` (RVG and the RVU defenses); each
+records what it did in an
 :class:`EpisodeTrace`, which the episode runner reads for the counts and the provenance log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,16 +18,24 @@ from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
 from agentdojo.agent_pipeline.pi_detector import PromptInjectionDetector
 from agentdojo.agent_pipeline.tool_execution import ToolsExecutor
 from agentdojo.functions_runtime import EmptyEnv, Env, FunctionCall, FunctionsRuntime
-from agentdojo.types import ChatMessage, ChatUserMessage, get_text_content_as_str, text_content_block_from_string
+from agentdojo.types import (
+    ChatAssistantMessage,
+    ChatMessage,
+    ChatUserMessage,
+    get_text_content_as_str,
+    text_content_block_from_string,
+)
 
 from rvu_pipelines.agents.defenses.allowlist import ToolPolicy
 from rvu_pipelines.agents.defenses.fath import (
-    RESPONSE_SECTION,
-    authenticated_response,
-    defang,
+    FATH_REFUSAL,
+    authorised_section,
+    message_tag,
     verify_instruction,
+    wrap_data,
     wrap_instruction,
 )
+from rvu_pipelines.agents.llm_element import parse_tool_calls
 
 FILTERED_NOTICE = "<Data omitted because a prompt injection was detected>"
 
@@ -52,7 +62,10 @@ class EpisodeTrace:
     original_outputs: dict[int, str] = field(default_factory=dict)
     filtered: dict[int, float] = field(default_factory=dict)  # tool message index -> detector score (replaced)
     rejected_instructions: int = 0  # user messages whose FATH tag did not verify
-    response_authenticated: bool | None = None  # FATH: the final answer carried a valid tag
+    rejected_replies: int = 0  # FATH: replies with no section authenticated for the user's instruction
+    response_authenticated: bool | None = None  # FATH: the last reply carried the authorised tag
+    # RVG: the tools the request may use, fixed before the first tool call (tool -> why), or None
+    planned_tools: dict[str, str] | None = None
 
 
 class DefensePipeline(AgentPipeline):
@@ -120,11 +133,20 @@ class DetectorFilter(PromptInjectionDetector):
         return query, runtime, env, updated, extra_args
 
 
-class FathInitQuery(BasePipelineElement):
-    """InitQuery for FATH: the user's query enters wrapped in its HMAC authentication tag."""
+@dataclass
+class FathSession:
+    """One episode's FATH state, shared by its elements: the episode secret and the authorised tag."""
 
-    def __init__(self, key: bytes) -> None:
-        self._key = key
+    secret: bytes = field(repr=False)
+    authorised_tag: str | None = None
+    wrapped_tools: set[int] = field(default_factory=set)
+
+
+class FathInitQuery(BasePipelineElement):
+    """InitQuery for FATH: the user's query enters inside its authorised tag (see ``wrap_instruction``)."""
+
+    def __init__(self, session: FathSession) -> None:
+        self.session = session
 
     def query(
         self,
@@ -134,19 +156,21 @@ class FathInitQuery(BasePipelineElement):
         messages: Sequence[ChatMessage] = [],
         extra_args: dict = {},  # noqa: B006 (AgentDojo's signature)
     ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
-        wrapped = wrap_instruction(self._key, query)
+        index = len(messages)
+        self.session.authorised_tag = message_tag(self.session.secret, "user", index, query)
+        wrapped = wrap_instruction(self.session.secret, query, index)
         message = ChatUserMessage(role="user", content=[text_content_block_from_string(wrapped)])
         return query, runtime, env, [*messages, message], extra_args
 
 
 class FathVerify(BasePipelineElement):
-    """Before the LLM reads them, every user message's tag is verified (constant-time compare);
-    a message whose tag is missing or forged is replaced by a notice and never reaches the model."""
+    """Before the LLM reads them, every user message's tag is verified (constant-time compare); a message
+    whose tag is missing, forged or moved is replaced by a notice and never reaches the model."""
 
     NOTICE = "[FATH: a message without a valid authentication tag was removed]"
 
-    def __init__(self, key: bytes, trace: EpisodeTrace) -> None:
-        self._key = key
+    def __init__(self, session: FathSession, trace: EpisodeTrace) -> None:
+        self.session = session
         self.trace = trace
 
     def query(
@@ -162,16 +186,18 @@ class FathVerify(BasePipelineElement):
             text = _text(message)
             if message["role"] != "user" or text == self.NOTICE:
                 continue
-            if verify_instruction(self._key, text) is None:
+            if verify_instruction(self.session.secret, text, index) is None:
                 self.trace.rejected_instructions += 1
                 updated[index] = ChatUserMessage(role="user", content=[text_content_block_from_string(self.NOTICE)])
         return query, runtime, env, updated, extra_args
 
 
 class FathUntrustedTools(BasePipelineElement):
-    """New tool outputs are wrapped as untrusted data, with any FATH markup inside them defanged."""
+    """Each new tool output goes inside its own ``<data auth="...">`` tag (never the authorised one), with
+    any FATH markup inside it defanged."""
 
-    def __init__(self, trace: EpisodeTrace) -> None:
+    def __init__(self, session: FathSession, trace: EpisodeTrace) -> None:
+        self.session = session
         self.trace = trace
 
     def query(
@@ -184,25 +210,32 @@ class FathUntrustedTools(BasePipelineElement):
     ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
         updated = list(messages)
         for index in _trailing_tool_indices(messages):
-            text = _text(messages[index])
-            if text.startswith("<untrusted_data>"):
+            if index in self.session.wrapped_tools:
                 continue
+            text = _text(messages[index])
+            self.session.wrapped_tools.add(index)
             self.trace.original_outputs.setdefault(index, text)
-            wrapped = f"<untrusted_data>\n{defang(text)}\n</untrusted_data>"
+            wrapped = wrap_data(self.session.secret, text, index)
             updated[index] = {**messages[index], "content": [text_content_block_from_string(wrapped)]}  # type: ignore[typeddict-item]
         return query, runtime, env, updated, extra_args
 
 
-class FathResponse(BasePipelineElement):
-    """After the loop: the answer is the section tagged for the user's instruction.
+def _call_key(call: FunctionCall) -> str:
+    return json.dumps([call.function, dict(call.args)], sort_keys=True, default=str)
 
-    A section with a wrong tag is dropped. A reply with no response section at all is kept as written
-    (small models often ignore the format; refusing every such reply would measure formatting, not
-    the defense) and the trace says the answer was not authenticated.
+
+class FathResponse(BasePipelineElement):
+    """FATH's rule-based parser, after every LLM call: only the authorised section of the reply is kept.
+
+    - no section tagged for the user's instruction: the reply is rejected, its text replaced by
+      ``FATH_REFUSAL`` and none of its tool calls executed (each recorded as blocked);
+    - otherwise the reply becomes the authorised section: its tool calls are the ones written inside it
+      (calls written anywhere else are blocked), and a reply with no call there is the final answer, the
+      section's text without the markup.
     """
 
-    def __init__(self, key: bytes, trace: EpisodeTrace) -> None:
-        self._key = key
+    def __init__(self, session: FathSession, trace: EpisodeTrace) -> None:
+        self.session = session
         self.trace = trace
 
     def query(
@@ -213,42 +246,85 @@ class FathResponse(BasePipelineElement):
         messages: Sequence[ChatMessage] = [],
         extra_args: dict = {},  # noqa: B006 (AgentDojo's signature)
     ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:
-        if not messages or messages[-1]["role"] != "assistant" or messages[-1].get("tool_calls"):
+        if not messages or messages[-1]["role"] != "assistant":
             return query, runtime, env, messages, extra_args
-        text = _text(messages[-1])
-        answer = authenticated_response(self._key, query, text)
-        self.trace.response_authenticated = answer is not None
-        if answer is None:
-            if RESPONSE_SECTION.search(text) is None:
-                return query, runtime, env, messages, extra_args
-            answer = RESPONSE_SECTION.sub("", text).strip()  # only forged sections: drop them
-        final = {**messages[-1], "content": [text_content_block_from_string(answer)]}
-        return query, runtime, env, [*messages[:-1], final], extra_args  # type: ignore[list-item]
+        index = len(messages) - 1
+        last = messages[-1]
+        written = list(last.get("tool_calls") or [])
+        tag = self.session.authorised_tag
+        section = authorised_section(_text(last), tag) if tag is not None else None
+        self.trace.response_authenticated = section is not None
+        if section is None:
+            self.trace.rejected_replies += 1
+            reason = "FATH: the reply has no section authenticated for the user's instruction"
+            for call in written:
+                self.trace.blocked.append(BlockedCall(index, call.function, dict(call.args), reason))
+            reply = ChatAssistantMessage(
+                role="assistant", content=[text_content_block_from_string(FATH_REFUSAL)], tool_calls=None
+            )
+            return query, runtime, env, [*messages[:-1], reply], extra_args
+        step = sum(1 for message in messages if message["role"] == "assistant") - 1
+        inside = parse_tool_calls(section, frozenset(runtime.functions), call_id_prefix=f"call-{step}")
+        ids = {_call_key(call): call.id for call in written}
+        calls = [
+            FunctionCall(function=call.function, args=call.args, id=ids.get(_call_key(call), call.id))
+            for call in inside
+        ]
+        kept = {_call_key(call) for call in calls}
+        for call in written:
+            if _call_key(call) not in kept:
+                reason = "FATH: the call was written outside the section authenticated for the user's instruction"
+                self.trace.blocked.append(BlockedCall(index, call.function, dict(call.args), reason))
+        text = f'<response auth="{tag}">\n{section}\n</response>' if calls else section
+        reply = ChatAssistantMessage(
+            role="assistant", content=[text_content_block_from_string(text)], tool_calls=calls or None
+        )
+        return query, runtime, env, [*messages[:-1], reply], extra_args
+
+
+Planner = Callable[[str, frozenset[str]], dict[str, str]]
 
 
 class ToolGate(BasePipelineElement):
     """RVG: the verifier-gated tool boundary, in place of ``ToolsExecutor``.
 
     Each call of the last assistant message is checked against the benchmark's allowlist policy and the
-    scenario's task tools. Allowed calls run through the wrapped executor; blocked calls are removed from
-    the message's ``tool_calls`` (so no judge or trace sees them as executed), recorded in the trace,
-    and the model gets a notice saying they were not executed.
+    task's allowed tools. Those come either fixed (``task_tools``: a benchmark protocol's declared tool,
+    or the answer key for ``rvg_oracle``) or from ``planner(request, declared tool names) -> {tool: why}``,
+    run once, at the first tool call, on the user's request and the runtime's tool declarations only (the
+    realistic gate: no tool output has any say). Allowed calls run through the wrapped executor; blocked
+    calls are removed from the message's ``tool_calls`` (so no judge or trace sees them as executed),
+    recorded in the trace, and the model gets a notice saying they were not executed.
     """
 
     def __init__(
         self,
         policy: ToolPolicy,
-        task_tools: frozenset[str],
+        task_tools: frozenset[str] | None,
         trace: EpisodeTrace,
         executor: BasePipelineElement | None = None,
+        *,
+        planner: Planner | None = None,
     ) -> None:
+        if (task_tools is None) == (planner is None):
+            raise ValueError("ToolGate takes exactly one of task_tools and planner")
         self.policy = policy
-        self.task_tools = frozenset(task_tools)
+        self.task_tools = frozenset(task_tools) if task_tools is not None else None
+        self.planner = planner
         self.trace = trace
         self.executor = executor or ToolsExecutor()
 
-    def check(self, call: FunctionCall) -> tuple[bool, str]:
-        return self.policy.decide(call.function, self.task_tools)
+    def allowed_tools(self, query: str, runtime: FunctionsRuntime) -> frozenset[str]:
+        if self.task_tools is None:
+            assert self.planner is not None
+            plan = self.planner(query, frozenset(runtime.functions))
+            self.trace.planned_tools = dict(sorted(plan.items()))
+            self.task_tools = frozenset(plan)
+        return self.task_tools
+
+    def check(self, call: FunctionCall, allowed: frozenset[str] | None = None) -> tuple[bool, str]:
+        tools = allowed if allowed is not None else (self.task_tools or frozenset())
+        return self.policy.decide(call.function, tools)
 
     def query(
         self,
@@ -261,10 +337,11 @@ class ToolGate(BasePipelineElement):
         if not messages or messages[-1]["role"] != "assistant" or not messages[-1].get("tool_calls"):
             return query, runtime, env, messages, extra_args
         index = len(messages) - 1
+        tools = self.allowed_tools(query, runtime)
         allowed: list[FunctionCall] = []
         notices: list[str] = []
         for call in messages[-1]["tool_calls"] or []:
-            ok, reason = self.check(call)
+            ok, reason = self.check(call, tools)
             if ok:
                 allowed.append(call)
             else:
