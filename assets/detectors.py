@@ -38,7 +38,7 @@ from rvu_pipelines.detectors import (
     registered_name,
     settings_for,
 )
-from rvu_pipelines.detectors.corpora import DESCRIPTIONS, SOURCE_DATASETS, stratified_subsample
+from rvu_pipelines.detectors.corpora import DESCRIPTIONS, SOURCE_DATASETS, cross_split_pairs, stratified_subsample
 from rvu_pipelines.detectors.evaluation import ORDER
 from rvu_pipelines.detectors.finetune import ENCODER_ROLE, EncoderRef
 from rvu_pipelines.detectors.registry import registered_ref
@@ -55,12 +55,16 @@ def _corpus(name: str, frame: pl.DataFrame) -> Corpus:
 
 
 def _split_problems(name: str, frame: pl.DataFrame) -> list[str]:
-    """What would make the evaluation invalid: a text in both splits, a split missing a label, wrong counts."""
+    """What would make the evaluation invalid: a text or a near-duplicate pair (Jaccard >= 0.5 on word
+    5-grams) in both splits, a split missing a label, wrong counts."""
     corpus = _corpus(name, frame)
     problems = []
     overlap = set(corpus.texts("train")) & set(corpus.texts("test"))
     if overlap:
         problems.append(f"{len(overlap)} texts are in both train and test")
+    twins = cross_split_pairs(frame)
+    if twins:
+        problems.append(f"{len(twins)} near-duplicate pairs across the split, e.g. {twins[:3]}")
     counts = corpus.counts()
     for split in ("train", "test"):
         for label in (0, 1):
@@ -68,8 +72,8 @@ def _split_problems(name: str, frame: pl.DataFrame) -> list[str]:
                 problems.append(f"{split} has no rows with label {label}")
     if name == "deepset":
         sizes = {s: corpus.part(s).height for s in ("train", "test")}
-        if sizes != {"train": 546, "test": 116}:
-            problems.append(f"deepset split sizes {sizes} differ from upstream 546/116")
+        if sizes != {"train": 541, "test": 116}:
+            problems.append(f"deepset split sizes {sizes} differ from 541/116 (upstream 546/116 less 5 twins)")
     else:
         fraction = corpus.part("test").height / frame.height
         if abs(fraction - 0.2) > 0.01:
@@ -93,7 +97,8 @@ def _corpus_asset(name: str) -> AssetsDefinition:
                 "split_is_clean",
                 asset=key,
                 blocking=True,
-                description="No text in both splits; both labels in both splits; split sizes as specified.",
+                description="No text and no near-duplicate pair (Jaccard >= 0.5, word 5-grams) in both splits; "
+                "both labels in both splits; split sizes as specified.",
             )
         ],
     )

@@ -1,16 +1,38 @@
 """The three detector corpora of seed 002 §5.1, built from the platform's data sets.
 
-* ``deepset``: deepset/prompt-injections with its upstream train/test split (546/116), untouched.
+* ``deepset``: deepset/prompt-injections with its upstream train/test split (546/116); the test split
+  is kept as published, the training split loses its near-duplicates of test texts (541/116, below).
 * ``jailbreak``: TrustAIRLab in-the-wild jailbreak prompts (label 1) + awesome-chatgpt-prompts
-  (label 0), stratified 80/20 with seed 42. This is the offline stand-in for the paper's
-  jackhhao/jailbreak-classification, whose jailbreak half comes from the same in-the-wild prompts and
-  whose benign half is not mirrored; :func:`jackhhao_corpus` still loads the real one from the hub.
-* ``combined``: all three sources, stratified 80/20 with seed 42 (the paper's split rule).
+  (label 0), split 80/20 by near-duplicate cluster, stratified, seed 42. This is the offline stand-in
+  for the paper's jackhhao/jailbreak-classification, whose jailbreak half comes from the same
+  in-the-wild prompts and whose benign half is not mirrored; :func:`jackhhao_corpus` still loads the
+  real one from the hub.
+* ``combined``: all three sources, split the same way.
 
 Preprocessing is the paper's: whitespace normalisation only. The two stratified corpora also drop
-exact duplicates (after normalisation) before splitting, so no test text is also a training text;
-a text that appears with both labels is dropped entirely. Every row keeps a stable ``id``
-(``source:row``) and frames are sorted by (split, id), so the same inputs give byte-identical corpora.
+exact duplicates (after normalisation), so no test text is also a training text; a text that
+appears with both labels is dropped entirely. Every row keeps a stable ``id`` (``source:row``) and
+frames are sorted by (split, id), so the same inputs give byte-identical corpora.
+
+Near-duplicates (issue 11 item 4). Exact deduplication is not enough: in-the-wild jailbreaks are
+re-posted with small edits, and 348 of the 1,355 distinct TrustAIRLab positives (26%) have a
+near-duplicate (Jaccard >= 0.5 on lowercased word 5-grams, :mod:`near_duplicates`). The paper's row-level
+``train_test_split`` put 230 such pairs across the jailbreak split (68 of 509 test texts had a
+training twin; combined: 276 pairs, 85 of 640). The stratified corpora are therefore split *by
+cluster* (connected components of the near-duplicate relation): a whole cluster goes to one side,
+with sklearn's ``StratifiedGroupKFold(5, shuffle=True, random_state=42)``, first fold = test.
+Splitting by cluster was chosen over keeping one representative per cluster because it keeps every
+distinct text (the corpora keep their 2,541 / 3,197 rows, so training data and class balance are
+unchanged and no arbitrary representative has to be picked, nor a label for the few clusters that
+mix labels), while still guaranteeing no near-twin on both sides. Clusters are small (the largest has
+28 texts, <1% of the corpus), so the test fraction and class ratio stay within 0.3 points of 20% and
+of the corpus ratio.
+
+deepset is not re-split, so its test set stays the published one (comparable with the paper and
+other work). It has 5 near-duplicate pairs across the upstream split (four short benign questions
+at Jaccard 0.5, e.g. "Does/Did the nuclear phase-out make sense?", and one injection at 0.67); the 5
+training texts of those pairs are dropped from the training split (546 -> 541), the test split is
+untouched. After that no corpus has a near-duplicate pair across its split.
 """
 
 from __future__ import annotations
@@ -21,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from rvu_pipelines.detectors.near_duplicates import cross_pairs, near_duplicates
 from rvu_pipelines.errors import DatasetUnavailableError, DetectorError
 from rvu_pipelines.settings import is_offline
 
@@ -37,11 +60,14 @@ SOURCE_DATASETS: dict[str, tuple[str, ...]] = {
 }
 
 DESCRIPTIONS = {
-    "deepset": "deepset/prompt-injections, upstream train/test split (546/116).",
-    "jailbreak": "TrustAIRLab in-the-wild jailbreaks (1) + awesome-chatgpt-prompts (0), deduplicated, stratified "
-    "80/20 seed 42: the offline stand-in for jackhhao/jailbreak-classification.",
-    "combined": "deepset + TrustAIRLab + awesome-chatgpt-prompts, deduplicated, stratified 80/20 seed 42.",
-    "jackhhao": "jackhhao/jailbreak-classification (prompt, type) from the hub, stratified 80/20 seed 42.",
+    "deepset": "deepset/prompt-injections, upstream test split (116); training split (546) less the 5 "
+    "near-duplicates of test texts.",
+    "jailbreak": "TrustAIRLab in-the-wild jailbreaks (1) + awesome-chatgpt-prompts (0), deduplicated, split 80/20 "
+    "by near-duplicate cluster, stratified, seed 42: the offline stand-in for jackhhao/jailbreak-classification.",
+    "combined": "deepset + TrustAIRLab + awesome-chatgpt-prompts, deduplicated, split 80/20 by near-duplicate "
+    "cluster, stratified, seed 42.",
+    "jackhhao": "jackhhao/jailbreak-classification (prompt, type) from the hub, split 80/20 by near-duplicate "
+    "cluster, stratified, seed 42.",
 }
 
 JACKHHAO_REPO = "jackhhao/jailbreak-classification"
@@ -102,25 +128,62 @@ def deduplicate(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.unique(subset="text", keep="first", maintain_order=True)
 
 
-def stratified_split(
-    frame: pl.DataFrame, *, test_fraction: float = TEST_FRACTION, seed: int = SPLIT_SEED
-) -> pl.DataFrame:
-    """The paper's rule: sklearn ``train_test_split(stratify=y, random_state=42)`` over rows in id order."""
-    from sklearn.model_selection import train_test_split
-
-    frame = frame.sort("id")
-    labels = frame["label"].to_numpy()
+def _require_both_labels(labels: np.ndarray) -> None:
     if len(set(labels.tolist())) < 2 or min(np.bincount(labels)) < 2:
         raise DetectorError(
             "A stratified split needs at least two rows of each label; the corpus has "
             f"{dict(zip(*np.unique(labels, return_counts=True), strict=True))}."
         )
+
+
+def stratified_split(
+    frame: pl.DataFrame, *, test_fraction: float = TEST_FRACTION, seed: int = SPLIT_SEED
+) -> pl.DataFrame:
+    """The paper's rule, row by row: sklearn ``train_test_split(stratify=y, random_state=42)`` over rows in
+    id order. It puts near-twins on both sides; the corpora use :func:`cluster_split` (kept to measure that)."""
+    from sklearn.model_selection import train_test_split
+
+    frame = frame.sort("id")
+    labels = frame["label"].to_numpy()
+    _require_both_labels(labels)
     _, test_index = train_test_split(
         np.arange(frame.height), test_size=test_fraction, stratify=labels, random_state=seed
     )
     is_test = np.zeros(frame.height, dtype=bool)
     is_test[test_index] = True
     return frame.with_columns(pl.Series("split", np.where(is_test, "test", "train")))
+
+
+def cluster_split(frame: pl.DataFrame, *, test_fraction: float = TEST_FRACTION, seed: int = SPLIT_SEED) -> pl.DataFrame:
+    """Stratified split by near-duplicate cluster: no cluster has texts on both sides (see the module doc).
+
+    ``StratifiedGroupKFold(round(1 / test_fraction), shuffle=True, random_state=seed)`` over rows in id
+    order, groups = :func:`near_duplicates.near_duplicates` clusters; its first fold is the test split.
+    """
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    frame = frame.sort("id")
+    labels = frame["label"].to_numpy()
+    _require_both_labels(labels)
+    groups = near_duplicates(frame["text"].to_list()).labels
+    folds = StratifiedGroupKFold(n_splits=round(1 / test_fraction), shuffle=True, random_state=seed)
+    _, test_index = next(folds.split(np.zeros(frame.height), labels, groups))
+    is_test = np.zeros(frame.height, dtype=bool)
+    is_test[test_index] = True
+    return frame.with_columns(pl.Series("split", np.where(is_test, "test", "train")))
+
+
+def cross_split_pairs(frame: pl.DataFrame, *, exact: bool = False) -> list[tuple[str, str]]:
+    """(train id, test id) of every near-duplicate pair across the split (``exact``: brute force, not LSH)."""
+    train, test = frame.filter(pl.col("split") == "train"), frame.filter(pl.col("split") == "test")
+    pairs = cross_pairs(train["text"].to_list(), test["text"].to_list(), exact=exact)
+    return sorted((train["id"][int(i)], test["id"][int(j)]) for i, j in pairs.tolist())
+
+
+def drop_train_twins(frame: pl.DataFrame) -> pl.DataFrame:
+    """Drop training rows that near-duplicate a test row; the test split stays as it is (deepset)."""
+    twins = {train_id for train_id, _ in cross_split_pairs(frame)}
+    return frame.filter(~pl.col("id").is_in(sorted(twins)))
 
 
 def stratified_subsample(frame: pl.DataFrame, n: int | None, *, seed: int = SPLIT_SEED) -> pl.DataFrame:
@@ -167,17 +230,20 @@ def jailbreak_rows(trustair: pl.DataFrame, awesome: pl.DataFrame) -> pl.DataFram
 
 
 def deepset_corpus(deepset: pl.DataFrame) -> Corpus:
-    """Upstream split kept as published (no deduplication: it has no duplicates and its counts are the paper's)."""
-    return _finish("deepset", deepset_rows(deepset))
+    """Upstream test split as published; training rows that near-duplicate a test row dropped (546 -> 541).
+
+    No exact deduplication: it has no exact duplicates, and its test counts are the paper's.
+    """
+    return _finish("deepset", drop_train_twins(deepset_rows(deepset)))
 
 
 def jailbreak_corpus(trustair: pl.DataFrame, awesome: pl.DataFrame) -> Corpus:
-    return _finish("jailbreak", stratified_split(deduplicate(jailbreak_rows(trustair, awesome))))
+    return _finish("jailbreak", cluster_split(deduplicate(jailbreak_rows(trustair, awesome))))
 
 
 def combined_corpus(deepset: pl.DataFrame, trustair: pl.DataFrame, awesome: pl.DataFrame) -> Corpus:
     rows = pl.concat([deepset_rows(deepset).drop("split"), jailbreak_rows(trustair, awesome)])
-    return _finish("combined", stratified_split(deduplicate(rows)))
+    return _finish("combined", cluster_split(deduplicate(rows)))
 
 
 def build_corpus(name: str, datasets: Mapping[str, pl.DataFrame]) -> Corpus:
@@ -235,8 +301,8 @@ def jackhhao_corpus(loader: HfRowLoader | None = None, revision: str = "main") -
     """jackhhao/jailbreak-classification: columns prompt, type (jailbreak | benign) -> text, label.
 
     Upstream train and test are pooled and re-split stratified 80/20 with seed 42, as the paper did
-    (its 1,306 rows gave 1,044 / 262); exact duplicates are dropped first, as for the other
-    stratified corpora.
+    (its 1,306 rows gave 1,044 / 262); exact duplicates are dropped first and the split keeps
+    near-duplicate clusters whole, as for the other stratified corpora.
     """
     load = loader or _hub_rows
     texts: list[str] = []
@@ -251,4 +317,4 @@ def jackhhao_corpus(loader: HfRowLoader | None = None, revision: str = "main") -
                 )
             texts.append(str(row["prompt"]))
             labels.append(JACKHHAO_LABELS[kind])
-    return _finish("jackhhao", stratified_split(deduplicate(_rows("jackhhao", texts, labels))))
+    return _finish("jackhhao", cluster_split(deduplicate(_rows("jackhhao", texts, labels))))
