@@ -22,9 +22,13 @@ Methods, all computing the same thing (closure v2 with depth 10, R(e) for every 
 - ours: the library: load the graph from the DuckDB store, closure_v1 + closure_v2, compute_risk
   (exact closure_sizes), TierPlan + apply_tiers on the DuckDB store and the FAISS IndexIDMap.
 
-A stage that would exceed --budget seconds is stopped and extrapolated linearly from the work done
-(nodes popped for a closure, entries scored for risk/tiers, sampled uniformly); such numbers are
-marked "~" and "extrapolated". Ratios use those estimates.
+A stage that would exceed --budget (alias --cap, default 60) seconds is stopped and extrapolated
+linearly from the work done (nodes popped for a closure, entries scored for risk/tiers, sampled
+uniformly); such numbers are marked "~". Ratios are printed twice: "MEASURED" only where the other
+method finished within the cap (else "did not finish"), and "EXTRAPOLATED" on a separate line where
+it did not. The last block names the largest size at which the seed's per-node BFS finished and the
+measured ratio there, with the extrapolations for the larger sizes apart.
+Quick:  .venv/bin/python benchmarks/bench_closure.py --sizes 10000 30000 100000 --methods seed ours --repeats 1
 """
 
 from __future__ import annotations
@@ -50,12 +54,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rvu_pipelines.provenance import DuckDBProvenanceStore, ProvenanceGraph, closure_v1, closure_v2  # noqa: E402
 from rvu_pipelines.provenance.intsets import union_ints  # noqa: E402
-from rvu_pipelines.recovery.froc import FrocPolicy, Tier, compute_risk  # noqa: E402
+from rvu_pipelines.recovery.froc import PAPER_POPULATION, FrocPolicy, Tier, compute_risk  # noqa: E402
 from rvu_pipelines.recovery.tiers import TierPlan, apply_tiers  # noqa: E402
 from rvu_pipelines.recovery.vector_index import VectorIndex  # noqa: E402
 
 MAX_DEPTH = 10
 RISK_DEPTH = 3
+
+
+def bench_policy() -> FrocPolicy:
+    """The shipped policy with the paper's spread population (|V| = the whole store), as the seed's
+    compute_risk_score divides by COUNT(*) of the store: the methods must compute the same R(e)."""
+    return FrocPolicy.load().with_spread_population(PAPER_POPULATION)
 
 
 # ------------------------------------------------------------------------------------ generator
@@ -213,9 +223,16 @@ def format_seconds(value: float) -> str:
     return f"{value * 1000:.1f} ms"
 
 
-def ratio(slow: Timing, fast: Timing) -> str:
+def measured_ratio(slow: Timing, fast: Timing) -> str:
+    """The ratio only where the slow method finished within the cap; never an extrapolation."""
+    if slow.extrapolated:
+        return "did not finish (cap)"
     value = slow.seconds / max(fast.seconds, 1e-9)
-    return f"{'~' if slow.extrapolated else ''}{value:,.0f}x"
+    return f"{value:,.1f}x" if value < 100 else f"{value:,.0f}x"
+
+
+def extrapolated_ratio(slow: Timing, fast: Timing) -> str:
+    return f"~{slow.seconds / max(fast.seconds, 1e-9):,.0f}x" if slow.extrapolated else "measured"
 
 
 # ------------------------------------------------------------------------------------ the seed's method
@@ -400,7 +417,7 @@ def run_ours_isolated(store_path: Path, index_path: Path, seeds: np.ndarray, rep
 
 
 def ours_worker(store_path: str, index_path: str, seeds_path: str) -> None:
-    result = run_ours(Path(store_path), Path(index_path), FrocPolicy.load(), np.load(seeds_path))
+    result = run_ours(Path(store_path), Path(index_path), bench_policy(), np.load(seeds_path))
     risk = result["risk"]
     print(
         json.dumps(
@@ -502,7 +519,9 @@ def run_seed(sqlite_path: Path, trace: Trace, ours: dict, budget: float) -> dict
     return {"closure": closure_timing, "risk": risk, "tiers": tier_timing, "agrees": agrees, "risk_agrees": risk_agrees}
 
 
-def report(trace: Trace, ours: dict, isolated: list[dict], seed: dict | None, nx_result: dict | None) -> list[str]:
+def report(
+    trace: Trace, ours: dict, isolated: list[dict], seed: dict | None, nx_result: dict | None
+) -> tuple[list[str], dict]:
     v1, v2, risk = ours["v1"], ours["v2"], ours["risk"]
     median = sorted(isolated, key=lambda run: run["total"])[len(isolated) // 2]
     t = median["t"]
@@ -547,14 +566,22 @@ def report(trace: Trace, ours: dict, isolated: list[dict], seed: dict | None, nx
             f"   risk {nx_result['risk']}"
         )
     lines.append(f"{'ours (numpy closure, exact sizes, DuckDB+FAISS)':<46}{str(ours_closure):>28}{str(ours_total):>40}")
+    summary: dict = {"n": trace.n, "ours_closure": ours_closure, "ours_total": ours_total}
     if seed:
         full = Timing(
             seed["closure"].seconds + seed["risk"].seconds + seed["tiers"].seconds,
             seed["closure"].extrapolated or seed["risk"].extrapolated or seed["tiers"].extrapolated,
         )
+        summary.update(seed_closure=seed["closure"], seed_full=full)
         lines.append(
-            f"{'ratio seed / ours':<46}{ratio(seed['closure'], ours_closure):>28}{ratio(full, ours_total):>40}"
+            f"{'ratio seed / ours, MEASURED':<46}{measured_ratio(seed['closure'], ours_closure):>28}"
+            f"{measured_ratio(full, ours_total):>40}"
         )
+        if seed["closure"].extrapolated or full.extrapolated:
+            lines.append(
+                f"{'ratio seed / ours, EXTRAPOLATED (capped)':<46}"
+                f"{extrapolated_ratio(seed['closure'], ours_closure):>28}{extrapolated_ratio(full, ours_total):>40}"
+            )
         agree = "not checked (seed closure capped)" if seed["agrees"] is None else str(seed["agrees"])
         lines.append(
             f"  seed closure equals ours: {agree}; seed R(e) equals ours on every scored entry: {seed['risk_agrees']}"
@@ -562,10 +589,47 @@ def report(trace: Trace, ours: dict, isolated: list[dict], seed: dict | None, nx
     if nx_result:
         full = Timing(nx_result["closure"].seconds + nx_result["risk"].seconds, nx_result["risk"].extrapolated)
         lines.append(
-            f"{'ratio networkx / ours':<46}{ratio(nx_result['closure'], ours_closure):>28}"
-            f"{ratio(full, ours_total) + ' (ours incl. tiers)':>40}"
+            f"{'ratio networkx / ours, MEASURED':<46}{measured_ratio(nx_result['closure'], ours_closure):>28}"
+            f"{measured_ratio(full, ours_total) + ' (ours incl. tiers)':>40}"
         )
+        if full.extrapolated:
+            lines.append(
+                f"{'ratio networkx / ours, EXTRAPOLATED (capped)':<46}{'':>28}"
+                f"{extrapolated_ratio(full, ours_total) + ' (ours incl. tiers)':>40}"
+            )
         lines.append(f"  networkx closure and |C({{e}})| equal ours: {nx_result['agrees']}")
+    return lines, summary
+
+
+def seed_summary(rows: list[dict], cap: float) -> list[str]:
+    """Side by side against the seed's per-node SQL BFS: measured where it finished within the cap,
+    and, on a separate labelled line, the extrapolations where it did not."""
+    rows = [r for r in rows if "seed_closure" in r]
+    if not rows:
+        return []
+    lines = [f"\n=== seed per-node BFS (SQLite) vs ours, cap {cap:g} s per stage ==="]
+    for stage, key, ours_key in (
+        ("closure v2", "seed_closure", "ours_closure"),
+        ("closure + risk + tiers", "seed_full", "ours_total"),
+    ):
+        done = [r for r in rows if not r[key].extrapolated]
+        capped = [r for r in rows if r[key].extrapolated]
+        if done:
+            best = max(done, key=lambda r: r["n"])
+            lines.append(
+                f"{stage}, MEASURED (seed finished): largest n = {best['n']:,}: seed {best[key]} vs ours "
+                f"{best[ours_key]} = {measured_ratio(best[key], best[ours_key])}; all finished sizes: "
+                + ", ".join(f"n={r['n']:,} {measured_ratio(r[key], r[ours_key])}" for r in done)
+            )
+        else:
+            lines.append(f"{stage}, MEASURED: the seed finished at none of the sizes run; run smaller --sizes")
+        if capped:
+            lines.append(
+                f"{stage}, EXTRAPOLATED (seed stopped at the cap, linear in the work done): "
+                + ", ".join(
+                    f"n={r['n']:,} ~{r[key].seconds:,.0f} s, {extrapolated_ratio(r[key], r[ours_key])}" for r in capped
+                )
+            )
     return lines
 
 
@@ -575,7 +639,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--methods", nargs="+", default=["seed", "networkx", "ours"], choices=["seed", "networkx", "ours"]
     )
-    parser.add_argument("--budget", type=float, default=20.0, help="seconds per capped stage before extrapolating")
+    parser.add_argument(
+        "--budget",
+        "--cap",
+        type=float,
+        default=60.0,
+        help="seconds a seed/networkx stage may run; past it the stage stops and is extrapolated (labelled)",
+    )
     parser.add_argument("--switch-rate", type=float, default=0.005, help="per-step probability of an adapter switch")
     parser.add_argument("--dim", type=int, default=16, help="vector dimension of the FAISS index")
     parser.add_argument("--workdir", type=Path, default=None)
@@ -585,13 +655,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.ours_worker:
         ours_worker(*args.ours_worker)
         return 0
-    policy = FrocPolicy.load()
+    policy = bench_policy()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="rvu_bench_"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(
         f"benchmark: sizes {args.sizes}, switch rate {args.switch_rate}, budget {args.budget:g}s per capped stage, "
         f"vectors d={args.dim}, {os.cpu_count()} CPUs, workdir {workdir}"
     )
+    summaries: list[dict] = []
     for n in args.sizes:
         started = time.perf_counter()
         trace = generate(n, switch_rate=args.switch_rate)
@@ -611,12 +682,16 @@ def main(argv: list[str] | None = None) -> int:
         pristine[1].unlink()
         nx_result = run_networkx(trace, ours, args.budget) if "networkx" in args.methods else None
         seed = run_seed(sqlite_path, trace, ours, args.budget) if sqlite_path else None
-        for line in report(trace, ours, isolated, seed, nx_result):
+        lines, summary = report(trace, ours, isolated, seed, nx_result)
+        summaries.append(summary)
+        for line in lines:
             print(line)
         print(f"(setup: generate + build stores {format_seconds(setup)})", flush=True)
         for path in (store_path, index_path, sqlite_path):
             if path is not None and path.exists():
                 path.unlink()
+    for line in seed_summary(summaries, args.budget):
+        print(line)
     return 0
 
 
