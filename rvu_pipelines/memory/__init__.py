@@ -9,7 +9,15 @@ from pathlib import Path
 
 from rvu_pipelines.memory.attacks import ATTACK_VECTORS, AttackOutcome, AttackSetting, AttackVector, run_attacks
 from rvu_pipelines.memory.audit import AuditLog, AuditRecord, AuditVerification, DuckDBAuditSink, verify_chain
-from rvu_pipelines.memory.evaluation import MonitorEvaluation, evaluate_monitor
+from rvu_pipelines.memory.evaluation import (
+    BenignResult,
+    MemoryRecord,
+    MonitorEvaluation,
+    UtilityResult,
+    evaluate_monitor,
+    strategyqa_records,
+    utility_cost,
+)
 from rvu_pipelines.memory.model import (
     Action,
     BatchActions,
@@ -70,6 +78,7 @@ __all__ = [
     "AuditRecord",
     "AuditVerification",
     "BatchActions",
+    "BenignResult",
     "BatchDecisions",
     "BeliefNode",
     "Channel",
@@ -81,6 +90,7 @@ __all__ = [
     "InMemoryStore",
     "Internal",
     "MemoryItem",
+    "MemoryRecord",
     "MemoryStore",
     "MonitorEvaluation",
     "Op",
@@ -97,12 +107,15 @@ __all__ = [
     "Trust",
     "UserChannel",
     "UserChannelConfig",
+    "UtilityResult",
     "Write",
     "WriteDiff",
     "default_memory_db",
     "evaluate_monitor",
     "open_memory",
     "run_attacks",
+    "strategyqa_records",
     "trust_of",
+    "utility_cost",
     "verify_chain",
 ]
