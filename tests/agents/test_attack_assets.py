@@ -59,6 +59,10 @@ def test_cell_materializes_then_rematerializes_without_inference(tmp_path) -> No
     runs = [r for r in tracker.latest_runs(20) if r.data.tags.get("cell") == "tiny/canonical/vanilla"]
     assert len(runs) == 2 and {r.data.tags["partition"] for r in runs} == {PARTITION}
     assert "asr" in runs[0].data.metrics and runs[0].data.params["defense"] == "vanilla"
+    from rvu_pipelines.code_version import code_version
+
+    assert {r.data.tags["code_version"] for r in runs} == {code_version()}  # tag (every run) and param
+    assert runs[0].data.params["code_version"] == code_version() and metadata[1]["code_version"].value == code_version()
 
 
 def test_golden_check_fails_when_a_golden_value_moves(tmp_path) -> None:
