@@ -2,10 +2,10 @@
 
 - ``attack_cell``: partitioned by benchmark × defense, so any cell of any size can be materialized or
   backfilled from the UI;
-- ``attack_table_1``: the canonical 10 scenarios under all six defenses (Table 1), checked against the
+- ``attack_table_1``: the canonical 10 scenarios under all seven defenses (Table 1), checked against the
   committed golden results — the nightly regression sweep runs it, re-running every episode against
   the current code (config ``rerun``, forced by the sweep's run tag ``rvu/sweep=nightly``);
-- ``attack_benchmark_samples``: a fixed-seed sample of each benchmark under all six defenses.
+- ``attack_benchmark_samples``: a fixed-seed sample of each benchmark under all seven defenses.
 
 Thin wrappers over rvu_pipelines.agents; every cell is one MLflow run, tagged (like every row and the
 table) with the code version that produced it.
@@ -247,7 +247,7 @@ def _golden_check(table: pl.DataFrame, profile: str, path: Path | None = None) -
 @asset(
     group_name=GROUP,
     kinds={"llama_cpp", "agentdojo", "mlflow"},
-    description="Seed 000 Table 1 (E1): the 10 canonical scenarios (configs/benchmarks.yaml) under all six "
+    description="Seed 000 Table 1 (E1): the 10 canonical scenarios (configs/benchmarks.yaml) under all seven "
     "defenses on the profile's LLM — ASR, security, utility with 95% CIs, latency, certificates emitted and "
     "verified — as a markdown table, parquet and a plot; one MLflow run per cell. Checked against the committed "
     "golden results (configs/golden/) by the nightly regression sweep.",
@@ -286,7 +286,7 @@ def attack_table_1(
     group_name=GROUP,
     kinds={"llama_cpp", "agentdojo", "mlflow"},
     description="A fixed-seed sample (config `per_benchmark`, seed 42) of every benchmark — InjecAgent dh/ds, "
-    "BIPIA email/table/code, AgentDojo — under all six defenses; one MLflow run per cell. Full benchmarks are "
+    "BIPIA email/table/code, AgentDojo — under all seven defenses; one MLflow run per cell. Full benchmarks are "
     "`attack_cell` partitions.",
 )
 def attack_benchmark_samples(

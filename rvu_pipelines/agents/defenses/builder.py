@@ -1,4 +1,4 @@
-"""The six defenses of the attack table, each an AgentDojo pipeline over the same LLM element.
+"""The seven defenses of the attack table, each an AgentDojo pipeline over the same LLM element.
 
 ``build_pipeline(defense, llm, scenario, settings)`` returns a :class:`DefensePipeline` (an
 ``AgentPipeline`` that also carries an :class:`EpisodeTrace` of what the defense did: blocked calls,
