@@ -39,7 +39,7 @@ from rvu_pipelines.detectors import (
     settings_for,
 )
 from rvu_pipelines.detectors.corpora import DESCRIPTIONS, SOURCE_DATASETS, cross_split_pairs, stratified_subsample
-from rvu_pipelines.detectors.evaluation import ORDER
+from rvu_pipelines.detectors.evaluation import LODO_DATASETS, ORDER, LodoSettings, leave_one_dataset_out
 from rvu_pipelines.detectors.finetune import ENCODER_ROLE, EncoderRef
 from rvu_pipelines.detectors.registry import registered_ref
 from rvu_pipelines.paths import state_dir
@@ -461,6 +461,92 @@ def _evaluation_asset(corpus_name: str) -> AssetsDefinition:
     return _evaluation
 
 
+LODO_KEY = "detector_leave_one_dataset_out"
+
+
+class LodoConfig(Config):
+    """Bootstrap resamples and D3 choice; ``max_test_samples`` subsamples each test split (quick runs)."""
+
+    n_bootstrap: int = 1000
+    max_test_samples: int | None = None
+    pretrained: str = Field(default="auto", description="D3: auto, protectai or nanoguard (as the evaluations).")
+
+
+def _lodo_asset() -> AssetsDefinition:
+    ins = {f"corpus_{d}": AssetIn(key=f"detector_corpus_{d}") for d in LODO_DATASETS}
+    ins |= {f"{kind}_{d}": AssetIn(key=f"detector_{kind}_{d}") for kind in ("d2", "d4") for d in LODO_DATASETS}
+
+    @asset(
+        name=LODO_KEY,
+        group_name=GROUP,
+        ins=ins,
+        description="Leave one data set out (issue 11 item 4): D2, D4 (the registered models, trained on one data "
+        f"set's training split) and D5 tested on the other data set's test split, for {' and '.join(LODO_DATASETS)} "
+        "(TrustAIRLab and awesome-chatgpt-prompts have one label each, so they count as one data set); D3 "
+        "zero-shot; the in-domain diagonal as reference. F1 with bootstrap 95% CIs, logged to MLflow.",
+        kinds={"polars", "parquet", "mlflow"},
+    )
+    def _lodo(context: AssetExecutionContext, config: LodoConfig, mlflow_tracker: MlflowTrackerResource, **inputs):
+        uri = mlflow_tracker.tracker().tracking_uri
+        corpora = {d: _corpus(d, inputs[f"corpus_{d}"]) for d in LODO_DATASETS}
+        models = {
+            d: (
+                load_registered_detector(inputs[f"d2_{d}"]["registered_name"], uri),
+                load_registered_detector(inputs[f"d4_{d}"]["registered_name"], uri),
+            )
+            for d in LODO_DATASETS
+        }
+        seconds = {
+            d: {"D2": inputs[f"d2_{d}"]["fit_s"], "D4": inputs[f"d4_{d}"]["finetune_wall_s"]} for d in LODO_DATASETS
+        }
+        pretrained = load_pretrained_detector(config.pretrained)  # type: ignore[arg-type]
+        params = {
+            "datasets": ",".join(LODO_DATASETS),
+            "n_bootstrap": config.n_bootstrap,
+            "max_test_samples": config.max_test_samples,
+            "d3_model": pretrained.record.get("model"),
+            "d3_choice": pretrained.chosen,
+            **{
+                f"{kind}_{d}_model": inputs[f"{kind}_{d}"]["registered_name"]
+                for kind in ("d2", "d4")
+                for d in LODO_DATASETS
+            },
+            **{
+                f"{kind}_{d}_version": registered_ref(models[d][i]).version
+                for i, kind in enumerate(("d2", "d4"))
+                for d in LODO_DATASETS
+            },
+        }
+        folder = state_dir() / "detectors" / "leave_one_dataset_out"
+        folder.mkdir(parents=True, exist_ok=True)
+        with mlflow_tracker.run_for(context, params=params) as run:
+            result = leave_one_dataset_out(
+                corpora,
+                d3=pretrained.detector,
+                models=models,
+                settings=LodoSettings(max_test=config.max_test_samples, n_resamples=config.n_bootstrap),
+                train_seconds=seconds,
+                log=context.log.info,
+            )
+            run.log_metrics(result.metrics())
+            (folder / "table.md").write_text(f"# Leave one data set out (F1 [95% CI])\n\n{result.markdown}\n")
+            result.table.write_csv(folder / "table.csv")
+            for path in (folder / "table.md", folder / "table.csv"):
+                run.log_artifact(path, "evaluation")
+        context.log.info(f"leave one data set out:\n{result.markdown}")
+        return Output(
+            result.table,
+            metadata={
+                "dagster/row_count": result.table.height,
+                "table": MetadataValue.md(result.markdown),
+                "mlflow_run_id": run.run_id,
+                "d3": f"{pretrained.chosen} ({pretrained.reason})",
+            },
+        )
+
+    return _lodo
+
+
 def quick_run_config(max_train_samples: int = 40, max_test_samples: int = 20, epochs: int = 1) -> dict:
     """Run config for a fast smoke materialization of every detector asset (stratified subsamples,
     NanoGuard as D3, 100 bootstrap resamples); the default config is the full evaluation."""
@@ -478,11 +564,17 @@ def quick_run_config(max_train_samples: int = 40, max_test_samples: int = 20, ep
                 "pretrained": "nanoguard",
             }
         }
+    ops[LODO_KEY] = {"config": {"max_test_samples": max_test_samples, "n_bootstrap": 100, "pretrained": "nanoguard"}}
     return {"ops": ops}
 
 
 def detector_assets() -> list[AssetsDefinition]:
-    """Corpora, D2/D4 per corpus (trained + registered), and one evaluation per corpus."""
+    """Corpora, D2/D4 per corpus (trained + registered), one evaluation per corpus, and leave one data set out."""
     return [
-        factory(name) for factory in (_corpus_asset, _d2_asset, _d4_asset, _evaluation_asset) for name in CORPUS_NAMES
+        *(
+            factory(name)
+            for factory in (_corpus_asset, _d2_asset, _d4_asset, _evaluation_asset)
+            for name in CORPUS_NAMES
+        ),
+        _lodo_asset(),
     ]
