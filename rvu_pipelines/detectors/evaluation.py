@@ -244,7 +244,7 @@ def leave_one_dataset_out(
     need_d4 = any(d in detectors for d in ("D4", "D5"))
     say = log or (lambda _message: None)
     rows: list[dict[str, object]] = []
-    d3_cache: dict[tuple[str, ...], np.ndarray] = {}
+    d3_cache: dict[str, float] = {}  # zero-shot: each text is scored once
     for source in datasets:
         seconds = dict((train_seconds or {}).get(source, {}))
         given = bool(models and source in models)
@@ -268,10 +268,10 @@ def leave_one_dataset_out(
                 scores["D4"] = d4.score(texts)
                 scores["D5"] = combine([scores["D2"], scores["D4"]], SEED_WEIGHTS)
             if "D3" in detectors and d3 is not None:
-                cached = tuple(texts)
-                if cached not in d3_cache:
-                    d3_cache[cached] = d3.score(texts)
-                scores["D3"] = d3_cache[cached]
+                new = list(dict.fromkeys(t for t in texts if t not in d3_cache))
+                if new:
+                    d3_cache.update(zip(new, d3.score(new).tolist(), strict=True))
+                scores["D3"] = np.array([d3_cache[t] for t in texts], dtype=np.float64)
             say(
                 f"{source} -> {target}: {len(texts)} test texts ({len(twins)} twins dropped) scored in "
                 f"{time.perf_counter() - start:.1f}s"

@@ -101,7 +101,8 @@ def test_leave_one_dataset_out_asset_materializes(tmp_path) -> None:
     assert result.success
     table = pl.read_parquet(tmp_path / "assets" / "detector_leave_one_dataset_out.parquet")
     assert set(zip(table["train"], table["test"], strict=True)) >= {("deepset", "jailbreak"), ("jailbreak", "deepset")}
-    assert set(table["detector"]) == {"D2", "D3", "D4", "D5"} and (table["n_test"] == 20).all()
+    assert set(table["detector"]) == {"D2", "D3", "D4", "D5"}
+    assert ((table["n_test"] + table["test_twins_dropped"]) == 20).all()  # a training near-twin is dropped
     run = next(
         r
         for r in tracker.latest_runs(50)
