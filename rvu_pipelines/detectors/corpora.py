@@ -15,7 +15,7 @@ appears with both labels is dropped entirely. Every row keeps a stable ``id`` (`
 frames are sorted by (split, id), so the same inputs give byte-identical corpora.
 
 Near-duplicates (issue 11 item 4). Exact deduplication is not enough: in-the-wild jailbreaks are
-re-posted with small edits, and 348 of the 1,355 distinct TrustAIRLab positives (26%) have a
+re-posted with small edits, and 347 of the 1,355 distinct TrustAIRLab positives (26%) have a
 near-duplicate (Jaccard >= 0.5 on lowercased word 5-grams, :mod:`near_duplicates`). The paper's row-level
 ``train_test_split`` put 230 such pairs across the jailbreak split (68 of 509 test texts had a
 training twin; combined: 276 pairs, 85 of 640). The stratified corpora are therefore split *by
