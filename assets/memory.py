@@ -6,7 +6,7 @@ from dagster import AssetCheckResult, AssetCheckSpec, AssetExecutionContext, Met
 from resources import MlflowTrackerResource
 from rvu_pipelines.detectors.corpora import CORPUS_NAMES, build_corpus
 from rvu_pipelines.memory import evaluate_monitor
-from rvu_pipelines.memory.evaluation import strategyqa_records
+from rvu_pipelines.memory.utility_cost import strategyqa_records
 
 UTILITY_WORKLOAD = "AgentPoison ReAct-StrategyQA memory"
 

@@ -9,15 +9,7 @@ from pathlib import Path
 
 from rvu_pipelines.memory.attacks import ATTACK_VECTORS, AttackOutcome, AttackSetting, AttackVector, run_attacks
 from rvu_pipelines.memory.audit import AuditLog, AuditRecord, AuditVerification, DuckDBAuditSink, verify_chain
-from rvu_pipelines.memory.evaluation import (
-    BenignResult,
-    MemoryRecord,
-    MonitorEvaluation,
-    UtilityResult,
-    evaluate_monitor,
-    strategyqa_records,
-    utility_cost,
-)
+from rvu_pipelines.memory.evaluation import BenignResult, MonitorEvaluation, evaluate_monitor
 from rvu_pipelines.memory.model import (
     Action,
     BatchActions,
@@ -49,6 +41,7 @@ from rvu_pipelines.memory.user_channel import (
     UserChannelConfig,
     WriteDiff,
 )
+from rvu_pipelines.memory.utility_cost import MemoryRecord, UtilityResult, strategyqa_records, utility_cost
 
 
 def open_memory(

@@ -35,7 +35,7 @@ def test_default_job_selects_every_asset_with_checks() -> None:
         for key in repository.asset_graph.get_all_asset_keys()
         if repository.asset_graph.get(key).group_name == "detectors"
     }
-    assert len(detectors) == 12  # trained and evaluated by detectors_job (~30 min)
+    assert len(detectors) == 13  # trained and evaluated by detectors_job (~30 min), incl. the LODO table
     assert {key.to_user_string() for key in partitioned} >= {"attack_cell"}  # benchmark × defense cells
     # D2 and D4 on deepset are trained and registered by the default job, so MLflow has models after `make run`
     default_detectors = {
