@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from rvu_pipelines.config import load_yaml_config
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import config_dir
 
@@ -111,26 +111,5 @@ def rvg_policies_path() -> Path:
 
 
 def load_rvg_policies(path: Path | str | None = None) -> RvgPolicies:
-    """Read and validate the policies; ConfigError names the file and the key."""
-    path = Path(path) if path is not None else rvg_policies_path()
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(
-            f"Cannot read the RVG policies {path}: {exc.strerror or exc}. "
-            "Restore configs/rvg_policies.yaml or set RVU_CONFIG_DIR."
-        ) from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"The RVG policies {path} are not valid YAML: {exc}") from exc
-    if not isinstance(raw, dict) or not isinstance(raw.get("agentdojo"), dict):
-        raise ConfigError(f"{path}: must be a mapping with 'agentdojo': {{suite name: policy}}.")
-    try:
-        return RvgPolicies.model_validate(raw)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" for error in exc.errors()[:5]
-        )
-        raise ConfigError(
-            f"{path}: invalid RVG policies ({problems}). Each suite takes 'read_only' (tool names) and "
-            "'intents' (name -> {tools: [...], match: [[keyword, ...], ...]})."
-        ) from exc
+    """Read and validate the policies; ConfigError names the file and the key (the shared YAML loader)."""
+    return load_yaml_config(Path(path) if path is not None else rvg_policies_path(), RvgPolicies)
