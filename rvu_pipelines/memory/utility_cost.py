@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from rvu_pipelines.memory.audit import AuditLog
@@ -49,20 +49,7 @@ class UtilityResult:
     promotion_window_s: float
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "workload": self.workload,
-            "writes": self.writes,
-            "accepted_direct": self.accepted_direct,
-            "need_user": self.need_user,
-            "endorsed": self.endorsed,
-            "by_rule": self.by_rule,
-            "promotions_needed": self.promotions_needed,
-            "promotions_accepted": self.promotions_accepted,
-            "promotions_rate_limited": self.promotions_rate_limited,
-            "episode_seconds": self.episode_seconds,
-            "max_promotions_per_window": self.max_promotions_per_window,
-            "promotion_window_s": self.promotion_window_s,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)
