@@ -121,3 +121,10 @@ class UnsafePickleError(DetectorError):
 
 class RegisteredDetectorError(DetectorError):
     """A detector is missing from the MLflow model registry, or its registered files cannot be loaded."""
+
+
+# ---- memory poisoning (rvu_pipelines.memory_poisoning): malformed memories, embeddings, calibrations
+
+
+class MemoryPoisoningInputError(RvuError):
+    """A retrieval memory, embedding matrix or calibration set cannot be used as given (the message says why)."""
