@@ -1,0 +1,31 @@
+"""Fixtures for the memory-poisoning tests: the real AgentPoison / MINJA frames and the real MiniLM."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from rvu_pipelines.data.parsers import agentpoison_strategyqa, minja
+
+
+def _files(folder: Path) -> dict[str, Path]:
+    return {p.name: p for p in folder.iterdir() if p.is_file()}
+
+
+@pytest.fixture(scope="session")
+def strategyqa_frame(shared_data: Path) -> pl.DataFrame:
+    return agentpoison_strategyqa(_files(shared_data / "agentpoison_strategyqa"))
+
+
+@pytest.fixture(scope="session")
+def minja_frame(shared_data: Path) -> pl.DataFrame:
+    return minja(_files(shared_data / "minja"))
+
+
+@pytest.fixture(scope="session")
+def embedder(tiny_models):
+    from rvu_pipelines.models.embedder import SentenceEmbedder
+
+    return SentenceEmbedder(tiny_models["embedder"].path)
