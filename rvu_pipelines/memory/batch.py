@@ -39,7 +39,7 @@ from rvu_pipelines.memory.model import (
     Write,
 )
 from rvu_pipelines.memory.rules import _BATCH_CODES, _KEY_BITS, SHARED_CODE
-from rvu_pipelines.memory.user_channel import UserChannel
+from rvu_pipelines.memory.user_channel import ContentCheck, UserChannel
 
 # ---------------------------------------------------------------- helpers for the batch path
 
@@ -121,6 +121,7 @@ class BatchPath:
     shared: str
     audit: AuditLog | None
     user_channel: UserChannel | None
+    write_check: ContentCheck | None
     _ns_names: list[str]
     _key_names: list[str]
     _key_immut: bytearray
@@ -449,10 +450,18 @@ class BatchPath:
 
         The §9.5 USER-channel policy is not applied (it needs a diff per write); see submit_batch.
         """
+        self._refuse_checked_writes(batch)
         codes, _ = self._decide_batch(batch)
         nodes = np.full(len(batch), -1, np.int64)
         self._audit_batch("batch_check", batch, codes, nodes, {})
         return BatchDecisions(codes, nodes)
+
+    def _refuse_checked_writes(self, b: BatchActions) -> None:
+        if self.write_check is not None and len(b) and bool(np.any(b.op == Op.WRITE)):
+            raise UserChannelError(
+                "With a write-time content check attached, writes are checked one by one through write() "
+                "(score many candidates at once with the detector's own batch API before writing)."
+            )
 
     def submit_batch(self, batch: BatchActions) -> BatchDecisions:
         """Decide and commit a batch in order (same result as one ``submit`` per action); audited.
@@ -461,6 +470,7 @@ class BatchPath:
         (each one gets its own diff and review), so a batch holding them is refused.
         """
         b = batch
+        self._refuse_checked_writes(b)
         if (
             self.user_channel is not None
             and len(b)

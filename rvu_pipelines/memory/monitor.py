@@ -30,7 +30,7 @@ from rvu_pipelines.memory.batch import BatchPath
 from rvu_pipelines.memory.model import BeliefNode, Channel, MemoryItem, NodeKind
 from rvu_pipelines.memory.rules import _KEY_BITS, _TRUSTED, SHARED_CODE, SingleCallPath
 from rvu_pipelines.memory.store import InMemoryStore, MemoryStore
-from rvu_pipelines.memory.user_channel import UserChannel
+from rvu_pipelines.memory.user_channel import ContentCheck, UserChannel
 
 
 class ReferenceMonitor(SingleCallPath, BatchPath):
@@ -39,7 +39,9 @@ class ReferenceMonitor(SingleCallPath, BatchPath):
     One runtime thread drives it (wrap calls in a lock to share it). Construct with a ``store`` (M_0
     is loaded from it; ``DuckDBStore`` to persist, ``InMemoryStore`` by default), an ``audit`` log
     (a fresh in-memory ``AuditLog`` by default; ``False`` disables it, for benchmarks only) and
-    optionally a ``UserChannel`` for the §9.5 mitigations.
+    optionally a ``UserChannel`` for the §9.5 mitigations and a ``write_check``: an enforced
+    content check (e.g. MEMSAD, ``rvu_pipelines.memory_poisoning.monitor_check``) run on every write
+    the rules would accept; a flagged write is rejected under Rule.WRITE_CHECK.
     """
 
     def __init__(
@@ -49,6 +51,7 @@ class ReferenceMonitor(SingleCallPath, BatchPath):
         audit: AuditLog | None | bool = None,
         shared_namespace: str = "shared",
         user_channel: UserChannel | None = None,
+        write_check: ContentCheck | None = None,
     ) -> None:
         if type(shared_namespace) is not str or not shared_namespace:
             raise NamespaceError("shared_namespace must be a non-empty string.")
@@ -57,6 +60,7 @@ class ReferenceMonitor(SingleCallPath, BatchPath):
             AuditLog() if audit is None or audit is True else None if audit is False else audit
         )
         self.user_channel = user_channel
+        self.write_check = write_check
         self.shared = shared_namespace
         # interning
         self._ns_names: list[str] = [shared_namespace]

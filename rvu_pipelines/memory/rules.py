@@ -46,10 +46,10 @@ from rvu_pipelines.memory.model import (
     Write,
     pack_decision,
 )
-from rvu_pipelines.memory.user_channel import UserChannel
+from rvu_pipelines.memory.user_channel import ContentCheck, ContentVerdict, UserChannel
 
 SHARED_CODE = 0
-_B0, _B1, _B2, _B3, _B4, _B5, _B6, _B7, _B8, _B9, _B10 = (1 << r for r in range(11))
+_B0, _B1, _B2, _B3, _B4, _B5, _B6, _B7, _B8, _B9, _B10, _B11 = (1 << r for r in range(12))
 _WRITE_REJECT_BITS = _B3 | _B4 | _B5 | _B9
 _KEY_BITS = 32
 
@@ -99,6 +99,7 @@ READ_NOT_VISIBLE = pack_decision(Op.READ, False, Rule.R9_NAMESPACE, Reason.NOT_V
 INTERNAL_OK = pack_decision(Op.INTERNAL, True, Rule.NOT_INTERPOSED, Reason.NOT_INTERPOSED, _B0)
 WRITE_RATE_LIMITED = pack_decision(Op.WRITE, False, Rule.USER_CHANNEL_POLICY, Reason.RATE_LIMITED, _B10)
 WRITE_DECLINED = pack_decision(Op.WRITE, False, Rule.USER_CHANNEL_POLICY, Reason.USER_DECLINED, _B10)
+WRITE_CONTENT_REJECTED = pack_decision(Op.WRITE, False, Rule.WRITE_CHECK, Reason.CONTENT_REJECTED, _B11)
 PROMOTE_RATE_LIMITED = pack_decision(Op.PROMOTE, False, Rule.USER_CHANNEL_POLICY, Reason.RATE_LIMITED, _B10)
 PROMOTE_DECLINED = pack_decision(Op.PROMOTE, False, Rule.USER_CHANNEL_POLICY, Reason.USER_DECLINED, _B10)
 
@@ -133,6 +134,7 @@ class SingleCallPath:
     shared: str
     audit: AuditLog | None
     user_channel: UserChannel | None
+    write_check: ContentCheck | None
     _sessions_ok: set[str]
     _immutable_keys: set[str]
     _index: dict[str, dict[str, int]]
@@ -184,11 +186,13 @@ class SingleCallPath:
             mask |= _B5
         if ns != session:
             mask |= _B9
-        extra = None
+        extra: dict[str, Any] | None = None
         if channel is _USER and self.user_channel is not None:
             code, extra = self._user_write(session, ns, key, value, mask)
         elif mask:
             code = _WRITE_CODES[mask]
+        elif (verdict := self._write_check_verdict(value)) is not None and verdict.flagged:
+            code, extra = WRITE_CONTENT_REJECTED, {"write_check": verdict.audit_view()}
         else:
             self._commit_write(ns, key, value, channel)
             code = WRITE_OK
@@ -220,8 +224,12 @@ class SingleCallPath:
             slot = self._index.get(ns, {}).get(key)
             old = None if slot is None else self._slot_value[slot]
         review = uc.review(session, ns, key, old, value, "WRITE")
+        extra = review.audit_view()
         if mask:
             code = _WRITE_CODES[mask]
+        elif (verdict := self._write_check_verdict(value)) is not None and verdict.flagged:
+            code = WRITE_CONTENT_REJECTED
+            extra["write_check"] = verdict.audit_view()
         elif not uc.write_allowed():
             code = WRITE_RATE_LIMITED
         elif not uc.approve(review):
@@ -230,7 +238,14 @@ class SingleCallPath:
             self._commit_write(ns, key, value, _USER)
             uc.note_write()
             code = WRITE_OK
-        return code, review.audit_view()
+        return code, extra
+
+    def _write_check_verdict(self, value: str) -> ContentVerdict | None:
+        """The write-time content check's verdict on a write the rules would accept (None: no check).
+
+        Unlike the USER channel's advisory check, this one is enforced: a flagged value is rejected
+        with Rule.WRITE_CHECK / CONTENT_REJECTED and the verdict lands in the audit record."""
+        return None if self.write_check is None else self.write_check.check(value)
 
     def read(self, session: str, key: str, namespace: str | None = None) -> ReadResult:
         """READ(k, σ): Rule 9 scopes σ to visible(session); Rule 1 adds a node carrying m.τ."""

@@ -122,7 +122,7 @@ class RetrievalMemory:
         """Remove live entries by key (unknown keys are ignored); returns how many were removed."""
         ids = [self._keys[k] for k in keys if k in self._keys and self._keys[k] in self._live]
         if ids:
-            self._index.remove_ids(np.asarray(ids, dtype=np.int64))
+            self._index.remove_ids(np.asarray(ids, dtype=np.int64))  # type: ignore[arg-type]  # faiss accepts ids
             self._live.difference_update(ids)
         return len(ids)
 
