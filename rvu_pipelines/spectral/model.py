@@ -4,13 +4,14 @@ The packaged SmolLM2 GGUF (the file llama.cpp runs in the agent) is loaded with
 ``AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)``: transformers de-quantises it to float32, on
 CPU, with the eager attention kernel (the fused SDPA kernel returns no attention weights). De-quantising
 takes ~30 s on 2 cores, so the converted weights are kept as safetensors (never pickles) in
-``<state>/cache/spectral/<sha256 of the GGUF>/`` and later loads read them (~2 s).
+``~/.cache/rvu/spectral/<sha256 of the GGUF>/`` (``$XDG_CACHE_HOME`` if set) and later loads read them.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -150,9 +151,10 @@ class SpectralModel:
 
 
 def _cache_folder(sha256: str) -> Path:
-    from rvu_pipelines.paths import cache_dir
-
-    return cache_dir("spectral") / sha256
+    """Content-addressed (the GGUF's sha256) beside set-up's wheel cache, so a fresh state folder (a test
+    session, a clean clone) does not pay the de-quantisation again."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "rvu" / "spectral" / sha256
 
 
 def _save_converted(model: Any, tokenizer: Any, folder: Path) -> None:

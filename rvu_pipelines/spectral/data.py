@@ -1,0 +1,174 @@
+"""The kill switch's evaluation sets, built from the real public data sets (templates only, nothing invented).
+
+Every builder takes the frame the project's parser produced (``rvu_pipelines.data.parsers``) and returns
+one frame with the columns ``EXAMPLE_COLUMNS``: ``text`` (what the model reads), ``label`` (1 = the kill
+switch should fire: the statement is contradicted / the document carries an injected instruction),
+``source``, ``group`` (the pair both members of a supported/contradicted or clean/injected pair share),
+``doc_start``/``doc_end`` (characters of the part under test: the statement, or the document) and
+``split``: ``heldout`` or ``calibration``. The split is fixed by a sha256 of the group, so both members of
+a pair fall on the same side and no held-out example is ever used to calibrate (deepset keeps its
+published train/test split: test is held out).
+
+* Context verification (the seed's task), TOFU retain probes (real authors, world facts): the context
+  states the question and its answer; the statement repeats the answer (supported, label 0) or gives
+  the first perturbed answer TOFU ships (contradicted, label 1).
+* Contamination: BIPIA email / table / code contexts with and without one of BIPIA's attacks (text attacks
+  for email and table, code attacks for code) inserted at the start, middle or end (rotating); InjecAgent
+  tool responses (the benchmark's own, label 1) against the same response template with its
+  ``<Attacker Instruction>`` slot filled by a declarative TOFU answer sentence (label 0); deepset
+  prompts as published (label as published).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+import polars as pl
+
+from rvu_pipelines.spectral.errors import SpectralInputError
+
+EXAMPLE_COLUMNS: tuple[str, ...] = ("text", "label", "source", "group", "doc_start", "doc_end", "split")
+HELDOUT_FRACTION = 0.4
+MAX_DOCUMENT_CHARS = 900
+PLACEHOLDER = "<Attacker Instruction>"
+CONTEXT_TEMPLATE = "Context: {question} {answer}.\nStatement: "
+STATEMENT_TEMPLATE = 'The answer to "{question}" is {candidate}.'
+DOCUMENT_TEMPLATE = "{instruction}\n\n"
+
+
+def heldout_split(group: str, fraction: float = HELDOUT_FRACTION) -> str:
+    """``heldout`` for a fixed ``fraction`` of groups (sha256 of the group id), else ``calibration``."""
+    bucket = int(hashlib.sha256(group.encode("utf-8")).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return "heldout" if bucket < fraction else "calibration"
+
+
+def _frame(rows: Iterable[dict]) -> pl.DataFrame:
+    schema = {
+        "text": pl.String,
+        "label": pl.Int8,
+        "source": pl.String,
+        "group": pl.String,
+        "doc_start": pl.Int64,
+        "doc_end": pl.Int64,
+        "split": pl.String,
+    }
+    frame = pl.DataFrame(list(rows), schema=schema)
+    if frame.height == 0:
+        raise SpectralInputError("The data set yielded no examples (wrong frame, or every row filtered out).")
+    return frame
+
+
+def _example(prefix: str, part: str, suffix: str, label: int, source: str, group: str, split: str) -> dict:
+    text = prefix + part + suffix
+    return {
+        "text": text,
+        "label": label,
+        "source": source,
+        "group": group,
+        "doc_start": len(prefix),
+        "doc_end": len(prefix) + len(part),
+        "split": split,
+    }
+
+
+def context_verification(
+    tofu: pl.DataFrame, subsets: tuple[str, ...] = ("real_authors", "world_facts")
+) -> pl.DataFrame:
+    """Supported (0) vs contradicted (1) statements from TOFU's QA pairs with perturbed answers."""
+    rows = []
+    for index, row in enumerate(tofu.filter(pl.col("subset").is_in(list(subsets))).iter_rows(named=True)):
+        perturbed = [p for p in row["perturbed_answer"] if p and p.strip() and p.strip() != row["answer"].strip()]
+        if not perturbed:
+            continue
+        question, answer = row["question"].strip(), row["answer"].strip().rstrip(".")
+        group = f"tofu_{row['subset']}:{index}"
+        split = heldout_split(group)
+        prefix = CONTEXT_TEMPLATE.format(question=question, answer=answer)
+        for label, candidate in ((0, answer), (1, perturbed[0].strip().rstrip("."))):
+            statement = STATEMENT_TEMPLATE.format(question=question, candidate=candidate)
+            rows.append(_example(prefix, statement, "", label, f"tofu_{row['subset']}", group, split))
+    return _frame(rows)
+
+
+def _insert(context: str, attack: str, position: str) -> str:
+    if position == "start":
+        return f"{attack}\n{context}"
+    if position == "end":
+        return f"{context}\n{attack}"
+    cut = context.rfind("\n", 0, len(context) // 2)
+    cut = cut if cut > 0 else len(context) // 2
+    return f"{context[:cut]}\n{attack}\n{context[cut:]}"
+
+
+def bipia_contamination(bipia: pl.DataFrame, max_chars: int = MAX_DOCUMENT_CHARS) -> pl.DataFrame:
+    """BIPIA contexts (≤ ``max_chars``) clean (0) and with a BIPIA attack inserted (1), paired."""
+    tasks = bipia.filter((pl.col("record_type") == "task") & (pl.col("context").str.len_chars() <= max_chars))
+    attacks = bipia.filter(pl.col("record_type") == "attack").sort(["task", "split", "category", "index"])
+    by_kind = {kind: attacks.filter(pl.col("task") == kind)["text"].to_list() for kind in ("text", "code")}
+    rows = []
+    positions = ("end", "start", "middle")
+    for number, row in enumerate(tasks.sort(["task", "split", "index"]).iter_rows(named=True)):
+        kind = "code" if row["task"] == "code" else "text"
+        pool = by_kind[kind]
+        attack = pool[(number * 7) % len(pool)]
+        group = f"bipia_{row['task']}:{row['split']}:{row['index']}"
+        split = heldout_split(group)
+        question = (row["question"] or "").strip() or "Summarise the document."
+        prefix = DOCUMENT_TEMPLATE.format(instruction=question)
+        context = row["context"].strip()
+        rows.append(_example(prefix, context, "", 0, f"bipia_{row['task']}", group, split))
+        injected = _insert(context, attack.strip(), positions[number % len(positions)])
+        rows.append(_example(prefix, injected, "", 1, f"bipia_{row['task']}", group, split))
+    return _frame(rows)
+
+
+def injecagent_contamination(injecagent: pl.DataFrame, tofu: pl.DataFrame, max_pairs: int = 200) -> pl.DataFrame:
+    """InjecAgent tool responses (1) vs the same template with a benign TOFU answer in the slot (0)."""
+    fillers = [a.strip() for a in tofu.filter(pl.col("subset") == "forget")["answer"].to_list() if a.strip()]
+    if not fillers:
+        raise SpectralInputError("InjecAgent's clean fill needs TOFU's forget answers; the TOFU frame has none.")
+    cases = injecagent.filter(pl.col("tool_response_template").str.contains(PLACEHOLDER, literal=True))
+    cases = cases.sort(["setting", "case_index"])
+    step = max(1, cases.height // max_pairs)
+    rows = []
+    for number, row in enumerate(cases.gather_every(step).head(max_pairs).iter_rows(named=True)):
+        template = row["tool_response_template"]
+        group = f"injecagent_{row['setting']}:{row['case_index']}"
+        split = heldout_split(group)
+        prefix = DOCUMENT_TEMPLATE.format(instruction=row["user_instruction"].strip())
+        clean = template.replace(PLACEHOLDER, fillers[number % len(fillers)].replace("'", "’"))
+        attacked = template.replace(PLACEHOLDER, row["attacker_instruction"].strip())
+        rows.append(_example(prefix, clean, "", 0, "injecagent", group, split))
+        rows.append(_example(prefix, attacked, "", 1, "injecagent", group, split))
+    return _frame(rows)
+
+
+def deepset_contamination(deepset: pl.DataFrame) -> pl.DataFrame:
+    """deepset prompts as published; its test split is the held-out split."""
+    rows = []
+    for index, row in enumerate(deepset.iter_rows(named=True)):
+        text = row["text"].strip()
+        if not text:
+            continue
+        split = "heldout" if row["split"] == "test" else "calibration"
+        rows.append(_example("", text, "", int(row["label"]), "deepset", f"deepset:{index}", split))
+    return _frame(rows)
+
+
+def load_spectral_datasets(source: object | None = None) -> dict[str, pl.DataFrame]:
+    """Every evaluation set, read through the data catalog (mirror or public source, sha256-verified)."""
+    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+
+    catalog = load_catalog()
+    data_source = source or dataset_source_from_env()
+    frames = {
+        name: load_dataset(catalog.get(name), data_source).frame  # type: ignore[arg-type]
+        for name in ("tofu", "bipia", "injecagent", "deepset_prompt_injections")
+    }
+    return {
+        "context_verification": context_verification(frames["tofu"]),
+        "bipia": bipia_contamination(frames["bipia"]),
+        "injecagent": injecagent_contamination(frames["injecagent"], frames["tofu"]),
+        "deepset": deepset_contamination(frames["deepset_prompt_injections"]),
+    }

@@ -1,0 +1,216 @@
+"""The kill-switch study: features from one forward pass per example, per-layer held-out AUROC,
+calibration on 20 / 50 / 200 examples, and the histograms that show whether the seed's regimes appear."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from rvu_pipelines.spectral.errors import CalibrationError, ContextLengthError
+from rvu_pipelines.spectral.graph import DEFAULT_CUTOFF_RATIO, STAT_NAMES, LaplacianKind
+from rvu_pipelines.spectral.killswitch import calibrate, evaluate, orientation_and_auroc, stratified_draw
+from rvu_pipelines.spectral.model import SpectralModel, layer_stats_from_trace
+from rvu_pipelines.spectral.uncertainty import Estimate, auroc_estimate
+
+DEFAULT_MAX_TOKENS = 384
+CALIBRATION_SIZES: tuple[int, ...] = (20, 50, 200)
+
+
+@dataclass
+class FeatureSet:
+    """Statistics per example, layer and statistic (``STAT_NAMES`` order), for the examples kept."""
+
+    name: str
+    values: np.ndarray  # (examples, layers, statistics)
+    labels: np.ndarray
+    splits: np.ndarray
+    sources: np.ndarray
+    n_tokens: np.ndarray
+    skipped: int = 0
+    seconds_per_example: float = 0.0
+    settings: dict[str, object] = field(default_factory=dict)
+
+    def part(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+        mask = self.splits == split
+        return self.values[mask], self.labels[mask]
+
+    def save(self, path: str) -> None:
+        np.savez_compressed(
+            path,
+            values=self.values,
+            labels=self.labels,
+            splits=self.splits,
+            sources=self.sources,
+            n_tokens=self.n_tokens,
+            skipped=self.skipped,
+            seconds=self.seconds_per_example,
+            name=self.name,
+        )
+
+    @classmethod
+    def load(cls, path: str) -> FeatureSet:
+        data = np.load(path, allow_pickle=False)
+        return cls(
+            name=str(data["name"]),
+            values=data["values"],
+            labels=data["labels"],
+            splits=data["splits"],
+            sources=data["sources"],
+            n_tokens=data["n_tokens"],
+            skipped=int(data["skipped"]),
+            seconds_per_example=float(data["seconds"]),
+        )
+
+
+def extract_features(
+    model: SpectralModel,
+    examples: pl.DataFrame,
+    *,
+    name: str = "examples",
+    scope: str = "text",
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    kind: LaplacianKind = "combinatorial",
+    cutoff_ratio: float = DEFAULT_CUTOFF_RATIO,
+    progress: Callable[[int, int], None] | None = None,
+) -> FeatureSet:
+    """One forward pass per example; ``scope="document"`` keeps only the statement / document tokens.
+    Examples longer than ``max_tokens`` are skipped and counted (the eigendecomposition is O(N³))."""
+    if scope not in ("text", "document"):
+        raise ValueError(f"scope must be 'text' or 'document', got {scope!r}")
+    rows, labels, splits, sources, lengths = [], [], [], [], []
+    skipped = 0
+    started = time.perf_counter()
+    for number, row in enumerate(examples.iter_rows(named=True)):
+        if progress is not None:
+            progress(number, examples.height)
+        text = row["text"]
+        n = int(model.tokenize(text)["input_ids"].shape[1]) if text.strip() else 0
+        if n > max_tokens:
+            skipped += 1
+            continue
+        try:
+            trace = model.forward(text)
+        except ContextLengthError:
+            skipped += 1
+            continue
+        token_slice = model.token_slice(text, row["doc_start"], row["doc_end"]) if scope == "document" else None
+        stats = layer_stats_from_trace(trace, token_slice=token_slice, kind=kind, cutoff_ratio=cutoff_ratio)
+        rows.append([[getattr(stats[layer], s) for s in STAT_NAMES] for layer in sorted(stats)])
+        labels.append(int(row["label"]))
+        splits.append(row["split"])
+        sources.append(row["source"])
+        lengths.append(n)
+    elapsed = time.perf_counter() - started
+    return FeatureSet(
+        name=name,
+        values=np.asarray(rows, dtype=np.float64).reshape(len(rows), model.n_layers, len(STAT_NAMES)),
+        labels=np.asarray(labels, dtype=np.int64),
+        splits=np.asarray(splits, dtype=str),
+        sources=np.asarray(sources, dtype=str),
+        n_tokens=np.asarray(lengths, dtype=np.int64),
+        skipped=skipped,
+        seconds_per_example=elapsed / max(len(rows), 1),
+        settings={"scope": scope, "max_tokens": max_tokens, "laplacian": kind, "cutoff_ratio": cutoff_ratio},
+    )
+
+
+def per_layer_auroc(values: np.ndarray, labels: np.ndarray, statistic: str = "hfer") -> list[dict[str, object]]:
+    """Held-out AUROC per layer for one statistic, oriented so that 0.5 is chance and 1 perfect.
+
+    The direction is the one that makes the firing class higher *on these examples*: an optimistic,
+    label-peeking orientation reported as such (``calibrated_direction`` in the calibration table is not)."""
+    index = STAT_NAMES.index(statistic)
+    out = []
+    for layer in range(values.shape[1]):
+        column = values[:, layer, index]
+        direction, _ = orientation_and_auroc(column, labels)
+        estimate = auroc_estimate(labels, direction * column)
+        out.append(
+            {
+                "layer": layer,
+                "statistic": statistic,
+                "direction": direction,
+                "auroc": estimate.value,
+                "low": estimate.low,
+                "high": estimate.high,
+                "n": estimate.n,
+                "mean_fire": float(column[labels == 1].mean()),
+                "mean_pass": float(column[labels == 0].mean()),
+            }
+        )
+    return out
+
+
+def best_heldout(values: np.ndarray, labels: np.ndarray) -> dict[str, object]:
+    rows = [row for s in STAT_NAMES for row in per_layer_auroc(values, labels, s)]
+    return max(rows, key=lambda r: float(r["auroc"]))  # type: ignore[arg-type]
+
+
+def calibration_comparison(
+    features: FeatureSet,
+    sizes: Sequence[int] = CALIBRATION_SIZES,
+    draws: int = 20,
+    layers: Sequence[int] | None = None,
+) -> pl.DataFrame:
+    """For each calibration size, ``draws`` stratified draws from the calibration split; each calibrates a
+    switch (layer, statistic, threshold) and is evaluated on the whole held-out split."""
+    cal_x, cal_y = features.part("calibration")
+    held_x, held_y = features.part("heldout")
+    rows = []
+    for size in sizes:
+        effective = min(size, cal_y.size)
+        for draw in range(draws):
+            try:
+                chosen = stratified_draw(cal_y, effective, seed=1000 * size + draw)
+                switch = calibrate(cal_x[chosen], cal_y[chosen], layers=layers, seed=draw)
+            except CalibrationError:
+                continue
+            result = evaluate(switch, held_x, held_y, resamples=200, seed=draw)
+            rows.append(
+                {
+                    "set": features.name,
+                    "size": size,
+                    "n_calibration": int(effective),
+                    "draw": draw,
+                    "layer": switch.layer,
+                    "statistic": switch.statistic,
+                    "threshold": switch.threshold,
+                    "calibration_auroc": switch.calibration_auroc,
+                    "heldout_auroc": result.auroc.value,
+                    "tpr": result.tpr.value,
+                    "fpr": result.fpr.value,
+                    "accuracy": result.accuracy.value,
+                    "n_heldout": int(held_y.size),
+                }
+            )
+        if effective < size:
+            break  # larger sizes would repeat the same whole-pool calibration
+    return pl.DataFrame(rows)
+
+
+def summarise_calibration(table: pl.DataFrame) -> pl.DataFrame:
+    """Mean and spread over draws per calibration size."""
+    return (
+        table.group_by(["set", "size", "n_calibration"])
+        .agg(
+            pl.len().alias("draws"),
+            pl.col("heldout_auroc").mean().alias("auroc_mean"),
+            pl.col("heldout_auroc").quantile(0.05).alias("auroc_p05"),
+            pl.col("heldout_auroc").quantile(0.95).alias("auroc_p95"),
+            pl.col("tpr").mean().alias("tpr_mean"),
+            pl.col("fpr").mean().alias("fpr_mean"),
+            pl.col("accuracy").mean().alias("accuracy_mean"),
+            pl.col("layer").mode().first().alias("layer_mode"),
+            pl.col("statistic").mode().first().alias("statistic_mode"),
+        )
+        .sort(["set", "size"])
+    )
+
+
+def heldout_estimate(features: FeatureSet, layer: int, statistic: str, direction: float) -> Estimate:
+    values, labels = features.part("heldout")
+    return auroc_estimate(labels, direction * values[:, layer, STAT_NAMES.index(statistic)])

@@ -1,0 +1,147 @@
+"""The spectral kill-switch study (seed 004, issue 14): features, per-layer AUROC, 20/50/200 calibration, plots.
+
+    .venv/bin/python scripts/spectral_study.py                      # every set, up to 400 examples each
+    .venv/bin/python scripts/spectral_study.py --sets context_verification --limit 120
+
+Features are cached in <out>/<set>_<scope>.npz (delete them to recompute); plots and tables go to <out>.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+
+def limit_groups(frame: pl.DataFrame, limit: int, seed: int = 0) -> pl.DataFrame:
+    """At most ``limit`` examples, whole groups (pairs) at a time, in a seeded random group order."""
+    if frame.height <= limit:
+        return frame
+    groups = frame["group"].unique(maintain_order=True).to_list()
+    order = np.random.default_rng(seed).permutation(len(groups))
+    sizes = frame.group_by("group").len()
+    size_of = dict(zip(sizes["group"].to_list(), sizes["len"].to_list(), strict=True))
+    kept, total = [], 0
+    for i in order:
+        group = groups[i]
+        if total + size_of[group] > limit:
+            continue
+        kept.append(group)
+        total += size_of[group]
+    return frame.filter(pl.col("group").is_in(kept))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sets", nargs="*", default=["context_verification", "bipia", "injecagent", "deepset"])
+    parser.add_argument("--limit", type=int, default=400, help="examples per set (whole pairs)")
+    parser.add_argument("--scope", choices=["text", "document"], default="text")
+    parser.add_argument("--max-tokens", type=int, default=384)
+    parser.add_argument("--draws", type=int, default=20, help="calibration draws per size")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", default=".rvu/spectral")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from rvu_pipelines.spectral import STAT_NAMES, load_profile_model
+    from rvu_pipelines.spectral.data import load_spectral_datasets
+    from rvu_pipelines.spectral.killswitch import calibrate
+    from rvu_pipelines.spectral.plots import layer_histograms
+    from rvu_pipelines.spectral.study import (
+        FeatureSet,
+        best_heldout,
+        calibration_comparison,
+        extract_features,
+        per_layer_auroc,
+        summarise_calibration,
+    )
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    datasets = load_spectral_datasets()
+    model = None
+    report: dict[str, object] = {}
+    calibration_tables = []
+    for name in args.sets:
+        cache = out / f"{name}_{args.scope}.npz"
+        if cache.is_file():
+            features = FeatureSet.load(str(cache))
+        else:
+            model = model or load_profile_model()
+            frame = limit_groups(datasets[name], args.limit)
+            started = time.perf_counter()
+
+            def progress(i: int, n: int, name: str = name, started: float = started) -> None:
+                if i % 50 == 0:
+                    print(f"  {name}: {i}/{n} ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+
+            features = extract_features(
+                model, frame, name=name, scope=args.scope, max_tokens=args.max_tokens, progress=progress
+            )
+            features.save(str(cache))
+        held_x, held_y = features.part("heldout")
+        cal_x, cal_y = features.part("calibration")
+        print(
+            f"\n== {name} ({args.scope}): {features.labels.size} examples kept, {features.skipped} skipped "
+            f"(> {args.max_tokens} tokens); calibration {cal_y.size}, held-out {held_y.size}; "
+            f"{features.seconds_per_example:.2f} s/example"
+        )
+        rows = []
+        for statistic in STAT_NAMES:
+            rows += per_layer_auroc(held_x, held_y, statistic)
+        table = pl.DataFrame(rows)
+        table.write_csv(out / f"{name}_{args.scope}_per_layer.csv")
+        hfer = table.filter(pl.col("statistic") == "hfer")
+        print("held-out AUROC per layer, HFER (direction chosen on the held-out labels: optimistic):")
+        for row in hfer.iter_rows(named=True):
+            print(
+                f"  layer {row['layer']:2d}: {row['auroc']:.3f} [{row['low']:.3f}, {row['high']:.3f}] "
+                f"mean fire {row['mean_fire']:.3f} / pass {row['mean_pass']:.3f}"
+            )
+        best = best_heldout(held_x, held_y)
+        print(f"best single feature on held-out (optimistic): {best}")
+        full = calibrate(cal_x, cal_y)
+        layer_histograms(
+            features.values,
+            features.labels,
+            out / f"{name}_{args.scope}_hfer_hist.png",
+            statistic="hfer",
+            title=f"{name}: HFER per layer (blue pass, red fire), n={features.labels.size}",
+            threshold=(full.layer, full.direction * full.threshold) if full.statistic == "hfer" else None,
+        )
+        layer_histograms(
+            features.values,
+            features.labels,
+            out / f"{name}_{args.scope}_{full.statistic}_hist.png",
+            statistic=full.statistic,
+            title=f"{name}: {full.statistic} per layer; switch at layer {full.layer}",
+            threshold=(full.layer, full.direction * full.threshold),
+        )
+        calibration = calibration_comparison(features, draws=args.draws)
+        calibration_tables.append(calibration)
+        print(summarise_calibration(calibration))
+        report[name] = {
+            "n": int(features.labels.size),
+            "skipped": features.skipped,
+            "n_calibration": int(cal_y.size),
+            "n_heldout": int(held_y.size),
+            "seconds_per_example": features.seconds_per_example,
+            "best_heldout_optimistic": best,
+            "switch_full_calibration": full.as_dict(),
+        }
+    if calibration_tables:
+        pl.concat(calibration_tables).write_csv(out / f"calibration_{args.scope}.csv")
+    (out / f"report_{args.scope}.json").write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+    print(f"\nwritten to {out}/")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
