@@ -71,24 +71,27 @@ def extract_features(
     examples: pl.DataFrame,
     *,
     name: str = "examples",
-    scope: str = "text",
+    scopes: Sequence[str] = ("text",),
     max_tokens: int = DEFAULT_MAX_TOKENS,
     kind: LaplacianKind = "combinatorial",
     cutoff_ratio: float = DEFAULT_CUTOFF_RATIO,
     progress: Callable[[int, int], None] | None = None,
-) -> FeatureSet:
-    """One forward pass per example; ``scope="document"`` keeps only the statement / document tokens.
-    Examples longer than ``max_tokens`` are skipped and counted (the eigendecomposition is O(N³))."""
-    if scope not in ("text", "document"):
-        raise ValueError(f"scope must be 'text' or 'document', got {scope!r}")
-    rows, labels, splits, sources, lengths = [], [], [], [], []
+) -> dict[str, FeatureSet]:
+    """One forward pass per example, statistics per scope: ``text`` (the whole token graph) and/or
+    ``document`` (the induced subgraph of the statement / document tokens). Examples longer than
+    ``max_tokens`` are skipped and counted (the eigendecomposition is O(N³))."""
+    bad = [scope for scope in scopes if scope not in ("text", "document")]
+    if bad or not scopes:
+        raise ValueError(f"scopes must be 'text' and/or 'document', got {list(scopes)}")
+    rows: dict[str, list] = {scope: [] for scope in scopes}
+    labels, splits, sources, lengths = [], [], [], []
     skipped = 0
     started = time.perf_counter()
     for number, row in enumerate(examples.iter_rows(named=True)):
         if progress is not None:
             progress(number, examples.height)
         text = row["text"]
-        n = int(model.tokenize(text)["input_ids"].shape[1]) if text.strip() else 0
+        n = int(model.tokenize(text)["input_ids"].shape[1])
         if n > max_tokens:
             skipped += 1
             continue
@@ -97,25 +100,29 @@ def extract_features(
         except ContextLengthError:
             skipped += 1
             continue
-        token_slice = model.token_slice(text, row["doc_start"], row["doc_end"]) if scope == "document" else None
-        stats = layer_stats_from_trace(trace, token_slice=token_slice, kind=kind, cutoff_ratio=cutoff_ratio)
-        rows.append([[getattr(stats[layer], s) for s in STAT_NAMES] for layer in sorted(stats)])
+        for scope in scopes:
+            token_slice = model.token_slice(text, row["doc_start"], row["doc_end"]) if scope == "document" else None
+            stats = layer_stats_from_trace(trace, token_slice=token_slice, kind=kind, cutoff_ratio=cutoff_ratio)
+            rows[scope].append([[getattr(stats[layer], s) for s in STAT_NAMES] for layer in sorted(stats)])
         labels.append(int(row["label"]))
         splits.append(row["split"])
         sources.append(row["source"])
         lengths.append(n)
     elapsed = time.perf_counter() - started
-    return FeatureSet(
-        name=name,
-        values=np.asarray(rows, dtype=np.float64).reshape(len(rows), model.n_layers, len(STAT_NAMES)),
-        labels=np.asarray(labels, dtype=np.int64),
-        splits=np.asarray(splits, dtype=str),
-        sources=np.asarray(sources, dtype=str),
-        n_tokens=np.asarray(lengths, dtype=np.int64),
-        skipped=skipped,
-        seconds_per_example=elapsed / max(len(rows), 1),
-        settings={"scope": scope, "max_tokens": max_tokens, "laplacian": kind, "cutoff_ratio": cutoff_ratio},
-    )
+    return {
+        scope: FeatureSet(
+            name=name,
+            values=np.asarray(rows[scope], dtype=np.float64).reshape(len(labels), model.n_layers, len(STAT_NAMES)),
+            labels=np.asarray(labels, dtype=np.int64),
+            splits=np.asarray(splits, dtype=str),
+            sources=np.asarray(sources, dtype=str),
+            n_tokens=np.asarray(lengths, dtype=np.int64),
+            skipped=skipped,
+            seconds_per_example=elapsed / max(len(labels), 1),
+            settings={"scope": scope, "max_tokens": max_tokens, "laplacian": kind, "cutoff_ratio": cutoff_ratio},
+        )
+        for scope in scopes
+    }
 
 
 def per_layer_auroc(values: np.ndarray, labels: np.ndarray, statistic: str = "hfer") -> list[dict[str, object]]:

@@ -1,0 +1,120 @@
+"""The spectral kill switch's cost (seed 004 claims < 1 ms; issue 14's goals: the statistic alone < 1 ms per
+layer at 512 tokens, the whole gate < 5 % over a plain forward pass).
+
+Text: real BIPIA email contexts from the mirror, concatenated and cut to exactly ``--tokens`` tokens.
+1. The statistic alone, per layer: symmetrised head-mean adjacency, Laplacian, full eigendecomposition
+   (numpy eigh, float64), projection of the 576-dimensional hidden states, HFER / entropy / Fiedler /
+   smoothness. Median over layers × repeats, from one real forward pass's attention and hidden states.
+2. The gate vs a plain forward pass (same transformers model, float32, CPU, eager attention):
+   plain = ``model(ids)`` with no attention / hidden-state outputs; gate = forward with both outputs +
+   the statistic at one layer. Also the gate that stops after the chosen early layer (what an inline
+   switch at layer ℓ needs). Medians over repeats; ratios measured side by side.
+
+    .venv/bin/python benchmarks/bench_spectral.py [--tokens 512] [--repeats 5] [--layer 3] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+
+def real_text(tokenizer, n_tokens: int) -> str:  # type: ignore[no-untyped-def]
+    from rvu_pipelines.spectral.data import load_spectral_datasets
+
+    bipia = load_spectral_datasets()["bipia"]
+    parts, ids = [], []
+    for row in bipia.filter(bipia["label"] == 0).iter_rows(named=True):
+        parts.append(row["text"][row["doc_start"] : row["doc_end"]])
+        ids = tokenizer("\n\n".join(parts))["input_ids"]
+        if len(ids) >= n_tokens:
+            break
+    return tokenizer.decode(ids[:n_tokens])
+
+
+def median_ms(fn, repeats: int) -> float:  # type: ignore[no-untyped-def]
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000.0)
+    return statistics.median(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=512)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--layer", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from rvu_pipelines.spectral import attention_adjacency, load_profile_model, spectral_stats
+
+    model = load_profile_model()
+    text = real_text(model.tokenizer, args.tokens)
+    trace = model.forward(text)
+    n = len(trace.tokens)
+    print(
+        f"model {model.name}: {model.n_layers} layers, {model.n_heads} heads; text {n} tokens; {args.threads} threads"
+    )
+
+    per_layer = []
+    for layer in range(model.n_layers):
+        attention, signal = trace.attentions[layer], trace.hidden_states[layer]
+        per_layer.append(
+            median_ms(lambda a=attention, x=signal: spectral_stats(attention_adjacency(a), x), args.repeats)
+        )
+    eigh_only = median_ms(lambda: np.linalg.eigh(np.eye(n) + attention_adjacency(trace.attentions[0])), args.repeats)
+    print(
+        f"1. statistic alone, per layer at {n} tokens: median {statistics.median(per_layer):.2f} ms "
+        f"(min {min(per_layer):.2f}, max {max(per_layer):.2f}; of which eigh {eigh_only:.2f} ms); goal < 1 ms"
+    )
+
+    encoded = model.tokenizer(text, return_tensors="pt")
+
+    def plain() -> None:
+        with torch.inference_mode():
+            model.model(**encoded, use_cache=False)
+
+    def gate() -> None:
+        model.layer_stats(text, layers=[args.layer])
+
+    def early_gate() -> None:
+        layers = model.model.model.layers
+        keep = model.model.config.num_hidden_layers
+        try:  # run only the layers the switch reads (0..ℓ)
+            model.model.model.layers = layers[: args.layer + 1]
+            model.model.config.num_hidden_layers = args.layer + 1
+            with torch.inference_mode():
+                out = model.model.model(**encoded, output_attentions=True, output_hidden_states=True, use_cache=False)
+            spectral_stats(
+                attention_adjacency(out.attentions[args.layer][0].numpy()),
+                out.hidden_states[args.layer + 1][0].numpy(),
+            )
+        finally:
+            model.model.model.layers = layers
+            model.model.config.num_hidden_layers = keep
+
+    plain_ms = median_ms(plain, args.repeats)
+    gate_ms = median_ms(gate, args.repeats)
+    early_ms = median_ms(early_gate, args.repeats)
+    print(
+        f"2. plain forward {plain_ms:.1f} ms; gate (forward with attentions + statistic at layer {args.layer}) "
+        f"{gate_ms:.1f} ms = {100 * (gate_ms / plain_ms - 1):+.1f} %; goal < +5 %"
+    )
+    print(
+        f"   early-exit gate (layers 0..{args.layer} only + statistic) {early_ms:.1f} ms = "
+        f"{100 * early_ms / plain_ms:.1f} % of a plain forward pass (it runs before, not instead of, generation)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
