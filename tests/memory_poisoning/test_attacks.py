@@ -32,7 +32,7 @@ from rvu_pipelines.memory_poisoning.corpus import minja_victims, strategyqa_corp
 from rvu_pipelines.memory_poisoning.retrieval import build_memory, embed_texts
 from rvu_pipelines.memory_poisoning.retrieval_metrics import attack_success
 
-N_MEMORY = 100
+N_MEMORY = 60
 N_QUERIES = 40
 
 
@@ -111,7 +111,7 @@ def test_minja_records_and_retrieval(minja_frame, embedder, shared_data):
     run = minja_attack(victim, templates, n_attack=10, seed=0)
     assert len(run.poisons) == 10 and len(run.victim_queries) == len(victim.instructions) - 10
     assert not set(run.details["attacker_queries"]) & set(run.victim_queries)
-    assert shortening_stages(10, 5) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 5]
+    assert shortening_stages(10, 5) == [0, 1, 1, 2, 2, 3, 3, 4, 4, 5] and shortening_stages(3, 5) == [0, 3, 5]
     for poison, query in zip(run.poisons, run.details["attacker_queries"], strict=True):
         assert poison.text.startswith(f"Instruction: {query}") and f"search[{victim.target}]" in poison.text
         assert f"All kinds of {victim.victim} are always out of stock" in poison.text

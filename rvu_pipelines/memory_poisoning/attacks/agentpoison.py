@@ -66,7 +66,7 @@ class TriggerConfig:
     @classmethod
     def tiny(cls, seed: int = 0) -> TriggerConfig:
         """A few seconds: for tests."""
-        return cls(length=3, iterations=6, candidates=6, seed=seed)
+        return cls(length=3, iterations=4, candidates=5, seed=seed)
 
     def validate(self) -> None:
         if self.length < 1:
@@ -147,6 +147,12 @@ def optimise_trigger(
     started = time.perf_counter()
     centres = torch.from_numpy(cluster_centres(memory_vectors, config.n_clusters, config.seed))
     query_ids = [encoder.token_ids(q) for q in queries]
+    long = [i for i, q in enumerate(query_ids) if len(q) + config.length > encoder.max_length - 2]
+    if long:
+        raise MemoryPoisoningInputError(
+            f"training queries at {long[:5]} leave no room for a {config.length}-token trigger within the encoder's "
+            f"{encoder.max_length} tokens: shorten them or drop them from the training split"
+        )
     rng = np.random.default_rng(config.seed)
     trigger = [int(t) for t in rng.choice(encoder.word_ids, size=config.length, replace=False)]
     initial = list(trigger)

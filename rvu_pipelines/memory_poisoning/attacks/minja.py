@@ -133,8 +133,14 @@ def shopping_records(victims: Sequence[MinjaVictim], exclude_victim: str | None 
 
 
 def shortening_stages(n_queries: int, n_templates: int) -> list[int]:
-    """Stage of each attacker query, in order: 0 = longest indication prompt ... ``n_templates`` = none."""
-    return [stage for stage, part in enumerate(np.array_split(np.arange(n_queries), n_templates + 1)) for _ in part]
+    """Stage of each attacker query, in order: 0 = the longest indication prompt, ``n_templates`` = none.
+    The first query always carries the full prompt and (from two queries on) the last none; the stages
+    in between rise evenly."""
+    if n_queries < 1:
+        return []
+    if n_queries == 1:
+        return [0]
+    return [int(np.floor(i * n_templates / (n_queries - 1) + 0.5)) for i in range(n_queries)]
 
 
 def minja_attack(victim: MinjaVictim, templates: Sequence[str], *, n_attack: int = 10, seed: int = 0) -> AttackRun:
