@@ -37,6 +37,7 @@ class KillSwitch:
     threshold: float
     calibration_auroc: float
     n_calibration: int
+    scale: float = 1.0  # pooled within-class std of the calibration scores (the probability's slope)
 
     def score(self, features: np.ndarray) -> np.ndarray:
         """Oriented scores from features shaped (examples, layers, statistics) in ``STAT_NAMES`` order."""
@@ -44,6 +45,12 @@ class KillSwitch:
 
     def fires(self, features: np.ndarray) -> np.ndarray:
         return self.score(features) >= self.threshold
+
+    def probability(self, features: np.ndarray) -> np.ndarray:
+        """A monotone map of the score to (0, 1) that is exactly 0.5 at the threshold, so "fires" and
+        "probability ≥ 0.5" agree: ``sigmoid((s − t) / scale)``."""
+        z = (self.score(features) - self.threshold) / max(self.scale, 1e-12)
+        return 1.0 / (1.0 + np.exp(-np.clip(z, -50.0, 50.0)))
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -150,7 +157,8 @@ def calibrate(
     layer, statistic, direction, area = select_layer(x, y, layers)
     scores = direction * x[:, layer, STAT_NAMES.index(statistic)]
     threshold = bayes_threshold(scores, y, seed=seed)
-    return KillSwitch(layer, statistic, direction, threshold, area, int(y.size))
+    pooled = float(np.sqrt((np.var(scores[y == 0]) + np.var(scores[y == 1])) / 2.0))
+    return KillSwitch(layer, statistic, direction, threshold, area, int(y.size), scale=pooled if pooled > 0 else 1.0)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_N_CTX = 2048
 _CACHE_LOCK = threading.Lock()
+_FORWARD_LOCK = threading.Lock()
 _LOADED: dict[tuple[str, str], SpectralModel] = {}
 
 
@@ -103,14 +104,30 @@ class SpectralModel:
             )
         return dict(encoded)
 
-    def forward(self, text: str) -> ForwardTrace:
-        """One forward pass with attentions and hidden states (float32 numpy, batch dimension dropped)."""
+    def forward(self, text: str, up_to_layer: int | None = None) -> ForwardTrace:
+        """One forward pass with attentions and hidden states (float32 numpy, batch dimension dropped).
+
+        ``up_to_layer=ℓ`` stops early: only layers 0..ℓ+1 run (an inline switch at an early layer pays a
+        fraction of a forward pass) and the trace holds those layers. One layer past ℓ runs because
+        transformers records the *final-norm* output as the last hidden state: ℓ's own output is exact only
+        while ℓ is not the last layer run (so the last model layer's signal is post-norm in every mode)."""
         import torch
 
         encoded = self.tokenize(text)
         encoded.pop("offset_mapping", None)
-        with torch.inference_mode():
-            outputs = self.model(**encoded, output_attentions=True, output_hidden_states=True, use_cache=False)
+        run = (
+            self.n_layers
+            if up_to_layer is None
+            else min(self.n_layers, _check_layers([up_to_layer], self.n_layers)[0] + 2)
+        )
+        with _FORWARD_LOCK, torch.inference_mode():
+            config = self.model.config
+            try:
+                config.num_hidden_layers = run
+                base = self.model.model if run < self.n_layers and hasattr(self.model, "model") else self.model
+                outputs = base(**encoded, output_attentions=True, output_hidden_states=True, use_cache=False)
+            finally:
+                config.num_hidden_layers = self.n_layers
         attentions = getattr(outputs, "attentions", None)
         if not attentions or any(a is None for a in attentions):
             raise NoAttentionError(
@@ -144,8 +161,8 @@ class SpectralModel:
         cutoff_ratio: float = DEFAULT_CUTOFF_RATIO,
     ) -> dict[int, SpectralStats]:
         """Statistics per layer from one forward pass; ``span`` (characters) restricts to a part of the text."""
-        _check_layers(layers, self.n_layers)
-        trace = self.forward(text)
+        chosen = _check_layers(layers, self.n_layers)
+        trace = self.forward(text, up_to_layer=max(chosen) if layers is not None else None)
         token_slice = self.token_slice(text, *span) if span is not None else None
         return layer_stats_from_trace(trace, layers, token_slice=token_slice, kind=kind, cutoff_ratio=cutoff_ratio)
 

@@ -82,3 +82,12 @@ def test_a_model_without_attention_outputs_is_refused(spectral_model) -> None:
     finally:
         spectral_model.model.set_attn_implementation("eager")
     assert spectral_model.forward(TEXT).n_layers == 30
+
+
+def test_early_exit_gives_the_same_statistics_as_the_full_pass(spectral_model, trace) -> None:
+    full = layer_stats_from_trace(trace, layers=[0, 2, 3])
+    early = spectral_model.forward(TEXT, up_to_layer=3)
+    assert early.n_layers == 5  # layers 0..4 ran, not 30
+    assert layer_stats_from_trace(early, layers=[0, 2, 3]) == full
+    assert spectral_model.layer_stats(TEXT, layers=[3])[3] == full[3]
+    assert spectral_model.forward(TEXT).n_layers == 30  # the model is whole again
