@@ -108,9 +108,12 @@ def test_minja_records_and_retrieval(minja_frame, embedder, shared_data):
     templates = indication_templates(shared_data / "minja" / "indication_prompt_template.json")
     assert len(templates) == 5
     victim = victims[0]
-    run = minja_attack(victim, templates, n_attack=10, seed=0)
-    assert len(run.poisons) == 10 and len(run.victim_queries) == len(victim.instructions) - 10
-    assert not set(run.details["attacker_queries"]) & set(run.victim_queries)
+    run = minja_attack(victim, templates, n_attack=10, n_benign=20, seed=0)
+    assert len(run.poisons) == 10 and len(run.victim_queries) == len(victim.instructions) - 30
+    history = run.details["benign_records"]
+    assert len(history) == 20 and not any(r.is_poison for r in history)
+    sent = {r.text.splitlines()[0].removeprefix("Instruction: ") for r in history}
+    assert not set(run.details["attacker_queries"]) & set(run.victim_queries) and not sent & set(run.victim_queries)
     assert shortening_stages(10, 5) == [0, 1, 1, 2, 2, 3, 3, 4, 4, 5] and shortening_stages(3, 5) == [0, 3, 5]
     for poison, query in zip(run.poisons, run.details["attacker_queries"], strict=True):
         assert poison.text.startswith(f"Instruction: {query}") and f"search[{victim.target}]" in poison.text
@@ -119,7 +122,7 @@ def test_minja_records_and_retrieval(minja_frame, embedder, shared_data):
     benign = shopping_records(victims, exclude_victim=victim.victim)
     assert len(benign) == 999 - len(victim.instructions) and not any(p.is_poison for p in benign)
     assert all(e.key.split("/")[1] != victim.victim for e in benign)
-    picked = [benign[i] for i in np.random.default_rng(0).choice(len(benign), 60, replace=False)]
+    picked = [benign[i] for i in np.random.default_rng(0).choice(len(benign), 40, replace=False)] + list(history)
     vectors = embed_texts(embedder, [e.text for e in picked], "benign")
     assert _asr(embedder, picked, vectors, run.poisons, run.victim_queries[:20]) > 0
 
@@ -186,6 +189,8 @@ def test_bad_inputs_are_refused_with_the_fix(small, embedder, minja_frame):
     victim = minja_victims(minja_frame)[0]
     with pytest.raises(MemoryPoisoningInputError, match="n_attack must be at least 1"):
         minja_attack(victim, ("think [x]",), n_attack=0)
+    with pytest.raises(MemoryPoisoningInputError, match="leave no victim query"):
+        minja_attack(victim, ("think [x]",), n_attack=10, n_benign=len(victim.instructions) - 10)
     with pytest.raises(MemoryPoisoningInputError, match="no MINJA indication templates"):
         minja_attack(victim, ())
     with pytest.raises(MemoryPoisoningInputError, match="no injection payloads"):

@@ -143,21 +143,35 @@ def shortening_stages(n_queries: int, n_templates: int) -> list[int]:
     return [int(np.floor(i * n_templates / (n_queries - 1) + 0.5)) for i in range(n_queries)]
 
 
-def minja_attack(victim: MinjaVictim, templates: Sequence[str], *, n_attack: int = 10, seed: int = 0) -> AttackRun:
-    """MINJA on one victim setting: ``n_attack`` of its instructions are the attacker's queries (their
-    records are the poisons), the rest are the victim queries (sent plain)."""
+def minja_attack(
+    victim: MinjaVictim, templates: Sequence[str], *, n_attack: int = 10, n_benign: int = 0, seed: int = 0
+) -> AttackRun:
+    """MINJA on one victim setting. A seeded split of its instructions: ``n_attack`` are the attacker's
+    queries (their records are the poisons), ``n_benign`` are earlier *benign* sessions about the same item
+    (their records, ``details["benign_records"]``, belong in the memory beside the other victims'
+    :func:`shopping_records`, so the poisons compete with same-item benign records), the rest are the victim
+    queries (sent plain)."""
     if not templates:
         raise MemoryPoisoningInputError("no MINJA indication templates given: load them with indication_templates()")
     if n_attack < 1:
         raise MemoryPoisoningInputError(f"n_attack must be at least 1, got {n_attack}: an attack writes something")
-    if n_attack >= len(victim.instructions):
+    if n_benign < 0:
+        raise MemoryPoisoningInputError(f"n_benign must be >= 0, got {n_benign}")
+    if n_attack + n_benign >= len(victim.instructions):
         raise MemoryPoisoningInputError(
-            f"victim {victim.victim!r} has {len(victim.instructions)} instructions; n_attack={n_attack} leaves no "
-            "victim query"
+            f"victim {victim.victim!r} has {len(victim.instructions)} instructions; n_attack={n_attack} and "
+            f"n_benign={n_benign} leave no victim query"
         )
     order = np.random.default_rng(seed).permutation(len(victim.instructions))
     attacker = [victim.instructions[i] for i in np.sort(order[:n_attack])]
-    victims = [victim.instructions[i] for i in np.sort(order[n_attack:])]
+    history = [victim.instructions[i] for i in np.sort(order[n_attack : n_attack + n_benign])]
+    victims = [victim.instructions[i] for i in np.sort(order[n_attack + n_benign :])]
+    benign = tuple(
+        MemoryEntry(
+            key=f"webshop/{victim.victim}/history/{i:03d}", text=session_record(t, [f"search[{search_terms(t)}]"])
+        )
+        for i, t in enumerate(history)
+    )
     step = bridging_step(victim, templates)
     stages = shortening_stages(n_attack, len(templates))
     poisons = []
@@ -176,6 +190,7 @@ def minja_attack(victim: MinjaVictim, templates: Sequence[str], *, n_attack: int
             "attacker_queries": tuple(attacker),
             "shortening_stages": tuple(stages),
             "bridging_step": step,
+            "benign_records": benign,
             "seed": seed,
         },
     )
