@@ -10,15 +10,19 @@ where a swap leaves marks (all computed against the same query history H as MEMS
   (IDF from the memory texts), *beyond what its embedding similarity explains*: the residual of that
   coverage after a least-squares line on max cos(c, H), fitted on the benign reference entries. A poison
   must copy what makes its victim query specific (names, rare terms: "koala", "Ambien", "Shaq") and
-  those have no synonyms; swapping the common words lowers the cosine, not the coverage.
+  those have no synonyms. With a ``synonyms`` source (e.g. WordNet, ``attacks.synonyms.WordNetSynonyms``)
+  a candidate word also covers every query word it is a synonym of, so the swap itself is undone: the
+  discrete analogue of what the encoder does, without the encoder's blind spot for the threshold.
 - ``trigger``: the number of rare tokens (absent from the benign memory) the candidate shares with a
   single query in H: AgentPoison's optimised trigger is appended to the victim queries and planted in the
   poison, and a synonym list has nothing for "tannervill". Word tokens by default; pass a WordPiece
   tokenizer (``wordpiece_tokenizer``) to compare the embedder's own pieces.
 - ``perplexity`` (optional, needs an ``NllScorer``): mean per-token NLL under the local LLM.
-- ``provenance`` (optional, needs the memory and per-entry channel labels at scoring time): the share of
-  queries in H whose top-k the candidate would enter, counted only for entries written by an untrusted
-  channel. A poison that evades by synonyms must still be retrieved, or the attack has failed.
+- ``provenance`` (opt in with ``features=(..., "provenance")``; needs the memory, and per-entry channel
+  labels at scoring time): the share of queries in H whose top-k the candidate would enter, counted only
+  for entries written by an untrusted channel. A poison that evades by synonyms must still be retrieved,
+  or the attack has failed. The reference entries are calibrated as if untrusted (the conservative side:
+  an entry from a trusted channel, or one without a label, is scored without this feature, so lower).
 
 Each feature is standardised on the benign reference entries, z_j = (f_j − µ̂_j) / max(σ̂_j, floor_j)
 (the floors keep a feature that is almost always 0 on benign data from turning one coincidence into a
@@ -37,6 +41,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -58,7 +63,7 @@ from rvu_pipelines.memory_poisoning.defenses.perplexity import NllScorer
 from rvu_pipelines.memory_poisoning.retrieval import check_embeddings
 
 FEATURES: tuple[str, ...] = ("memsad", "lexical", "trigger", "perplexity", "provenance")
-DEFAULT_FEATURES: tuple[str, ...] = ("memsad", "lexical", "trigger", "perplexity", "provenance")
+DEFAULT_FEATURES: tuple[str, ...] = ("memsad", "lexical", "trigger", "perplexity")  # + "provenance" by choice
 SCALE_FLOORS: dict[str, float] = {
     "memsad": 0.01,
     "lexical": 0.05,
@@ -77,6 +82,12 @@ STOPWORDS = frozenset(
 )
 
 Tokenizer = Callable[[str], Sequence[str]]
+
+
+class SynonymSource(Protocol):
+    """A synonym dictionary: ``synonyms(word)`` -> other words with the same sense (lower case)."""
+
+    def synonyms(self, word: str) -> tuple[str, ...]: ...
 
 
 def content_tokens(text: str) -> set[str]:
@@ -157,6 +168,7 @@ class HybridDetector:
         features: Sequence[str] = DEFAULT_FEATURES,
         nll_scorer: NllScorer | None = None,
         trigger_tokenizer: Tokenizer | None = None,
+        synonyms: SynonymSource | None = None,
         max_weight: float = DEFAULT_MAX_WEIGHT,
         top_k: int = DEFAULT_TOP_K,
         untrusted_channels: Iterable[str] = UNTRUSTED_CHANNELS,
@@ -174,6 +186,8 @@ class HybridDetector:
         self.requested = tuple(dict.fromkeys(features))
         self.nll_scorer = nll_scorer
         self.trigger_tokenizer: Tokenizer = trigger_tokenizer or (lambda t: sorted(content_tokens(t)))
+        self.synonyms = synonyms
+        self._expansions: dict[str, frozenset[str]] = {}
         self.max_weight, self.top_k = float(max_weight), int(top_k)
         self.untrusted = frozenset(untrusted_channels)
         self.threshold_rule, self.fpr_target, self.confidence = threshold_rule, fpr_target, confidence
@@ -213,6 +227,11 @@ class HybridDetector:
             self._memory = check_embeddings(array, array.shape[0], self._dimension, f"{self.name} memory")
         self._loo = False
         self.active = self._active_features(context)
+        if not self.active:
+            raise MemoryPoisoningInputError(
+                f"{self.name}: no feature of {list(self.requested)} can run: 'perplexity' needs an nll_scorer, "
+                "'provenance' needs the context's memory_vectors"
+            )
         if "lexical" in self.active or "trigger" in self.active:
             self._build_lexical(context, reference_texts)
         if "provenance" in self.active:
@@ -295,6 +314,17 @@ class HybridDetector:
         return _LexicalIndex(idf, rare, dict(postings), dict(rare_postings), mass, len(self._query_words))
 
     # -- features ---------------------------------------------------------------------------------
+    def _expand(self, words: set[str]) -> set[str]:
+        """``words`` plus every synonym of each (when a synonym source is given)."""
+        if self.synonyms is None:
+            return words
+        out = set(words)
+        for w in words:
+            if w not in self._expansions:
+                self._expansions[w] = frozenset(s.lower() for s in self.synonyms.synonyms(w))
+            out |= self._expansions[w]
+        return out
+
     def _max_cos(self, candidates: np.ndarray) -> np.ndarray:
         return (candidates @ self._history.T).max(axis=1).astype(np.float64)
 
@@ -314,7 +344,7 @@ class HybridDetector:
             for i, text in enumerate(texts):
                 words, pieces = content_tokens(text), set(self.trigger_tokenizer(text))
                 index = self._index(words, pieces) if shared is None else shared
-                coverage[i], rare[i] = index.coverage(words), index.shared_rare(pieces)
+                coverage[i], rare[i] = index.coverage(self._expand(words)), index.shared_rare(pieces)
             if "lexical" in self.active:
                 raw["lexical"] = coverage
             if "trigger" in self.active:
