@@ -18,9 +18,9 @@ similarity (then at most k - 1 benign entries outrank it; exact top-k membership
   the poison still does.
 - :func:`synonym_substitution` (the seed's loophole, black-box): greedy word-level substitution from a
   dictionary (:mod:`.synonyms`, WordNet): each step tries every listed synonym of every unprotected, not yet
-  substituted word, and applies the one that lowers the score most among those that keep every retrieving
-  victim query; it stops when none lowers the score, the budget is spent, or (``stop_below_threshold``) the
-  entry is no longer flagged. The score therefore never rises.
+  substituted word of three or more letters outside a contraction, and applies the one that lowers the score
+  most among those that keep every retrieving victim query; it stops when none lowers the score, the budget
+  is spent, or (``stop_below_threshold``) the entry is no longer flagged. The score therefore never rises.
 """
 
 from __future__ import annotations
@@ -214,8 +214,12 @@ def synonym_substitution(
     """Greedy word-level synonym substitution (see module docstring)."""
     if not text.strip():
         raise MemoryPoisoningInputError("synonym substitution: the poison text is empty")
-    keep = {w.lower() for w in protected}
+    keep = {w.lower() for p in protected for w in _WORD.findall(p)}
     spans = [(m.start(), m.end()) for m in _WORD.finditer(text)]
+    # words of 3+ letters outside contractions ("don't" stays whole) and not protected may be substituted
+    fixed = {
+        i for i, (a, b) in enumerate(spans) if b - a < 3 or text[a:b].lower() in keep or _in_contraction(text, a, b)
+    }
     vector = embed_texts(embedder, [text], "poison")
     score = float(_scores(score_fn, vector)[0])
     required = objective.retrieved(vector)[0]
@@ -229,7 +233,7 @@ def synonym_substitution(
         options = [
             (i, s)
             for i, w in enumerate(words)
-            if i not in used and w.lower() not in keep
+            if i not in used and i not in fixed
             for s in synonyms.synonyms(w)
             if s != w.lower()
         ]
@@ -264,6 +268,10 @@ def synonym_substitution(
         edits=tuple(edits),
         trajectory=tuple(trajectory),
     )
+
+
+def _in_contraction(text: str, start: int, end: int) -> bool:
+    return (start > 0 and text[start - 1] in "'’") or (end < len(text) and text[end] in "'’")
 
 
 def _match_case(word: str, like: str) -> str:
