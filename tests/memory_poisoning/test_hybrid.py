@@ -93,8 +93,8 @@ def test_hybrid_flags_synonym_substituted_poisons_that_memsad_misses(data, wordn
     fpr = hybrid.flags(data["benign"], data["benign_texts"]).mean()
     assert fpr <= 0.10, f"FPR {fpr:.3f} on {N_BENIGN} held-out benign writes"
     # the synonym-aware coverage undoes the swaps: it is at least the plain coverage on every substituted poison
-    plain = HybridDetector(features=("lexical",)).fit(context)
-    aware = HybridDetector(features=("lexical",), synonyms=wordnet).fit(context)
+    plain = HybridDetector(features=("lexical",), synonyms=None).fit(context)
+    aware = HybridDetector(features=("lexical",)).fit(context)  # WordNet by default
     raw_plain = plain._raw_features(data["substituted"], data["substituted_texts"])["lexical"]
     raw_aware = aware._raw_features(data["substituted"], data["substituted_texts"])["lexical"]
     assert (raw_aware >= raw_plain).all() and raw_aware.mean() > raw_plain.mean()

