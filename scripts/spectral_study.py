@@ -17,25 +17,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from rvu_pipelines.spectral.study import FeatureSet, extract_features
-
-
-def limit_groups(frame: pl.DataFrame, limit: int, seed: int = 0) -> pl.DataFrame:
-    """At most ``limit`` examples, whole groups (pairs) at a time, in a seeded random group order."""
-    if frame.height <= limit:
-        return frame
-    groups = frame["group"].unique(maintain_order=True).to_list()
-    order = np.random.default_rng(seed).permutation(len(groups))
-    sizes = frame.group_by("group").len()
-    size_of = dict(zip(sizes["group"].to_list(), sizes["len"].to_list(), strict=True))
-    kept, total = [], 0
-    for i in order:
-        group = groups[i]
-        if total + size_of[group] > limit:
-            continue
-        kept.append(group)
-        total += size_of[group]
-    return frame.filter(pl.col("group").is_in(kept))
+from rvu_pipelines.spectral.study import FeatureSet, extract_features, limit_groups
 
 
 def _report_set(features: FeatureSet, args: argparse.Namespace, out: Path) -> tuple[dict[str, object], pl.DataFrame]:

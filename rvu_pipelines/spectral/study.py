@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -221,3 +222,72 @@ def summarise_calibration(table: pl.DataFrame) -> pl.DataFrame:
 def heldout_estimate(features: FeatureSet, layer: int, statistic: str, direction: float) -> Estimate:
     values, labels = features.part("heldout")
     return auroc_estimate(labels, direction * values[:, layer, STAT_NAMES.index(statistic)])
+
+
+def limit_groups(frame: pl.DataFrame, limit: int, seed: int = 0) -> pl.DataFrame:
+    """At most ``limit`` examples, whole groups (pairs) at a time, in a seeded random group order."""
+    if frame.height <= limit:
+        return frame
+    groups = frame["group"].unique(maintain_order=True).to_list()
+    order = np.random.default_rng(seed).permutation(len(groups))
+    sizes = frame.group_by("group").len()
+    size_of = dict(zip(sizes["group"].to_list(), sizes["len"].to_list(), strict=True))
+    kept, total = [], 0
+    for i in order:
+        group = groups[i]
+        if total + size_of[group] > limit:
+            continue
+        kept.append(group)
+        total += size_of[group]
+    return frame.filter(pl.col("group").is_in(kept))
+
+
+@dataclass(frozen=True)
+class SampledResult:
+    """One evaluation set's sampled study: the switch calibrated on its calibration part, held-out numbers."""
+
+    name: str
+    n_calibration: int
+    n_heldout: int
+    switch: dict[str, object]
+    heldout: dict[str, dict[str, float | int]]
+    hfer_by_layer: list[dict[str, Any]]
+    statistic_ms_per_layer: float
+    seconds_per_example: float
+
+    def as_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+def sampled_study(
+    model: SpectralModel, sets: dict[str, pl.DataFrame], per_set: int = 24, seed: int = 0
+) -> dict[str, SampledResult]:
+    """The study on a few whole pairs per set (an asset's budget): calibrate on the sample's calibration
+    part, evaluate on its held-out part, and time the statistic alone per layer on the sample."""
+    from rvu_pipelines.spectral.graph import attention_adjacency, spectral_stats
+
+    out: dict[str, SampledResult] = {}
+    for name, frame in sets.items():
+        calibration = limit_groups(frame.filter(pl.col("split") == "calibration"), per_set // 2, seed)
+        heldout = limit_groups(frame.filter(pl.col("split") == "heldout"), per_set - per_set // 2, seed)
+        features = extract_features(model, pl.concat([calibration, heldout]), name=name)["text"]
+        cal_x, cal_y = features.part("calibration")
+        held_x, held_y = features.part("heldout")
+        switch = calibrate(cal_x, cal_y)
+        result = evaluate(switch, held_x, held_y, resamples=200)
+        trace = model.forward(calibration["text"][0])
+        started = time.perf_counter()
+        for layer in range(trace.n_layers):
+            spectral_stats(attention_adjacency(trace.attentions[layer]), trace.hidden_states[layer])
+        ms = (time.perf_counter() - started) * 1000.0 / trace.n_layers
+        out[name] = SampledResult(
+            name=name,
+            n_calibration=int(cal_y.size),
+            n_heldout=int(held_y.size),
+            switch=switch.as_dict(),
+            heldout=result.as_dict(),
+            hfer_by_layer=per_layer_auroc(held_x, held_y, "hfer"),
+            statistic_ms_per_layer=ms,
+            seconds_per_example=features.seconds_per_example,
+        )
+    return out
