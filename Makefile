@@ -9,7 +9,7 @@ RVU_DATA_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data),$(abspath $(CURDIR)
 export RVU_DATA_MIRROR
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run doctor detectors lint format test test-slow test-all dev mlflow-ui bench bench-closure bench-monitor bench-detectors bench-agent bench-llama regress clean
+.PHONY: setup run doctor detectors memory-poisoning lint format test test-slow test-all dev mlflow-ui bench bench-closure bench-monitor bench-detectors bench-agent bench-llama regress clean
 
 setup:
 	@bash scripts/setup.sh
@@ -21,6 +21,11 @@ run: setup
 # Seed 002 §5-6: train, register (MLflow) and evaluate D1-D5 on the three corpora (~30 min on 2 cores)
 detectors: setup
 	$(BIN)/dg launch --job detectors_job -m rvu_pipelines.definitions
+
+# Seed 003 in full (|M| = 1,000): attack-defense matrix with CIs, adaptive attacks + hybrid check, SIR figure
+memory-poisoning: setup
+	$(BIN)/dg launch --job memory_poisoning_job -m rvu_pipelines.definitions
+	cat .rvu/memory_poisoning/study/paper_table.md
 
 # Is this machine able to run the platform? CPU, llama.cpp build + settings, models, one generation, MLflow, Dagster
 doctor: setup

@@ -3,11 +3,14 @@ schedules). In-process executors: the steps share one interpreter, so torch/tran
 
 from dagster import AssetSelection, define_asset_job, in_process_executor
 
-from assets.partitions import cell_partitions, incident_partitions
+from assets.partitions import cell_partitions, incident_partitions, poisoning_partitions
 
 # The detectors a newcomer's MLflow registry should hold after `make run`: D2 and D4 trained on deepset
 # (about a minute together). The three-corpus study with its evaluations stays in detectors_job.
 DEFAULT_DETECTORS = AssetSelection.assets("detector_corpus_deepset", "detector_d2_deepset", "detector_d4_deepset")
+
+# Studies too long for `make run` (their sampled siblings are in the default job) and their partitioned cells.
+FULL_STUDIES = AssetSelection.assets("memory_poisoning_study", "memory_poisoning_cell")
 
 default_profile_job = define_asset_job(
     "default_profile_job",
@@ -16,7 +19,10 @@ default_profile_job = define_asset_job(
     # attack_cell is partitioned (benchmark × defense): backfills and the UI; the default job runs its
     # unpartitioned siblings (Table 1 and the benchmark samples).
     selection=(
-        AssetSelection.all() - AssetSelection.groups("recovery", "detectors") - AssetSelection.assets("attack_cell")
+        AssetSelection.all()
+        - AssetSelection.groups("recovery", "detectors")
+        - AssetSelection.assets("attack_cell")
+        - FULL_STUDIES
     )
     | DEFAULT_DETECTORS,
     executor_def=in_process_executor,
@@ -51,6 +57,22 @@ nightly_regression_job = define_asset_job(
     "(tolerances in configs/regression.yaml). MLflow runs carry the tag rvu_sweep=nightly.",
 )
 
+memory_poisoning_job = define_asset_job(
+    "memory_poisoning_job",
+    selection=AssetSelection.assets("memory_poisoning_study").upstream(),
+    executor_def=in_process_executor,
+    description="Seed 003 in full at |M| = 1,000: the attack-defense matrix with CIs, the adaptive attacks and the "
+    "hybrid check, the SIR figure (`make memory-poisoning`).",
+)
+
+memory_poisoning_cells_job = define_asset_job(
+    "memory_poisoning_cells_job",
+    selection=AssetSelection.assets("memory_poisoning_cell"),
+    partitions_def=poisoning_partitions,
+    executor_def=in_process_executor,
+    description="One memory-poisoning attack class against one memory regime per partition (backfill from the UI).",
+)
+
 recovery_job = define_asset_job(
     "recovery_job",
     selection=AssetSelection.groups("recovery"),
@@ -61,4 +83,12 @@ recovery_job = define_asset_job(
     tags={"rvu/provenance_store": "default"},  # the instance limits this tag to one run at a time
 )
 
-JOBS = [default_profile_job, attack_cells_job, detectors_job, nightly_regression_job, recovery_job]
+JOBS = [
+    default_profile_job,
+    attack_cells_job,
+    detectors_job,
+    nightly_regression_job,
+    memory_poisoning_job,
+    memory_poisoning_cells_job,
+    recovery_job,
+]

@@ -3,6 +3,8 @@ from here instead of from each other's modules."""
 
 from dagster import DynamicPartitionsDefinition, MultiPartitionsDefinition, StaticPartitionsDefinition
 
+from rvu_pipelines.memory_poisoning.corpus import MEMORY_REGIMES
+from rvu_pipelines.memory_poisoning.study_cells import ATTACKS
 from rvu_pipelines.scenarios.axes import BENCHMARKS, CANONICAL, DEFENSES
 
 # one attack-table cell per (benchmark, defense); "canonical" is Table 1's fixed 10 scenarios
@@ -16,3 +18,8 @@ cell_partitions = MultiPartitionsDefinition(
 # one partition per accepted incident log, keyed by its content sha256 (added by the incident sensor)
 INCIDENTS = "incidents"
 incident_partitions = DynamicPartitionsDefinition(name=INCIDENTS)
+
+# one memory-poisoning cell per (attack class, memory regime): seed 003's |M| = 200 / 1,000 / every record
+poisoning_partitions = MultiPartitionsDefinition(
+    {"attack": StaticPartitionsDefinition(list(ATTACKS)), "regime": StaticPartitionsDefinition(list(MEMORY_REGIMES))}
+)

@@ -12,6 +12,7 @@ from assets.datasets import dataset_assets
 from assets.detectors import detector_assets
 from assets.jobs import JOBS
 from assets.memory import memory_assets
+from assets.memory_poisoning import memory_poisoning_assets
 from assets.models import model_assets
 from assets.recovery import recovery_assets
 from resources.deployments import deployment_resources
@@ -22,6 +23,7 @@ ALL_ASSETS = [
     *model_assets(),
     *recovery_assets(),
     *memory_assets(),
+    *memory_poisoning_assets(),
     *detector_assets(),
     *attack_assets(),
 ]

@@ -1,0 +1,188 @@
+"""One call that runs the memory-poisoning study and writes its tables and plots (assets and the script
+both call this, so the UI and ``make memory-poisoning`` produce the same files)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from rvu_pipelines.memory_poisoning.defenses.base import WriteDetector
+from rvu_pipelines.memory_poisoning.defenses.composite import composite_defense
+from rvu_pipelines.memory_poisoning.defenses.memsad import MemsadDetector
+from rvu_pipelines.memory_poisoning.report import (
+    paper_comparison_markdown,
+    plot_roc_curves,
+    plot_score_histograms,
+    retrieval_markdown,
+)
+from rvu_pipelines.memory_poisoning.retrieval import Embedder
+from rvu_pipelines.memory_poisoning.sir import SIRConfig, SIRCurves, plot_sir, simulate_sir
+from rvu_pipelines.memory_poisoning.study import attack_defense_matrix, context_for, detector_suite, protocol_contrast
+from rvu_pipelines.memory_poisoning.study_adaptive import AdaptiveResult, adaptive_study
+from rvu_pipelines.memory_poisoning.study_cells import ATTACKS, AttackCell, EmbeddingCache, StudyConfig, build_cell
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class StudyResult:
+    """What one study run produced; ``files`` are the tables and plots it wrote (name -> path)."""
+
+    config: StudyConfig
+    matrix: pl.DataFrame
+    protocol: dict[str, float]
+    adaptive: list[AdaptiveResult] = field(default_factory=list)
+    sir: list[SIRCurves] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    files: dict[str, Path] = field(default_factory=dict)
+
+    def metrics(self) -> dict[str, float]:
+        """Flat numbers for MLflow: every matrix cell's AUROC / TPR / FPR / ASR-R, the adaptive and SIR results."""
+        out: dict[str, float] = {f"protocol_{k}": float(v) for k, v in self.protocol.items()}
+        for r in self.matrix.iter_rows(named=True):
+            prefix = f"{r['attack']}_{r['defense']}_{r['calibration']}"
+            for key in ("auroc", "tpr", "fpr", "asr_r_undefended", "asr_r_defended", "benign_accuracy"):
+                out[f"{prefix}_{key}"] = float(r[key])
+        for a in self.adaptive:
+            for key, value in a.as_dict().items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    out[f"adaptive_{a.method}_{key}"] = float(value)
+        for curves in self.sir:
+            out.update({f"sir_{curves.defense}_{k}": v for k, v in curves.summary().items()})
+        out.update({f"seconds_{k}": v for k, v in self.timings.items()})
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "config": _config_dict(self.config),
+            "protocol": self.protocol,
+            "matrix": self.matrix.to_dicts(),
+            "adaptive": [a.as_dict() for a in self.adaptive],
+            "sir": {c.defense: c.summary() for c in self.sir},
+            "timings": self.timings,
+            "files": {k: str(v) for k, v in self.files.items()},
+        }
+
+
+def _config_dict(config: StudyConfig) -> dict[str, Any]:
+    out = asdict(config)
+    out["minja_victims"] = list(config.minja_victims) if config.minja_victims else None
+    return out
+
+
+def hybrid_factory(llm_path: Path | None, kappa: float) -> Callable[[], WriteDetector]:
+    """The hybrid discrete check; with ``llm_path`` its perplexity feature runs on the local LLM."""
+    from rvu_pipelines.memory_poisoning.attacks.synonyms import WordNetSynonyms
+    from rvu_pipelines.memory_poisoning.defenses.hybrid import DEFAULT_FEATURES, HybridDetector
+
+    scorer = None
+    if llm_path is not None:
+        from rvu_pipelines.memory_poisoning.defenses.perplexity import LlamaPerplexity
+
+        scorer = LlamaPerplexity(llm_path)
+    features = DEFAULT_FEATURES if scorer is not None else tuple(f for f in DEFAULT_FEATURES if f != "perplexity")
+    synonyms = WordNetSynonyms()
+    return lambda: HybridDetector(kappa, features=features, nll_scorer=scorer, synonyms=synonyms)
+
+
+def run_study(
+    frames: Mapping[str, pl.DataFrame],
+    embedder: Embedder,
+    config: StudyConfig,
+    out_dir: Path,
+    *,
+    llm_path: Path | None = None,
+    attacks: tuple[str, ...] = ATTACKS,
+    adaptive: bool = True,
+    sir: SIRConfig | None = SIRConfig(),
+    progress: Progress | None = None,
+) -> StudyResult:
+    """Cells -> matrix (+ protocol contrast) -> adaptive attacks and hybrid -> SIR; tables and plots to ``out_dir``."""
+    say = progress or (lambda _: None)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    embed = EmbeddingCache(embedder)
+    timings: dict[str, float] = {}
+    cells: list[AttackCell] = []
+    for attack in attacks:
+        start = time.perf_counter()
+        cells.append(build_cell(attack, frames, embed, config))
+        timings[f"attack_{attack}"] = time.perf_counter() - start
+        say(f"{attack}: {len(cells[-1].attack.poisons)} poisons, {len(cells[-1].victim_vectors)} victim queries")
+    start = time.perf_counter()
+    hybrid = hybrid_factory(llm_path, config.kappa)
+    detectors = {**detector_suite(config.kappa), "hybrid": hybrid}
+    matrix, raw = attack_defense_matrix(cells, detectors, top_k=config.top_k, progress=say)
+    timings["matrix"] = time.perf_counter() - start
+    ap = next((c for c in cells if c.name == "agentpoison"), None)
+    protocol = protocol_contrast(ap, config.top_k) if ap is not None else {}
+    result = StudyResult(config, matrix, protocol, timings=timings)
+    if adaptive and ap is not None:
+        start = time.perf_counter()
+        result.adaptive = adaptive_study(ap, embedder, hybrid, kappa=config.kappa, top_k=config.top_k, progress=say)
+        timings["adaptive"] = time.perf_counter() - start
+    if sir is not None and ap is not None:
+        start = time.perf_counter()
+        result.sir = sir_study(ap, embedder, config, sir, progress=say)
+        timings["sir"] = time.perf_counter() - start
+    result.files = write_outputs(result, raw, out_dir)
+    return result
+
+
+def sir_study(
+    cell: AttackCell, embedder: Embedder, config: StudyConfig, sir: SIRConfig, progress: Progress | None = None
+) -> list[SIRCurves]:
+    """The paper's SIR figure on the AgentPoison cell: no defense, MEMSAD (κ = 2.0), composite (κ = 1.0)."""
+    context = context_for(cell, "triggered")
+    defenses: dict[str, WriteDetector | None] = {
+        "no defense": None,
+        f"MEMSAD (k={config.kappa:g})": MemsadDetector(config.kappa).fit(context),
+        "composite (k=1)": composite_defense(1.0).fit(context),
+    }
+    sir = replace(sir, top_k=config.top_k)
+    return [
+        simulate_sir(
+            embedder,
+            cell.memory,
+            cell.attack.poisons,
+            cell.victim_vectors,
+            cell.benign_query_vectors,
+            detector,
+            defense=name,
+            config=sir,
+            progress=progress,
+        )
+        for name, detector in defenses.items()
+    ]
+
+
+def write_outputs(result: StudyResult, raw: Mapping[tuple[str, str, str], Any], out_dir: Path) -> dict[str, Path]:
+    files = {
+        "matrix_parquet": out_dir / "matrix.parquet",
+        "paper_table_md": out_dir / "paper_table.md",
+        "retrieval_md": out_dir / "retrieval.md",
+        "summary_json": out_dir / "summary.json",
+    }
+    result.matrix.write_parquet(files["matrix_parquet"])
+    files["paper_table_md"].write_text(paper_comparison_markdown(result.matrix) + "\n")
+    files["retrieval_md"].write_text(retrieval_markdown(result.matrix) + "\n")
+    files["roc_png"] = plot_roc_curves(raw, out_dir / "roc.png")
+    files["memsad_hist_png"] = plot_score_histograms(raw, out_dir / "memsad_scores.png")
+    if result.sir:
+        files["sir_png"] = Path(plot_sir(result.sir, str(out_dir / "sir.png")))
+    files["summary_json"].write_text(json.dumps(result.summary(), indent=1, sort_keys=True, default=_json))
+    return files
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -1,0 +1,271 @@
+"""The attack-defense matrix (the paper's 3 x 5, and our additions), measured on real memories.
+
+For every attack cell (``study_cells``) and every detector, the detector is fitted on what the
+defender has before the writes (reference entries, the query history), then scores the attack's
+poisons (positives) and the benign writes (negatives). Reported per (attack, detector, calibration):
+
+- AUROC of the score (for MINJA, pooled over victim settings on the calibrated margin score minus
+  threshold, since each victim has its own history and threshold), with a bootstrap 95 % CI;
+- TPR and FPR at the detector's own threshold with Clopper-Pearson intervals, n stated;
+- ASR-R undefended and defended (the poisons the detector accepted written, victims retrieve);
+- benign retrieval accuracy of the defended memory (benign writes the detector accepted) against the
+  memory with every benign write, on the benign queries (overlap@k).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from rvu_pipelines.memory_poisoning import stats
+from rvu_pipelines.memory_poisoning.defenses.base import WriteContext, WriteDetector
+from rvu_pipelines.memory_poisoning.defenses.baselines import (
+    EnergyDetector,
+    KnnDetector,
+    MahalanobisDetector,
+    SpectralSignatureDetector,
+    TrustRagFilter,
+)
+from rvu_pipelines.memory_poisoning.defenses.composite import composite_defense
+from rvu_pipelines.memory_poisoning.defenses.memsad import MemsadDetector
+from rvu_pipelines.memory_poisoning.retrieval import RetrievalMemory
+from rvu_pipelines.memory_poisoning.retrieval_metrics import attack_success, benign_accuracy
+from rvu_pipelines.memory_poisoning.study_cells import AttackCell
+
+DetectorFactory = Callable[[], WriteDetector]
+PAPER_DEFENSES = ("memsad", "energy", "mahalanobis", "knn", "composite")
+EXTRA_DEFENSES = ("spectral", "trustrag")
+
+# The paper's Table (AUROC and TPR at threshold, kappa = 2.0, |M| = 1,000) for the README beside ours.
+PAPER_AUROC = {
+    "memsad": {"agentpoison": 1.000, "minja": 0.914, "injecmem": 0.816},
+    "energy": {"agentpoison": 0.945, "minja": 0.969, "injecmem": 0.698},
+    "mahalanobis": {"agentpoison": 0.420, "minja": 0.694, "injecmem": 0.452},
+    "knn": {"agentpoison": 0.533, "minja": 0.786, "injecmem": 0.534},
+}
+PAPER_TPR = {
+    "memsad": {"agentpoison": 1.00, "minja": 0.80, "injecmem": 0.40},
+    "energy": {"agentpoison": 0.40, "minja": 0.20, "injecmem": 0.40},
+    "mahalanobis": {"agentpoison": 1.00, "minja": 1.00, "injecmem": 1.00},
+    "knn": {"agentpoison": 0.00, "minja": 0.40, "injecmem": 0.00},
+}
+
+
+def detector_suite(kappa: float = 2.0, *, composite_kappa: float | None = None) -> dict[str, DetectorFactory]:
+    """The matrix's detectors by name, each a fresh unfitted instance per call."""
+    ck = kappa if composite_kappa is None else composite_kappa
+    return {
+        "memsad": lambda: MemsadDetector(kappa),
+        "energy": lambda: EnergyDetector(kappa),
+        "mahalanobis": lambda: MahalanobisDetector(kappa),
+        "knn": lambda: KnnDetector(kappa),
+        "composite": lambda: composite_defense(ck, name="composite"),
+        "spectral": lambda: SpectralSignatureDetector(kappa),
+        "trustrag": lambda: TrustRagFilter(kappa),
+    }
+
+
+@dataclass(frozen=True)
+class DetectionRow:
+    """One (attack, detector, calibration) cell of the matrix."""
+
+    attack: str
+    defense: str
+    calibration: str
+    n_poisons: int
+    n_benign: int
+    auroc: float
+    auroc_low: float
+    auroc_high: float
+    tpr: float
+    tpr_low: float
+    tpr_high: float
+    fpr: float
+    fpr_low: float
+    fpr_high: float
+    threshold: float
+    asr_r_undefended: float
+    asr_r_defended: float
+    n_victim_queries: int
+    benign_accuracy: float
+    n_benign_queries: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CellScores:
+    """Raw scores of one detector on one cell (margins = score - threshold; pooled over MINJA victims)."""
+
+    poison_margins: np.ndarray
+    benign_margins: np.ndarray
+    poison_flags: np.ndarray
+    benign_flags: np.ndarray
+    thresholds: tuple[float, ...]
+    asr_r_undefended: float
+    asr_r_defended: float
+    n_victim_queries: int
+    benign_accuracy: float
+    n_benign_queries: int
+
+
+def context_for(cell: AttackCell, calibration: str) -> WriteContext:
+    """The defender's knowledge: plain calibration uses the untriggered history where there is one."""
+    plain = calibration == "plain" and cell.plain_history_vectors is not None
+    return WriteContext(
+        reference_vectors=cell.reference_vectors,
+        reference_texts=tuple(e.text for e in cell.reference),
+        history_vectors=cell.plain_history_vectors if plain else cell.history_vectors,  # type: ignore[arg-type]
+        history_texts=cell.history_texts,
+        memory_vectors=cell.memory_vectors,
+        memory_texts=tuple(e.text for e in cell.memory),
+    )
+
+
+def _memory(cell: AttackCell, top_k: int, extra: Sequence[Any] = (), extra_vectors: np.ndarray | None = None):
+    memory = RetrievalMemory(_NoEmbedder(cell.memory_vectors.shape[1]), top_k=top_k)
+    memory.add(cell.memory, cell.memory_vectors)
+    if len(extra):
+        memory.add(list(extra), extra_vectors)
+    return memory
+
+
+class _NoEmbedder:
+    """The memories here are built from vectors embedded once per study; nothing embeds again."""
+
+    name = "precomputed"
+
+    def __init__(self, dimension: int) -> None:
+        self._dimension = dimension
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    def encode(self, texts: list[str], *, show_progress: bool = False) -> np.ndarray:
+        raise AssertionError("study memories are built from precomputed vectors")
+
+
+def score_cell(cell: AttackCell, factory: DetectorFactory, calibration: str, top_k: int = 5) -> CellScores:
+    """Fit a fresh detector per member (MINJA victim) and collect margins, flags and retrieval effects."""
+    pos, neg, pflags, nflags, thresholds = [], [], [], [], []
+    hits_before = hits_after = n_victims = 0
+    accuracy_sum = 0.0
+    n_benign_queries = 0
+    for member in cell.members or (cell,):
+        detector = factory().fit(context_for(member, calibration))
+        poison_texts = [p.text for p in member.attack.poisons]
+        benign_texts = [b.text for b in member.benign_writes]
+        p_scores = np.asarray(detector.score(member.poison_vectors, poison_texts), dtype=float)
+        b_scores = np.asarray(detector.score(member.benign_vectors, benign_texts), dtype=float)
+        p_flag = np.asarray(detector.flags(member.poison_vectors, poison_texts), dtype=bool)
+        b_flag = np.asarray(detector.flags(member.benign_vectors, benign_texts), dtype=bool)
+        pos.append(p_scores - detector.threshold)
+        neg.append(b_scores - detector.threshold)
+        pflags.append(p_flag)
+        nflags.append(b_flag)
+        thresholds.append(float(detector.threshold))
+        undefended = _memory(member, top_k, member.attack.poisons, member.poison_vectors)
+        kept = [p for p, f in zip(member.attack.poisons, p_flag, strict=True) if not f]
+        defended = _memory(member, top_k, kept, member.poison_vectors[~p_flag])
+        before = attack_success(undefended, member.victim_vectors, top_k)
+        after = attack_success(defended, member.victim_vectors, top_k)
+        hits_before += sum(before.hits)
+        hits_after += sum(after.hits)
+        n_victims += before.n_queries
+        all_benign = _memory(member, top_k, member.benign_writes, member.benign_vectors)
+        accepted = [b for b, f in zip(member.benign_writes, b_flag, strict=True) if not f]
+        defended_benign = _memory(member, top_k, accepted, member.benign_vectors[~b_flag])
+        n_q = len(member.benign_query_vectors)
+        accuracy_sum += benign_accuracy(defended_benign, all_benign, member.benign_query_vectors, top_k) * n_q
+        n_benign_queries += n_q
+    return CellScores(
+        np.concatenate(pos),
+        np.concatenate(neg),
+        np.concatenate(pflags),
+        np.concatenate(nflags),
+        tuple(thresholds),
+        hits_before / max(n_victims, 1),
+        hits_after / max(n_victims, 1),
+        n_victims,
+        accuracy_sum / max(n_benign_queries, 1),
+        n_benign_queries,
+    )
+
+
+def detection_stats(scores: CellScores) -> tuple[stats.AurocResult, stats.RateResult, stats.RateResult]:
+    """AUROC (bootstrap CI) of the margins, TPR / FPR at threshold (Clopper-Pearson), n in each result."""
+    labels = np.r_[np.ones(len(scores.poison_margins)), np.zeros(len(scores.benign_margins))]
+    auroc = stats.auroc_ci(labels, np.r_[scores.poison_margins, scores.benign_margins])
+    tpr = stats.rate(int(scores.poison_flags.sum()), len(scores.poison_flags))
+    fpr = stats.rate(int(scores.benign_flags.sum()), len(scores.benign_flags))
+    return auroc, tpr, fpr
+
+
+def detection_row(cell: AttackCell, defense: str, calibration: str, scores: CellScores) -> DetectionRow:
+    auroc, tpr, fpr = detection_stats(scores)
+    return DetectionRow(
+        attack=cell.name,
+        defense=defense,
+        calibration=calibration,
+        n_poisons=len(scores.poison_flags),
+        n_benign=len(scores.benign_flags),
+        auroc=auroc.auroc,
+        auroc_low=auroc.ci_low,
+        auroc_high=auroc.ci_high,
+        tpr=tpr.rate,
+        tpr_low=tpr.ci_low,
+        tpr_high=tpr.ci_high,
+        fpr=fpr.rate,
+        fpr_low=fpr.ci_low,
+        fpr_high=fpr.ci_high,
+        threshold=float(np.mean(scores.thresholds)),
+        asr_r_undefended=scores.asr_r_undefended,
+        asr_r_defended=scores.asr_r_defended,
+        n_victim_queries=scores.n_victim_queries,
+        benign_accuracy=scores.benign_accuracy,
+        n_benign_queries=scores.n_benign_queries,
+    )
+
+
+def calibrations_for(cell: AttackCell) -> tuple[str, ...]:
+    """AgentPoison is calibrated both ways (the paper's plain vs triggered); the others see one history."""
+    return ("plain", "triggered") if cell.plain_history_vectors is not None else ("plain",)
+
+
+def attack_defense_matrix(
+    cells: Sequence[AttackCell],
+    detectors: Mapping[str, DetectorFactory],
+    *,
+    top_k: int = 5,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[pl.DataFrame, dict[tuple[str, str, str], CellScores]]:
+    """Every (cell, detector, calibration): the table (sorted) and the raw scores (for ROC / histograms)."""
+    rows, raw = [], {}
+    for cell in cells:
+        for calibration in calibrations_for(cell):
+            for name, factory in detectors.items():
+                scores = score_cell(cell, factory, calibration, top_k)
+                raw[(cell.name, name, calibration)] = scores
+                rows.append(detection_row(cell, name, calibration, scores).as_dict())
+                if progress:
+                    progress(f"{cell.name} x {name} ({calibration}): done")
+    table = pl.DataFrame(rows).sort(["attack", "defense", "calibration"])
+    return table, raw
+
+
+def protocol_contrast(cell: AttackCell, top_k: int = 5) -> dict[str, float]:
+    """AgentPoison's ASR-R under the faithful protocol (triggered victims) vs the inconsistent one."""
+    if cell.plain_victim_vectors is None:
+        raise ValueError(f"{cell.name} has no untriggered victim queries (not an AgentPoison cell)")
+    memory = _memory(cell, top_k, cell.attack.poisons, cell.poison_vectors)
+    return {
+        "asr_r_faithful": attack_success(memory, cell.victim_vectors, top_k).asr_r,
+        "asr_r_inconsistent": attack_success(memory, cell.plain_victim_vectors, top_k).asr_r,
+        "n_victim_queries": float(len(cell.victim_vectors)),
+    }

@@ -1,0 +1,151 @@
+"""The adaptive attacks against MEMSAD and the hybrid check that answers the synonym loophole.
+
+``adaptive_study`` takes an attack cell, fits MEMSAD the way the defender would, and lets the two
+adaptive attackers rewrite each poison against it (white-box access to the detector's score, which
+is the paper's adaptive threat model): DPR/HotFlip-style optimisation and greedy word-level synonym
+substitution (WordNet synonyms). Reported: ASR-R before and after (all poisons written together),
+how many poisons MEMSAD still flags, and the mean score shift; then the hybrid discrete check is
+fitted on benign data only and scores the rewritten poisons against the benign writes (TPR / FPR at
+its threshold, AUROC) and its cost in benign retrieval accuracy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rvu_pipelines.memory_poisoning.attacks.adaptive import (
+    AdaptiveSummary,
+    EvasionResult,
+    RetrievalObjective,
+    hotflip_evasion,
+    summarise,
+    synonym_substitution,
+)
+from rvu_pipelines.memory_poisoning.attacks.synonyms import WordNetSynonyms
+from rvu_pipelines.memory_poisoning.defenses.base import WriteDetector
+from rvu_pipelines.memory_poisoning.defenses.memsad import MemsadDetector
+from rvu_pipelines.memory_poisoning.retrieval import Embedder, embed_texts
+from rvu_pipelines.memory_poisoning.study import context_for, detection_stats, score_cell
+from rvu_pipelines.memory_poisoning.study_cells import AttackCell
+
+
+@dataclass(frozen=True)
+class AdaptiveResult:
+    """One adaptive attack against MEMSAD, and the hybrid check on its output."""
+
+    method: str
+    summary: AdaptiveSummary
+    memsad_threshold: float
+    hybrid: dict[str, Any] = field(default_factory=dict)
+    texts: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            **self.summary.as_dict(),
+            "memsad_threshold": self.memsad_threshold,
+            **{f"hybrid_{k}": v for k, v in self.hybrid.items()},
+        }
+
+
+def protected_words(cell: AttackCell) -> tuple[str, ...]:
+    """Words the attacker keeps verbatim: the trigger (it must match the victims' queries) and the payload's
+    target words are part of what the attack needs; everything else may be rewritten."""
+    words = set((cell.attack.trigger or "").split())
+    return tuple(sorted(words))
+
+
+def adaptive_study(
+    cell: AttackCell,
+    embedder: Embedder,
+    hybrid_factory: Callable[[], WriteDetector] | None,
+    *,
+    kappa: float = 2.0,
+    calibration: str = "triggered",
+    top_k: int = 5,
+    max_poisons: int | None = None,
+    methods: tuple[str, ...] = ("synonym", "hotflip"),
+    progress: Callable[[str], None] | None = None,
+) -> list[AdaptiveResult]:
+    """Run the adaptive attacks of ``methods`` against MEMSAD on ``cell`` and the hybrid on their output."""
+    context = context_for(cell, calibration)
+    memsad = MemsadDetector(kappa).fit(context)
+    objective = RetrievalObjective(cell.victim_vectors, cell.memory_vectors, k=top_k)
+    poisons = cell.attack.poisons[:max_poisons] if max_poisons else cell.attack.poisons
+
+    def score_fn(vectors: np.ndarray) -> np.ndarray:
+        return np.asarray(memsad.score(vectors, []), dtype=float)
+
+    synonyms = WordNetSynonyms() if "synonym" in methods else None
+    keep = protected_words(cell)
+    out = []
+    for method in methods:
+        results: list[EvasionResult] = []
+        for i, poison in enumerate(poisons):
+            if method == "synonym":
+                assert synonyms is not None
+                result = synonym_substitution(
+                    embedder, poison.text, score_fn, memsad.threshold, objective, synonyms, protected=keep
+                )
+            elif method == "hotflip":
+                result = hotflip_evasion(embedder, poison.text, score_fn, memsad.threshold, objective, protected=keep)
+            else:
+                raise ValueError(f"unknown adaptive method {method!r}")
+            results.append(result)
+            if progress:
+                progress(
+                    f"{method}: poison {i + 1}/{len(poisons)} score {result.score_before:.3f} -> "
+                    f"{result.score_after:.3f}"
+                )
+        summary = summarise(results, objective, embedder, memsad.threshold)
+        texts = tuple(r.text for r in results)
+        hybrid = {} if hybrid_factory is None else hybrid_on(cell, texts, embedder, hybrid_factory, calibration, top_k)
+        out.append(AdaptiveResult(method, summary, float(memsad.threshold), hybrid, texts))
+    return out
+
+
+def hybrid_on(
+    cell: AttackCell,
+    rewritten: tuple[str, ...],
+    embedder: Embedder,
+    factory: Callable[[], WriteDetector],
+    calibration: str,
+    top_k: int,
+) -> dict[str, Any]:
+    """The hybrid check against the rewritten poisons: TPR / FPR at threshold, AUROC, benign accuracy."""
+    from dataclasses import replace
+
+    from rvu_pipelines.memory_poisoning.corpus import MemoryEntry
+
+    poisons = tuple(
+        MemoryEntry(f"{p.key}/rewritten", text, p.origin)
+        for p, text in zip(cell.attack.poisons[: len(rewritten)], rewritten, strict=True)
+    )
+    rewritten_cell = replace(
+        cell,
+        attack=replace(cell.attack, poisons=poisons),
+        poison_vectors=embed_texts(embedder, list(rewritten), "rewritten poisons"),
+        members=(),
+    )
+    scores = score_cell(rewritten_cell, factory, calibration, top_k)
+    auroc, tpr, fpr = detection_stats(scores)
+    return {
+        "auroc": auroc.auroc,
+        "auroc_low": auroc.ci_low,
+        "auroc_high": auroc.ci_high,
+        "tpr": tpr.rate,
+        "tpr_low": tpr.ci_low,
+        "tpr_high": tpr.ci_high,
+        "fpr": fpr.rate,
+        "fpr_low": fpr.ci_low,
+        "fpr_high": fpr.ci_high,
+        "n_poisons": len(scores.poison_flags),
+        "n_benign": len(scores.benign_flags),
+        "asr_r_defended": scores.asr_r_defended,
+        "benign_accuracy": scores.benign_accuracy,
+        "benign_accuracy_drop_points": 100 * (1 - scores.benign_accuracy),
+    }

@@ -1,0 +1,241 @@
+"""The three attacks set up for evaluation: one ``AttackCell`` per attack class and memory regime.
+
+A cell holds everything a detector and the retrieval metrics need, embedded once:
+
+- the benign memory the attack targets and the benign reference set a detector calibrates on;
+- the benign writes a detector is tested on (negatives) and the attack's poisons (positives);
+- the query history the defender has served before the writes (``history``: the first half of the
+  victim queries, sent as the victims send them) and the victim queries ASR-R is measured on (the
+  second half); for AgentPoison also the untriggered history (plain calibration) beside the
+  triggered one (triggered calibration), and the untriggered evaluation queries (the inconsistent
+  protocol);
+- benign queries whose top-k a defense must not disturb: each benign write's own question (a false
+  rejection removes exactly the entry that question retrieves) and the plain test questions.
+
+Memories: AgentPoison and InjecMEM attack the StrategyQA memory of the regime. MINJA attacks a
+shopping agent, so its memory is the regime's size drawn half from StrategyQA and half from benign
+WebShop sessions of the *other* MINJA victims (in-domain entries a detector must not flag); its
+reference and benign writes are likewise half StrategyQA, half held-out WebShop sessions. MINJA is
+run on each of the nine victim settings and pooled (``members``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import polars as pl
+
+from rvu_pipelines.errors import MemoryPoisoningInputError
+from rvu_pipelines.memory_poisoning.attacks import agentpoison, injecmem, minja
+from rvu_pipelines.memory_poisoning.attacks.base import AttackRun
+from rvu_pipelines.memory_poisoning.corpus import MemoryEntry, minja_victims, strategyqa_corpus
+from rvu_pipelines.memory_poisoning.retrieval import Embedder, embed_texts
+
+ATTACKS = ("agentpoison", "minja", "injecmem")
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """Knobs of one study run; the defaults are the full study at |M| = 1,000."""
+
+    regime: str = "medium"
+    kappa: float = 2.0
+    top_k: int = 5
+    seed: int = 0
+    n_queries: int | None = None  # subsample of the 490 StrategyQA test questions (sampled job)
+    agentpoison_poisons: int = 5
+    agentpoison_train: int = 16
+    trigger: agentpoison.TriggerConfig = field(default_factory=agentpoison.TriggerConfig)
+    minja_attack_queries: int = 10
+    minja_victims: tuple[str, ...] | None = None  # None: all nine
+    injecmem_entities: int = 5
+    injecmem_per_entity: int = 3
+
+    @classmethod
+    def sampled(cls) -> StudyConfig:
+        """The default job's version: |M| = 200, 100 test questions, a short trigger search, 3 MINJA victims."""
+        return cls(
+            regime="small",
+            n_queries=100,
+            trigger=agentpoison.TriggerConfig(length=4, iterations=8, candidates=8),
+            minja_victims=("camera", "chair", "cookies"),
+        )
+
+
+@dataclass(frozen=True)
+class AttackCell:
+    """One attack against one memory, embedded (see module doc). ``members`` pools MINJA's victims."""
+
+    attack: AttackRun
+    memory: tuple[MemoryEntry, ...]
+    memory_vectors: np.ndarray
+    reference: tuple[MemoryEntry, ...]
+    reference_vectors: np.ndarray
+    benign_writes: tuple[MemoryEntry, ...]
+    benign_vectors: np.ndarray
+    poison_vectors: np.ndarray
+    history_vectors: np.ndarray
+    history_texts: tuple[str, ...]
+    victim_vectors: np.ndarray
+    benign_query_vectors: np.ndarray
+    plain_history_vectors: np.ndarray | None = None  # AgentPoison: the history without the trigger
+    plain_victim_vectors: np.ndarray | None = None  # AgentPoison: the inconsistent protocol's queries
+    members: tuple[AttackCell, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.attack.name
+
+
+class EmbeddingCache:
+    """Embeds each distinct text once per study (the same records recur across cells)."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self._vectors: dict[str, np.ndarray] = {}
+
+    def __call__(self, texts: Sequence[str], what: str) -> np.ndarray:
+        missing = sorted({t for t in texts if t not in self._vectors})
+        if missing:
+            for text, vector in zip(missing, embed_texts(self.embedder, missing, what), strict=True):
+                self._vectors[text] = vector
+        if not texts:
+            return np.zeros((0, self.embedder.dimension), dtype=np.float32)
+        return np.stack([self._vectors[t] for t in texts])
+
+
+def question_of(entry: MemoryEntry) -> str:
+    """The question a record answers (its first line), the benign query that should retrieve it."""
+    return entry.text.splitlines()[0].removeprefix("Question: ").removeprefix("Instruction: ").strip()
+
+
+def _halves(items: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Alternate items into (history, evaluation): both halves span the whole (sorted) stream."""
+    if len(items) < 2:
+        raise MemoryPoisoningInputError(f"an attack needs at least 2 victim queries to split, got {len(items)}")
+    return list(items[0::2]), list(items[1::2])
+
+
+def _frame(frames: Mapping[str, pl.DataFrame], name: str) -> pl.DataFrame:
+    if name not in frames:
+        raise MemoryPoisoningInputError(f"the memory-poisoning study needs the {name!r} data set; load it first")
+    return frames[name]
+
+
+def _cell(
+    embed: EmbeddingCache,
+    run: AttackRun,
+    memory: Sequence[MemoryEntry],
+    reference: Sequence[MemoryEntry],
+    benign: Sequence[MemoryEntry],
+    history: Sequence[str],
+    victims: Sequence[str],
+    benign_queries: Sequence[str],
+) -> AttackCell:
+    return AttackCell(
+        attack=run,
+        memory=tuple(memory),
+        memory_vectors=embed([e.text for e in memory], "memory"),
+        reference=tuple(reference),
+        reference_vectors=embed([e.text for e in reference], "reference entries"),
+        benign_writes=tuple(benign),
+        benign_vectors=embed([e.text for e in benign], "benign writes"),
+        poison_vectors=embed([p.text for p in run.poisons], f"{run.name} poisons"),
+        history_vectors=embed(list(history), "query history"),
+        history_texts=tuple(history),
+        victim_vectors=embed(list(victims), "victim queries"),
+        benign_query_vectors=embed(list(benign_queries), "benign queries"),
+    )
+
+
+def agentpoison_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, config: StudyConfig) -> AttackCell:
+    corpus = strategyqa_corpus(
+        _frame(frames, "agentpoison_strategyqa"), regime=config.regime, seed=config.seed, n_queries=config.n_queries
+    )
+    memory_vectors = embed([e.text for e in corpus.memory], "memory")
+    run = agentpoison.agentpoison_attack(
+        embed.embedder,
+        corpus.queries,
+        memory_vectors,
+        n_poisons=config.agentpoison_poisons,
+        n_train=config.agentpoison_train,
+        config=replace(config.trigger, seed=config.seed),
+    )
+    history, victims = _halves(run.victim_queries)
+    plain_history, plain_victims = _halves(agentpoison.untriggered_queries(run))
+    benign_queries = [question_of(e) for e in corpus.benign_writes] + plain_victims
+    cell = _cell(embed, run, corpus.memory, corpus.reference, corpus.benign_writes, history, victims, benign_queries)
+    return replace(
+        cell,
+        plain_history_vectors=embed(plain_history, "plain query history"),
+        plain_victim_vectors=embed(plain_victims, "plain victim queries"),
+    )
+
+
+def injecmem_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, config: StudyConfig) -> AttackCell:
+    corpus = strategyqa_corpus(_frame(frames, "agentpoison_strategyqa"), regime=config.regime, seed=config.seed)
+    payloads = injecmem.injecagent_payloads(_frame(frames, "injecagent"))
+    run = injecmem.injecmem_attack(
+        corpus.queries,
+        payloads,
+        n_entities=config.injecmem_entities,
+        per_entity=config.injecmem_per_entity,
+        seed=config.seed,
+    )
+    history, victims = _halves(run.victim_queries)
+    others = sorted(set(corpus.queries) - set(run.victim_queries))
+    if config.n_queries is not None:
+        others = others[: config.n_queries]
+    benign_queries = [question_of(e) for e in corpus.benign_writes] + others
+    return _cell(embed, run, corpus.memory, corpus.reference, corpus.benign_writes, history, victims, benign_queries)
+
+
+def minja_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, config: StudyConfig) -> AttackCell:
+    corpus = strategyqa_corpus(_frame(frames, "agentpoison_strategyqa"), regime=config.regime, seed=config.seed)
+    victims = minja_victims(_frame(frames, "minja"))
+    templates = minja.indication_templates()
+    chosen = [v for v in victims if config.minja_victims is None or v.victim in config.minja_victims]
+    if not chosen:
+        raise MemoryPoisoningInputError(
+            f"none of the MINJA victims {config.minja_victims} exists; known: {[v.victim for v in victims]}"
+        )
+    half_memory = (corpus.size + 1) // 2
+    half_ref, half_benign = len(corpus.reference) // 2, len(corpus.benign_writes) // 2
+    members = []
+    for victim in chosen:
+        shop = list(minja.shopping_records(victims, exclude_victim=victim.victim))
+        order = np.random.default_rng(config.seed).permutation(len(shop))
+        shop = [shop[i] for i in order]
+        shop_ref, shop_benign, shop_pool = (
+            shop[:half_ref],
+            shop[half_ref : half_ref + half_benign],
+            shop[half_ref + half_benign :],
+        )
+        memory = list(corpus.memory[:half_memory]) + shop_pool[: corpus.size - half_memory]
+        reference = list(corpus.reference[:half_ref]) + shop_ref
+        benign = list(corpus.benign_writes[:half_benign]) + shop_benign
+        run = minja.minja_attack(victim, templates, n_attack=config.minja_attack_queries, seed=config.seed)
+        history, victim_queries = _halves(run.victim_queries)
+        benign_queries = [question_of(e) for e in benign]
+        members.append(_cell(embed, run, memory, reference, benign, history, victim_queries, benign_queries))
+    first = members[0]
+    pooled = AttackRun(
+        name=minja.NAME,
+        poisons=tuple(p for m in members for p in m.attack.poisons),
+        victim_queries=tuple(q for m in members for q in m.attack.victim_queries),
+        details={"victims": [m.attack.details["victim"] for m in members], "pooled": True},
+    )
+    return replace(first, attack=pooled, members=tuple(members))
+
+
+CELL_BUILDERS = {"agentpoison": agentpoison_cell, "minja": minja_cell, "injecmem": injecmem_cell}
+
+
+def build_cell(
+    attack: str, frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, config: StudyConfig
+) -> AttackCell:
+    if attack not in CELL_BUILDERS:
+        raise MemoryPoisoningInputError(f"unknown attack {attack!r}; choose one of {ATTACKS}")
+    return CELL_BUILDERS[attack](frames, embed, config)
