@@ -131,7 +131,7 @@ def _materialize(
         for path in result.files.values():
             run.log_artifact(path)
     checks = study_checks(result)
-    metadata = {
+    metadata: dict[str, Any] = {
         "paper_table": MetadataValue.md(result.files["paper_table_md"].read_text()),
         "retrieval": MetadataValue.md(result.files["retrieval_md"].read_text()),
         "roc": MetadataValue.path(str(result.files["roc_png"])),
