@@ -30,3 +30,11 @@ def spectral_sets(shared_data):
     from rvu_pipelines.spectral.data import load_spectral_datasets
 
     return load_spectral_datasets()
+
+
+@pytest.fixture(scope="session")
+def hfer_detector(spectral_model, spectral_sets):
+    """A switch calibrated on 8 short context-verification examples, layers 2-3 (early exit: fast)."""
+    from rvu_pipelines.spectral.detector import HferDetector
+
+    return HferDetector.calibrated(spectral_model, spectral_sets["context_verification"], size=8, layers=[2, 3])
