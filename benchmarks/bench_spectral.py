@@ -55,7 +55,7 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from rvu_pipelines.spectral import attention_adjacency, load_profile_model, spectral_stats
+    from rvu_pipelines.spectral import attention_adjacency, layer_stats_from_trace, load_profile_model, spectral_stats
 
     model = load_profile_model()
     text = real_text(model.tokenizer, args.tokens)
@@ -83,8 +83,8 @@ def main() -> int:
         with torch.inference_mode():
             model.model(**encoded, use_cache=False)
 
-    def gate() -> None:
-        model.layer_stats(text, layers=[args.layer])
+    def gate() -> None:  # the full forward pass with attentions and hidden states, then the statistic
+        layer_stats_from_trace(model.forward(text), layers=[args.layer])
 
     def early_gate() -> None:
         layers = model.model.model.layers
@@ -110,7 +110,7 @@ def main() -> int:
         f"{gate_ms:.1f} ms = {100 * (gate_ms / plain_ms - 1):+.1f} %; goal < +5 %"
     )
     print(
-        f"   early-exit gate (layers 0..{args.layer} only + statistic) {early_ms:.1f} ms = "
+        f"   early-exit gate (layers 0..{args.layer + 1} only + statistic) {early_ms:.1f} ms = "
         f"{100 * early_ms / plain_ms:.1f} % of a plain forward pass (it runs before, not instead of, generation)"
     )
     return 0
