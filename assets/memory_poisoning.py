@@ -10,7 +10,6 @@ Each logs one MLflow run (every metric, the tables, ROC curves, score histograms
 the SIR plot) and checks what the paper claims, so a regression shows as a failed check, not a number.
 """
 
-
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +104,8 @@ def _materialize(
     frames: dict,
     config: StudyConfig,
     out_dir: Path,
+    *,
+    use_llm: bool = True,
     **kwargs: Any,
 ):
     params = {
@@ -114,7 +115,7 @@ def _materialize(
         "n_queries": config.n_queries,
         "embedder": embedder_model["name"],
         "embedder_sha256": embedder_model["sha256"],
-        "llm": llm_model["name"],
+        "llm": llm_model["name"] if use_llm else "none (hybrid without perplexity)",
         "attacks": ",".join(kwargs.get("attacks", ATTACKS)),
     }
     with mlflow_tracker.run_for(context, params=params) as run:
@@ -123,7 +124,7 @@ def _materialize(
             embedder.build(Path(embedder_model["path"]), name=embedder_model["name"]),
             config,
             out_dir,
-            llm_path=Path(llm_model["path"]),
+            llm_path=Path(llm_model["path"]) if use_llm else None,
             progress=context.log.info,
             **kwargs,
         )
@@ -149,7 +150,7 @@ def _emit_checks(checks: dict[str, tuple[bool, dict[str, Any]]], names: list[str
         yield AssetCheckResult(check_name=name, passed=passed, metadata={k: str(v) for k, v in meta.items()})
 
 
-def _study_asset(name: str, description: str, config: StudyConfig, sir: SIRConfig, out: str):
+def _study_asset(name: str, description: str, config: StudyConfig, sir: SIRConfig, out: str, *, use_llm: bool):
     @asset(
         name=name,
         group_name=GROUP,
@@ -178,6 +179,7 @@ def _study_asset(name: str, description: str, config: StudyConfig, sir: SIRConfi
             config,
             state_dir() / "memory_poisoning" / out,
             sir=sir,
+            use_llm=use_llm,
         )
         checks = yield from gen
         yield from _emit_checks(checks, STUDY_CHECKS)
@@ -189,10 +191,12 @@ memory_poisoning_sample = _study_asset(
     "memory_poisoning_sample",
     "Seed 003 sampled for the default job: AgentPoison (short trigger search), MINJA (3 victims) and InjecMEM "
     "against a |M| = 200 StrategyQA memory, MEMSAD, the paper's baselines, spectral signatures, TrustRAG and the "
-    "hybrid check; synonym / HotFlip adaptive attacks; a 6-agent SIR run. Checks record the paper's claims.",
+    "hybrid check (without its LLM-perplexity feature, to stay in the job's budget); synonym / HotFlip adaptive "
+    "attacks; a 6-agent SIR run. Checks record the paper's claims.",
     StudyConfig.sampled(),
     SIRConfig(agents=6, steps=10, seeds=(0, 1)),
     "sample",
+    use_llm=False,
 )
 
 memory_poisoning_study = _study_asset(
@@ -204,6 +208,7 @@ memory_poisoning_study = _study_asset(
     StudyConfig(agentpoison_poisons=20, agentpoison_train=20),
     SIRConfig(),
     "study",
+    use_llm=True,
 )
 
 
@@ -238,6 +243,7 @@ def memory_poisoning_cell(
         frames,
         config,
         out,
+        use_llm=False,
         attacks=(attack,),
         adaptive=False,
         sir=None,
