@@ -5,7 +5,10 @@ same place, so r swaps move every embedding score by at most r·ε_syn and a poi
 MEMSAD's threshold while it is still retrieved. The features below look at the text and at retrieval,
 where a swap leaves marks (all computed against the same query history H as MEMSAD):
 
-- ``memsad``: Eq. 7 itself, so the hybrid also catches everything MEMSAD catches.
+- ``memsad`` (opt in): Eq. 7 itself. Off by default: the hybrid runs beside MEMSAD (OR them with
+  ``CompositeDetector([MemsadDetector(), HybridDetector()])``), and a poison that evaded MEMSAD has, by
+  definition, an Eq. 7 score under MEMSAD's threshold, so the feature would only add false positives, and
+  the costly kind: the benign writes closest to the served queries are the ones those queries retrieve.
 - ``lexical``: how much of one served query's content words the candidate contains, IDF-weighted
   (IDF from the memory texts), *beyond what its embedding similarity explains*: the residual of that
   coverage after a least-squares line on max cos(c, H), fitted on the benign reference entries. A poison
@@ -29,7 +32,11 @@ Each feature is standardised on the benign reference entries, z_j = (f_j − µ�
 (the floors keep a feature that is almost always 0 on benign data from turning one coincidence into a
 huge z), and the score is max_j z_j: a write is suspicious if any feature is. The threshold is calibrated
 on the benign reference entries only, never on attack data: µ̂ + κσ̂ of their combined scores
-(``threshold_rule="mean_std"``, as every detector here), or ``"quantile"``: the reference order
+(``threshold_rule="mean_std"``, as every detector here, with κ = 2.5 by default: the max of several
+standardised features has a heavier benign tail than one score, and each benign write rejected near the
+served queries costs retrieval accuracy; at κ = 2.0 the benign FPR on StrategyQA was 1.5-2.0 % and the
+overlap@5 drop up to 2 points, at 2.5 it was 0.5-1.0 % and at most 1 point, with every synonym-evaded
+poison still flagged), or ``"quantile"``: the reference order
 statistic whose false-positive rate is ≤ ``fpr_target`` with probability ``confidence`` (distribution-free:
 FPR(X_(N−j)) ~ Beta(j+1, N−j)). The reference entries are scored in-sample for the standardisation and
 the threshold; the test benign writes are what measures the FPR.
@@ -50,7 +57,6 @@ from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.memory_poisoning.defenses.base import WriteContext
 from rvu_pipelines.memory_poisoning.defenses.baselines import word_tokens
 from rvu_pipelines.memory_poisoning.defenses.memsad import (
-    DEFAULT_KAPPA,
     DEFAULT_MAX_WEIGHT,
     Calibration,
     calibrate,
@@ -64,7 +70,8 @@ from rvu_pipelines.memory_poisoning.defenses.perplexity import NllScorer
 from rvu_pipelines.memory_poisoning.retrieval import check_embeddings
 
 FEATURES: tuple[str, ...] = ("memsad", "lexical", "trigger", "perplexity", "provenance")
-DEFAULT_FEATURES: tuple[str, ...] = ("memsad", "lexical", "trigger", "perplexity")  # + "provenance" by choice
+DEFAULT_FEATURES: tuple[str, ...] = ("lexical", "trigger", "perplexity")  # + "memsad", "provenance" by choice
+HYBRID_KAPPA = 2.5
 SCALE_FLOORS: dict[str, float] = {
     "memsad": 0.01,
     "lexical": 0.05,
@@ -164,7 +171,7 @@ class HybridDetector:
 
     def __init__(
         self,
-        kappa: float = DEFAULT_KAPPA,
+        kappa: float = HYBRID_KAPPA,
         *,
         features: Sequence[str] = DEFAULT_FEATURES,
         nll_scorer: NllScorer | None = None,
