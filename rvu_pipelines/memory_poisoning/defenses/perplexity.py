@@ -65,7 +65,8 @@ class LlamaPerplexity:
         self.n_ctx = int(n_ctx)
         threads = n_threads or max(1, os.cpu_count() or 1)
         self.runtime = runtime or LlamaRuntimeSettings.from_env()
-        ensure_llama_runs(self.model_path, settings=self.runtime, n_threads=threads)
+        # the probe's verdict is remembered per (model, build, settings, threads): None = the default key
+        ensure_llama_runs(self.model_path, settings=self.runtime, n_threads=n_threads)
         self._llm: Any = open_llama(
             Llama,
             self.model_path,
