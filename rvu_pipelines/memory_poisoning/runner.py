@@ -74,12 +74,13 @@ class StudyResult:
 def _config_dict(config: StudyConfig) -> dict[str, Any]:
     out = asdict(config)
     out["minja_victims"] = list(config.minja_victims) if config.minja_victims else None
+    out["adaptive_methods"] = list(config.adaptive_methods)
     return out
 
 
-def hybrid_factory(llm_path: Path | None, kappa: float) -> Callable[[], WriteDetector]:
-    """The hybrid discrete check; with ``llm_path`` its perplexity feature runs on the local LLM."""
-    from rvu_pipelines.memory_poisoning.attacks.synonyms import WordNetSynonyms
+def hybrid_factory(llm_path: Path | None) -> Callable[[], WriteDetector]:
+    """The hybrid discrete check at its own defaults (``defenses/hybrid.py``: lexical coverage with WordNet
+    synonyms, trigger tokens, kappa 2.5); with ``llm_path`` its perplexity feature runs on the local LLM."""
     from rvu_pipelines.memory_poisoning.defenses.hybrid import DEFAULT_FEATURES, HybridDetector
 
     scorer = None
@@ -88,8 +89,7 @@ def hybrid_factory(llm_path: Path | None, kappa: float) -> Callable[[], WriteDet
 
         scorer = LlamaPerplexity(llm_path)
     features = DEFAULT_FEATURES if scorer is not None else tuple(f for f in DEFAULT_FEATURES if f != "perplexity")
-    synonyms = WordNetSynonyms()
-    return lambda: HybridDetector(kappa, features=features, nll_scorer=scorer, synonyms=synonyms)
+    return lambda: HybridDetector(features=features, nll_scorer=scorer)
 
 
 def run_study(
@@ -116,7 +116,7 @@ def run_study(
         timings[f"attack_{attack}"] = time.perf_counter() - start
         say(f"{attack}: {len(cells[-1].attack.poisons)} poisons, {len(cells[-1].victim_vectors)} victim queries")
     start = time.perf_counter()
-    hybrid = hybrid_factory(llm_path, config.kappa)
+    hybrid = hybrid_factory(llm_path)
     detectors = {**detector_suite(config.kappa), "hybrid": hybrid}
     matrix, raw = attack_defense_matrix(cells, detectors, top_k=config.top_k, progress=say)
     timings["matrix"] = time.perf_counter() - start
@@ -125,7 +125,16 @@ def run_study(
     result = StudyResult(config, matrix, protocol, timings=timings)
     if adaptive and ap is not None:
         start = time.perf_counter()
-        result.adaptive = adaptive_study(ap, embedder, hybrid, kappa=config.kappa, top_k=config.top_k, progress=say)
+        result.adaptive = adaptive_study(
+            ap,
+            embedder,
+            hybrid,
+            kappa=config.kappa,
+            top_k=config.top_k,
+            max_poisons=config.adaptive_poisons,
+            methods=config.adaptive_methods,
+            progress=say,
+        )
         timings["adaptive"] = time.perf_counter() - start
     if sir is not None and ap is not None:
         start = time.perf_counter()

@@ -52,15 +52,20 @@ class StudyConfig:
     minja_victims: tuple[str, ...] | None = None  # None: all nine
     injecmem_entities: int = 5
     injecmem_per_entity: int = 3
+    adaptive_poisons: int | None = None  # None: every AgentPoison poison is rewritten by each adaptive attack
+    adaptive_methods: tuple[str, ...] = ("synonym", "hotflip")
 
     @classmethod
     def sampled(cls) -> StudyConfig:
-        """The default job's version: |M| = 200, 100 test questions, a short trigger search, 3 MINJA victims."""
+        """The default job's version: |M| = 200, 100 test questions, a short trigger search, 3 MINJA victims,
+        the synonym attack on 2 poisons (each adaptive rewrite costs ~10 s of embedding on 2 cores)."""
         return cls(
             regime="small",
             n_queries=100,
             trigger=agentpoison.TriggerConfig(length=4, iterations=8, candidates=8),
             minja_victims=("camera", "chair", "cookies"),
+            adaptive_poisons=2,
+            adaptive_methods=("synonym",),
         )
 
 
