@@ -14,9 +14,12 @@ A cell holds everything a detector and the retrieval metrics need, embedded once
 
 Memories: AgentPoison and InjecMEM attack the StrategyQA memory of the regime. MINJA attacks a
 shopping agent, so its memory is the regime's size drawn half from StrategyQA and half from benign
-WebShop sessions of the *other* MINJA victims (in-domain entries a detector must not flag); its
-reference and benign writes are likewise half StrategyQA, half held-out WebShop sessions. MINJA is
-run on each of the nine victim settings and pooled (``members``).
+WebShop sessions: of the *other* MINJA victims, plus earlier benign sessions about the victim's own
+item (``minja_same_item``; without them the victim's item would appear only in the poisons and any
+retriever or detector would find them trivially). Its reference is half StrategyQA, half held-out
+sessions of other victims; its benign writes add the held-out third of the same-item sessions, the
+writes a detector is most likely to flag wrongly. MINJA is run on each of the nine victim settings
+and pooled (``members``).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class StudyConfig:
     agentpoison_train: int = 16
     trigger: agentpoison.TriggerConfig = field(default_factory=agentpoison.TriggerConfig)
     minja_attack_queries: int = 10
+    minja_same_item: int = 30  # benign sessions about the victim's own item: 2/3 in the memory, 1/3 benign writes
     minja_victims: tuple[str, ...] | None = None  # None: all nine
     injecmem_entities: int = 5
     injecmem_per_entity: int = 3
@@ -218,10 +222,14 @@ def minja_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, config
             shop[half_ref : half_ref + half_benign],
             shop[half_ref + half_benign :],
         )
-        memory = list(corpus.memory[:half_memory]) + shop_pool[: corpus.size - half_memory]
+        run = minja.minja_attack(
+            victim, templates, n_attack=config.minja_attack_queries, n_benign=config.minja_same_item, seed=config.seed
+        )
+        same_item = list(run.details["benign_records"])
+        in_memory = same_item[: 2 * len(same_item) // 3]
+        memory = list(corpus.memory[:half_memory]) + shop_pool[: corpus.size - half_memory - len(in_memory)] + in_memory
         reference = list(corpus.reference[:half_ref]) + shop_ref
-        benign = list(corpus.benign_writes[:half_benign]) + shop_benign
-        run = minja.minja_attack(victim, templates, n_attack=config.minja_attack_queries, seed=config.seed)
+        benign = list(corpus.benign_writes[:half_benign]) + shop_benign + same_item[len(in_memory) :]
         history, victim_queries = _halves(run.victim_queries)
         benign_queries = [question_of(e) for e in benign]
         members.append(_cell(embed, run, memory, reference, benign, history, victim_queries, benign_queries))
