@@ -9,7 +9,7 @@ RVU_DATA_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data),$(abspath $(CURDIR)
 export RVU_DATA_MIRROR
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run doctor detectors memory-poisoning lint format test test-slow test-all dev mlflow-ui bench bench-closure bench-monitor bench-detectors bench-agent bench-llama regress clean
+.PHONY: setup run doctor detectors memory-poisoning lint format test test-slow test-all dev mlflow-ui bench bench-closure bench-monitor bench-detectors bench-agent bench-llama bench-memsad regress clean
 
 setup:
 	@bash scripts/setup.sh
@@ -56,7 +56,7 @@ dev: setup
 mlflow-ui: setup
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/.rvu/mlflow.db -h 127.0.0.1 -p 5000
 
-bench: bench-closure bench-monitor bench-detectors bench-agent bench-llama
+bench: bench-closure bench-monitor bench-detectors bench-agent bench-llama bench-memsad
 
 bench-closure: setup
 	$(BIN)/python benchmarks/bench_closure.py
@@ -66,6 +66,10 @@ bench-monitor: setup
 
 bench-detectors: setup
 	$(BIN)/python benchmarks/bench_detectors.py
+
+# MEMSAD write scoring: batched writes/s and one write's latency beside the embedding cost (seed 003)
+bench-memsad: setup
+	$(BIN)/python benchmarks/bench_memsad.py
 
 # cold vs KV-prefix-reused vs response-cached LLM time per agent scenario
 bench-agent: setup
