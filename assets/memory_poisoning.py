@@ -208,7 +208,9 @@ memory_poisoning_study = _study_asset(
     StudyConfig(agentpoison_poisons=20, agentpoison_train=20),
     SIRConfig(),
     "study",
-    use_llm=True,
+    # the hybrid's LLM-perplexity feature stays off: one fit scores 400+ texts through llama.cpp (~10 min on
+    # 2 cores) and it separates weakly at 135M; HybridDetector(nll_scorer=LlamaPerplexity(...)) turns it on
+    use_llm=False,
 )
 
 
