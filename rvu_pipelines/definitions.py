@@ -15,6 +15,7 @@ from assets.memory import memory_assets
 from assets.memory_poisoning import memory_poisoning_assets
 from assets.models import model_assets
 from assets.recovery import recovery_assets
+from assets.spectral import spectral_assets
 from resources.deployments import deployment_resources
 from sensors import SCHEDULES, SENSORS
 
@@ -26,6 +27,7 @@ ALL_ASSETS = [
     *memory_poisoning_assets(),
     *detector_assets(),
     *attack_assets(),
+    *spectral_assets(),
 ]
 
 
