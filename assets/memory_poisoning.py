@@ -205,7 +205,7 @@ memory_poisoning_study = _study_asset(
     "hybrid) with bootstrap / Clopper-Pearson CIs, AgentPoison's faithful vs inconsistent protocol, the adaptive "
     "attacks (DPR/HotFlip, synonym substitution) and the hybrid check on their output, the SIR figure (5 seeds, "
     "30 steps). `make memory-poisoning`.",
-    StudyConfig(agentpoison_poisons=20, agentpoison_train=20),
+    StudyConfig(agentpoison_poisons=20, agentpoison_train=20, adaptive_poisons=8),
     SIRConfig(),
     "study",
     # the hybrid's LLM-perplexity feature stays off: one fit scores 400+ texts through llama.cpp (~10 min on

@@ -33,6 +33,7 @@ def main() -> None:
     parser.add_argument("--regime", choices=("small", "medium", "full"), help="override the memory regime")
     parser.add_argument("--out", type=Path, help="output folder (default .rvu/memory_poisoning/<study|sample>)")
     parser.add_argument("--no-llm", action="store_true", help="hybrid check without the perplexity feature")
+    parser.add_argument("--adaptive-poisons", type=int, help="poisons each adaptive attack rewrites (default: all)")
     args = parser.parse_args()
     if args.sampled:
         config, sir, name = StudyConfig.sampled(), SIRConfig(agents=6, steps=10, seeds=(0, 1)), "sample"
@@ -40,6 +41,8 @@ def main() -> None:
         config, sir, name = StudyConfig(agentpoison_poisons=20, agentpoison_train=20), SIRConfig(), "study"
     if args.regime:
         config = replace(config, regime=args.regime)
+    if args.adaptive_poisons:
+        config = replace(config, adaptive_poisons=args.adaptive_poisons)
     out = args.out or state_dir() / "memory_poisoning" / name
     catalog, source = load_catalog(), dataset_source_from_env()
     frames = {n: load_dataset(catalog.datasets[n], source).frame for n in DATASETS}
@@ -47,7 +50,7 @@ def main() -> None:
     embedder = SentenceEmbedder(store.resolve("embedder", profile["embedder"]).path)
     llm = None if args.no_llm else store.resolve("llm", profile["llm"]).path
     start = time.perf_counter()
-    result = run_study(frames, embedder, config, out, llm_path=llm, sir=sir, progress=print)
+    result = run_study(frames, embedder, config, out, llm_path=llm, sir=sir, progress=lambda m: print(m, flush=True))
     print(f"\n{(out / 'paper_table.md').read_text()}\n{(out / 'retrieval.md').read_text()}")
     print("protocol:", result.protocol)
     for a in result.adaptive:
