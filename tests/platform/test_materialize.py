@@ -23,7 +23,7 @@ def test_every_asset_materializes_with_passing_checks(tmp_path) -> None:
         # chain (quick config) in tests/detectors/test_detectors_assets.py, attack cells in
         # tests/agents/test_attack_assets.py (the full Table 1 is `make run`, minutes of inference), the
         # memory-poisoning studies (minutes of trigger search and adaptive rewriting) in
-        # tests/memory_poisoning/test_assets.py and at library level in tests/memory_poisoning/test_study.py,
+        # tests/memory_poisoning/test_poisoning_assets.py and at library level in tests/memory_poisoning/test_study.py,
         # the spectral sample (forward passes with attentions; goal checks at WARN) in tests/spectral/test_assets.py
         skip = ("detector_", "attack_", "memory_poisoning_", "spectral_")
         unpartitioned = [
