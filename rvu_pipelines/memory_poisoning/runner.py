@@ -4,6 +4,7 @@ both call this, so the UI and ``make memory-poisoning`` produce the same files).
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -57,7 +58,7 @@ class StudyResult:
         for curves in self.sir:
             out.update({f"sir_{curves.defense}_{k}": v for k, v in curves.summary().items()})
         out.update({f"seconds_{k}": v for k, v in self.timings.items()})
-        return out
+        return {metric_name(k): v for k, v in out.items()}
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -69,6 +70,11 @@ class StudyResult:
             "timings": self.timings,
             "files": {k: str(v) for k, v in self.files.items()},
         }
+
+
+def metric_name(key: str) -> str:
+    """An MLflow-valid metric name: runs of other characters (e.g. "MEMSAD (k=2)") become one underscore."""
+    return re.sub(r"[^A-Za-z0-9_.\-/:]+", "_", key).strip("_")
 
 
 def _config_dict(config: StudyConfig) -> dict[str, Any]:

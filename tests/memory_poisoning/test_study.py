@@ -3,6 +3,7 @@ path and the SIR simulation (real MiniLM, real StrategyQA / MINJA / InjecAgent d
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from rvu_pipelines.memory_poisoning.defenses.memsad import MemsadDetector
 from rvu_pipelines.memory_poisoning.incident import flagged_poisons, write_poisoning_incident
 from rvu_pipelines.memory_poisoning.monitor_check import DetectorWriteCheck
 from rvu_pipelines.memory_poisoning.retrieval import build_memory
+from rvu_pipelines.memory_poisoning.runner import StudyResult
 from rvu_pipelines.memory_poisoning.sir import SIRConfig, simulate_sir
 from rvu_pipelines.memory_poisoning.study import attack_defense_matrix, context_for, detector_suite, protocol_contrast
 from rvu_pipelines.memory_poisoning.study_cells import EmbeddingCache, StudyConfig, build_cell
@@ -108,9 +110,12 @@ def test_sir_spreads_without_a_defense_and_not_past_memsad(cells, embedder) -> N
     memsad = MemsadDetector(2.0).fit(context_for(cell, "triggered"))
     config = SIRConfig(agents=4, steps=6, seeds=(0,), contacts=1, victim_rate=1.0, recovery_rate=0.0)
     args = (embedder, cell.memory, cell.attack.poisons, cell.victim_vectors, cell.benign_query_vectors)
-    open_door = simulate_sir(*args, None, defense="none", config=config)
-    guarded = simulate_sir(*args, memsad, defense="memsad", config=config)
+    open_door = simulate_sir(*args, None, defense="no defense", config=config)
+    guarded = simulate_sir(*args, memsad, defense="MEMSAD (k=2)", config=config)
     assert open_door.exposed[0, -1] > 0 and open_door.secondary[0, -1] > 0
     assert guarded.initial_accepted[0] <= open_door.initial_accepted[0]
     assert guarded.exposed[0, -1] <= open_door.exposed[0, -1]
     assert guarded.writes_rejected[0] >= 1
+    # every metric name MLflow will be given is valid (the defense labels carry spaces and "=")
+    metrics = StudyResult(CONFIG, pl.DataFrame(), {}, sir=[open_door, guarded]).metrics()
+    assert metrics and all(re.fullmatch(r"[A-Za-z0-9_.\-/:]+", k) for k in metrics), sorted(metrics)
