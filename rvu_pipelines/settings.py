@@ -116,6 +116,13 @@ SETTINGS: tuple[Setting, ...] = (
         "0 = skip the child-process generation before the first in-process model load (not recommended)",
     ),
     Setting("RVU_WHEEL_CACHE", "path", "~/.cache/rvu/wheels", "models", "where set-up caches llama-cpp-python builds"),
+    Setting(
+        "RVU_SPECTRAL_CACHE",
+        "path",
+        "~/.cache/rvu/spectral",
+        "models",
+        "where the spectral model's de-quantised weights are cached (safetensors, by GGUF sha256)",
+    ),
     # tracking
     # inputs from outside (incident logs, certificates)
     Setting(

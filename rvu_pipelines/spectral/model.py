@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from rvu_pipelines.settings import env_value
 from rvu_pipelines.spectral.errors import ContextLengthError, LayerIndexError, NoAttentionError, SpectralInputError
 from rvu_pipelines.spectral.graph import (
     DEFAULT_CUTOFF_RATIO,
@@ -170,8 +170,8 @@ class SpectralModel:
 def _cache_folder(sha256: str) -> Path:
     """Content-addressed (the GGUF's sha256) beside set-up's wheel cache, so a fresh state folder (a test
     session, a clean clone) does not pay the de-quantisation again."""
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "rvu" / "spectral" / sha256
+    root = env_value("RVU_SPECTRAL_CACHE")
+    return (Path(root).expanduser() if root else Path.home() / ".cache" / "rvu" / "spectral") / sha256
 
 
 def _save_converted(model: Any, tokenizer: Any, folder: Path) -> None:
