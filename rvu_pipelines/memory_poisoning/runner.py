@@ -120,7 +120,8 @@ def run_study(
         start = time.perf_counter()
         cells.append(build_cell(attack, frames, embed, config))
         timings[f"attack_{attack}"] = time.perf_counter() - start
-        say(f"{attack}: {len(cells[-1].attack.poisons)} poisons, {len(cells[-1].victim_vectors)} victim queries")
+        victims = sum(len(m.victim_vectors) for m in cells[-1].members or (cells[-1],))
+        say(f"{attack}: {len(cells[-1].attack.poisons)} poisons, {victims} victim queries (ASR-R)")
     start = time.perf_counter()
     hybrid = hybrid_factory(llm_path)
     detectors = {**detector_suite(config.kappa), "hybrid": hybrid}
