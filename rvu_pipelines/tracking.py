@@ -7,6 +7,7 @@ never by an end-of-job hook, so a run holds exactly the metrics of the work it n
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -41,6 +42,11 @@ DOMAIN_EXPERIMENTS: dict[str, str] = {
 def experiment_for(domain: str | None) -> str:
     """The MLflow experiment a domain's runs go to (asset group name or CLI domain)."""
     return DOMAIN_EXPERIMENTS.get(domain or "", DEFAULT_EXPERIMENT)
+
+
+def metric_name(key: str) -> str:
+    """An MLflow-valid metric name: runs of other characters (e.g. "MEMSAD (k=2)") become one underscore."""
+    return re.sub(r"[^A-Za-z0-9_.\-/:]+", "_", key).strip("_")
 
 
 def default_tracking_uri() -> str:

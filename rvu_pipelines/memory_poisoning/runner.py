@@ -4,7 +4,6 @@ both call this, so the UI and ``make memory-poisoning`` produce the same files).
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -28,6 +27,7 @@ from rvu_pipelines.memory_poisoning.sir import SIRConfig, SIRCurves, plot_sir, s
 from rvu_pipelines.memory_poisoning.study import attack_defense_matrix, context_for, detector_suite, protocol_contrast
 from rvu_pipelines.memory_poisoning.study_adaptive import AdaptiveResult, adaptive_study
 from rvu_pipelines.memory_poisoning.study_cells import ATTACKS, AttackCell, EmbeddingCache, StudyConfig, build_cell
+from rvu_pipelines.tracking import metric_name
 
 Progress = Callable[[str], None]
 
@@ -70,11 +70,6 @@ class StudyResult:
             "timings": self.timings,
             "files": {k: str(v) for k, v in self.files.items()},
         }
-
-
-def metric_name(key: str) -> str:
-    """An MLflow-valid metric name: runs of other characters (e.g. "MEMSAD (k=2)") become one underscore."""
-    return re.sub(r"[^A-Za-z0-9_.\-/:]+", "_", key).strip("_")
 
 
 def _config_dict(config: StudyConfig) -> dict[str, Any]:
