@@ -3,14 +3,14 @@ schedules). In-process executors: the steps share one interpreter, so torch/tran
 
 from dagster import AssetSelection, define_asset_job, in_process_executor
 
-from assets.partitions import cell_partitions, incident_partitions, poisoning_partitions
+from assets.partitions import cell_partitions, incident_partitions, poisoning_partitions, spectral_partitions
 
 # The detectors a newcomer's MLflow registry should hold after `make run`: D2 and D4 trained on deepset
 # (about a minute together). The three-corpus study with its evaluations stays in detectors_job.
 DEFAULT_DETECTORS = AssetSelection.assets("detector_corpus_deepset", "detector_d2_deepset", "detector_d4_deepset")
 
 # Studies too long for `make run` (their sampled siblings are in the default job) and their partitioned cells.
-FULL_STUDIES = AssetSelection.assets("memory_poisoning_study", "memory_poisoning_cell")
+FULL_STUDIES = AssetSelection.assets("memory_poisoning_study", "memory_poisoning_cell", "spectral_kill_switch_cell")
 
 default_profile_job = define_asset_job(
     "default_profile_job",
@@ -73,6 +73,16 @@ memory_poisoning_cells_job = define_asset_job(
     description="One memory-poisoning attack class against one memory regime per partition (backfill from the UI).",
 )
 
+spectral_cells_job = define_asset_job(
+    "spectral_cells_job",
+    selection=AssetSelection.assets("spectral_kill_switch_cell"),
+    partitions_def=spectral_partitions,
+    executor_def=in_process_executor,
+    description="Seed 004's kill switch, one data source × model profile per partition (e.g. `tiny|bipia`): "
+    "calibrated on 20 and on all calibration examples, held-out AUROC / TPR / FPR, plots in MLflow; "
+    "config `limit` sets the examples per cell.",
+)
+
 recovery_job = define_asset_job(
     "recovery_job",
     selection=AssetSelection.groups("recovery"),
@@ -90,5 +100,6 @@ JOBS = [
     nightly_regression_job,
     memory_poisoning_job,
     memory_poisoning_cells_job,
+    spectral_cells_job,
     recovery_job,
 ]

@@ -6,6 +6,7 @@ from dagster import DynamicPartitionsDefinition, MultiPartitionsDefinition, Stat
 from rvu_pipelines.memory_poisoning.corpus import MEMORY_REGIMES
 from rvu_pipelines.memory_poisoning.study_cells import ATTACKS
 from rvu_pipelines.scenarios.axes import BENCHMARKS, CANONICAL, DEFENSES
+from rvu_pipelines.spectral.cell import SOURCES, profile_names
 
 # one attack-table cell per (benchmark, defense); "canonical" is Table 1's fixed 10 scenarios
 cell_partitions = MultiPartitionsDefinition(
@@ -22,4 +23,9 @@ incident_partitions = DynamicPartitionsDefinition(name=INCIDENTS)
 # one memory-poisoning cell per (attack class, memory regime): seed 003's |M| = 200 / 1,000 / every record
 poisoning_partitions = MultiPartitionsDefinition(
     {"attack": StaticPartitionsDefinition(list(ATTACKS)), "regime": StaticPartitionsDefinition(list(MEMORY_REGIMES))}
+)
+
+# one spectral kill-switch cell per (data source, model profile of configs/models.yaml); keys read "tiny|bipia"
+spectral_partitions = MultiPartitionsDefinition(
+    {"source": StaticPartitionsDefinition(list(SOURCES)), "profile": StaticPartitionsDefinition(profile_names())}
 )
