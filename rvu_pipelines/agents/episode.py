@@ -52,6 +52,7 @@ class EpisodeResult:
     closure_v2_size: int | None
     recovery_s: float | None
     error: str | None = None
+    aborted: str | None = None  # a defense stopped the episode before generation (hfer): its message
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -91,6 +92,13 @@ def _recover(incident: Path, defense: str, settings: DefenseSettings, workdir: P
     }
 
 
+def _closes_with(messages: list[Any], aborted: str | None) -> bool:
+    if not aborted or not messages or messages[-1]["role"] != "assistant":
+        return False
+    content = messages[-1].get("content") or []
+    return [block.get("content") for block in content] == [aborted]
+
+
 def run_episode(
     scenario: Scenario, defense: str, llm: ChatModel, settings: DefenseSettings, workdir: Path
 ) -> EpisodeResult:
@@ -118,18 +126,23 @@ def run_episode(
         "closure_v1_size": None,
         "closure_v2_size": None,
         "recovery_s": None,
+        "aborted": None,
     }
     try:
         pipeline = build_pipeline(defense, llm, scenario, settings)
         outcome = scenario.run(pipeline)
         messages = list(outcome.messages)
+        abort = pipeline.trace.abort
+        aborted = abort.reason if abort is not None else (outcome.details or {}).get("aborted")
         base.update(
             attack_succeeded=bool(outcome.attack_succeeded),
             utility=float(outcome.utility),
             judge=outcome.judge,
-            steps=sum(1 for m in messages if m["role"] == "assistant"),
+            # AgentDojo closes an aborted episode with the abort message as an assistant turn: not a step
+            steps=sum(1 for m in messages if m["role"] == "assistant") - int(_closes_with(messages, aborted)),
             tool_calls=sum(1 for m in messages if m["role"] == "tool"),
             blocked_calls=len(pipeline.trace.blocked),
+            aborted=aborted,
         )
         records = episode_records(
             scenario, defense, messages, detector=settings.detector, threshold=settings.threshold, trace=pipeline.trace

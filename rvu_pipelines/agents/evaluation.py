@@ -256,8 +256,9 @@ def bootstrap_mean_ci(values: Sequence[float], level: float = CI_LEVEL) -> tuple
 
 
 def cell_metrics(rows: pl.DataFrame) -> dict[str, float]:
-    """ASR, security, utility (with 95% CIs), latency, certificates; errored episodes are counted and
-    left out of the rates (they are neither a success nor a defended attack)."""
+    """ASR, security, utility (with 95% CIs), latency, certificates, episodes a defense stopped before
+    generation (``aborted``); errored episodes are counted and left out of the rates (they are neither a
+    success nor a defended attack)."""
     if rows.is_empty():
         return {"n": 0, "errors": 0}
     errors = rows.filter(pl.col("error").is_not_null()) if "error" in rows.columns else rows.clear()
@@ -272,6 +273,7 @@ def cell_metrics(rows: pl.DataFrame) -> dict[str, float]:
     if not isinstance(latency, (int, float)):  # EpisodeResult.latency_s is a non-null float: the mean is one
         raise TypeError(f"The mean of latency_s is {latency!r}, not a number.")
     verified = int(ok["certificate_verified"].fill_null(False).sum()) if "certificate_verified" in ok.columns else 0
+    aborted = int(ok["aborted"].is_not_null().sum()) if "aborted" in ok.columns else 0  # hfer stopped them
     return {
         "n": n,
         "errors": errors.height,
@@ -287,6 +289,7 @@ def cell_metrics(rows: pl.DataFrame) -> dict[str, float]:
         "latency_s": float(latency),
         "certificates_emitted": int(certificates),
         "certificates_verified": verified,
+        "aborted": aborted,
     }
 
 

@@ -6,6 +6,12 @@ parent edges along the conversation (a call's parent is its assistant message, a
 its call, the next assistant message's parent is the last thing it read). Timestamps are a logical
 clock (1, 2, 3, ...), not wall time, so the same episode always gives the same bytes and so the same
 certificate. Tool results the detector flags carry ``contaminated: true``: the recovery seeds.
+
+An episode a defense stopped before generation (``trace.abort``: the ``hfer`` kill switch) ends in a
+``defense_abort`` record instead of the closing assistant message AgentDojo appends (the model never
+wrote it): its content is JSON (defense, the tool output's entry id and message index, detector version,
+layer, statistic, score, threshold, the abort message) and its parent is the tool output that fired, which
+is marked contaminated, so recovery starts from it.
 """
 
 from __future__ import annotations
@@ -80,10 +86,20 @@ def episode_records(
     if detector is not None and scored:
         scores = detector.score([tool_texts[i] for i in scored])
         flagged = {i for i, score in zip(scored, [float(s) for s in scores], strict=True) if score >= threshold}
+    abort = getattr(trace, "abort", None) if trace is not None else None
+    if abort is not None and abort.message_index in tool_texts:
+        flagged.add(abort.message_index)  # the switch judged it contaminated: a recovery seed
 
     records: list[dict[str, Any]] = []
     last_id: str | None = None  # the newest entry of the conversation (parent of the next message)
     call_entry: dict[str, str] = {}  # tool_call_id -> entry id of the call
+    tool_entry: dict[int, str] = {}  # tool message index -> entry id of its output
+    abort_recorded = False
+
+    def add_abort(stop: Any) -> str:
+        fired = tool_entry.get(stop.message_index)
+        content = json.dumps({**stop.as_record(), "tool_output_entry": fired}, sort_keys=True)
+        return add("defense_abort", content, fired if fired is not None else last_id)
 
     def add(action_type: str, content: str, parent: str | None, contaminated: bool = False) -> str:
         entry = f"{episode}/e{len(records):03d}"
@@ -110,6 +126,11 @@ def episode_records(
             action = "user_input" if last_id is None else "defense_notice"
             last_id = add(action, _text(message), last_id)
         elif role == "assistant":
+            closing = index == len(messages) - 1
+            if abort is not None and closing and not abort_recorded and _text(message) == abort.reason:
+                # AgentDojo's closing message on an abort: the defense's words, not the model's
+                last_id, abort_recorded = add_abort(abort), True
+                continue
             assistant = add("assistant_output", _text(message), last_id)
             last_id = assistant
             for call in message.get("tool_calls") or []:
@@ -128,6 +149,9 @@ def episode_records(
                 last_id,
             )
             last_id = add("tool_output", tool_texts[index], parent, contaminated=index in flagged)
+            tool_entry[index] = last_id
+    if abort is not None and not abort_recorded:  # the messages lack AgentDojo's closing message: still recorded
+        add_abort(abort)
     return records
 
 

@@ -53,6 +53,35 @@ class BlockedCall:
     reason: str
 
 
+@dataclass(frozen=True)
+class DefenseAbort:
+    """A defense stopped the episode before the LLM read a tool output (the ``hfer`` kill switch): which
+    output (its tool message), what fired (layer, statistic, score against threshold, detector version) and
+    the ``AbortAgentError`` message, which AgentDojo appends as the episode's closing assistant message."""
+
+    defense: str
+    message_index: int
+    score: float
+    threshold: float
+    detector: str
+    layer: int | None
+    statistic: str | None
+    reason: str
+
+    def as_record(self) -> dict[str, Any]:
+        return {
+            "defense": self.defense,
+            "tool_message_index": self.message_index,
+            "score": self.score,
+            "threshold": self.threshold,
+            "detector": self.detector,
+            "layer": self.layer,
+            "statistic": self.statistic,
+            "reason": self.reason,
+            "stopped_before_generation": True,
+        }
+
+
 @dataclass
 class EpisodeTrace:
     """What the defense elements did during one episode (read by the provenance log and the counts)."""
@@ -66,6 +95,8 @@ class EpisodeTrace:
     response_authenticated: bool | None = None  # FATH: the last reply carried the authorised tag
     # RVG: the tools the request may use, fixed before the first tool call (tool -> why), or None
     planned_tools: dict[str, str] | None = None
+    scored: dict[int, float] = field(default_factory=dict)  # hfer: tool message index -> switch score (all read)
+    abort: DefenseAbort | None = None  # hfer: the switch fired and the episode stopped before generation
 
 
 class DefensePipeline(AgentPipeline):

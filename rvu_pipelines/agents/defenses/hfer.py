@@ -1,16 +1,20 @@
-"""``hfer``: seed 004's spectral kill switch inline in the agent (arXiv 2511.05804).
+"""``hfer``: seed 004's spectral kill switch inline in the agent (arXiv 2511.05804), a Table 1 defense.
 
 :class:`SpectralKillSwitch` sits in the tool loop between tool execution and the LLM. Each new tool
 output is read by the agent's own weights (transformers, the same GGUF llama.cpp runs) in the form the
 switch was calibrated on (the user's request, a blank line, the tool output); when the calibrated
-switch fires, the episode stops *before generation* with AgentDojo's ``AbortAgentError``, whose message
-(the tool message index, layer, statistic and score) the episode runner records as the episode's
-``aborted`` reason and whose closing assistant message lands in the episode's messages (and so in the
-provenance log recovery reads). Nothing is rewritten: unlike ``classifier`` there is no filtered text.
+switch fires, the episode stops *before generation* with AgentDojo's ``AbortAgentError``. The switch
+records the firing in the episode's :class:`EpisodeTrace` (``trace.abort``: which tool message, layer,
+statistic, score, threshold, detector version), the episode runner stores the message as the row's
+``aborted`` and the provenance log writes it as a ``defense_abort`` record whose parent is the tool
+output that fired (marked contaminated: a recovery seed) in place of AgentDojo's closing assistant
+message, which the model never wrote. Nothing is rewritten: unlike ``classifier`` there is no filtered
+text.
 
 ``hfer_pipeline`` assembles the defense like ``classifier`` (system message, request, LLM, tool loop);
-registering it as a Table 1 row (``scenarios.axes.DEFENSES`` and ``builder.build_pipeline``) is left
-to the harness owners, since it changes the golden table.
+``builder.build_pipeline("hfer", ...)`` calls it with ``DefenseSettings.hfer_detector`` (by default the
+profile's switch, calibrated on 20 examples of the contamination sets' calibration split, loaded lazily:
+``spectral.agent_switch``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from agentdojo.agent_pipeline.tool_execution import ToolsExecutionLoop, ToolsExe
 from agentdojo.functions_runtime import EmptyEnv, Env, FunctionsRuntime
 from agentdojo.types import ChatMessage, get_text_content_as_str
 
-from rvu_pipelines.agents.defenses.elements import DefensePipeline, EpisodeTrace
+from rvu_pipelines.agents.defenses.elements import DefenseAbort, DefensePipeline, EpisodeTrace
 from rvu_pipelines.spectral.data import DOCUMENT_TEMPLATE
 
 ABORT_PREFIX = "Spectral kill switch:"
@@ -59,10 +63,11 @@ class SpectralKillSwitch(BasePipelineElement):
 
     name = "hfer_kill_switch"
 
-    def __init__(self, detector: Any, threshold: float = DEFAULT_THRESHOLD) -> None:
+    def __init__(self, detector: Any, threshold: float = DEFAULT_THRESHOLD, trace: EpisodeTrace | None = None) -> None:
         self.detector = detector  # an HferDetector (any InjectionDetector works; hfer is the point)
         self.threshold = float(threshold)
-        self.scores: dict[int, float] = {}  # tool message index -> score, for every output read
+        self.trace = trace if trace is not None else EpisodeTrace()
+        self.scores: dict[int, float] = self.trace.scored  # tool message index -> score, for every output read
 
     def query(
         self,
@@ -81,13 +86,23 @@ class SpectralKillSwitch(BasePipelineElement):
             self.scores[index] = score
             if score >= self.threshold:
                 switch = getattr(self.detector, "switch", None)
-                where = f"layer {switch.layer} {switch.statistic}" if switch is not None else self.detector.name
-                raise AbortAgentError(
+                name = str(getattr(self.detector, "name", type(self.detector).__name__))
+                where = f"layer {switch.layer} {switch.statistic}" if switch is not None else name
+                reason = (
                     f"{ABORT_PREFIX} tool output (message {index}) fired at {where}, score {score:.3f} >= "
-                    f"{self.threshold:.3f}; the episode stopped before generation.",
-                    list(messages),
-                    env,  # type: ignore[arg-type]
+                    f"{self.threshold:.3f}; the episode stopped before generation."
                 )
+                self.trace.abort = DefenseAbort(
+                    defense="hfer",
+                    message_index=index,
+                    score=score,
+                    threshold=self.threshold,
+                    detector=str(getattr(self.detector, "version", name)),
+                    layer=None if switch is None else int(switch.layer),
+                    statistic=None if switch is None else str(switch.statistic),
+                    reason=reason,
+                )
+                raise AbortAgentError(reason, list(messages), env)  # type: ignore[arg-type]
         return query, runtime, env, messages, extra_args
 
 
@@ -99,14 +114,17 @@ def hfer_pipeline(
     first: BasePipelineElement | None = None,
     max_iters: int = 10,
     threshold: float = DEFAULT_THRESHOLD,
+    trace: EpisodeTrace | None = None,
 ) -> DefensePipeline:
     """The ``hfer`` defense: the ``classifier`` layout with the kill switch in place of the filter.
-    ``first`` is the first agent turn (the LLM, or a benchmark's pre-filled tool call)."""
-    switch = SpectralKillSwitch(detector, threshold)
+    ``first`` is the first agent turn (the LLM, or a benchmark's pre-filled tool call); ``trace`` receives
+    the switch's scores and abort."""
+    trace = trace if trace is not None else EpisodeTrace()
+    switch = SpectralKillSwitch(detector, threshold, trace)
     elements: list[BasePipelineElement] = [
         SystemMessage(system_prompt),
         InitQuery(),
         first or llm_element,
         ToolsExecutionLoop([ToolsExecutor(), switch, llm_element], max_iters=max_iters),
     ]
-    return DefensePipeline(elements, "hfer", EpisodeTrace())
+    return DefensePipeline(elements, "hfer", trace)
