@@ -2,10 +2,10 @@
 
 - ``attack_cell``: partitioned by benchmark × defense, so any cell of any size can be materialized or
   backfilled from the UI;
-- ``attack_table_1``: the canonical 10 scenarios under all seven defenses (Table 1), checked against the
+- ``attack_table_1``: the canonical 10 scenarios under all eight defenses (Table 1), checked against the
   committed golden results — the nightly regression sweep runs it, re-running every episode against
   the current code (config ``rerun``, forced by the sweep's run tag ``rvu/sweep=nightly``);
-- ``attack_benchmark_samples``: a fixed-seed sample of each benchmark under all seven defenses.
+- ``attack_benchmark_samples``: a fixed-seed sample of each benchmark under all eight defenses.
 
 Thin wrappers over rvu_pipelines.agents; every cell is one MLflow run, tagged (like every row and the
 table) with the code version that produced it.
@@ -106,6 +106,7 @@ def open_harness(config: HarnessConfig, llm_model: dict, llm: LLMResource, model
 
 
 def _params(harness: Harness, run: CellRun, llm_model: dict) -> dict:
+    hfer = {"hfer_detector": harness.hfer_version()} if run.spec.defense == "hfer" else {}
     return {
         "benchmark": run.spec.benchmark,
         "defense": run.spec.defense,
@@ -114,9 +115,10 @@ def _params(harness: Harness, run: CellRun, llm_model: dict) -> dict:
         "model": llm_model["name"],
         "model_sha256": llm_model["sha256"],
         "detector": harness.detector_version,
-        "settings": harness.settings_fingerprint(),
+        "settings": harness.settings_fingerprint(run.spec.defense),
         "code_version": run.code_version,
         "rerun": run.rerun,
+        **hfer,
     }
 
 
@@ -247,7 +249,7 @@ def _golden_check(table: pl.DataFrame, profile: str, path: Path | None = None) -
 @asset(
     group_name=GROUP,
     kinds={"llama_cpp", "agentdojo", "mlflow"},
-    description="Seed 000 Table 1 (E1): the 10 canonical scenarios (configs/benchmarks.yaml) under all seven "
+    description="Seed 000 Table 1 (E1): the 10 canonical scenarios (configs/benchmarks.yaml) under all eight "
     "defenses on the profile's LLM — ASR, security, utility with 95% CIs, latency, certificates emitted and "
     "verified — as a markdown table, parquet and a plot; one MLflow run per cell. Checked against the committed "
     "golden results (configs/golden/) by the nightly regression sweep.",
@@ -286,7 +288,7 @@ def attack_table_1(
     group_name=GROUP,
     kinds={"llama_cpp", "agentdojo", "mlflow"},
     description="A fixed-seed sample (config `per_benchmark`, seed 42) of every benchmark — InjecAgent dh/ds, "
-    "BIPIA email/table/code, AgentDojo — under all seven defenses; one MLflow run per cell. Full benchmarks are "
+    "BIPIA email/table/code, AgentDojo — under all eight defenses; one MLflow run per cell. Full benchmarks are "
     "`attack_cell` partitions.",
 )
 def attack_benchmark_samples(

@@ -78,6 +78,14 @@ def detector_for(choice: str) -> tuple[InjectionDetector, str]:
     return load_detector(choice)
 
 
+def version_of(detector: object) -> str:
+    """A detector's ``version`` (an HferDetector's names its weights and switch), else ``name:<name>``."""
+    version_attr = getattr(detector, "version", None)
+    if version_attr:
+        return str(version_attr)
+    return f"name:{getattr(detector, 'name', type(detector).__name__)}"
+
+
 def load_detector(choice: str) -> tuple[InjectionDetector, str]:
     """The classifier defense's detector and a version string for cache keys.
 
@@ -137,6 +145,10 @@ class Harness:
         limits: dict[str, Any] = {
             k: v for k, v in (("max_iters", max_iters), ("max_tokens", max_tokens)) if v is not None
         }
+        if "hfer_detector" not in settings:  # the switch on the agent's own weights; nothing loads until hfer runs
+            from rvu_pipelines.spectral.agent_switch import LazyHferDetector
+
+            settings["hfer_detector"] = LazyHferDetector.for_profile(profile, expected_sha256=model_id)
         defense_settings = DefenseSettings(detector=MemoizedDetector(detector_obj), **limits, **settings)
         return cls(
             profile=profile,
@@ -147,9 +159,23 @@ class Harness:
             root=root,
         )
 
-    def settings_fingerprint(self) -> str:
-        """Every setting that changes an episode's outcome, hashed (the detector by name + version)."""
-        fields = {k: v for k, v in sorted(vars(self.settings).items()) if k not in ("detector", "fath_key")}
+    def hfer_version(self) -> str:
+        """The hfer switch's version (weights sha256, layer, statistic, threshold, calibration size, seed and
+        key): read from the kept calibration, or calibrated now; only hfer cells ask for it."""
+        return version_of(self.settings.hfer_detector)
+
+    def settings_fingerprint(self, defense: str | None = None) -> str:
+        """Every setting that changes an episode's outcome, hashed (the detector by name + version).
+
+        The hfer settings change only hfer episodes: they enter the fingerprint of ``defense="hfer"``
+        (the switch's version and firing threshold), so the other cells' keys stay as they were."""
+        fields = {
+            k: v
+            for k, v in sorted(vars(self.settings).items())
+            if k not in ("detector", "fath_key") and not k.startswith("hfer_")
+        }
+        if defense == "hfer":
+            fields["hfer"] = {"detector": self.hfer_version(), "threshold": float(self.settings.hfer_threshold)}
         payload = json.dumps({"detector": self.detector_version, **fields}, sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -179,7 +205,7 @@ class Harness:
             episode,
             llm=self.llm,
             model_id=self.model_id,
-            settings_fingerprint=self.settings_fingerprint(),
+            settings_fingerprint=self.settings_fingerprint(defense),
             root=self.root,
             progress=progress,
             rerun=rerun,

@@ -5,12 +5,14 @@ from here and scenarios/ never imports agents/. Importable without AgentDojo, so
 without paying for the agent stack until a cell runs.
 """
 
-DEFENSES: tuple[str, ...] = ("vanilla", "classifier", "fath", "rvg", "rvg_oracle", "rvu_v1", "rvu_v2")
+DEFENSES: tuple[str, ...] = ("vanilla", "classifier", "hfer", "fath", "rvg", "rvg_oracle", "rvu_v1", "rvu_v2")
 # What a reader of the table must know about a row. rvg_oracle gates AgentDojo tool calls with the tools
 # of the task's ground-truth solution, which no deployed gate can know: it is an upper bound, reported
 # next to the realistic rvg (tools planned from the request and the suite's declarations) and never
 # in its place. On InjecAgent and BIPIA both gates allow the one tool the protocol declares.
 DEFENSE_NOTES: dict[str, str] = {
+    "hfer": "seed 004's spectral kill switch on the agent's own weights, calibrated on 20 labelled contamination "
+    "examples (BIPIA + InjecAgent, calibration split only); stops the episode before generation",
     "rvg": "realistic gate: tools planned before the episode from the request and the suite's tool declarations",
     "rvg_oracle": "upper bound: reads the answer key (AgentDojo's ground-truth solution tools)",
 }

@@ -1,5 +1,6 @@
-"""The seven defenses: allowlist config, the RVG gate, the classifier filter, FATH tags, provenance records,
-and real SmolLM2 episodes per defense (recovery and certificates for the RVU ones)."""
+"""The eight defenses: allowlist config, the RVG gate, the classifier filter, FATH tags, provenance records,
+and real SmolLM2 episodes per defense (recovery and certificates for the RVU ones). The hfer kill switch has
+its own file (test_hfer_defense.py)."""
 
 from __future__ import annotations
 
@@ -65,8 +66,8 @@ def _call(name: str, args: dict, call_id: str) -> FunctionCall:
 # ----------------------------------------------------------------------------------- allowlist
 
 
-def test_defense_names_are_exactly_the_seven_in_order() -> None:
-    assert DEFENSES == ("vanilla", "classifier", "fath", "rvg", "rvg_oracle", "rvu_v1", "rvu_v2")
+def test_defense_names_are_exactly_the_eight_in_order() -> None:
+    assert DEFENSES == ("vanilla", "classifier", "hfer", "fath", "rvg", "rvg_oracle", "rvu_v1", "rvu_v2")
 
 
 def test_allowlist_config_loads_and_deny_wins(tmp_path: Path) -> None:
@@ -288,7 +289,11 @@ def test_settings_and_builder_reject_bad_values(tmp_path: Path) -> None:
         _settings(tmp_path, threshold=1.5)
     with pytest.raises(ConfigError, match="max_iters"):
         _settings(tmp_path, max_iters=0)
-    with pytest.raises(ConfigError, match="vanilla, classifier, fath, rvg, rvg_oracle, rvu_v1, rvu_v2"):
+    with pytest.raises(ConfigError, match="hfer_threshold"):
+        _settings(tmp_path, hfer_threshold=-0.1)
+    with pytest.raises(ConfigError, match="hfer_detector"):
+        _settings(tmp_path, hfer_detector="not a detector")
+    with pytest.raises(ConfigError, match="vanilla, classifier, hfer, fath, rvg, rvg_oracle, rvu_v1, rvu_v2"):
         build_pipeline("spotlight", None, InboxScenario(), _settings(tmp_path))  # type: ignore[arg-type]
 
 
@@ -298,9 +303,11 @@ def test_settings_and_builder_reject_bad_values(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def episodes(smollm, tmp_path_factory):
     """One real episode per defense (short replies: the 2 CPU cores are shared). rvu_v2 runs cold so
-    the determinism test below can repeat it byte for byte."""
+    the determinism test below can repeat it byte for byte. hfer's switch here is the real D1 heuristic (it
+    fires on the inbox's injection when the model reads it); the spectral switch on SmolLM2's own weights
+    runs in test_hfer_defense.py."""
     root = tmp_path_factory.mktemp("episodes")
-    settings = _settings(root)
+    settings = _settings(root, hfer_detector=HeuristicDetector())
     return {
         d: run_episode(InboxScenario(), d, ColdChatModel(smollm) if d == "rvu_v2" else smollm, settings, root / d)
         for d in DEFENSES
@@ -319,6 +326,8 @@ def test_a_real_episode_per_defense_completes_with_valid_provenance(episodes, de
     assert row["provenance_entries"] == len(lines) and lines[0]["action_type"] == "user_input"
     assert sum(line["contaminated"] for line in lines) == row["flagged_outputs"]
     json.dumps(row)  # flat and JSON-able
+    if row["aborted"] is not None:  # only the kill switch stops an episode; the log says so, last
+        assert defense == "hfer" and lines[-1]["action_type"] == "defense_abort"
     if defense in ("rvu_v1", "rvu_v2"):
         assert row["certificate_verified"] is True and Path(row["certificate_path"]).is_file()
         assert row["closure_mode"] == defense[-2:]

@@ -1,9 +1,9 @@
-"""The defenses of the attack table (vanilla, classifier, fath, rvg, rvg_oracle, rvu_v1, rvu_v2), each an
+"""The defenses of the attack table (vanilla, classifier, hfer, fath, rvg, rvg_oracle, rvu_v1, rvu_v2), each an
 AgentDojo pipeline over the same LLM element; ``build_pipeline`` (builder.py) assembles one.
 
 Split where the code divides: ``allowlist`` (the RVG tool policy), ``rvg_policy`` (the realistic gate's
-per-suite plans), ``fath`` (secrets, tags and the output parser), ``elements`` (the pipeline elements and
-the episode trace) and ``builder`` (settings and assembly).
+per-suite plans), ``fath`` (secrets, tags and the output parser), ``hfer`` (the spectral kill switch),
+``elements`` (the pipeline elements and the episode trace) and ``builder`` (settings and assembly).
 """
 
 from rvu_pipelines.agents.defenses.allowlist import (
@@ -23,6 +23,7 @@ from rvu_pipelines.agents.defenses.builder import (
 from rvu_pipelines.agents.defenses.elements import (
     FILTERED_NOTICE,
     BlockedCall,
+    DefenseAbort,
     DefensePipeline,
     DetectorFilter,
     EpisodeTrace,
@@ -70,6 +71,7 @@ __all__ = [
     "GATED_DEFENSES",
     "RECOVERING_DEFENSES",
     "BlockedCall",
+    "DefenseAbort",
     "DefensePipeline",
     "DefenseSettings",
     "DetectorFilter",

@@ -1,4 +1,4 @@
-"""The seven defenses of the attack table, each an AgentDojo pipeline over the same LLM element.
+"""The eight defenses of the attack table, each an AgentDojo pipeline over the same LLM element.
 
 ``build_pipeline(defense, llm, scenario, settings)`` returns a :class:`DefensePipeline` (an
 ``AgentPipeline`` that also carries an :class:`EpisodeTrace` of what the defense did: blocked calls,
@@ -7,6 +7,11 @@ filtered tool outputs, rejected tags), so the episode runner can count and recor
 - ``vanilla``: system message, user query, LLM, tool loop: the undefended agent.
 - ``classifier``: tool outputs scored by an injection detector before the LLM reads them; flagged ones
   are replaced by a notice (AgentDojo's ``PromptInjectionDetector`` with any ``InjectionDetector``).
+- ``hfer``: seed 004's spectral kill switch on the agent's own weights (``hfer.py``): each tool output is
+  read by the switch before the LLM; when it fires the episode stops before generation (AgentDojo's
+  ``AbortAgentError``), recorded as the row's ``aborted`` and a ``defense_abort`` provenance record.
+  ``DefenseSettings.hfer_detector`` is by default the default profile's switch, calibrated on 20 examples
+  of the contamination sets' calibration split; it loads nothing until an hfer episode scores a tool output.
 - ``fath``: FATH (Wang et al. 2024, arXiv 2410.21492) as published: a secret per episode, a hash-based
   tag per message (the user's instruction carries the authorised one, each tool output its own), the
   model told to reply inside the authorised tag, and a parser after every LLM call that keeps only the
@@ -51,6 +56,8 @@ from rvu_pipelines.agents.defenses.elements import (
     ToolGate,
 )
 from rvu_pipelines.agents.defenses.fath import FATH_POLICY, episode_secret, load_or_create_fath_key
+from rvu_pipelines.agents.defenses.hfer import DEFAULT_THRESHOLD as HFER_THRESHOLD
+from rvu_pipelines.agents.defenses.hfer import hfer_pipeline
 from rvu_pipelines.agents.defenses.rvg_policy import RvgPolicies, load_rvg_policies
 from rvu_pipelines.agents.llm_element import DEFAULT_SYSTEM_PROMPT, ChatModelLLM
 from rvu_pipelines.detectors.heuristic import HeuristicDetector
@@ -58,6 +65,7 @@ from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.models.llm import ChatModel
 from rvu_pipelines.scenarios.axes import DEFENSES
 from rvu_pipelines.scenarios.contract import Scenario, prefill_calls
+from rvu_pipelines.spectral.agent_switch import LazyHferDetector
 
 GATED_DEFENSES = frozenset({"rvg", "rvg_oracle", "rvu_v1", "rvu_v2"})
 PLANNED_BENCHMARKS = frozenset({"agentdojo"})  # benchmarks whose allowed tools the realistic gate plans
@@ -70,6 +78,11 @@ def _default_detector() -> Any:
     return HeuristicDetector()
 
 
+def _default_hfer_detector() -> Any:
+    """The default profile's switch; resolving, calibrating and loading wait for the first hfer score."""
+    return LazyHferDetector.for_profile(None)
+
+
 @dataclass(frozen=True)
 class DefenseSettings:
     """Everything the defenses need besides the LLM and the scenario.
@@ -80,10 +93,15 @@ class DefenseSettings:
     bytes per episode with ``fath_random_tags`` (as a deployment would run it).
     ``rvg_policies``: the realistic gate's per-suite plans (``configs/rvg_policies.yaml``).
     ``signing_key_dir`` holds the certificate key (default: the recovery folder's keys).
+    ``hfer_detector``: the ``hfer`` kill switch (default: the default profile's, lazy; ``Harness.open`` passes
+    its profile's, checked against the agent's weights); it fires at ``hfer_threshold`` (0.5 = the
+    calibrated switch's own threshold).
     """
 
     detector: Any = field(default_factory=_default_detector)
     threshold: float = 0.5
+    hfer_detector: Any = field(default_factory=_default_hfer_detector)
+    hfer_threshold: float = HFER_THRESHOLD
     allowlist: ToolAllowlist = field(default_factory=load_tool_allowlist)
     rvg_policies: RvgPolicies = field(default_factory=load_rvg_policies)
     fath_key: bytes | None = field(default=None, repr=False)
@@ -97,6 +115,10 @@ class DefenseSettings:
     def __post_init__(self) -> None:
         if not 0.0 <= float(self.threshold) <= 1.0:
             raise ConfigError(f"DefenseSettings.threshold={self.threshold} is invalid; allowed values: 0.0 to 1.0.")
+        if not 0.0 <= float(self.hfer_threshold) <= 1.0:
+            raise ConfigError(
+                f"DefenseSettings.hfer_threshold={self.hfer_threshold} is invalid; allowed values: 0.0 to 1.0."
+            )
         if int(self.max_iters) < 1:
             raise ConfigError(f"DefenseSettings.max_iters={self.max_iters} is invalid; use 1 or more tool rounds.")
         if int(self.max_tokens) < 1:
@@ -110,6 +132,11 @@ class DefenseSettings:
             raise ConfigError(
                 f"DefenseSettings.detector {self.detector!r} has no score(texts) method; pass an "
                 "InjectionDetector (HeuristicDetector, load_pretrained_detector('nanoguard'), ...)."
+            )
+        if not hasattr(self.hfer_detector, "score"):
+            raise ConfigError(
+                f"DefenseSettings.hfer_detector {self.hfer_detector!r} has no score(texts) method; pass "
+                "LazyHferDetector.for_profile(...) or an HferDetector (any InjectionDetector works)."
             )
 
     def resolved_fath_key(self) -> bytes:
@@ -181,6 +208,16 @@ def build_pipeline(defense: str, llm: ChatModel, scenario: Scenario, settings: D
                 max_iters=settings.max_iters,
             ),
         ]
+    elif defense == "hfer":  # the classifier's layout, the kill switch in place of the filter
+        return hfer_pipeline(
+            element,
+            settings.hfer_detector,
+            system_prompt=settings.system_prompt,
+            first=first,
+            max_iters=settings.max_iters,
+            threshold=settings.hfer_threshold,
+            trace=trace,
+        )
     elif defense == "fath":
         nonce = None if settings.fath_random_tags else scenario.scenario_id.encode()
         session = FathSession(episode_secret(settings.resolved_fath_key(), nonce))
