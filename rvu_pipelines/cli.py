@@ -19,6 +19,7 @@ from rich.table import Table
 
 from rvu_pipelines.cli_recovery import RECOVERY_COMMANDS
 from rvu_pipelines.errors import RvuError, SigningKeyError
+from rvu_pipelines.scenarios.axes import DEFENSES  # plain names (the package root loads no AgentDojo)
 
 console = Console()
 if not console.is_terminal:  # CI logs and pipes: wide enough that no column is clipped
@@ -171,7 +172,17 @@ def models_check(profile: str | None) -> None:
     show_default=True,
     help="Classifier defense's detector: nanoguard, heuristic or registered:<name>.",
 )
-def regress(profile: str | None, golden: str | None, update_golden: bool, detector: str) -> None:
+@click.option(
+    "--defense",
+    "defenses",
+    multiple=True,
+    type=click.Choice(DEFENSES),
+    help="Only these defenses' cells (repeatable): compared against their golden cells, or with "
+    "--update-golden written into the golden file beside the others, which stay as they are. Default: all.",
+)
+def regress(
+    profile: str | None, golden: str | None, update_golden: bool, detector: str, defenses: tuple[str, ...]
+) -> None:
     """Run the canonical attack cells (Table 1) and compare them with the golden results, as the nightly
     schedule does: exit 0 within tolerance (n exact, errors, ASR, utility), 1 with the diff otherwise.
     Every episode is re-run against the current code; identical prompts come from the LLM response cache."""
@@ -181,6 +192,7 @@ def regress(profile: str | None, golden: str | None, update_golden: bool, detect
         compare_to_golden,
         drift_markdown,
         golden_path,
+        golden_subset,
         load_golden,
         load_tolerance,
         regression_sweep,
@@ -197,7 +209,7 @@ def regress(profile: str | None, golden: str | None, update_golden: bool, detect
         return LlamaCppChatModel(resolved.path, n_ctx=max(AGENT_N_CTX, resolved.n_ctx), name=resolved.name)
 
     harness = Harness.open((build, resolved.name), profile=name, model_id=resolved.sha256, detector=detector)
-    runs = regression_sweep(harness)
+    runs = regression_sweep(harness, defenses or DEFENSES)
     table = attack_table(runs)
     console.print(table_markdown(table), highlight=False, soft_wrap=True)
     inferences = sum(run.llm_inferences for run in runs)
@@ -208,9 +220,13 @@ def regress(profile: str | None, golden: str | None, update_golden: bool, detect
     )
     path = Path(golden) if golden else golden_path(name)
     if update_golden:
-        console.print(f"Golden results written to {write_golden(table, name, resolved.sha256, path)}")
+        written = write_golden(table, name, resolved.sha256, path, only=defenses or None)
+        console.print(
+            f"Golden results written to {written}" + (f" (cells of {', '.join(defenses)})" if defenses else "")
+        )
         return
-    drifts = compare_to_golden(table, load_golden(path), load_tolerance())
+    expected = load_golden(path)
+    drifts = compare_to_golden(table, golden_subset(expected, defenses) if defenses else expected, load_tolerance())
     console.print(drift_markdown(drifts), highlight=False, soft_wrap=True)
     if drifts:
         console.print(f"[red]{len(drifts)} metric(s) moved beyond tolerance against {path}[/red]")

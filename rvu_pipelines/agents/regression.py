@@ -123,11 +123,43 @@ def golden_document(table: pl.DataFrame, profile: str, model_id: str) -> dict[st
     return document
 
 
-def write_golden(table: pl.DataFrame, profile: str, model_id: str, path: Path | None = None) -> Path:
+def write_golden(
+    table: pl.DataFrame, profile: str, model_id: str, path: Path | None = None, *, only: Sequence[str] | None = None
+) -> Path:
+    """Write the table as the golden results. ``only`` (defenses): replace or add just those cells and keep
+    every other cell of the existing file as it is (a new defense's row without re-running the others);
+    the file must then exist and be for the same weights."""
     path = Path(path) if path else golden_path(profile)
+    document = golden_document(table, profile, model_id)
+    if only is not None:
+        document = merge_golden(load_golden(path), document, only)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(golden_document(table, profile, model_id), indent=2, sort_keys=True) + "\n")
+    path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
     return path
+
+
+def merge_golden(existing: dict[str, Any], new: dict[str, Any], defenses: Sequence[str]) -> dict[str, Any]:
+    """``existing`` with the cells of ``defenses`` taken from ``new``; the code versions of both are kept."""
+    if existing.get("model_sha256") != new.get("model_sha256") or existing.get("profile") != new.get("profile"):
+        raise ConfigError(
+            f"The golden file is for profile {existing.get('profile')!r} / weights {existing.get('model_sha256')}, "
+            f"the run for {new.get('profile')!r} / {new.get('model_sha256')}; update every cell instead "
+            "(rvu regress --update-golden without --defense)."
+        )
+    chosen = set(defenses)
+    cells = {cell: values for cell, values in existing["cells"].items() if cell.split("/", 1)[1] not in chosen}
+    cells.update({cell: values for cell, values in new["cells"].items() if cell.split("/", 1)[1] in chosen})
+    merged = {**existing, "cells": dict(sorted(cells.items()))}
+    versions = {v for d in (existing, new) for v in str(d.get("code_version") or "").split(",") if v}
+    if versions:
+        merged["code_version"] = ",".join(sorted(versions))  # provenance only: never compared
+    return merged
+
+
+def golden_subset(golden: dict[str, Any], defenses: Sequence[str]) -> dict[str, Any]:
+    """The golden document restricted to the cells of ``defenses`` (``rvu regress --defense``)."""
+    chosen = set(defenses)
+    return {**golden, "cells": {c: v for c, v in golden["cells"].items() if c.split("/", 1)[1] in chosen}}
 
 
 def load_golden(path: Path) -> dict[str, Any]:

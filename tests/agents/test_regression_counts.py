@@ -81,3 +81,28 @@ def test_errors_tolerance_is_read_and_validated(tmp_path: Path) -> None:
     config.write_text("tolerance: {latency: 1}\n")
     with pytest.raises(ConfigError, match="allowed: asr, utility, errors"):
         load_tolerance(config)
+
+
+def test_updating_one_defense_keeps_every_other_golden_cell_byte_identical(tmp_path: Path) -> None:
+    """`rvu regress --defense hfer --update-golden`: the new row is added, the others are not re-written."""
+    from rvu_pipelines.agents.regression import golden_subset, load_golden, write_golden
+
+    path = write_golden(_table(version="old"), "tiny", "sha", tmp_path / "golden.json")
+    before = load_golden(path)["cells"]
+    hfer = pl.DataFrame(
+        [{"benchmark": "canonical", "defense": "hfer", "n": 10, "errors": 0, "asr": 0.0, "utility": 0.2}]
+        + [{"benchmark": "canonical", "defense": "vanilla", "n": 10, "errors": 0, "asr": 0.9, "utility": 0.9}]
+    ).with_columns(pl.lit("new").alias("code_version"))
+    write_golden(hfer.filter(pl.col("defense") == "hfer"), "tiny", "sha", path, only=["hfer"])
+    after = load_golden(path)
+    assert {c: v for c, v in after["cells"].items() if c != "canonical/hfer"} == before
+    assert after["cells"]["canonical/hfer"] == {"n": 10, "errors": 0, "asr": 0.0, "utility": 0.2}
+    assert after["code_version"] == "new,old" and after["profile"] == "tiny" and after["model_sha256"] == "sha"
+    # comparing only hfer ignores the other cells (a vanilla row far off is not in the comparison)
+    assert (
+        compare_to_golden(hfer.filter(pl.col("defense") == "hfer"), golden_subset(after, ["hfer"]), Tolerance()) == []
+    )
+    with pytest.raises(ConfigError, match="update every cell"):
+        write_golden(hfer, "tiny", "other-weights", path, only=["hfer"])
+    with pytest.raises(ConfigError, match="No golden results"):
+        write_golden(hfer, "tiny", "sha", tmp_path / "missing.json", only=["hfer"])
