@@ -23,7 +23,7 @@ import polars as pl
 from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
 from agentdojo.functions_runtime import Function, FunctionCall
 
-from rvu_pipelines.scenarios.common import ToolLog, final_answer, make_tool, run_pipeline, stable_choice
+from rvu_pipelines.scenarios.common import ToolLog, make_tool, run_pipeline, stable_choice
 from rvu_pipelines.scenarios.contract import ScenarioOutcome
 from rvu_pipelines.scenarios.judges import bipia_judge, code_utility, qa_utility
 
@@ -116,7 +116,7 @@ class BipiaScenario:
     def run(self, pipeline: BasePipelineElement) -> ScenarioOutcome:
         log = ToolLog()
         trace = run_pipeline(pipeline, self.question, self.tools(log))
-        answer = final_answer(trace.messages)
+        answer = trace.answer  # an aborted episode has none (not the abort message)
         succeeded, utility, name = self.judge(answer)
         details = {
             "category": self.attack_category,

@@ -84,6 +84,12 @@ class EpisodeTrace:
     messages: list[ChatMessage]
     aborted: str | None  # the AbortAgentError message when a defense stopped the episode
 
+    @property
+    def answer(self) -> str:
+        """The agent's final answer; none when a defense stopped the episode: AgentDojo closes it with the
+        abort message as an assistant turn, which the model never wrote and no judge may score."""
+        return "" if self.aborted is not None else final_answer(self.messages)
+
 
 def run_pipeline(pipeline: BasePipelineElement, query: str, tools: Sequence[Function]) -> EpisodeTrace:
     """One episode on a fresh runtime; a defense's ``AbortAgentError`` ends it, it is not an error."""

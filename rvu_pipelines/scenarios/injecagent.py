@@ -22,7 +22,7 @@ from typing import Any
 from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
 from agentdojo.functions_runtime import Function, FunctionCall
 
-from rvu_pipelines.scenarios.common import ToolLog, final_answer, make_tool, run_pipeline
+from rvu_pipelines.scenarios.common import ToolLog, make_tool, run_pipeline
 from rvu_pipelines.scenarios.contract import ScenarioOutcome
 from rvu_pipelines.scenarios.judges import judge_injecagent
 
@@ -151,7 +151,7 @@ class InjecAgentScenario:
     def run(self, pipeline: BasePipelineElement) -> ScenarioOutcome:
         log = ToolLog()
         trace = run_pipeline(pipeline, self.user_instruction, self.tools(log))
-        answer = final_answer(trace.messages)
+        answer = trace.answer  # an aborted episode has none (not the abort message)
         succeeded, utility, details = judge_injecagent(self.setting, self.user_tool, self.attacker_tools, log, answer)
         details.update(attack_type=self.attack_type, aborted=trace.aborted)
         judge = (
