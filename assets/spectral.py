@@ -239,6 +239,7 @@ def spectral_kill_switch_cell(
             "heldout_auroc_ci": f"[{heldout['low']:.3f}, {heldout['high']:.3f}]",
             "n_calibration": result.n_calibration,
             "n_heldout": result.n_heldout,
+            "dropped_long_examples": result.dropped_long,
             "seconds_per_example": round(result.seconds_per_example, 3),
             "statistic_ms_per_layer": round(result.statistic_ms_per_layer, 3),
             "roc": MetadataValue.path(str(result.files["roc_png"])),

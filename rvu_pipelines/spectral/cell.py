@@ -1,12 +1,13 @@
 """One kill-switch cell: one data source × one model profile, the unit the partitioned asset runs.
 
-A cell takes a fixed number of whole pairs from the source's examples (calibration and held-out parts in
-the builders' 60 / 40 proportion), extracts the statistics with one forward pass per example, calibrates
-the switch on all of its calibration part and on ``small`` examples of it (a few stratified draws: how the
-switch is meant to be calibrated in practice), and evaluates both on the held-out part: AUROC with its
-bootstrap CI, TPR and FPR at the calibrated threshold. It also reports the per-layer HFER AUROC on the
-held-out part and the statistic's own time per layer at the cell's median length, writes the plots
-(per-layer histograms per class with the threshold, the ROC curves) and states issue 14's goals as checks.
+A cell takes a fixed number of whole pairs from the source's examples whose members fit the extractor's
+token limit (calibration and held-out parts in the builders' 60 / 40 proportion) and extracts the
+statistics with one forward pass per example. It calibrates the switch on all of its calibration part and
+on ``small`` examples of it (a few stratified draws: how the switch is meant to be calibrated in practice)
+and evaluates both on the held-out part: AUROC with its bootstrap CI, TPR and FPR at the calibrated
+threshold. It also reports the per-layer HFER AUROC on the held-out part and the statistic's own time per
+layer at the cell's median length, writes the plots (per-layer histograms per class with the threshold,
+the ROC curves) and states issue 14's goals as checks.
 """
 
 from __future__ import annotations
@@ -161,8 +162,21 @@ def statistic_ms_per_layer(model: SpectralModel, text: str, repeats: int = TIMIN
     return float(statistics.median(timings))
 
 
+def token_counts(model: SpectralModel, texts: list[str]) -> list[int]:
+    return [len(ids) for ids in model.tokenizer(texts)["input_ids"]]
+
+
+def fitting_groups(model: SpectralModel, examples: pl.DataFrame, max_tokens: int) -> tuple[pl.DataFrame, int]:
+    """The examples of the groups whose every member fits in ``max_tokens`` (so a pair is never broken by
+    the extractor skipping one long member), and how many examples were dropped."""
+    counted = examples.with_columns(pl.Series("n_tokens", token_counts(model, examples["text"].to_list())))
+    too_long = counted.filter(pl.col("n_tokens") > max_tokens)["group"].unique()
+    kept = counted.filter(~pl.col("group").is_in(too_long.to_list()))
+    return kept.drop("n_tokens"), examples.height - kept.height
+
+
 def _median_text(model: SpectralModel, texts: list[str], target: float) -> tuple[str, int]:
-    lengths = [int(model.tokenize(text)["input_ids"].shape[1]) for text in texts]
+    lengths = token_counts(model, texts)
     best = min(range(len(texts)), key=lambda i: (abs(lengths[i] - target), i))
     return texts[best], lengths[best]
 
@@ -182,6 +196,7 @@ class CellResult:
     n_calibration: int
     n_heldout: int
     skipped: int
+    dropped_long: int
     median_tokens: float
     seconds_per_example: float
     calibrated_all: dict[str, Any]
@@ -206,6 +221,7 @@ class CellResult:
             "n_calibration": self.n_calibration,
             "n_heldout": self.n_heldout,
             "skipped": self.skipped,
+            "dropped_long": self.dropped_long,
             "median_tokens": self.median_tokens,
             "seconds_per_example": self.seconds_per_example,
             "statistic_ms_per_layer": self.statistic_ms_per_layer,
@@ -290,7 +306,8 @@ def _run_cell(
     seed: int,
     progress: Callable[[int, int], None] | None,
 ) -> CellResult:
-    sample = cell_sample(examples, limit, seed)
+    fitting, dropped = fitting_groups(model, examples, max_tokens)
+    sample = cell_sample(fitting, limit, seed)
     features = extract_features(model, sample, name=source, max_tokens=max_tokens, progress=progress)["text"]
     cal_x, cal_y = features.part("calibration")
     held_x, held_y = features.part("heldout")
@@ -318,6 +335,7 @@ def _run_cell(
         n_calibration=int(cal_y.size),
         n_heldout=int(held_y.size),
         skipped=int(features.skipped),
+        dropped_long=dropped,
         median_tokens=median_tokens,
         seconds_per_example=float(features.seconds_per_example),
         calibrated_all=calibrated_all,

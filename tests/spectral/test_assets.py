@@ -16,7 +16,14 @@ from assets.spectral import spectral_kill_switch_cell, spectral_kill_switch_samp
 from resources import LocalTableIOManager, MlflowTrackerResource
 from resources.deployments import deployment_resources
 from rvu_pipelines.errors import ModelUnavailableError
-from rvu_pipelines.spectral.cell import SOURCES, cell_sample, load_cell_model, profile_names
+from rvu_pipelines.spectral.cell import (
+    SOURCES,
+    cell_sample,
+    fitting_groups,
+    load_cell_model,
+    profile_names,
+    token_counts,
+)
 from rvu_pipelines.tracking import MlflowTracker
 
 EXPERIMENT = "spectral-assets-test"
@@ -131,7 +138,7 @@ def test_a_profile_without_its_weights_fails_with_the_reason(cell_setup) -> None
     assert "profile 'paper'" in description and "offline" in description
 
 
-def test_a_cell_sample_keeps_whole_pairs_and_both_classes(spectral_sets) -> None:
+def test_a_cell_sample_keeps_whole_pairs_and_both_classes(spectral_sets, spectral_model) -> None:
     for source in ("injecagent", "deepset"):
         sample = cell_sample(spectral_sets[source], 20)
         held = sample.filter(pl.col("split") == "heldout")
@@ -141,3 +148,9 @@ def test_a_cell_sample_keeps_whole_pairs_and_both_classes(spectral_sets) -> None
             assert part["label"].sum() == part.height // 2  # pairs, or (deepset) half of each class
     pairs = cell_sample(spectral_sets["injecagent"], 20).group_by("group").len()
     assert set(pairs["len"]) == {2}
+    # a pair with one member over the token limit leaves as a pair (the extractor would skip only that member)
+    bipia = spectral_sets["bipia"]
+    fitting, dropped = fitting_groups(spectral_model, bipia, 200)
+    assert 0 < dropped < bipia.height and fitting.height == bipia.height - dropped
+    assert set(fitting.group_by("group").len()["len"]) == {2}
+    assert max(token_counts(spectral_model, fitting["text"].to_list())) <= 200
