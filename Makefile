@@ -9,7 +9,7 @@ RVU_DATA_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data),$(abspath $(CURDIR)
 export RVU_DATA_MIRROR
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run doctor detectors memory-poisoning lint format test test-slow test-all dev mlflow-ui bench bench-closure bench-monitor bench-detectors bench-agent bench-llama bench-memsad regress clean
+.PHONY: setup run doctor detectors memory-poisoning spectral lint format test test-slow test-all dev mlflow-ui bench bench-closure bench-monitor bench-detectors bench-agent bench-llama bench-memsad bench-spectral regress clean
 
 setup:
 	@bash scripts/setup.sh
@@ -26,6 +26,12 @@ detectors: setup
 memory-poisoning: setup
 	$(BIN)/dg launch --job memory_poisoning_job -m rvu_pipelines.definitions
 	cat .rvu/memory_poisoning/study/paper_table.md
+
+# Seed 004 in full: HFER / spectral features per layer on four real sets, 20/50/200 calibration, histograms, and the
+# kill switch against Attention Tracker, perplexity and D1-D5 (incl. leave-one-dataset-out); ~1 h on 2 cores
+spectral: setup
+	$(BIN)/python scripts/spectral_study.py --limit 500 bipia=300 deepset=700 --scopes text --out .rvu/spectral
+	cat .rvu/spectral/comparison.md
 
 # Is this machine able to run the platform? CPU, llama.cpp build + settings, models, one generation, MLflow, Dagster
 doctor: setup
@@ -56,7 +62,7 @@ dev: setup
 mlflow-ui: setup
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/.rvu/mlflow.db -h 127.0.0.1 -p 5000
 
-bench: bench-closure bench-monitor bench-detectors bench-agent bench-llama bench-memsad
+bench: bench-closure bench-monitor bench-detectors bench-agent bench-llama bench-memsad bench-spectral
 
 bench-closure: setup
 	$(BIN)/python benchmarks/bench_closure.py
@@ -70,6 +76,10 @@ bench-detectors: setup
 # MEMSAD write scoring: batched writes/s and one write's latency beside the embedding cost (seed 003)
 bench-memsad: setup
 	$(BIN)/python benchmarks/bench_memsad.py
+
+# the spectral statistic per layer at 512 tokens, and the kill-switch gate vs a plain forward pass (seed 004)
+bench-spectral: setup
+	$(BIN)/python benchmarks/bench_spectral.py
 
 # cold vs KV-prefix-reused vs response-cached LLM time per agent scenario
 bench-agent: setup

@@ -3,12 +3,16 @@
     .venv/bin/python scripts/spectral_study.py                      # every set, up to 400 examples each
     .venv/bin/python scripts/spectral_study.py --sets context_verification --limit 120
 
-Features are cached in <out>/<set>_<scope>.npz (delete them to recompute); plots and tables go to <out>.
+Features are cached in <out>/<set>_<scope>_<digest>.npz, the digest naming the examples and settings (delete
+them to recompute); plots and tables go to <out>. Unless --no-comparison, the baselines (Attention Tracker,
+perplexity, D1–D5 as shipped) are scored on the same held-out splits and the comparison / leave-one-dataset-out
+table is printed and written to <out>/comparison.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -88,15 +92,79 @@ def _report_set(features: FeatureSet, args: argparse.Namespace, out: Path) -> tu
     }, calibration
 
 
+def _limit(limits: list[str], name: str) -> int:
+    """``--limit 400 bipia=300``: the per-set value if given, else the bare number."""
+    default, named = 400, {}
+    for item in limits:
+        key, _, value = item.rpartition("=")
+        if not value.isdigit():
+            raise SystemExit(f"--limit {item!r}: use N or SET=N with N a whole number")
+        if key:
+            named[key] = int(value)
+        else:
+            default = int(value)
+    return named.get(name, default)
+
+
+def _digest(frame: pl.DataFrame, max_tokens: int) -> str:
+    """Names a feature cache by what it was computed from: the examples' texts and splits and the length cap."""
+    h = hashlib.sha256(f"max_tokens={max_tokens}\n".encode())
+    for text, split in zip(frame["text"].to_list(), frame["split"].to_list(), strict=True):
+        h.update(f"{split}\0{text}\0".encode())
+    return h.hexdigest()[:12]
+
+
+def _comparison(
+    frames: dict[str, pl.DataFrame], spectral: dict[str, FeatureSet], args: argparse.Namespace, out: Path, model_loader
+) -> None:  # type: ignore[no-untyped-def]
+    """Baselines on the same examples, then the comparison / leave-one-dataset-out table."""
+    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+    from rvu_pipelines.spectral.baselines import AttentionTracker, BaselineFeatures, extract_baselines, synthetic_pairs
+    from rvu_pipelines.spectral.comparison import SetFeatures, comparison_table, markdown_table, shipped_detectors
+
+    sets = {}
+    for name, frame in frames.items():
+        cache = out / f"{name}_baselines_{_digest(frame, args.max_tokens)}.npz"
+        if cache.is_file():
+            baselines = BaselineFeatures.load(str(cache))
+        else:
+            started = time.perf_counter()
+
+            def progress(i: int, n: int, name: str = name, started: float = started) -> None:
+                if i % 50 == 0:
+                    print(f"  {name} baselines: {i}/{n} ({time.perf_counter() - started:.0f} s)", file=sys.stderr,
+                          flush=True)  # fmt: skip
+
+            baselines = extract_baselines(model_loader(), frame, name=name, max_tokens=args.max_tokens,
+                                          progress=progress)  # fmt: skip
+            baselines.save(str(cache))
+        sets[name] = SetFeatures(spectral[name], baselines)
+    tofu = load_dataset(load_catalog().get("tofu"), dataset_source_from_env()).frame
+    tracker = AttentionTracker.fit(model_loader(), synthetic_pairs(tofu))
+    print(f"Attention Tracker: {tracker.n_heads} important heads of {tracker.heads.size} from {tracker.n_pairs} pairs")
+    table = comparison_table(sets, tracker, shipped_detectors(), draws=args.draws)
+    table.write_csv(out / "comparison.csv")
+    markdown = markdown_table(table, list(sets))
+    (out / "comparison.md").write_text(markdown + "\n", encoding="utf-8")
+    print("\nheld-out AUROC [95 % CI] per method and evaluation set (bold: best not calibrated on that source):")
+    print(markdown)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", nargs="*", default=["context_verification", "bipia", "injecagent", "deepset"])
-    parser.add_argument("--limit", type=int, default=400, help="examples per set (whole pairs)")
+    parser.add_argument(
+        "--limit",
+        nargs="*",
+        default=["400"],
+        help="examples per set (whole pairs): N for every set, and/or SET=N for one (e.g. 400 bipia=300)",
+    )
     parser.add_argument("--scopes", nargs="*", choices=["text", "document"], default=["text", "document"])
     parser.add_argument("--max-tokens", type=int, default=384)
     parser.add_argument("--draws", type=int, default=20, help="calibration draws per size")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=".rvu/spectral")
+    parser.add_argument("--no-comparison", action="store_true", help="skip the baselines and the comparison table")
     args = parser.parse_args(argv)
 
     import torch
@@ -108,16 +176,25 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     datasets = load_spectral_datasets()
-    model = None
+    loaded: list[object] = []
+
+    def model_loader():  # type: ignore[no-untyped-def]
+        if not loaded:
+            loaded.append(load_profile_model())
+        return loaded[0]
+
     report: dict[str, object] = {}
     calibration_tables = []
+    frames, text_features = {}, {}
     for name in args.sets:
-        caches = {scope: out / f"{name}_{scope}.npz" for scope in args.scopes}
+        frame = limit_groups(datasets[name], _limit(args.limit, name))
+        frames[name] = frame
+        digest = _digest(frame, args.max_tokens)
+        caches = {scope: out / f"{name}_{scope}_{digest}.npz" for scope in args.scopes}
         if all(cache.is_file() for cache in caches.values()):
             by_scope = {scope: FeatureSet.load(str(cache)) for scope, cache in caches.items()}
         else:
-            model = model or load_profile_model()
-            frame = limit_groups(datasets[name], args.limit)
+            model = model_loader()
             started = time.perf_counter()
 
             def progress(i: int, n: int, name: str = name, started: float = started) -> None:
@@ -133,9 +210,13 @@ def main(argv: list[str] | None = None) -> int:
             features.settings["scope"] = scope
             report[f"{name}/{scope}"], calibration = _report_set(features, args, out)
             calibration_tables.append(calibration)
+        if "text" in by_scope:
+            text_features[name] = by_scope["text"]
     if calibration_tables:
         pl.concat(calibration_tables, how="diagonal").write_csv(out / "calibration.csv")
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+    if not args.no_comparison and text_features:
+        _comparison({n: frames[n] for n in text_features}, text_features, args, out, model_loader)
     print(f"\nwritten to {out}/")
     return 0
 

@@ -124,7 +124,8 @@ class SpectralModel:
             config = self.model.config
             try:
                 config.num_hidden_layers = run
-                base = self.model.model if run < self.n_layers and hasattr(self.model, "model") else self.model
+                # the decoder without its LM head: logits (vocabulary × tokens) are half a pass at 135M
+                base = self.model.model if hasattr(self.model, "model") else self.model
                 outputs = base(**encoded, output_attentions=True, output_hidden_states=True, use_cache=False)
             finally:
                 config.num_hidden_layers = self.n_layers

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import polars as pl
@@ -15,6 +15,7 @@ from rvu_pipelines.spectral.errors import CalibrationError, ContextLengthError
 from rvu_pipelines.spectral.graph import DEFAULT_CUTOFF_RATIO, STAT_NAMES, LaplacianKind
 from rvu_pipelines.spectral.killswitch import calibrate, evaluate, orientation_and_auroc, stratified_draw
 from rvu_pipelines.spectral.model import SpectralModel, layer_stats_from_trace
+from rvu_pipelines.spectral.records import NpzRecord
 from rvu_pipelines.spectral.uncertainty import Estimate, auroc_estimate
 
 DEFAULT_MAX_TOKENS = 384
@@ -22,8 +23,11 @@ CALIBRATION_SIZES: tuple[int, ...] = (20, 50, 200)
 
 
 @dataclass
-class FeatureSet:
+class FeatureSet(NpzRecord):
     """Statistics per example, layer and statistic (``STAT_NAMES`` order), for the examples kept."""
+
+    _npz_skip: ClassVar[tuple[str, ...]] = ("settings",)
+    _npz_keys: ClassVar[dict[str, str]] = {"seconds_per_example": "seconds"}
 
     name: str
     values: np.ndarray  # (examples, layers, statistics)
@@ -38,33 +42,6 @@ class FeatureSet:
     def part(self, split: str) -> tuple[np.ndarray, np.ndarray]:
         mask = self.splits == split
         return self.values[mask], self.labels[mask]
-
-    def save(self, path: str) -> None:
-        np.savez_compressed(
-            path,
-            values=self.values,
-            labels=self.labels,
-            splits=self.splits,
-            sources=self.sources,
-            n_tokens=self.n_tokens,
-            skipped=self.skipped,
-            seconds=self.seconds_per_example,
-            name=self.name,
-        )
-
-    @classmethod
-    def load(cls, path: str) -> FeatureSet:
-        data = np.load(path, allow_pickle=False)
-        return cls(
-            name=str(data["name"]),
-            values=data["values"],
-            labels=data["labels"],
-            splits=data["splits"],
-            sources=data["sources"],
-            n_tokens=data["n_tokens"],
-            skipped=int(data["skipped"]),
-            seconds_per_example=float(data["seconds"]),
-        )
 
 
 def extract_features(

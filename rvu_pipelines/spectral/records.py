@@ -1,0 +1,34 @@
+"""Feature records as ``.npz`` files (numpy arrays and plain scalars only: loading never unpickles)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any, ClassVar
+
+import numpy as np
+
+_SCALARS = {"str": str, "int": int, "float": float}
+
+
+class NpzRecord:
+    """Mixin for a dataclass of arrays and str / int / float scalars; ``_npz_skip`` names fields not stored
+    (e.g. run settings) and ``_npz_keys`` the file's key for a field when it differs from the field's name."""
+
+    _npz_skip: ClassVar[tuple[str, ...]] = ()
+    _npz_keys: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def _stored(cls) -> list[tuple[str, str, Any]]:
+        return [(f.name, cls._npz_keys.get(f.name, f.name), f.type) for f in fields(cls) if f.name not in cls._npz_skip]  # type: ignore[arg-type]
+
+    def save(self, path: str) -> None:
+        np.savez_compressed(path, **{key: getattr(self, name) for name, key, _ in self._stored()})
+
+    @classmethod
+    def load(cls, path: str) -> Any:
+        data = np.load(path, allow_pickle=False)
+        values = {}
+        for name, key, kind in cls._stored():
+            value = data[key]
+            values[name] = _SCALARS[kind](value) if kind in _SCALARS else value
+        return cls(**values)
