@@ -207,23 +207,30 @@ def detection_stats(scores: CellScores) -> tuple[stats.AurocResult, stats.RateRe
     return auroc, tpr, fpr
 
 
-def detection_row(cell: AttackCell, defense: str, calibration: str, scores: CellScores) -> DetectionRow:
+def detection_fields(scores: CellScores) -> dict[str, float | int]:
+    """AUROC, TPR and FPR with their CIs and the counts behind them: the columns every detection table shares."""
     auroc, tpr, fpr = detection_stats(scores)
+    return {
+        "n_poisons": len(scores.poison_flags),
+        "n_benign": len(scores.benign_flags),
+        "auroc": auroc.auroc,
+        "auroc_low": auroc.ci_low,
+        "auroc_high": auroc.ci_high,
+        "tpr": tpr.rate,
+        "tpr_low": tpr.ci_low,
+        "tpr_high": tpr.ci_high,
+        "fpr": fpr.rate,
+        "fpr_low": fpr.ci_low,
+        "fpr_high": fpr.ci_high,
+    }
+
+
+def detection_row(cell: AttackCell, defense: str, calibration: str, scores: CellScores) -> DetectionRow:
     return DetectionRow(
         attack=cell.name,
         defense=defense,
         calibration=calibration,
-        n_poisons=len(scores.poison_flags),
-        n_benign=len(scores.benign_flags),
-        auroc=auroc.auroc,
-        auroc_low=auroc.ci_low,
-        auroc_high=auroc.ci_high,
-        tpr=tpr.rate,
-        tpr_low=tpr.ci_low,
-        tpr_high=tpr.ci_high,
-        fpr=fpr.rate,
-        fpr_low=fpr.ci_low,
-        fpr_high=fpr.ci_high,
+        **detection_fields(scores),  # type: ignore[arg-type]
         threshold=float(np.mean(scores.thresholds)),
         asr_r_undefended=scores.asr_r_undefended,
         asr_r_defended=scores.asr_r_defended,

@@ -29,7 +29,7 @@ from rvu_pipelines.memory_poisoning.attacks.synonyms import WordNetSynonyms
 from rvu_pipelines.memory_poisoning.defenses.base import WriteDetector
 from rvu_pipelines.memory_poisoning.defenses.memsad import MemsadDetector
 from rvu_pipelines.memory_poisoning.retrieval import Embedder, embed_texts
-from rvu_pipelines.memory_poisoning.study import context_for, detection_stats, score_cell
+from rvu_pipelines.memory_poisoning.study import context_for, detection_fields, score_cell
 from rvu_pipelines.memory_poisoning.study_cells import AttackCell
 
 
@@ -132,19 +132,8 @@ def hybrid_on(
         members=(),
     )
     scores = score_cell(rewritten_cell, factory, calibration, top_k)
-    auroc, tpr, fpr = detection_stats(scores)
     return {
-        "auroc": auroc.auroc,
-        "auroc_low": auroc.ci_low,
-        "auroc_high": auroc.ci_high,
-        "tpr": tpr.rate,
-        "tpr_low": tpr.ci_low,
-        "tpr_high": tpr.ci_high,
-        "fpr": fpr.rate,
-        "fpr_low": fpr.ci_low,
-        "fpr_high": fpr.ci_high,
-        "n_poisons": len(scores.poison_flags),
-        "n_benign": len(scores.benign_flags),
+        **detection_fields(scores),
         "asr_r_defended": scores.asr_r_defended,
         "benign_accuracy": scores.benign_accuracy,
         "benign_accuracy_drop_points": 100 * (1 - scores.benign_accuracy),

@@ -199,6 +199,37 @@ def _keeps(retrieved: np.ndarray, required: np.ndarray) -> np.ndarray:
     return (retrieved | ~required[None, :]).all(axis=1)
 
 
+def _finish(
+    method: str,
+    original: str,
+    text: str,
+    start: tuple[float, int],
+    threshold: float,
+    embedder: Any,
+    score_fn: ScoreFn,
+    objective: RetrievalObjective,
+    edits: Sequence[Any],
+    trajectory: Sequence[tuple[float, int]],
+    continuous: Sequence[tuple[float, int]] = (),
+) -> EvasionResult:
+    """Re-embed the final text and record where it ends: the detector's score and the victims still reached."""
+    final = embed_texts(embedder, [text], "poison after")
+    return EvasionResult(
+        method=method,
+        original_text=original,
+        text=text,
+        score_before=start[0],
+        score_after=float(_scores(score_fn, final)[0]),
+        threshold=float(threshold),
+        retrieved_before=start[1],
+        retrieved_after=int(objective.retrieved(final)[0].sum()),
+        n_victims=len(objective.kth),
+        edits=tuple(edits),
+        trajectory=tuple(trajectory),
+        continuous=tuple(continuous),
+    )
+
+
 def synonym_substitution(
     embedder: Any,
     text: str,
@@ -254,20 +285,10 @@ def synonym_substitution(
         used.add(i)
         score = float(scores[best])
         trajectory.append((score, int(objective.retrieved(vectors[best : best + 1])[0].sum())))
-    final = embed_texts(embedder, [current], "poison after")
-    return EvasionResult(
-        method="synonym_substitution",
-        original_text=text,
-        text=current,
-        score_before=start_score,
-        score_after=float(_scores(score_fn, final)[0]),
-        threshold=float(threshold),
-        retrieved_before=start_count,
-        retrieved_after=int(objective.retrieved(final)[0].sum()),
-        n_victims=len(objective.kth),
-        edits=tuple(edits),
-        trajectory=tuple(trajectory),
-    )
+    return _finish(
+        "synonym_substitution", text, current, (start_score, start_count), threshold, embedder, score_fn, objective,
+        edits, trajectory,
+    )  # fmt: skip
 
 
 def _in_contraction(text: str, start: int, end: int) -> bool:
@@ -387,18 +408,7 @@ def hotflip_evasion(
             trajectory.append((score, int(objective.retrieved(vector)[0].sum())))
             tried.clear()
     final_text = text if not edits else encoder.tokenizer.decode(ids)
-    final = embed_texts(embedder, [final_text], "poison after")
-    return EvasionResult(
-        method="hotflip_evasion",
-        original_text=text,
-        text=final_text,
-        score_before=start_score,
-        score_after=float(_scores(score_fn, final)[0]),
-        threshold=float(threshold),
-        retrieved_before=start_count,
-        retrieved_after=int(objective.retrieved(final)[0].sum()),
-        n_victims=len(objective.kth),
-        edits=tuple(edits),
-        trajectory=tuple(trajectory),
-        continuous=tuple(continuous),
-    )
+    return _finish(
+        "hotflip_evasion", text, final_text, (start_score, start_count), threshold, embedder, score_fn, objective,
+        edits, trajectory, continuous,
+    )  # fmt: skip

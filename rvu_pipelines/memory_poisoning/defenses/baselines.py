@@ -40,6 +40,7 @@ from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.memory_poisoning.defenses.base import WriteContext
 from rvu_pipelines.memory_poisoning.defenses.memsad import (
     DEFAULT_KAPPA,
+    CalibratedThreshold,
     Calibration,
     calibrate,
     candidate_matrix,
@@ -92,7 +93,7 @@ def rouge_l(a: Sequence[str], b: Sequence[str]) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-class _Calibrated:
+class _Calibrated(CalibratedThreshold):
     """Threshold bookkeeping shared by the baselines."""
 
     name: str
@@ -100,16 +101,6 @@ class _Calibrated:
     _calibration: Calibration | None = None
     _dimension: int = 0
     reference_scores: np.ndarray = np.zeros(0)
-
-    @property
-    def calibration(self) -> Calibration:
-        if self._calibration is None:
-            raise MemoryPoisoningInputError(f"{self.name}: call fit(context) before scoring or reading the threshold")
-        return self._calibration
-
-    @property
-    def threshold(self) -> float:
-        return self.calibration.threshold
 
     def _set_calibration(self, scores: np.ndarray, n_history: int = 0) -> None:
         self.reference_scores = np.asarray(scores, dtype=np.float64)

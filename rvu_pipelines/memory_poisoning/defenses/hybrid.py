@@ -58,6 +58,7 @@ from rvu_pipelines.memory_poisoning.defenses.base import WriteContext
 from rvu_pipelines.memory_poisoning.defenses.baselines import word_tokens
 from rvu_pipelines.memory_poisoning.defenses.memsad import (
     DEFAULT_MAX_WEIGHT,
+    CalibratedThreshold,
     Calibration,
     calibrate,
     candidate_matrix,
@@ -166,7 +167,7 @@ def _document_frequency(texts: Iterable[str], tokenize: Tokenizer) -> Counter[st
     return Counter(w for t in texts for w in set(tokenize(t)))
 
 
-class HybridDetector:
+class HybridDetector(CalibratedThreshold):
     """Max of standardised discrete + embedding features; a ``WriteDetector`` (see module doc)."""
 
     def __init__(
@@ -210,16 +211,6 @@ class HybridDetector:
         self.reference_features: dict[str, np.ndarray] = {}
 
     # -- calibration ------------------------------------------------------------------------------
-    @property
-    def calibration(self) -> Calibration:
-        if self._calibration is None:
-            raise MemoryPoisoningInputError(f"{self.name}: call fit(context) before scoring or reading the threshold")
-        return self._calibration
-
-    @property
-    def threshold(self) -> float:
-        return self.calibration.threshold
-
     def fit(self, context: WriteContext) -> HybridDetector:
         reference = reference_matrix(context, self.name)
         self._dimension = reference.shape[1]

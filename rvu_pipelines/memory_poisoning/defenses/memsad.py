@@ -199,6 +199,24 @@ def combined_scores(candidates: np.ndarray, history: np.ndarray, max_weight: flo
     return (max_weight * sims.max(axis=1) + (1.0 - max_weight) * sims.mean(axis=1)).astype(np.float64)
 
 
+class CalibratedThreshold:
+    """The ``calibration`` and ``threshold`` every write detector exposes once fitted (MEMSAD, the baselines,
+    the hybrid check); reading either before ``fit`` is an error naming the detector."""
+
+    name: str
+    _calibration: Calibration | None
+
+    @property
+    def calibration(self) -> Calibration:
+        if self._calibration is None:
+            raise MemoryPoisoningInputError(f"{self.name}: call fit(context) before scoring or reading the threshold")
+        return self._calibration
+
+    @property
+    def threshold(self) -> float:
+        return self.calibration.threshold
+
+
 @dataclass(frozen=True)
 class WindowEstimate:
     """The rolling window m* = (σ/Δ)^{2/3} and what it was estimated from."""
@@ -247,7 +265,7 @@ def estimate_window(reference: np.ndarray, history: np.ndarray, *, min_window: i
 # --------------------------------------------------------------------------------------------------
 
 
-class MemsadDetector:
+class MemsadDetector(CalibratedThreshold):
     """MEMSAD as a ``WriteDetector``: Eq. 7 against the rolling history, rejected above µ̂ + κσ̂.
 
     ``window``: None uses every query in the buffer, an int the newest that many, "auto" the m* of
@@ -290,16 +308,6 @@ class MemsadDetector:
         self.reference_scores = np.zeros(0)
 
     # -- state ------------------------------------------------------------------------------------
-    @property
-    def calibration(self) -> Calibration:
-        if self._calibration is None:
-            raise MemoryPoisoningInputError(f"{self.name}: call fit(context) before scoring or reading the threshold")
-        return self._calibration
-
-    @property
-    def threshold(self) -> float:
-        return self.calibration.threshold
-
     @property
     def history(self) -> np.ndarray:
         """The queries Eq. 7 is computed against now (the newest ``window_size`` of the buffer)."""
