@@ -121,7 +121,7 @@ SETTINGS: tuple[Setting, ...] = (
         "path",
         "~/.cache/rvu/spectral",
         "models",
-        "where the spectral model's de-quantised weights are cached (safetensors, by GGUF sha256)",
+        "content-addressed spectral cache: de-quantised weights (safetensors, by GGUF sha256) and calibrated switches",
     ),
     # tracking
     # inputs from outside (incident logs, certificates)

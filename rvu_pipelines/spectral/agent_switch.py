@@ -8,8 +8,8 @@ harness pays neither unless an hfer episode runs, and each at most once per proc
   contamination sets, the catalog sha256s of the data they are built from, the draw's size and seed, the
   layers searched) and the code that computes it (sha256 of the spectral modules it runs). Its ``key``
   names the calibration; computing it loads nothing.
-- :func:`calibrated_switch` returns the spec's :class:`KillSwitch`: read from
-  ``<state>/spectral/switches/<key>.json`` when an earlier process calibrated it (no model needed), else
+- :func:`calibrated_switch` returns the spec's :class:`KillSwitch`: read from ``<spectral cache>/switches/<key>.json``
+  (``RVU_SPECTRAL_CACHE``) when an earlier process calibrated it (no model needed), else
   calibrated now on the sets' *calibration* split only (a held-out example is never read) and saved with the
   groups it was drawn from, so a reader can check which examples made the switch.
 - :class:`LazyHferDetector` is an ``InjectionDetector`` that loads the weights on its first ``score`` and
@@ -36,7 +36,7 @@ from rvu_pipelines.detectors.base import check_threshold
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.spectral.detector import DEFAULT_CALIBRATION_SETS, DEFAULT_CALIBRATION_SIZE, HferDetector
 from rvu_pipelines.spectral.killswitch import MIN_PER_CLASS, KillSwitch, stratified_draw
-from rvu_pipelines.spectral.model import DEFAULT_N_CTX, SpectralModel, load_spectral_model
+from rvu_pipelines.spectral.model import DEFAULT_N_CTX, SpectralModel, load_spectral_model, spectral_cache_root
 
 logger = logging.getLogger(__name__)
 
@@ -152,9 +152,9 @@ class SwitchSpec:
 
 
 def switch_folder(store: Path | str | None = None) -> Path:
-    from rvu_pipelines.paths import state_dir
-
-    return Path(store) if store is not None else state_dir() / "spectral" / "switches"
+    """``store``, else the spectral cache's ``switches/``: a switch file is named by the hash of everything that
+    made it (weights, data, draw, code), so it is safe to share between state folders and clean clones."""
+    return Path(store) if store is not None else spectral_cache_root() / "switches"
 
 
 def switch_version(spec: SwitchSpec, switch: KillSwitch) -> str:
@@ -216,7 +216,7 @@ def _calibrate_and_keep(spec: SwitchSpec, path: Path) -> KillSwitch:
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         os.replace(tmp, path)
-    except OSError as exc:  # a read-only state folder only costs the next process the calibration
+    except OSError as exc:  # a read-only cache folder only costs the next process the calibration
         logger.warning("Could not keep the calibrated switch in %s: %s", path, exc)
     return switch
 
@@ -236,7 +236,7 @@ class LazyHferDetector:
     """``hfer`` on the agent's own weights, calibrated and loaded on first use (at most once per process).
 
     ``spec``: a :class:`SwitchSpec`, or a function returning one (resolved on first use: resolving a
-    profile hashes its GGUF). ``store``: where calibrated switches are kept (default the state folder's)."""
+    profile hashes its GGUF). ``store``: where calibrated switches are kept (default the spectral cache's)."""
 
     name = "hfer"
 

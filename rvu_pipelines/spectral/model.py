@@ -168,11 +168,16 @@ class SpectralModel:
         return layer_stats_from_trace(trace, layers, token_slice=token_slice, kind=kind, cutoff_ratio=cutoff_ratio)
 
 
-def _cache_folder(sha256: str) -> Path:
-    """Content-addressed (the GGUF's sha256) beside set-up's wheel cache, so a fresh state folder (a test
-    session, a clean clone) does not pay the de-quantisation again."""
+def spectral_cache_root() -> Path:
+    """``RVU_SPECTRAL_CACHE`` (default ``~/.cache/rvu/spectral``): content-addressed things only (converted
+    weights by GGUF sha256, calibrated switches by the hash of everything that made them), so a fresh state
+    folder (a test session, a clean clone) does not pay for them again."""
     root = env_value("RVU_SPECTRAL_CACHE")
-    return (Path(root).expanduser() if root else Path.home() / ".cache" / "rvu" / "spectral") / sha256
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "rvu" / "spectral"
+
+
+def _cache_folder(sha256: str) -> Path:
+    return spectral_cache_root() / sha256
 
 
 def _save_converted(model: Any, tokenizer: Any, folder: Path) -> None:
