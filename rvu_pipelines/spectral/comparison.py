@@ -24,7 +24,6 @@ import polars as pl
 
 from rvu_pipelines.spectral.baselines import AttentionTracker, BaselineFeatures
 from rvu_pipelines.spectral.errors import CalibrationError, SpectralInputError
-from rvu_pipelines.spectral.graph import STAT_NAMES
 from rvu_pipelines.spectral.killswitch import calibrate
 from rvu_pipelines.spectral.study import FeatureSet, calibration_comparison
 from rvu_pipelines.spectral.uncertainty import auroc_estimate
@@ -155,7 +154,7 @@ def markdown_table(table: pl.DataFrame, sets: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def shipped_detectors(datasets: Mapping[str, pl.DataFrame] | None = None) -> dict[str, object]:
+def shipped_detectors() -> dict[str, object]:
     """D1–D5 as the platform ships them (D2 / D4 trained on deepset's training split, seed settings)."""
     from rvu_pipelines.detectors.corpora import load_corpora
     from rvu_pipelines.detectors.ensemble import seed_ensemble
@@ -173,11 +172,3 @@ def shipped_detectors(datasets: Mapping[str, pl.DataFrame] | None = None) -> dic
         "D4 fine-tuned MiniLM (deepset train)": d4,
         "D5 ensemble of D2 and D4 (deepset train)": seed_ensemble(d2, d4),
     }
-
-
-def best_layer_summary(features: FeatureSet) -> dict[str, object]:
-    """Which layer and statistic the all-examples switch picks (calibration data only)."""
-    cal_x, cal_y = features.part("calibration")
-    switch = calibrate(cal_x, cal_y)
-    return {"layer": switch.layer, "statistic": switch.statistic, "direction": switch.direction,
-            "statistics": list(STAT_NAMES)}  # fmt: skip
