@@ -6,7 +6,8 @@ Text: real BIPIA email contexts from the mirror, concatenated and cut to exactly
    (numpy eigh, float64), projection of the 576-dimensional hidden states, HFER / entropy / Fiedler /
    smoothness. Median over layers × repeats, from one real forward pass's attention and hidden states.
 2. The gate vs a plain forward pass (same transformers model, float32, CPU, eager attention):
-   plain = ``model(ids)`` with no attention / hidden-state outputs; gate = forward with both outputs +
+   plain = ``model(ids, logits_to_keep=1)`` (a generation prefill: no attention / hidden-state outputs, the LM head
+   on the last position only, as generation needs); gate = forward with both outputs +
    the statistic at one layer. Also the gate that stops after the chosen early layer (what an inline
    switch at layer ℓ needs). Medians over repeats; ratios measured side by side.
 
@@ -81,7 +82,7 @@ def main() -> int:
 
     def plain() -> None:
         with torch.inference_mode():
-            model.model(**encoded, use_cache=False)
+            model.model(**encoded, use_cache=False, logits_to_keep=1)  # generation's prefill: last logits only
 
     def gate() -> None:  # the full forward pass with attentions and hidden states, then the statistic
         layer_stats_from_trace(model.forward(text), layers=[args.layer])
