@@ -81,8 +81,8 @@ def span_nll(model: SpectralModel, text: str, start: int, end: int) -> float:
     import torch
 
     encoded = model.tokenize(text)
+    part = model.token_slice(text, start, end, encoded)
     encoded.pop("offset_mapping", None)
-    part = model.token_slice(text, start, end)
     first = max(part.start, 1)
     if part.stop <= first:
         raise SpectralInputError(f"Characters {start}:{end} cover no token after the first; nothing to score.")

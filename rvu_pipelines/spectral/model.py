@@ -144,9 +144,9 @@ class SpectralModel:
             hidden_states=[h[0].float().numpy() for h in hidden[1:]],
         )
 
-    def token_slice(self, text: str, start: int, end: int) -> slice:
-        """The tokens whose characters overlap ``text[start:end]``."""
-        offsets = self.tokenize(text)["offset_mapping"][0].tolist()
+    def token_slice(self, text: str, start: int, end: int, encoded: dict[str, Any] | None = None) -> slice:
+        """The tokens whose characters overlap ``text[start:end]`` (``encoded``: ``text`` already tokenized)."""
+        offsets = (encoded or self.tokenize(text))["offset_mapping"][0].tolist()
         inside = [i for i, (a, b) in enumerate(offsets) if b > start and a < end]
         if not inside:
             raise SpectralInputError(f"Characters {start}:{end} cover no token of the text.")
