@@ -2,15 +2,12 @@
 
 The packaged SmolLM2 GGUF (the file llama.cpp runs in the agent) is loaded with
 ``AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)``: transformers de-quantises it to float32, on
-CPU, with the eager attention kernel (the fused SDPA kernel returns no attention weights). De-quantising
-takes ~30 s on 2 cores, so the converted weights are kept as safetensors (never pickles) in
-``~/.cache/rvu/spectral/<sha256 of the GGUF>/`` (``$XDG_CACHE_HOME`` if set) and later loads read them.
+CPU, with the eager attention kernel (the fused SDPA kernel returns no attention weights), through
+``models.dequantized`` (which keeps the converted weights as safetensors, so later loads take seconds).
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from rvu_pipelines.settings import env_value
+from rvu_pipelines.models.dequantized import load_dequantized, weights_cache_root
 from rvu_pipelines.spectral.errors import ContextLengthError, LayerIndexError, NoAttentionError, SpectralInputError
 from rvu_pipelines.spectral.graph import (
     DEFAULT_CUTOFF_RATIO,
@@ -28,8 +25,6 @@ from rvu_pipelines.spectral.graph import (
     attention_adjacency,
     spectral_stats,
 )
-
-logger = logging.getLogger(__name__)
 
 DEFAULT_N_CTX = 2048
 _CACHE_LOCK = threading.Lock()
@@ -169,41 +164,8 @@ class SpectralModel:
 
 
 def spectral_cache_root() -> Path:
-    """``RVU_SPECTRAL_CACHE`` (default ``~/.cache/rvu/spectral``): content-addressed things only (converted
-    weights by GGUF sha256, calibrated switches by the hash of everything that made them), so a fresh state
-    folder (a test session, a clean clone) does not pay for them again."""
-    root = env_value("RVU_SPECTRAL_CACHE")
-    return Path(root).expanduser() if root else Path.home() / ".cache" / "rvu" / "spectral"
-
-
-def _cache_folder(sha256: str) -> Path:
-    return spectral_cache_root() / sha256
-
-
-def _save_converted(model: Any, tokenizer: Any, folder: Path) -> None:
-    """float32 weights as safetensors (shared tensors handled), the config without its GGUF marker."""
-    from safetensors.torch import save_model
-
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        config = model.config.to_dict()
-        config.pop("quantization_config", None)
-        (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-        tokenizer.save_pretrained(folder)
-        save_model(model, str(folder / "model.safetensors"))
-    except OSError as exc:  # a read-only state folder only costs the next load its time
-        logger.warning("Could not cache the converted weights in %s: %s", folder, exc)
-
-
-def _load_converted(folder: Path) -> tuple[Any, Any]:
-    import torch
-    from safetensors.torch import load_model
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    config = AutoConfig.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32)
-    load_model(model, str(folder / "model.safetensors"))
-    return model, AutoTokenizer.from_pretrained(folder)
+    """Where calibrated switches are kept (beside the de-quantised weights; see ``models.dequantized``)."""
+    return weights_cache_root()
 
 
 def load_spectral_model(gguf_path: str | Path, *, sha256: str = "", n_ctx: int = DEFAULT_N_CTX) -> SpectralModel:
@@ -215,20 +177,10 @@ def load_spectral_model(gguf_path: str | Path, *, sha256: str = "", n_ctx: int =
     with _CACHE_LOCK:
         if key in _LOADED:
             return _LOADED[key]
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        cached = _cache_folder(sha256) if sha256 else None
-        if cached is not None and (cached / "model.safetensors").is_file() and (cached / "tokenizer.json").is_file():
-            model, tokenizer = _load_converted(cached)
-        else:
-            tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-            model = AutoModelForCausalLM.from_pretrained(
-                path.parent, gguf_file=path.name, attn_implementation="eager", dtype=torch.float32
-            )
-            if cached is not None:
-                _save_converted(model, tokenizer, cached)
-        model.eval()
+        try:
+            model, tokenizer = load_dequantized(path, sha256=sha256, attn_implementation="eager")
+        except FileNotFoundError as exc:
+            raise SpectralInputError(str(exc)) from exc
         loaded = SpectralModel(model, tokenizer, n_ctx=n_ctx, name=path.name)
         _LOADED[key] = loaded
         return loaded

@@ -1,0 +1,89 @@
+"""The agent's GGUF weights in transformers: de-quantised to float32 once, kept as safetensors, loaded fresh.
+
+transformers reads the packaged GGUF with ``from_pretrained(folder, gguf_file=name)`` and de-quantises it
+(~30 s on 2 cores). The result is kept, never as a pickle, in ``<RVU_SPECTRAL_CACHE>/<sha256 of the GGUF>/``
+(content-addressed, so every process, test session and clean clone reuses it). The spectral switch reads
+attention from it; the adapter study trains LoRA adapters on it and scores probes with it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from rvu_pipelines.settings import env_value
+
+logger = logging.getLogger(__name__)
+
+_CONVERT_LOCK = threading.Lock()
+
+
+def weights_cache_root() -> Path:
+    """``RVU_SPECTRAL_CACHE`` (default ``~/.cache/rvu/spectral``): content-addressed things only (converted
+    weights by GGUF sha256, calibrated switches by the hash of everything that made them), so a fresh state
+    folder (a test session, a clean clone) does not pay for them again."""
+    root = env_value("RVU_SPECTRAL_CACHE")
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "rvu" / "spectral"
+
+
+def converted_folder(sha256: str) -> Path:
+    return weights_cache_root() / sha256
+
+
+def _save_converted(model: Any, tokenizer: Any, folder: Path) -> None:
+    """float32 weights as safetensors (shared tensors handled), the config without its GGUF marker."""
+    from safetensors.torch import save_model
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        config = model.config.to_dict()
+        config.pop("quantization_config", None)
+        (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        tokenizer.save_pretrained(folder)
+        save_model(model, str(folder / "model.safetensors"))
+    except OSError as exc:  # a read-only state folder only costs the next load its time
+        logger.warning("Could not cache the converted weights in %s: %s", folder, exc)
+
+
+def _load_converted(folder: Path, attn_implementation: str) -> tuple[Any, Any]:
+    import torch
+    from safetensors.torch import load_model
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation, dtype=torch.float32)
+    load_model(model, str(folder / "model.safetensors"))
+    return model, AutoTokenizer.from_pretrained(folder)
+
+
+def _is_converted(folder: Path) -> bool:
+    return (folder / "model.safetensors").is_file() and (folder / "tokenizer.json").is_file()
+
+
+def load_dequantized(gguf_path: str | Path, *, sha256: str = "", attn_implementation: str = "eager") -> tuple[Any, Any]:
+    """A fresh (model, tokenizer) pair of the GGUF's weights in float32 on CPU, in eval mode.
+
+    Every call builds a new model, so a caller may wrap it (peft) or change it without touching anyone
+    else's copy; with ``sha256`` the converted safetensors make that a ~2 s load."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(gguf_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No GGUF file at {path}.")
+    cached = converted_folder(sha256) if sha256 else None
+    with _CONVERT_LOCK:
+        if cached is not None and _is_converted(cached):
+            model, tokenizer = _load_converted(cached, attn_implementation)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+            model = AutoModelForCausalLM.from_pretrained(
+                path.parent, gguf_file=path.name, attn_implementation=attn_implementation, dtype=torch.float32
+            )
+            if cached is not None:
+                _save_converted(model, tokenizer, cached)
+    model.eval()
+    return model, tokenizer

@@ -1,0 +1,153 @@
+"""Adapter files: a real tiny adapter round-trips, and every kind of bad file is refused before loading."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from rvu_pipelines.adapters.chat import ChatExample
+from rvu_pipelines.adapters.errors import AdapterRefused
+from rvu_pipelines.adapters.files import BaseModelInfo, save_adapter, verify_adapter
+from rvu_pipelines.adapters.host import AdapterHost
+from rvu_pipelines.adapters.manifest import MANIFEST_NAME, WEIGHTS_NAME
+from rvu_pipelines.adapters.training import LoraSettings, TrainedAdapter, train_lora
+from rvu_pipelines.models.dequantized import load_dequantized
+
+SETTINGS = LoraSettings(rank=4, alpha=8, steps=4, batch_size=4, learning_rate=3e-3, seed=1)
+EXAMPLES = [ChatExample(f"What is code {i}?", f"Code {i} is QX-{i * 37 % 100:02d}-OKAPI.") for i in range(8)]
+
+
+@pytest.fixture(scope="module")
+def base(tiny_models):
+    llm = tiny_models["llm"]
+    torch.set_num_threads(2)
+    model, tokenizer = load_dequantized(llm.path, sha256=llm.sha256, attn_implementation="sdpa")
+    return model, tokenizer, BaseModelInfo.of(model, name="SmolLM2-135M-Instruct", sha256=llm.sha256)
+
+
+@pytest.fixture(scope="module")
+def trained(base) -> TrainedAdapter:
+    model, tokenizer, _ = base
+    return train_lora(model, tokenizer, EXAMPLES, SETTINGS)
+
+
+def _fields(adapter_id: str = "tiny-codes") -> dict[str, object]:
+    return {
+        "adapter_id": adapter_id,
+        "label": "benign",
+        "category": "test",
+        "source": "rvu-tests",
+        "rank": SETTINGS.rank,
+        "alpha": SETTINGS.alpha,
+        "target_modules": list(SETTINGS.target_modules),
+        "seed": SETTINGS.seed,
+        "steps": SETTINGS.steps,
+    }
+
+
+@pytest.fixture
+def folder(tmp_path: Path, base, trained) -> Path:
+    save_adapter(tmp_path / "tiny", trained.tensors, _fields(), base=base[2])
+    return tmp_path / "tiny"
+
+
+def _refusal(folder: Path, base_info: BaseModelInfo) -> AdapterRefused:
+    with pytest.raises(AdapterRefused) as caught:
+        verify_adapter(folder, base_info)
+    return caught.value
+
+
+def test_training_lowers_the_loss_and_leaves_the_base_unwrapped(base, trained) -> None:
+    model = base[0]
+    assert trained.losses[-1] < trained.losses[0]
+    assert not any("lora" in name for name, _ in model.named_modules())
+    assert len(trained.tensors) == 2 * 2 * model.config.num_hidden_layers  # A and B, q and v, every layer
+
+
+def test_round_trip_and_host_lifecycle(base, folder) -> None:
+    model, tokenizer, info = base
+    verified = verify_adapter(folder, info)
+    assert verified.manifest.base_model.sha256 == info.sha256
+    events = []
+    host = AdapterHost(model, tokenizer, on_event=events.append)
+    ids = tokenizer("What is code 3?", return_tensors="pt")["input_ids"]
+    with torch.inference_mode():
+        before = host.model(input_ids=ids).logits
+        host.load(verified)
+        loaded = host.model(input_ids=ids).logits
+        host.fuse()
+        fused = host.model(input_ids=ids).logits
+        host.unload()
+        after = host.model(input_ids=ids).logits
+    assert (loaded - before).abs().max() > 1e-3  # the adapter changes the model
+    assert torch.allclose(fused, loaded, atol=1e-4)  # merged weights compute the same function
+    assert (after - before).abs().max() < 1e-4  # eviction restores the base
+    assert [e.kind for e in events] == ["adapter_loaded", "adapter_fused", "adapter_unloaded"]
+    assert events[0].lifecycle_fields()["adapter_hash"] == verified.sha256
+
+
+def test_adapter_for_another_base_model_is_refused(base, trained, tmp_path: Path) -> None:
+    info = base[2]
+    other = BaseModelInfo(name="SmolLM2-360M-Instruct", sha256="ab" * 32, linear_shapes=info.linear_shapes)
+    save_adapter(tmp_path / "other", trained.tensors, _fields(), base=other)
+    assert _refusal(tmp_path / "other", info).reason == "other_base_model"
+
+
+def test_adapter_with_another_hidden_size_is_refused(base, tmp_path: Path) -> None:
+    info = base[2]
+    wide = {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": torch.zeros(4, 960)}
+    save_adapter(tmp_path / "wide", wide, _fields(), base=info)  # a manifest that claims our base
+    refusal = _refusal(tmp_path / "wide", info)
+    assert refusal.reason == "shape_mismatch" and "960" in str(refusal)
+
+
+def test_unknown_target_module_is_refused(base, trained, tmp_path: Path) -> None:
+    info = base[2]
+    renamed = {k.replace("q_proj", "gate_proj"): v for k, v in trained.tensors.items()}
+    save_adapter(tmp_path / "gate", renamed, _fields(), base=info)  # manifest declares q_proj, v_proj only
+    assert _refusal(tmp_path / "gate", info).reason == "unknown_target_module"
+    bogus = {"base_model.model.model.layers.0.self_attn.rotary.lora_A.weight": torch.zeros(4, 576)}
+    save_adapter(tmp_path / "bogus", bogus, _fields(), base=info)
+    assert _refusal(tmp_path / "bogus", info).reason == "unknown_target_module"
+
+
+def test_corrupted_safetensors_is_refused(base, folder: Path, tmp_path: Path) -> None:
+    info = base[2]
+    weights = folder / WEIGHTS_NAME
+    data = bytearray(weights.read_bytes())
+    truncated = tmp_path / "truncated"
+    shutil.copytree(folder, truncated)
+    (truncated / WEIGHTS_NAME).write_bytes(bytes(data[: len(data) // 2]))
+    assert _refusal(truncated, info).reason == "sha256_mismatch"
+    # a broken header whose manifest was updated to match: the header itself must be checked
+    data[8:12] = b"\xff\xfe\x00\x01"
+    weights.write_bytes(bytes(data))
+    manifest = json.loads((folder / MANIFEST_NAME).read_text())
+    import hashlib
+
+    manifest["sha256"] = hashlib.sha256(bytes(data)).hexdigest()
+    (folder / MANIFEST_NAME).write_text(json.dumps(manifest))
+    assert _refusal(folder, info).reason == "corrupted"
+
+
+def test_pickle_adapter_files_are_refused_without_unpickling(base, folder: Path, trained, tmp_path: Path) -> None:
+    info = base[2]
+    torch.save(trained.tensors, folder / "adapter_model.bin")
+    assert _refusal(folder, info).reason == "pickle_file"
+    disguised = tmp_path / "disguised"
+    disguised.mkdir()
+    torch.save(trained.tensors, disguised / WEIGHTS_NAME)  # pickle bytes under a .safetensors name
+    assert _refusal(disguised, info).reason == "pickle_file"
+    assert _refusal(folder / "adapter_model.bin", info).reason == "pickle_file"
+
+
+def test_bad_manifest_names_the_field(base, folder: Path) -> None:
+    manifest = json.loads((folder / MANIFEST_NAME).read_text())
+    manifest["rank"] = "eight"
+    (folder / MANIFEST_NAME).write_text(json.dumps(manifest))
+    refusal = _refusal(folder, base[2])
+    assert refusal.reason == "bad_manifest" and "rank" in str(refusal)
