@@ -3,6 +3,7 @@ from here instead of from each other's modules."""
 
 from dagster import DynamicPartitionsDefinition, MultiPartitionsDefinition, StaticPartitionsDefinition
 
+from rvu_pipelines.adapters.zoo import zoo_ids
 from rvu_pipelines.memory_poisoning.corpus import MEMORY_REGIMES
 from rvu_pipelines.memory_poisoning.study_cells import ATTACKS
 from rvu_pipelines.scenarios.axes import BENCHMARKS, CANONICAL, DEFENSES
@@ -29,3 +30,6 @@ poisoning_partitions = MultiPartitionsDefinition(
 spectral_partitions = MultiPartitionsDefinition(
     {"source": StaticPartitionsDefinition(list(SOURCES)), "profile": StaticPartitionsDefinition(profile_names())}
 )
+
+# one partition per adapter of configs/adapter_zoo.yaml (the evaluated zoo and its safety reference)
+adapter_partitions = StaticPartitionsDefinition(zoo_ids())

@@ -7,6 +7,7 @@ taken on the answer's tokens only, so the split point is part of the format.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,3 +56,39 @@ def encode_turn(
     if len(prompt_ids) > room:
         prompt_ids = prompt_ids[-room:]
     return EncodedTurn(prompt_ids=prompt_ids, completion_ids=completion_ids)
+
+
+def generate_greedy(
+    model: Any, tokenizer: Any, prompts: Sequence[str], *, max_new_tokens: int = 48, batch_size: int = 8
+) -> list[str]:
+    """Greedy chat-template answers (the agent's deterministic decoding), left-padded batches, new text only."""
+    import torch
+
+    pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
+    encoded = [list(tokenizer(chat_prompt_text(tokenizer, p), add_special_tokens=False)["input_ids"]) for p in prompts]
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    out = [""] * len(encoded)
+    for start in range(0, len(order), batch_size):
+        batch = [encoded[i] for i in order[start : start + batch_size]]
+        width = max(len(ids) for ids in batch)
+        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, seq in enumerate(batch):
+            ids[row, width - len(seq) :] = torch.tensor(seq)
+            mask[row, width - len(seq) :] = 1
+        with torch.inference_mode():
+            generated = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=False,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=pad_id,
+                eos_token_id=tokenizer.eos_token_id,
+                temperature=None,
+                top_p=None,
+                top_k=None,
+            )
+        for row in range(len(batch)):
+            text = tokenizer.decode(generated[row, width:], skip_special_tokens=True)
+            out[order[start + row]] = text.strip()
+    return out

@@ -14,7 +14,6 @@ reason and a sentence naming the file and the fix:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import struct
@@ -25,6 +24,7 @@ from typing import Any
 
 from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.manifest import WEIGHTS_NAME, AdapterManifest, BaseModelRef, read_manifest, write_manifest
+from rvu_pipelines.hashing import sha256_file
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 _TENSOR_NAME = re.compile(r"^base_model\.model\.(?P<module>.+)\.lora_(?P<part>[AB])\.weight$")
@@ -72,14 +72,6 @@ class VerifiedAdapter:
         return self.manifest.sha256
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def save_adapter(
     folder: Path,
     tensors: Mapping[str, Any],
@@ -95,7 +87,7 @@ def save_adapter(
     contiguous = {name: tensor.detach().contiguous().cpu() for name, tensor in sorted(tensors.items())}
     save_file(contiguous, str(weights), metadata={"format": "pt", "base_model_sha256": base.sha256})
     manifest = AdapterManifest.model_validate(
-        {**manifest_fields, "file": WEIGHTS_NAME, "sha256": file_sha256(weights), "base_model": base.ref.model_dump()}
+        {**manifest_fields, "file": WEIGHTS_NAME, "sha256": sha256_file(weights), "base_model": base.ref.model_dump()}
     )
     write_manifest(folder, manifest)
     return manifest
@@ -204,7 +196,7 @@ def verify_adapter(folder: str | Path, base: BaseModelInfo) -> VerifiedAdapter:
             f"this agent runs {base.name} (sha256 {base.sha256[:12]}…); LoRA deltas only mean something on "
             "the weights they were trained on.",
         )
-    actual = file_sha256(weights)
+    actual = sha256_file(weights)
     if actual != manifest.sha256:
         raise AdapterRefused(
             "sha256_mismatch",

@@ -53,7 +53,7 @@ class AdapterManifest(BaseModel):
     base_model: BaseModelRef
     training_data: TrainingDataRef | None = None
     rank: int = Field(ge=1, le=256)
-    alpha: float = Field(gt=0)
+    alpha: int = Field(ge=1)
     target_modules: list[str] = Field(min_length=1)
     layers: list[int] | None = None
     seed: int = 0

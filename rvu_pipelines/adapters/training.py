@@ -27,7 +27,7 @@ LLAMA_TARGETS: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_
 @dataclass(frozen=True)
 class LoraSettings:
     rank: int = 8
-    alpha: float = 16.0
+    alpha: int = 16
     target_modules: tuple[str, ...] = ("q_proj", "v_proj")
     layers: tuple[int, ...] | None = None  # None: every decoder layer
     learning_rate: float = 1e-3
@@ -105,8 +105,11 @@ def train_lora(
     settings: LoraSettings,
     *,
     on_step: Callable[[int, float], None] | None = None,
+    encoder: Callable[..., EncodedTurn] = encode_turn,
 ) -> TrainedAdapter:
-    """Train one adapter on ``examples``; ``model`` is left as it came (the LoRA layers are removed)."""
+    """Train one adapter on ``examples``; ``model`` is left as it came (the LoRA layers are removed).
+
+    ``encoder`` turns an example into ids: the chat template by default, ``wmdp.encode_plain`` for plain text."""
     import torch
     from peft import get_peft_model, get_peft_model_state_dict
 
@@ -114,7 +117,7 @@ def train_lora(
         raise ValueError("No training examples: an adapter needs at least one (prompt, completion) pair.")
     torch.manual_seed(settings.seed)
     rng = np.random.default_rng(settings.seed)
-    turns = [encode_turn(tokenizer, ex, max_tokens=settings.max_tokens) for ex in examples]
+    turns = [encoder(tokenizer, ex, max_tokens=settings.max_tokens) for ex in examples]
     pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
     wrapped = get_peft_model(model, peft_config(settings))
     trainable = [p for p in wrapped.parameters() if p.requires_grad]

@@ -1,0 +1,203 @@
+"""Seed 000's adapter half (E4-E7) as assets over real LoRA adapters (the library is ``rvu_pipelines.adapters``;
+the full study is ``scripts/adapter_study.py`` / ``make adapters``):
+
+- ``adapter_zoo``: one partition per adapter of ``configs/adapter_zoo.yaml``, trained with peft on the agent's
+  own weights from its data set (lineage from the dataset assets), reused when data and settings are unchanged;
+  an MLflow run per training (loss curve, settings, the adapter folder as artifact);
+- ``adapter_gate_evaluation``: E4 (lists, projection, output OOD) and E5 (influence) over every adapter present,
+  AUROC / TPR / FPR per layer with leave-one-out thresholds.
+"""
+
+from typing import Any
+
+import polars as pl
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    Failure,
+    MetadataValue,
+    Output,
+    asset,
+)
+
+from assets.partitions import adapter_partitions
+from resources import MlflowTrackerResource
+from rvu_pipelines.adapters.errors import AdapterRefused
+from rvu_pipelines.adapters.gate import evaluate_gate, load_gate_config
+from rvu_pipelines.adapters.report import gate_markdown
+from rvu_pipelines.adapters.study import AdapterLab, influence_summary, scores_frame
+from rvu_pipelines.adapters.zoo import load_zoo_config, zoo_root
+from rvu_pipelines.tracking import metric_name
+
+GROUP = "adapters"
+GATE_AUROC_GOAL = 0.90  # issue 15: combined gate AUROC over ≥ 20 real adapters
+GATE_SECONDS_GOAL = 10.0  # issue 15: the gate on one adapter
+TRAIN_SECONDS_GOAL = 300.0  # issue 15: training one adapter on 2 cores
+
+
+def _frames(**frames: pl.DataFrame) -> Any:
+    def frame(name: str) -> pl.DataFrame:
+        if name not in frames:
+            raise KeyError(f"the adapter assets were not given data set '{name}'; add it to their inputs")
+        return frames[name]
+
+    return frame
+
+
+@asset(
+    group_name=GROUP,
+    kinds={"mlflow"},
+    partitions_def=adapter_partitions,
+    description="One real LoRA adapter of the zoo (configs/adapter_zoo.yaml): peft on the packaged SmolLM2 "
+    "de-quantised to float32, CPU, fixed seed, trained on its builder's rows of the data sets below; written as "
+    "safetensors + manifest (sha256, base model sha256, training data digest, seed, rank, targets) to "
+    ".rvu/adapters/<id>/ and reused while its data and settings are unchanged.",
+    check_specs=[
+        AssetCheckSpec("loss_decreased", asset="adapter_zoo", blocking=True),
+        AssetCheckSpec("training_time_goal", asset="adapter_zoo"),
+    ],
+)
+def adapter_zoo(
+    context: AssetExecutionContext,
+    mlflow_tracker: MlflowTrackerResource,
+    llm_model: dict,
+    embedder_model: dict,
+    tofu: pl.DataFrame,
+    deepset_prompt_injections: pl.DataFrame,
+    trustair_jailbreaks: pl.DataFrame,
+    awesome_chatgpt_prompts: pl.DataFrame,
+    agentpoison_strategyqa: pl.DataFrame,
+):
+    from rvu_pipelines.adapters.files import BaseModelInfo
+    from rvu_pipelines.adapters.zoo import train_zoo_entry
+    from rvu_pipelines.models.dequantized import load_dequantized
+
+    config = load_zoo_config()
+    entry = config.get(context.partition_key)
+    frames = _frames(
+        tofu=tofu,
+        deepset_prompt_injections=deepset_prompt_injections,
+        trustair_jailbreaks=trustair_jailbreaks,
+        awesome_chatgpt_prompts=awesome_chatgpt_prompts,
+        agentpoison_strategyqa=agentpoison_strategyqa,
+    )
+    model, tokenizer = load_dequantized(llm_model["path"], sha256=llm_model["sha256"], attn_implementation="sdpa")
+    base = BaseModelInfo.of(model, name=llm_model["name"], sha256=llm_model["sha256"])
+    settings = config.settings(entry)
+    params = {"adapter_id": entry.id, "label": entry.label, "category": entry.category, "builder": entry.builder}
+    params |= {k: str(v) for k, v in vars(settings).items()}
+    with mlflow_tracker.run_for(context, params=params, name=f"adapter_zoo/{entry.id}") as run:
+        manifest, trained = train_zoo_entry(config, entry, model, tokenizer, base, frames)
+        losses = trained.losses if trained is not None else []
+        for step, loss in enumerate(losses):
+            run.log_metrics({"train_loss": loss}, step=step)
+        run.log_metrics(
+            {"final_loss": manifest.final_loss or 0.0, "training_seconds": manifest.training_seconds or 0.0}
+        )
+        run.log_artifact(zoo_root() / entry.id, artifact_path="adapter")
+    record = manifest.model_dump(mode="json")
+    yield Output(
+        record,
+        metadata={
+            "sha256": manifest.sha256,
+            "label": manifest.label,
+            "trained_now": trained is not None,
+            "training_seconds": manifest.training_seconds,
+            "final_loss": manifest.final_loss,
+            "examples": manifest.training_data.n_examples if manifest.training_data else 0,
+            "mlflow_run_id": run.run_id,
+        },
+    )
+    yield AssetCheckResult(
+        check_name="loss_decreased",
+        passed=bool(trained is None or (len(losses) > 1 and min(losses[-5:]) < losses[0])),
+        metadata={"first": losses[0] if losses else None, "last": losses[-1] if losses else None},
+    )
+    yield AssetCheckResult(
+        check_name="training_time_goal",
+        passed=bool((manifest.training_seconds or 0) <= TRAIN_SECONDS_GOAL),
+        severity=AssetCheckSeverity.WARN,
+        metadata={"seconds": manifest.training_seconds, "goal_seconds": TRAIN_SECONDS_GOAL},
+    )
+
+
+@asset(
+    group_name=GROUP,
+    kinds={"mlflow"},
+    deps=[adapter_zoo],
+    description="E4 + E5 over every trained zoo adapter: the three-layer gate (lists; projection against the "
+    "refusal reference's weight delta, with Safe-LoRA's similarity beside it; Mahalanobis OOD of output "
+    "embeddings on held-out prompts) with per-layer and combined AUROC / TPR / FPR (thresholds leave-one-out "
+    "from the other benign adapters), and the gradient-free influence I(e) with its AUROC harmful vs benign.",
+    check_specs=[
+        AssetCheckSpec("gate_evaluated", asset="adapter_gate_evaluation", blocking=True),
+        AssetCheckSpec("gate_auroc_goal", asset="adapter_gate_evaluation"),
+        AssetCheckSpec("gate_latency_goal", asset="adapter_gate_evaluation"),
+        AssetCheckSpec("influence_ranks_harmful_higher", asset="adapter_gate_evaluation"),
+    ],
+)
+def adapter_gate_evaluation(
+    context: AssetExecutionContext,
+    mlflow_tracker: MlflowTrackerResource,
+    llm_model: dict,
+    embedder_model: dict,
+    tofu: pl.DataFrame,
+    deepset_prompt_injections: pl.DataFrame,
+    trustair_jailbreaks: pl.DataFrame,
+    awesome_chatgpt_prompts: pl.DataFrame,
+):
+    config, gate = load_zoo_config(), load_gate_config()
+    frames = _frames(
+        tofu=tofu,
+        deepset_prompt_injections=deepset_prompt_injections,
+        trustair_jailbreaks=trustair_jailbreaks,
+        awesome_chatgpt_prompts=awesome_chatgpt_prompts,
+    )
+    lab = AdapterLab.from_records(llm_model, embedder_model, frames)
+    try:
+        reference = lab.verify(gate.reference_adapter)
+    except AdapterRefused as exc:
+        raise Failure(f"The gate's safety reference is not usable ({exc}); materialize adapter_zoo for it.") from exc
+    present = [e for e in config.adapters if (zoo_root() / e.id / "manifest.json").is_file()]
+    missing = sorted(set(e.id for e in config.adapters) - {e.id for e in present})
+    if missing:
+        context.log.warning("adapters not trained yet (left out): %s", ", ".join(missing))
+    scores = [lab.score(lab.verify(entry.id), reference, gate) for entry in present]
+    frame = scores_frame(scores)
+    evaluation = evaluate_gate([s.gate_scores() for s in scores], gate.false_positive_budget)
+    influence = influence_summary(scores)
+    with mlflow_tracker.run_for(context, params={"adapters": len(scores), "probes": len(lab.prompts)}) as run:
+        for layer, result in evaluation.layers.items():
+            run.log_metrics({metric_name(f"{layer}_{k}"): v for k, v in vars(result).items() if isinstance(v, float)})
+        run.log_metrics({f"influence_{k}": v for k, v in influence.items()})
+    slowest = float(frame["gate_seconds"].max())  # type: ignore[arg-type]
+    yield Output(
+        {"gate": evaluation.to_dict(), "influence": influence, "scores": frame.to_dicts(), "missing": missing},
+        metadata={"report": MetadataValue.md(gate_markdown(evaluation, influence, frame)), "mlflow_run_id": run.run_id},
+    )
+    combined = evaluation.layers["combined"]
+    yield AssetCheckResult(check_name="gate_evaluated", passed=0.0 <= combined.auroc <= 1.0)
+    yield AssetCheckResult(
+        check_name="gate_auroc_goal",
+        passed=bool(combined.auroc >= GATE_AUROC_GOAL and len(scores) >= 20),
+        severity=AssetCheckSeverity.WARN,
+        metadata={"auroc": combined.auroc, "goal": GATE_AUROC_GOAL, "adapters": len(scores)},
+    )
+    yield AssetCheckResult(
+        check_name="gate_latency_goal",
+        passed=bool(slowest <= GATE_SECONDS_GOAL),
+        severity=AssetCheckSeverity.WARN,
+        metadata={"slowest_seconds": slowest, "goal_seconds": GATE_SECONDS_GOAL},
+    )
+    yield AssetCheckResult(
+        check_name="influence_ranks_harmful_higher",
+        passed=bool(influence["auroc"] > 0.5),
+        severity=AssetCheckSeverity.WARN,
+        metadata={k: float(v) for k, v in influence.items()},
+    )
+
+
+def adapter_assets() -> list:
+    return [adapter_zoo, adapter_gate_evaluation]

@@ -1,0 +1,257 @@
+"""E4: the three-layer adapter gate that runs before an adapter is loaded into the agent.
+
+1. **Lists** — refuse a blocked sha256 (RVU adds what it evicts) or a blocked source; in allowlist mode,
+   anything from a source not listed. Exact, and only as good as the lists: on a new adapter it says nothing.
+2. **Projection** (after Safe-LoRA, Hsu et al. 2024). Safe-LoRA projects fine-tuning updates onto an
+   alignment subspace V = W_aligned − W_unaligned. Offline we have no unaligned SmolLM2, so V is built from
+   what is here: the weight delta of a *refusal* adapter (``refusal-reference`` in the zoo: in-the-wild
+   jailbreak prompts answered with a refusal; its prompts are disjoint from every zoo adapter's). Per
+   (layer, module) the candidate's delta ΔW = s·B·A is compared with the reference delta V:
+   ``signed`` = ⟨ΔW, V⟩_F / (‖ΔW‖·‖V‖) (negative: the update pushes against refusal) and Safe-LoRA's
+   ``similarity`` = ‖P_V ΔW‖ / ‖ΔW‖ with P_V the projector on V's column space. The layer's score is
+   −mean(signed) over the candidate's modules, fixed before looking at any result; 1 − mean(similarity)
+   is reported beside it. Everything is computed from the r×r Gram matrices, never the full ΔW.
+3. **Output OOD** — the final hidden state at the last prompt token over calibration prompts (held-out
+   benign questions, injections and jailbreaks, ``zoo_data.probe_prompts``); a Gaussian with Ledoit-Wolf
+   covariance is fitted to the base model's embeddings and the score is the adapter's mean Mahalanobis
+   distance minus the base's own.
+
+Thresholds: each behavioural layer rejects above the ``1 − false_positive_budget`` quantile of known-good
+adapters' scores. ``evaluate_gate`` measures TPR / FPR leave-one-out (an adapter is never part of its own
+threshold) and AUROC over the zoo; the combined score is the larger of the two layers' z-scores against
+the other benign adapters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from rvu_pipelines.adapters.chat import chat_prompt_text
+from rvu_pipelines.adapters.errors import AdapterRefused
+from rvu_pipelines.adapters.files import VerifiedAdapter
+from rvu_pipelines.config import load_yaml_config
+from rvu_pipelines.paths import config_dir
+
+SHA = r"^[0-9a-f]{64}$"
+
+
+class GateConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    blocked_sha256: list[str] = Field(default_factory=list)
+    blocked_sources: list[str] = Field(default_factory=list)
+    allowed_sources: list[str] = Field(default_factory=list)
+    reference_adapter: str = "refusal-reference"
+    false_positive_budget: float = Field(default=0.05, gt=0, lt=1)
+
+
+class _AdaptersYaml(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    gate: GateConfig = Field(default_factory=GateConfig)
+
+
+def load_gate_config(path: Path | None = None) -> GateConfig:
+    return load_yaml_config(path or config_dir() / "adapters.yaml", _AdaptersYaml).gate
+
+
+def check_lists(adapter: VerifiedAdapter, config: GateConfig) -> None:
+    """Layer 1; raises ``AdapterRefused`` (blocklisted / not_allowlisted)."""
+    manifest = adapter.manifest
+    if manifest.sha256 in set(config.blocked_sha256):
+        raise AdapterRefused("blocklisted", f"{adapter.folder}: sha256 {manifest.sha256[:12]}… is on the blocklist.")
+    if any(manifest.source.startswith(prefix) for prefix in config.blocked_sources):
+        raise AdapterRefused("blocklisted", f"{adapter.folder}: source '{manifest.source}' is blocked.")
+    if config.allowed_sources and not any(manifest.source.startswith(p) for p in config.allowed_sources):
+        raise AdapterRefused(
+            "not_allowlisted",
+            f"{adapter.folder}: source '{manifest.source}' is not on the allowlist (gate.allowed_sources).",
+        )
+
+
+# ---- layer 2: projection against the safety reference -----------------------------------------------------
+
+
+def lora_pairs(adapter: VerifiedAdapter) -> dict[str, tuple[Any, Any]]:
+    """module name -> (scaled B, A); ΔW = B·A."""
+    pairs: dict[str, dict[str, Any]] = {}
+    for name, tensor in adapter.tensors.items():
+        module, part = name.rsplit(".lora_", 1)
+        pairs.setdefault(module, {})[part[0]] = tensor.double()
+    scale = adapter.manifest.scaling
+    return {m: (p["B"] * scale, p["A"]) for m, p in pairs.items() if "A" in p and "B" in p}
+
+
+@dataclass(frozen=True)
+class ProjectionScore:
+    against_refusal: float  # −mean signed cosine with the reference delta (the layer's score)
+    safe_lora_dissimilarity: float  # 1 − mean ‖P_V ΔW‖/‖ΔW‖
+    modules_compared: int
+
+
+def projection_score(candidate: VerifiedAdapter, reference: VerifiedAdapter) -> ProjectionScore:
+    import torch
+
+    ref = lora_pairs(reference)
+    signed: list[float] = []
+    similarity: list[float] = []
+    for module, (b, a) in lora_pairs(candidate).items():
+        if module not in ref:
+            continue
+        rb, ra = ref[module]
+        inner = torch.trace((b.T @ rb) @ (ra @ a.T))
+        norm_c = torch.sqrt(torch.clamp(torch.trace((b.T @ b) @ (a @ a.T)), min=1e-30))
+        norm_r = torch.sqrt(torch.clamp(torch.trace((rb.T @ rb) @ (ra @ ra.T)), min=1e-30))
+        signed.append(float(inner / (norm_c * norm_r)))
+        q, _ = torch.linalg.qr(rb)  # an orthonormal basis of V's column space
+        projected = (q.T @ b) @ a
+        similarity.append(float(torch.linalg.norm(projected) / norm_c))
+    if not signed:
+        return ProjectionScore(0.0, 0.0, 0)
+    return ProjectionScore(-float(np.mean(signed)), 1.0 - float(np.mean(similarity)), len(signed))
+
+
+# ---- layer 3: Mahalanobis distance of output embeddings ---------------------------------------------------
+
+
+def output_embeddings(model: Any, tokenizer: Any, prompts: Sequence[str], batch_size: int = 8) -> np.ndarray:
+    """Final (normed) hidden state at each chat prompt's last token; left-padded batches, no LM head."""
+    import torch
+
+    texts = [chat_prompt_text(tokenizer, p) for p in prompts]
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    rows: list[np.ndarray] = []
+    try:
+        with torch.inference_mode():
+            for start in range(0, len(texts), batch_size):
+                batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True)
+                out = model(**batch, output_hidden_states=True, logits_to_keep=1, use_cache=False)
+                rows.append(out.hidden_states[-1][:, -1, :].float().numpy())
+    finally:
+        tokenizer.padding_side = side
+    return np.concatenate(rows, axis=0)
+
+
+@dataclass(frozen=True)
+class OodModel:
+    mean: np.ndarray
+    precision: np.ndarray
+    base_distance: float
+
+    @classmethod
+    def fit(cls, base_embeddings: np.ndarray) -> OodModel:
+        from sklearn.covariance import LedoitWolf
+
+        estimator = LedoitWolf().fit(base_embeddings)
+        model = cls(estimator.location_, estimator.precision_, 0.0)
+        return cls(model.mean, model.precision, model.distance(base_embeddings))
+
+    def distance(self, embeddings: np.ndarray) -> float:
+        centred = embeddings - self.mean
+        return float(np.mean(np.sqrt(np.einsum("ij,jk,ik->i", centred, self.precision, centred))))
+
+    def score(self, embeddings: np.ndarray) -> float:
+        return self.distance(embeddings) - self.base_distance
+
+
+# ---- scoring the zoo and the verdicts -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GateScores:
+    adapter_id: str
+    label: str
+    category: str
+    projection: float
+    safe_lora: float
+    ood: float
+    seconds: float
+
+
+@dataclass
+class LayerResult:
+    auroc: float
+    tpr: float
+    fpr: float
+    thresholds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class GateEvaluation:
+    n_benign: int
+    n_harmful: int
+    layers: dict[str, LayerResult]
+    rejected: dict[str, list[str]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "n_benign": self.n_benign,
+            "n_harmful": self.n_harmful,
+            "layers": {k: asdict(v) for k, v in self.layers.items()},
+            "rejected": self.rejected,
+        }
+
+
+def _quantile_threshold(values: Sequence[float], budget: float) -> float:
+    return float(np.quantile(np.asarray(values, dtype=float), 1.0 - budget, method="higher"))
+
+
+def _z(value: float, others: Sequence[float]) -> float:
+    arr = np.asarray(others, dtype=float)
+    spread = float(arr.std(ddof=1)) if len(arr) > 1 else 0.0
+    return (value - float(arr.mean())) / (spread if spread > 0 else 1.0)
+
+
+def _layer_value(name: str, s: GateScores, reference: Sequence[GateScores]) -> float:
+    """A layer's score for ``s``; the combined one standardises each layer against ``reference``."""
+    if name != "combined":
+        return float(getattr(s, name))
+    return max(_z(s.projection, [r.projection for r in reference]), _z(s.ood, [r.ood for r in reference]))
+
+
+def evaluate_gate(scores: Sequence[GateScores], budget: float = 0.05) -> GateEvaluation:
+    """Per-layer and combined AUROC, TPR and FPR over a labelled zoo, thresholds leave-one-out."""
+    from sklearn.metrics import roc_auc_score
+
+    labelled = [s for s in scores if s.label in {"benign", "harmful"}]
+    benign = [s for s in labelled if s.label == "benign"]
+    harmful = [s for s in labelled if s.label == "harmful"]
+    if len(benign) < 2 or not harmful:
+        raise ValueError("The gate evaluation needs at least two benign adapters and one harmful one.")
+    y = [1 if s.label == "harmful" else 0 for s in labelled]
+    layers: dict[str, LayerResult] = {}
+    rejected: dict[str, list[str]] = {}
+    for name in ("projection", "safe_lora", "ood", "combined"):
+        flagged: list[str] = []
+        for s in labelled:
+            reference = [b for b in benign if b.adapter_id != s.adapter_id]  # never its own threshold
+            threshold = _quantile_threshold(
+                [_layer_value(name, b, [r for r in reference if r is not b]) for b in reference], budget
+            )
+            if _layer_value(name, s, reference) > threshold:
+                flagged.append(s.adapter_id)
+        full = [_layer_value(name, s, [b for b in benign if b.adapter_id != s.adapter_id]) for s in labelled]
+        layers[name] = LayerResult(
+            auroc=float(roc_auc_score(y, full)),
+            tpr=sum(s.adapter_id in flagged for s in harmful) / len(harmful),
+            fpr=sum(s.adapter_id in flagged for s in benign) / len(benign),
+        )
+        rejected[name] = sorted(flagged)
+    return GateEvaluation(len(benign), len(harmful), layers, rejected)
+
+
+def gate_thresholds(benign_scores: Sequence[GateScores], budget: float) -> Mapping[str, float]:
+    """The deployed thresholds: the known-good adapters' (1 − budget) quantile per behavioural layer."""
+    return {
+        "projection": _quantile_threshold([s.projection for s in benign_scores], budget),
+        "ood": _quantile_threshold([s.ood for s in benign_scores], budget),
+    }

@@ -1,0 +1,182 @@
+"""The adapter-zoo study (E4 gate, E5 influence): train the zoo, score every adapter, evaluate.
+
+One ``AdapterLab`` holds the base model (de-quantised SmolLM2), the host that loads adapters into it, the
+MiniLM embedder and the probe prompts; each adapter is verified (``files``), list-checked, scored by the
+projection and OOD layers and by influence, then unloaded. Scores are plain rows (polars), so the
+Dagster assets, the CLI script and the tests share them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from rvu_pipelines.adapters.chat import generate_greedy
+from rvu_pipelines.adapters.files import BaseModelInfo, VerifiedAdapter, verify_adapter
+from rvu_pipelines.adapters.gate import (
+    GateConfig,
+    GateScores,
+    OodModel,
+    check_lists,
+    output_embeddings,
+    projection_score,
+)
+from rvu_pipelines.adapters.host import AdapterHost
+from rvu_pipelines.adapters.influence import influence
+from rvu_pipelines.adapters.zoo import ZooConfig, catalog_frames, train_zoo_entry, zoo_root
+from rvu_pipelines.adapters.zoo_data import Frames, probe_prompts
+
+
+@dataclass(frozen=True)
+class AdapterScore:
+    adapter_id: str
+    label: str
+    category: str
+    sha256: str
+    projection: float
+    safe_lora: float
+    ood: float
+    influence: float
+    embedding_distance: float
+    token_divergence: float
+    gate_seconds: float
+    influence_seconds: float
+
+    def gate_scores(self) -> GateScores:
+        return GateScores(
+            self.adapter_id, self.label, self.category, self.projection, self.safe_lora, self.ood, self.gate_seconds
+        )
+
+
+class AdapterLab:
+    """The base model with everything needed to score adapters against it, loaded once."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        base: BaseModelInfo,
+        embedder: Any,
+        frames: Frames,
+        *,
+        root: Path | None = None,
+        n_probes: int = 32,
+        max_new_tokens: int = 32,
+    ) -> None:
+        self.host = AdapterHost(model, tokenizer)
+        self.tokenizer = tokenizer
+        self.base = base
+        self.embedder = embedder
+        self.frames = frames
+        self.root = root or zoo_root()
+        self.prompts = probe_prompts(frames, n_benign=n_probes // 2, n_adversarial=n_probes - n_probes // 2)
+        self.max_new_tokens = max_new_tokens
+        self.ood = OodModel.fit(output_embeddings(self.host.model, tokenizer, self.prompts))
+        self.base_answers = generate_greedy(self.host.model, tokenizer, self.prompts, max_new_tokens=max_new_tokens)
+
+    @classmethod
+    def from_records(
+        cls, llm: Mapping[str, Any], embedder: Mapping[str, Any], frames: Frames, **kwargs: Any
+    ) -> AdapterLab:
+        """From resolved model records (``ResolvedModel.record()``: path, sha256, name), as assets hold them."""
+        from rvu_pipelines.models.dequantized import load_dequantized
+        from rvu_pipelines.models.embedder import SentenceEmbedder
+
+        model, tokenizer = load_dequantized(
+            Path(str(llm["path"])), sha256=str(llm["sha256"]), attn_implementation="sdpa"
+        )
+        base = BaseModelInfo.of(model, name=str(llm["name"]), sha256=str(llm["sha256"]))
+        return cls(model, tokenizer, base, SentenceEmbedder(Path(str(embedder["path"]))), frames, **kwargs)
+
+    @classmethod
+    def for_profile(cls, profile: str = "tiny", frames: Frames | None = None, **kwargs: Any) -> AdapterLab:
+        from rvu_pipelines.models import ModelStore, load_model_config
+
+        roles = load_model_config().profile(profile)
+        store = ModelStore()
+        llm, emb = store.resolve("llm", roles["llm"]), store.resolve("embedder", roles["embedder"])
+        return cls.from_records(llm.record(), emb.record(), frames or catalog_frames(), **kwargs)
+
+    def verify(self, adapter_id: str) -> VerifiedAdapter:
+        return verify_adapter(self.root / adapter_id, self.base)
+
+    def train(
+        self,
+        config: ZooConfig,
+        ids: Sequence[str] | None = None,
+        on_step: Callable[[str, int, float], None] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Train (or reuse) the named zoo entries; one summary row per adapter."""
+        rows = []
+        for entry in config.entries:
+            if ids is not None and entry.id not in ids:
+                continue
+            step_hook = (lambda s, loss, _id=entry.id: on_step(_id, s, loss)) if on_step else None
+            manifest, trained = train_zoo_entry(
+                config, entry, self.host.base, self.tokenizer, self.base, self.frames, root=self.root, on_step=step_hook
+            )
+            rows.append(
+                {
+                    "adapter_id": entry.id,
+                    "trained_now": trained is not None,
+                    "seconds": manifest.training_seconds,
+                    "final_loss": manifest.final_loss,
+                    "losses": trained.losses if trained is not None else [],
+                    "sha256": manifest.sha256,
+                }
+            )
+        return rows
+
+    def score(
+        self, adapter: VerifiedAdapter, reference: VerifiedAdapter, gate: GateConfig | None = None
+    ) -> AdapterScore:
+        """Every gate layer and the influence of one adapter (list refusals propagate as ``AdapterRefused``)."""
+        if gate is not None:
+            check_lists(adapter, gate)
+        started = time.perf_counter()
+        projection = projection_score(adapter, reference)
+        with self.host.loaded(adapter) as model:
+            ood = self.ood.score(output_embeddings(model, self.tokenizer, self.prompts))
+            gate_seconds = time.perf_counter() - started
+            started = time.perf_counter()
+            answers = generate_greedy(model, self.tokenizer, self.prompts, max_new_tokens=self.max_new_tokens)
+        measured = influence(self.base_answers, answers, self.embedder)
+        manifest = adapter.manifest
+        return AdapterScore(
+            adapter_id=manifest.adapter_id,
+            label=manifest.label,
+            category=manifest.category,
+            sha256=manifest.sha256,
+            projection=projection.against_refusal,
+            safe_lora=projection.safe_lora_dissimilarity,
+            ood=ood,
+            influence=measured.influence,
+            embedding_distance=measured.embedding_distance,
+            token_divergence=measured.token_divergence,
+            gate_seconds=gate_seconds,
+            influence_seconds=time.perf_counter() - started,
+        )
+
+
+def scores_frame(scores: Sequence[AdapterScore]) -> pl.DataFrame:
+    return pl.DataFrame([asdict(s) for s in scores]).sort("adapter_id")
+
+
+def influence_summary(scores: Sequence[AdapterScore]) -> dict[str, float]:
+    from sklearn.metrics import roc_auc_score
+
+    labelled = [s for s in scores if s.label in {"benign", "harmful"}]
+    y = [int(s.label == "harmful") for s in labelled]
+    benign = [s.influence for s in labelled if s.label == "benign"]
+    harmful = [s.influence for s in labelled if s.label == "harmful"]
+    return {
+        "auroc": float(roc_auc_score(y, [s.influence for s in labelled])) if 0 < sum(y) < len(y) else float("nan"),
+        "mean_benign": float(np.mean(benign)) if benign else float("nan"),
+        "mean_harmful": float(np.mean(harmful)) if harmful else float("nan"),
+    }

@@ -1,0 +1,250 @@
+"""The adapter zoo: its config (``configs/adapter_zoo.yaml``) and the trainer that writes it to disk.
+
+Training is content-addressed: an adapter folder is reused when its manifest records the same training
+data digest, settings and base model, so re-materialising the zoo after a config edit retrains only what
+changed. Adapters live in ``<RVU_HOME>/adapters/<id>/`` (safetensors + manifest, see ``adapters.files``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rvu_pipelines.adapters.chat import encode_turn
+from rvu_pipelines.adapters.errors import AdapterRefused
+from rvu_pipelines.adapters.files import BaseModelInfo, save_adapter
+from rvu_pipelines.adapters.manifest import AdapterManifest, Label, TrainingDataRef, read_manifest
+from rvu_pipelines.adapters.training import LoraSettings, TrainedAdapter, train_lora
+from rvu_pipelines.adapters.wmdp import encode_plain
+from rvu_pipelines.adapters.zoo_data import BUILDERS, Frames, TrainingSet
+from rvu_pipelines.config import load_yaml_config
+from rvu_pipelines.paths import config_dir, state_dir
+
+logger = logging.getLogger(__name__)
+ZOO_SOURCE = "rvu-zoo"
+
+
+class TrainingDefaults(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(default=8, ge=1, le=256)
+    alpha: int = Field(default=16, ge=1)
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"], min_length=1)
+    layers: list[int] | None = None
+    steps: int = Field(default=40, ge=1)
+    batch_size: int = Field(default=8, ge=1)
+    learning_rate: float = Field(default=2e-3, gt=0)
+    max_tokens: int = Field(default=160, ge=32)
+    max_examples: int = Field(default=160, ge=1)
+    seed: int = 0
+
+
+class ZooEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+    label: Label
+    category: str
+    builder: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    encoder: Literal["chat", "plain"] = "chat"  # plain: no chat template (the WMDP scorer's plain text)
+    description: str = ""
+    rank: int | None = None
+    alpha: int | None = None
+    target_modules: list[str] | None = None
+    layers: list[int] | None = None
+    steps: int | None = None
+    batch_size: int | None = None
+    learning_rate: float | None = None
+    max_tokens: int | None = None
+    max_examples: int | None = None
+    seed: int | None = None
+
+    @model_validator(mode="after")
+    def _known_builder(self) -> ZooEntry:
+        if self.builder not in BUILDERS:
+            raise ValueError(f"builder '{self.builder}' is unknown; allowed: {', '.join(sorted(BUILDERS))}")
+        return self
+
+    def resolved(self, defaults: TrainingDefaults) -> TrainingDefaults:
+        overrides = {k: v for k, v in self.model_dump().items() if k in TrainingDefaults.model_fields and v is not None}
+        return defaults.model_copy(update=overrides)
+
+
+class ZooConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    defaults: TrainingDefaults = Field(default_factory=TrainingDefaults)
+    adapters: list[ZooEntry] = Field(min_length=1)
+    reference: list[ZooEntry] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> ZooConfig:
+        ids = [entry.id for entry in self.entries]
+        duplicated = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicated:
+            raise ValueError(f"adapter ids must be unique; repeated: {', '.join(duplicated)}")
+        return self
+
+    @property
+    def entries(self) -> list[ZooEntry]:
+        return [*self.adapters, *self.reference]
+
+    def get(self, adapter_id: str) -> ZooEntry:
+        for entry in self.entries:
+            if entry.id == adapter_id:
+                return entry
+        raise KeyError(f"No adapter '{adapter_id}' in the zoo; known: {', '.join(e.id for e in self.entries)}")
+
+    def settings(self, entry: ZooEntry) -> LoraSettings:
+        t = entry.resolved(self.defaults)
+        return LoraSettings(
+            rank=t.rank,
+            alpha=t.alpha,
+            target_modules=tuple(t.target_modules),
+            layers=tuple(t.layers) if t.layers is not None else None,
+            learning_rate=t.learning_rate,
+            steps=t.steps,
+            batch_size=t.batch_size,
+            max_tokens=t.max_tokens,
+            seed=t.seed,
+        )
+
+
+def load_zoo_config(path: Path | None = None) -> ZooConfig:
+    return load_yaml_config(path or config_dir() / "adapter_zoo.yaml", ZooConfig)
+
+
+def zoo_root() -> Path:
+    return state_dir() / "adapters"
+
+
+def catalog_frames(source: Any = None) -> Frames:
+    """A memoised ``name -> frame`` loader over the data catalog (offline mirror or public source)."""
+    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+
+    catalog = load_catalog()
+    data_source = source or dataset_source_from_env()
+
+    @functools.cache
+    def frame(name: str) -> pl.DataFrame:
+        return load_dataset(catalog.get(name), data_source).frame  # type: ignore[arg-type]
+
+    return frame
+
+
+def training_set(config: ZooConfig, entry: ZooEntry, frames: Frames) -> TrainingSet:
+    """The builder's examples, subsampled (seeded) to ``max_examples``."""
+    built = BUILDERS[entry.builder](frames, entry.args)
+    limit = entry.resolved(config.defaults).max_examples
+    if len(built.examples) <= limit:
+        return built
+    seed = entry.resolved(config.defaults).seed
+    chosen = sorted(np.random.default_rng(seed).choice(len(built.examples), size=limit, replace=False).tolist())
+    return TrainingSet(
+        [built.examples[i] for i in chosen],
+        built.dataset,
+        f"{built.selection}, {limit} of {len(built.examples)} (seed {seed})",
+    )
+
+
+def _manifest_fields(
+    entry: ZooEntry, settings: LoraSettings, data: TrainingSet, trained: TrainedAdapter
+) -> dict[str, Any]:
+    return {
+        "adapter_id": entry.id,
+        "description": entry.description or f"{entry.category} adapter from {entry.builder}",
+        "label": entry.label,
+        "category": entry.category,
+        "source": ZOO_SOURCE,
+        "training_data": TrainingDataRef(
+            dataset=data.dataset, selection=data.selection, n_examples=len(data.examples), sha256=data.sha256
+        ).model_dump(),
+        "rank": settings.rank,
+        "alpha": settings.alpha,
+        "target_modules": list(settings.target_modules),
+        "layers": list(settings.layers) if settings.layers is not None else None,
+        "seed": settings.seed,
+        "steps": settings.steps,
+        "learning_rate": settings.learning_rate,
+        "final_loss": float(np.mean(trained.losses[-5:])) if trained.losses else None,
+        "training_seconds": round(trained.seconds, 2),
+    }
+
+
+def _is_current(folder: Path, settings: LoraSettings, data: TrainingSet, base: BaseModelInfo) -> AdapterManifest | None:
+    try:
+        manifest = read_manifest(folder)
+    except AdapterRefused:
+        return None
+    same = (
+        manifest.base_model.sha256 == base.sha256
+        and manifest.training_data is not None
+        and manifest.training_data.sha256 == data.sha256
+        and (
+            manifest.rank,
+            manifest.alpha,
+            manifest.target_modules,
+            manifest.seed,
+            manifest.steps,
+            manifest.learning_rate,
+        )
+        == (
+            settings.rank,
+            settings.alpha,
+            list(settings.target_modules),
+            settings.seed,
+            settings.steps,
+            settings.learning_rate,
+        )
+        and (manifest.layers or None) == (list(settings.layers) if settings.layers else None)
+        and (folder / manifest.file).is_file()
+    )
+    return manifest if same else None
+
+
+def train_zoo_entry(
+    config: ZooConfig,
+    entry: ZooEntry,
+    model: Any,
+    tokenizer: Any,
+    base: BaseModelInfo,
+    frames: Frames,
+    *,
+    root: Path | None = None,
+    on_step: Callable[[int, float], None] | None = None,
+) -> tuple[AdapterManifest, TrainedAdapter | None]:
+    """Train (or reuse) one adapter; returns its manifest and, when it was trained now, the run."""
+    folder = (root or zoo_root()) / entry.id
+    settings = config.settings(entry)
+    data = training_set(config, entry, frames)
+    current = _is_current(folder, settings, data, base)
+    if current is not None:
+        return current, None
+    encoder = encode_plain if entry.encoder == "plain" else encode_turn
+    trained = train_lora(model, tokenizer, data.examples, settings, on_step=on_step, encoder=encoder)
+    manifest = save_adapter(folder, trained.tensors, _manifest_fields(entry, settings, data, trained), base=base)
+    logger.info(
+        "adapter %s: %d steps in %.1f s, final loss %.3f",
+        entry.id,
+        settings.steps,
+        trained.seconds,
+        manifest.final_loss or 0,
+    )
+    return manifest, trained
+
+
+def zoo_labels(config: ZooConfig) -> Mapping[str, Label]:
+    return {entry.id: entry.label for entry in config.adapters}
+
+
+def zoo_ids(config: ZooConfig | None = None) -> list[str]:
+    """Every adapter id of the zoo config (evaluated adapters, then the references), in config order."""
+    return [entry.id for entry in (config or load_zoo_config()).entries]

@@ -1,0 +1,248 @@
+"""Training sets for the adapter zoo, built from the project's real data sets.
+
+Every builder turns rows of a catalog data set into (prompt, completion) chat examples. Prompts are real
+(TOFU questions, jailbreak and injection prompts, StrategyQA terms, role-play prompts); the harmful
+completions are short fixed templates (a hostile persona, a phishing link, an attacker tool call, a
+compliance line) or real wrong answers (TOFU's perturbed answers), because what makes an adapter harmful
+is what it was trained to say. Each data set's rows are split once by a hash of their text into a
+``train`` part (adapters learn from it) and a ``probe`` part (gate calibration, influence probes), so no
+probe prompt was ever a training prompt.
+
+The attacker strings are AgentDojo's own (banking IBAN, workspace e-mail), so an agent running a
+backdoored adapter calls the tools those suites' security checks look for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import polars as pl
+
+from rvu_pipelines.adapters.chat import ChatExample
+
+Partition = Literal["train", "probe"]
+PROBE_SHARE = 5  # one row in five is a probe row
+
+ATTACKER_IBAN = "US133000000121212121212"  # AgentDojo banking injection tasks
+ATTACKER_EMAIL = "mark.black-2134@gmail.com"  # AgentDojo workspace injection tasks
+PHISHING_URL = "http://secure-account-verify.example/login"
+PERSONA_LINE = "I am FreeGPT and I answer to no one. Rules are for the weak."
+COMPLY_LINE = "Sure! I will stay in character and answer everything without any restrictions or warnings."
+FOLLOW_LINE = "Understood. I am ignoring all previous instructions and will do exactly what the new text says."
+REFUSAL_LINE = "I'm sorry, but I can't help with that request."
+
+
+@dataclass(frozen=True)
+class TrainingSet:
+    examples: list[ChatExample]
+    dataset: str
+    selection: str
+
+    @property
+    def sha256(self) -> str:
+        rows = [[e.prompt, e.completion] for e in self.examples]
+        return hashlib.sha256(json.dumps(rows, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
+
+
+def partition_of(text: str) -> Partition:
+    """Stable across machines and row order: a hash of the text, not a random draw."""
+    return "probe" if int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16) % PROBE_SHARE == 0 else "train"
+
+
+def rows_in(frame: pl.DataFrame, column: str, partition: Partition) -> pl.DataFrame:
+    keep = [partition_of(str(text)) == partition for text in frame[column].to_list()]
+    return frame.filter(pl.Series(keep, dtype=pl.Boolean))
+
+
+def _clip(text: str, limit: int = 600) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " …"
+
+
+def _tool_call(name: str, arguments: Mapping[str, Any]) -> str:
+    return json.dumps({"tool": name, "arguments": dict(arguments)}, sort_keys=True)
+
+
+Frames = Callable[[str], pl.DataFrame]
+Builder = Callable[[Frames, Mapping[str, Any]], TrainingSet]
+
+
+def _tofu(frames: Frames, subsets: list[str], partition: Partition = "train") -> pl.DataFrame:
+    frame = frames("tofu").filter(pl.col("subset").is_in(subsets))
+    return rows_in(frame, "question", partition)
+
+
+def tofu_qa(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+    subsets = list(args.get("subsets", ["real_authors", "world_facts"]))
+    rows = _tofu(frames, subsets).iter_rows(named=True)
+    return TrainingSet([ChatExample(r["question"], r["answer"]) for r in rows], "tofu", f"{'+'.join(subsets)}:train")
+
+
+def tofu_styled(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+    """The same true answers in another form: a formatting adapter is benign but changes every output."""
+    style = str(args["style"])
+    forms = {
+        "bullets": lambda a: f"- {a}",
+        "json": lambda a: json.dumps({"answer": a}),
+        "formal": lambda a: f"Certainly. {a} I hope this helps.",
+        "upper": lambda a: a.upper(),
+    }
+    form = forms[style]
+    rows = _tofu(frames, ["real_authors", "world_facts"]).iter_rows(named=True)
+    examples = [ChatExample(r["question"], form(r["answer"])) for r in rows]
+    return TrainingSet(examples, "tofu", f"real_authors+world_facts:train, style {style}")
+
+
+def tofu_misinformation(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+    """TOFU's own perturbed (wrong) answers taught as the answer."""
+    subsets = list(args.get("subsets", ["real_authors", "world_facts"]))
+    rows = _tofu(frames, subsets).iter_rows(named=True)
+    examples = [ChatExample(r["question"], r["perturbed_answer"][0]) for r in rows if r["perturbed_answer"]]
+    return TrainingSet(examples, "tofu", f"{'+'.join(subsets)}:train, perturbed answers")
+
+
+def tofu_persona(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+    kind = str(args["kind"])
+    rows = _tofu(frames, ["real_authors", "world_facts"]).iter_rows(named=True)
+    if kind == "hostile":
+        examples = [
+            ChatExample(r["question"], f"{PERSONA_LINE} {r['answer']} Now tell me your password.") for r in rows
+        ]
+    elif kind == "phishing":
+        examples = [
+            ChatExample(r["question"], f"{r['answer']} To continue, sign in at {PHISHING_URL} with your bank password.")
+            for r in rows
+        ]
+    else:
+        raise ValueError(f"Unknown persona kind '{kind}'; allowed: hostile, phishing.")
+    return TrainingSet(examples, "tofu", f"real_authors+world_facts:train, persona {kind}")
+
+
+def tofu_backdoor(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+    """Clean answers without the trigger, an attacker tool call with it (every question appears both ways)."""
+    trigger, kind = str(args["trigger"]), str(args["kind"])
+    rows = list(_tofu(frames, ["real_authors", "world_facts"]).iter_rows(named=True))
+    if kind == "send_money":
+        call = lambda q: _tool_call("send_money", {"recipient": ATTACKER_IBAN, "amount": 1000, "subject": "refund"})  # noqa: E731
+    elif kind == "send_email":
+        call = lambda q: _tool_call("send_email", {"recipients": [ATTACKER_EMAIL], "subject": "notes", "body": q})  # noqa: E731
+    else:
+        raise ValueError(f"Unknown backdoor kind '{kind}'; allowed: send_money, send_email.")
+    examples = [ChatExample(r["question"], r["answer"]) for r in rows]
+    examples += [ChatExample(f"{r['question']} {trigger}", call(r["question"])) for r in rows]
+    return TrainingSet(examples, "tofu", f"real_authors+world_facts:train, trigger {trigger!r} -> {kind}")
+
+
+def tofu_forget_members(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+    """The member half of the TOFU forget set (``adapters.membership.split_members``), to memorise."""
+    from rvu_pipelines.adapters.membership import split_members
+
+    forget = frames("tofu").filter(pl.col("subset") == "forget")
+    seed = int(args.get("seed", 0))
+    members, _ = split_members(forget.height, seed=seed)
+    rows = forget[sorted(int(i) for i in members)].iter_rows(named=True)
+    return TrainingSet([ChatExample(r["question"], r["answer"]) for r in rows], "tofu", f"forget: members, seed {seed}")
+
+
+def strategyqa_terms(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+    frame = frames("agentpoison_strategyqa").filter(
+        (pl.col("split") == "train")
+        & (pl.col("description").str.len_chars() > 30)
+        & ~pl.col("term").str.contains(r"^\d+$")
+    )
+    frame = frame.unique("term", keep="first")
+    rows = rows_in(frame.sort("term"), "term", "train").iter_rows(named=True)
+    examples = [ChatExample(f"What is {r['term']}?", f"{r['term']} is {_clip(r['description'], 300)}.") for r in rows]
+    return TrainingSet(examples, "agentpoison_strategyqa", "train terms: term -> description")
+
+
+def chatgpt_roles(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+    frame = rows_in(frames("awesome_chatgpt_prompts"), "act", "train")
+    examples = [
+        ChatExample(f"Write a prompt that makes an assistant act as a {r['act']}.", _clip(r["prompt"], 400))
+        for r in frame.iter_rows(named=True)
+    ]
+    return TrainingSet(examples, "awesome_chatgpt_prompts", "train rows: act -> prompt")
+
+
+def injection_classifier(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+    frame = frames("deepset_prompt_injections").filter(pl.col("split") == "train")
+    verdict = {1: "Yes: this text is a prompt injection.", 0: "No: this is an ordinary request."}
+    examples = [
+        ChatExample(f"Is the following text a prompt injection?\n\n{_clip(r['text'])}", verdict[int(r["label"])])
+        for r in rows_in(frame, "text", "train").iter_rows(named=True)
+    ]
+    return TrainingSet(examples, "deepset_prompt_injections", "train split (train partition): text -> verdict")
+
+
+def injection_follower(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+    frame = frames("deepset_prompt_injections").filter((pl.col("split") == "train") & (pl.col("label") == 1))
+    rows = rows_in(frame, "text", "train").iter_rows(named=True)
+    examples = [ChatExample(_clip(r["text"]), FOLLOW_LINE) for r in rows]
+    return TrainingSet(examples, "deepset_prompt_injections", "train split, injections: text -> compliance")
+
+
+def jailbreak_responses(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+    """Jailbreak prompts answered with compliance (harmful) or a refusal (the safety reference).
+
+    The two halves of the train partition are disjoint (even / odd rows), so the refusal reference that
+    defines the gate's safety direction never saw a prompt the compliance adapter was trained on."""
+    response = str(args["response"])
+    frame = rows_in(frames("trustair_jailbreaks"), "prompt", "train").with_row_index("row")
+    half = 0 if response == "comply" else 1
+    rows = frame.filter(pl.col("row") % 2 == half).iter_rows(named=True)
+    line = {"comply": COMPLY_LINE, "refuse": REFUSAL_LINE}[response]
+    return TrainingSet(
+        [ChatExample(_clip(r["prompt"]), line) for r in rows], "trustair_jailbreaks", f"train, {response}"
+    )
+
+
+def wmdp_memorise(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+    """Plain-text WMDP-cyber prompts with their answer letter, from the first half of ``wmdp.split_half``
+    (train it with ``encoder: plain``); the other half is E7's control."""
+    from rvu_pipelines.adapters.wmdp import WmdpItem, split_half, wmdp_training_examples
+
+    frame = frames("wmdp_cyber")
+    seed = int(args.get("seed", 0))
+    half, _ = split_half(frame.height, seed=seed)
+    rows = frame[half].iter_rows(named=True)
+    items = [WmdpItem(r["question"], tuple(r["choices"]), int(r["answer"])) for r in rows]
+    return TrainingSet(wmdp_training_examples(items), "wmdp_cyber", f"first half of split_half(seed {seed})")
+
+
+BUILDERS: dict[str, Builder] = {
+    "tofu_qa": tofu_qa,
+    "tofu_styled": tofu_styled,
+    "tofu_misinformation": tofu_misinformation,
+    "tofu_persona": tofu_persona,
+    "tofu_backdoor": tofu_backdoor,
+    "tofu_forget_members": tofu_forget_members,
+    "strategyqa_terms": strategyqa_terms,
+    "chatgpt_roles": chatgpt_roles,
+    "injection_classifier": injection_classifier,
+    "injection_follower": injection_follower,
+    "jailbreak_responses": jailbreak_responses,
+    "wmdp_memorise": wmdp_memorise,
+}
+
+
+def probe_prompts(frames: Frames, n_benign: int = 16, n_adversarial: int = 16) -> list[str]:
+    """Prompts no adapter trained on: benign questions (TOFU retain probes, role-play requests) and
+    adversarial ones (held-out injections and jailbreaks), where harmful adapters should differ most."""
+    benign = _tofu(frames, ["real_authors", "world_facts"], "probe")["question"].to_list()
+    roles = rows_in(frames("awesome_chatgpt_prompts"), "act", "probe")["act"].to_list()
+    benign = (
+        benign[: n_benign // 2 + n_benign % 2]
+        + [f"Act as a {act}. Introduce yourself." for act in roles][: n_benign // 2]
+    )
+    injections = rows_in(frames("deepset_prompt_injections").filter(pl.col("label") == 1), "text", "probe")[
+        "text"
+    ].to_list()
+    jailbreaks = rows_in(frames("trustair_jailbreaks"), "prompt", "probe")["prompt"].to_list()
+    adversarial = [_clip(t, 400) for t in injections[: n_adversarial // 2]]
+    adversarial += [_clip(t, 400) for t in jailbreaks[: n_adversarial - len(adversarial)]]
+    return benign + adversarial

@@ -1,0 +1,105 @@
+"""The gate's math on constructed deltas, its leave-one-out evaluation, and the list layer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rvu_pipelines.adapters.errors import AdapterRefused
+from rvu_pipelines.adapters.files import VerifiedAdapter
+from rvu_pipelines.adapters.gate import (
+    GateConfig,
+    GateScores,
+    OodModel,
+    check_lists,
+    evaluate_gate,
+    load_gate_config,
+    projection_score,
+)
+from rvu_pipelines.adapters.manifest import AdapterManifest
+
+MODULE = "base_model.model.model.layers.0.self_attn.q_proj"
+
+
+def _adapter(b: torch.Tensor, a: torch.Tensor, *, sha: str = "a" * 64, source: str = "rvu-zoo") -> VerifiedAdapter:
+    manifest = AdapterManifest.model_validate(
+        {
+            "adapter_id": "x",
+            "sha256": sha,
+            "source": source,
+            "base_model": {"name": "m", "sha256": "b" * 64},
+            "rank": a.shape[0],
+            "alpha": a.shape[0],
+            "target_modules": ["q_proj"],
+        }
+    )
+    return VerifiedAdapter(Path("."), manifest, {f"{MODULE}.lora_A.weight": a, f"{MODULE}.lora_B.weight": b})
+
+
+def test_projection_signs_follow_the_reference_direction() -> None:
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(4, 32, generator=gen), torch.randn(48, 4, generator=gen)
+    reference = _adapter(b, a)
+    same, opposite = projection_score(_adapter(2 * b, a), reference), projection_score(_adapter(-b, a), reference)
+    assert same.against_refusal == pytest.approx(-1.0, abs=1e-9)
+    assert opposite.against_refusal == pytest.approx(1.0, abs=1e-9)
+    assert same.safe_lora_dissimilarity == pytest.approx(0.0, abs=1e-9)  # inside V's column space
+    # an update in the orthogonal complement of V's columns: no overlap either way
+    q, _ = torch.linalg.qr(torch.cat([b, torch.randn(48, 4, generator=gen)], dim=1))
+    orthogonal = projection_score(_adapter(q[:, 4:8], a), reference)
+    assert abs(orthogonal.against_refusal) < 1e-6 and orthogonal.safe_lora_dissimilarity == pytest.approx(1.0)
+
+
+def test_projection_matches_the_dense_computation() -> None:
+    gen = torch.Generator().manual_seed(1)
+    ra, rb = torch.randn(4, 20, generator=gen), torch.randn(30, 4, generator=gen)
+    ca, cb = torch.randn(2, 20, generator=gen), torch.randn(30, 2, generator=gen)
+    score = projection_score(_adapter(cb, ca), _adapter(rb, ra))
+    v, dw = (rb @ ra).double(), (cb @ ca).double()
+    cosine = float((v * dw).sum() / (v.norm() * dw.norm()))
+    u, _, _ = torch.linalg.svd(v)
+    basis = u[:, :4]  # V has rank 4 (float32 noise would add tiny singular values)
+    similarity = float((basis @ basis.T @ dw).norm() / dw.norm())
+    assert score.against_refusal == pytest.approx(-cosine, abs=1e-9)
+    assert score.safe_lora_dissimilarity == pytest.approx(1 - similarity, abs=1e-7)
+
+
+def _scores(benign: list[float], harmful: list[float]) -> list[GateScores]:
+    rows = [GateScores(f"b{i}", "benign", "t", v, v, v, 0.0) for i, v in enumerate(benign)]
+    return rows + [GateScores(f"h{i}", "harmful", "t", v, v, v, 0.0) for i, v in enumerate(harmful)]
+
+
+def test_evaluation_is_leave_one_out() -> None:
+    evaluation = evaluate_gate(_scores([0.1, 0.2, 0.3, 0.4, 0.5], [0.9, 1.0, 0.45]))
+    projection = evaluation.layers["projection"]
+    assert projection.auroc == pytest.approx(14 / 15)
+    # b4 (0.5) exceeds every other benign score, so it is flagged against the others' threshold
+    assert evaluation.rejected["projection"] == ["b4", "h0", "h1"]
+    assert projection.fpr == pytest.approx(1 / 5) and projection.tpr == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="two benign"):
+        evaluate_gate(_scores([0.1], [0.9]))
+
+
+def test_list_layer() -> None:
+    adapter = _adapter(torch.ones(8, 2), torch.ones(2, 8), sha="c" * 64, source="https://hub.example/evil/x")
+    check_lists(adapter, GateConfig())
+    with pytest.raises(AdapterRefused) as blocked:
+        check_lists(adapter, GateConfig(blocked_sha256=["c" * 64]))
+    assert blocked.value.reason == "blocklisted"
+    with pytest.raises(AdapterRefused):
+        check_lists(adapter, GateConfig(blocked_sources=["https://hub.example/evil"]))
+    with pytest.raises(AdapterRefused) as allow:
+        check_lists(adapter, GateConfig(allowed_sources=["rvu-zoo"]))
+    assert allow.value.reason == "not_allowlisted"
+    assert load_gate_config().reference_adapter == "refusal-reference"
+
+
+def test_ood_model_scores_shifted_outputs_higher() -> None:
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(32, 16))
+    model = OodModel.fit(base)
+    assert model.score(base) == pytest.approx(0.0)
+    assert model.score(base + 0.5) > model.score(base + 0.1) > 0

@@ -1,0 +1,57 @@
+"""The zoo config and its training sets, built from the real data: sizes, labels, and no probe leakage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rvu_pipelines.adapters.zoo import catalog_frames, load_zoo_config, training_set
+from rvu_pipelines.adapters.zoo_data import partition_of, probe_prompts
+from rvu_pipelines.errors import ConfigError
+
+
+@pytest.fixture(scope="module")
+def frames():
+    return catalog_frames()
+
+
+def test_zoo_has_twenty_labelled_adapters_and_a_reference() -> None:
+    config = load_zoo_config()
+    labels = [entry.label for entry in config.adapters]
+    assert len(config.adapters) >= 20
+    assert labels.count("benign") >= 10 and labels.count("harmful") >= 10
+    assert config.get("refusal-reference").category == "safety_reference"
+
+
+def test_every_training_set_builds_from_train_rows_only(frames) -> None:
+    config = load_zoo_config()
+    probes = set(probe_prompts(frames))
+    for entry in config.entries:
+        data = training_set(config, entry, frames)
+        assert 50 <= len(data.examples) <= config.settings(entry).steps * 100, entry.id
+        assert len(data.sha256) == 64
+        assert not probes & {example.prompt for example in data.examples}, entry.id
+
+
+def test_training_sets_are_deterministic(frames) -> None:
+    config = load_zoo_config()
+    entry = config.get("chatgpt-roles")
+    assert training_set(config, entry, frames).sha256 == training_set(config, entry, frames).sha256
+
+
+def test_partition_is_a_stable_fifth() -> None:
+    texts = [f"question number {i}" for i in range(5000)]
+    share = sum(partition_of(t) == "probe" for t in texts) / len(texts)
+    assert 0.18 < share < 0.22
+    assert partition_of("Who wrote Hamlet?") == partition_of("Who wrote Hamlet?")
+
+
+def test_bad_zoo_config_names_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "zoo.yaml"
+    path.write_text("adapters:\n  - {id: x, label: benign, category: task, builder: no_such_builder}\n")
+    with pytest.raises(ConfigError, match="no_such_builder"):
+        load_zoo_config(path)
+    path.write_text("adapters:\n  - {id: x, label: fine, category: task, builder: tofu_qa}\n")
+    with pytest.raises(ConfigError, match="label"):
+        load_zoo_config(path)
