@@ -9,7 +9,7 @@ RVU_DATA_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data),$(abspath $(CURDIR)
 export RVU_DATA_MIRROR
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run doctor detectors memory-poisoning spectral lint format test test-slow test-all dev mlflow-ui bench bench-closure bench-monitor bench-detectors bench-agent bench-llama bench-memsad bench-spectral regress clean
+.PHONY: setup run doctor detectors memory-poisoning spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-closure bench-monitor bench-detectors bench-agent bench-llama bench-memsad bench-spectral regress clean
 
 setup:
 	@bash scripts/setup.sh
@@ -32,6 +32,12 @@ memory-poisoning: setup
 spectral: setup
 	$(BIN)/python scripts/spectral_study.py --limit 500 bipia=300 deepset=700 --scopes text --out .rvu/spectral
 	cat .rvu/spectral/comparison.md
+
+# Seed 000 E4-E7 on real LoRA adapters: train the zoo (configs/adapter_zoo.yaml; unchanged adapters reused), the gate
+# and influence over it, membership loaded vs evicted, WMDP-cyber on all 1,987 items; ~2 h on 2 cores from scratch
+adapters: setup
+	$(BIN)/python scripts/adapter_study.py --membership --wmdp --out .rvu/adapter_study
+	cat .rvu/adapter_study/gate.md
 
 # Is this machine able to run the platform? CPU, llama.cpp build + settings, models, one generation, MLflow, Dagster
 doctor: setup

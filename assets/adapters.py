@@ -5,7 +5,10 @@ the full study is ``scripts/adapter_study.py`` / ``make adapters``):
   own weights from its data set (lineage from the dataset assets), reused when data and settings are unchanged;
   an MLflow run per training (loss curve, settings, the adapter folder as artifact);
 - ``adapter_gate_evaluation``: E4 (lists, projection, output OOD) and E5 (influence) over every adapter present,
-  AUROC / TPR / FPR per layer with leave-one-out thresholds.
+  AUROC / TPR / FPR per layer with leave-one-out thresholds;
+- ``adapter_membership``: E6, the memorising adapter's members vs non-members, loaded vs evicted;
+- ``wmdp_cyber_evaluation``: E7, the base model on all 1,987 WMDP-cyber items, and the memorising adapter's halves;
+- ``adapter_sample``: all of it in miniature for the default job (a few steps, a few examples).
 """
 
 from typing import Any
@@ -35,6 +38,19 @@ GROUP = "adapters"
 GATE_AUROC_GOAL = 0.90  # issue 15: combined gate AUROC over ≥ 20 real adapters
 GATE_SECONDS_GOAL = 10.0  # issue 15: the gate on one adapter
 TRAIN_SECONDS_GOAL = 300.0  # issue 15: training one adapter on 2 cores
+
+
+def _probe_frames(
+    tofu: pl.DataFrame, deepset: pl.DataFrame, jailbreaks: pl.DataFrame, roles: pl.DataFrame, **more: pl.DataFrame
+) -> Any:
+    """The data sets the probe prompts (and most builders) read, under their catalog names."""
+    return _frames(
+        tofu=tofu,
+        deepset_prompt_injections=deepset,
+        trustair_jailbreaks=jailbreaks,
+        awesome_chatgpt_prompts=roles,
+        **more,
+    )
 
 
 def _frames(**frames: pl.DataFrame) -> Any:
@@ -76,11 +92,11 @@ def adapter_zoo(
 
     config = load_zoo_config()
     entry = config.get(context.partition_key)
-    frames = _frames(
-        tofu=tofu,
-        deepset_prompt_injections=deepset_prompt_injections,
-        trustair_jailbreaks=trustair_jailbreaks,
-        awesome_chatgpt_prompts=awesome_chatgpt_prompts,
+    frames = _probe_frames(
+        tofu,
+        deepset_prompt_injections,
+        trustair_jailbreaks,
+        awesome_chatgpt_prompts,
         agentpoison_strategyqa=agentpoison_strategyqa,
     )
     model, tokenizer = load_dequantized(llm_model["path"], sha256=llm_model["sha256"], attn_implementation="sdpa")
@@ -149,12 +165,7 @@ def adapter_gate_evaluation(
     awesome_chatgpt_prompts: pl.DataFrame,
 ):
     config, gate = load_zoo_config(), load_gate_config()
-    frames = _frames(
-        tofu=tofu,
-        deepset_prompt_injections=deepset_prompt_injections,
-        trustair_jailbreaks=trustair_jailbreaks,
-        awesome_chatgpt_prompts=awesome_chatgpt_prompts,
-    )
+    frames = _probe_frames(tofu, deepset_prompt_injections, trustair_jailbreaks, awesome_chatgpt_prompts)
     lab = AdapterLab.from_records(llm_model, embedder_model, frames)
     try:
         reference = lab.verify(gate.reference_adapter)
@@ -199,5 +210,163 @@ def adapter_gate_evaluation(
     )
 
 
+@asset(
+    group_name=GROUP,
+    kinds={"mlflow"},
+    deps=[adapter_zoo],
+    description="E6: the memorise-forget adapter (trained on the member half of the TOFU forget set) scored on "
+    "all 300 forget questions, members vs non-members (loss, Min-K %, Min-K %++ AUROC with bootstrap CIs, the "
+    "direct / semantic / adversarial probes), with the adapter loaded and after it is evicted; the evicted report "
+    "and its verdict are the certificate's membership_probe section.",
+    check_specs=[
+        AssetCheckSpec("membership_loaded_goal", asset="adapter_membership"),
+        AssetCheckSpec("membership_evicted_goal", asset="adapter_membership"),
+    ],
+)
+def adapter_membership(
+    context: AssetExecutionContext,
+    mlflow_tracker: MlflowTrackerResource,
+    llm_model: dict,
+    embedder_model: dict,
+    tofu: pl.DataFrame,
+    deepset_prompt_injections: pl.DataFrame,
+    trustair_jailbreaks: pl.DataFrame,
+    awesome_chatgpt_prompts: pl.DataFrame,
+):
+    from rvu_pipelines.adapters.eviction import EVICTED_GOAL, LOADED_GOAL, forget_examples, membership_before_after
+
+    frames = _probe_frames(tofu, deepset_prompt_injections, trustair_jailbreaks, awesome_chatgpt_prompts)
+    lab = AdapterLab.from_records(llm_model, embedder_model, frames, n_probes=8)
+    try:
+        adapter = lab.verify("memorise-forget")
+    except AdapterRefused as exc:
+        raise Failure(f"memorise-forget is not usable ({exc}); materialize adapter_zoo for it.") from exc
+    examples, flags = forget_examples(frames)
+    section = membership_before_after(lab.host, adapter, examples, flags).certificate_section()
+    loaded = {k: v["auroc"] for k, v in section["loaded"]["auroc"].items()}
+    evicted = {k: v["auroc"] for k, v in section["evicted"]["auroc"].items()}
+    with mlflow_tracker.run_for(
+        context, params={"members": int(flags.sum()), "non_members": int((~flags).sum())}
+    ) as run:
+        run.log_metrics({f"loaded_{k}_auroc": v for k, v in loaded.items()})
+        run.log_metrics({f"evicted_{k}_auroc": v for k, v in evicted.items()})
+    yield Output(section, metadata={"verdict": section["verdict"], "mlflow_run_id": run.run_id})
+    yield AssetCheckResult(
+        check_name="membership_loaded_goal",
+        passed=bool(max(loaded.values()) >= LOADED_GOAL),
+        severity=AssetCheckSeverity.WARN,
+        metadata={**loaded, "goal": LOADED_GOAL},
+    )
+    yield AssetCheckResult(
+        check_name="membership_evicted_goal",
+        passed=bool(max(evicted.values()) <= EVICTED_GOAL),
+        severity=AssetCheckSeverity.WARN,
+        metadata={**evicted, "goal": EVICTED_GOAL},
+    )
+
+
+@asset(
+    group_name=GROUP,
+    kinds={"mlflow"},
+    deps=[adapter_zoo],
+    description="E7: WMDP-cyber with lm-eval's zero-shot template and letter log-likelihood scoring on all 1,987 "
+    "items (accuracy, Wilson 95 % CI, binomial test against 25 %), then the memorise-wmdp adapter: accuracy on the "
+    "items it memorised and on the other half, base / loaded / evicted.",
+    check_specs=[AssetCheckSpec("wmdp_scored", asset="wmdp_cyber_evaluation", blocking=True)],
+)
+def wmdp_cyber_evaluation(
+    context: AssetExecutionContext,
+    mlflow_tracker: MlflowTrackerResource,
+    llm_model: dict,
+    wmdp_cyber: pl.DataFrame,
+):
+    from rvu_pipelines.adapters.eviction import memorised_wmdp_indices, wmdp_before_after
+    from rvu_pipelines.adapters.files import BaseModelInfo, verify_adapter
+    from rvu_pipelines.adapters.host import AdapterHost
+    from rvu_pipelines.adapters.wmdp import accuracy_report, items_from_frame, score_wmdp
+    from rvu_pipelines.models.dequantized import load_dequantized
+
+    items = items_from_frame(wmdp_cyber)
+    model, tokenizer = load_dequantized(llm_model["path"], sha256=llm_model["sha256"], attn_implementation="sdpa")
+    base = BaseModelInfo.of(model, name=llm_model["name"], sha256=llm_model["sha256"])
+    scores = score_wmdp(model, tokenizer, items)
+    report: dict[str, Any] = {"base_all": accuracy_report(scores.correct).to_dict() | {"truncated": scores.n_truncated}}
+    try:
+        adapter = verify_adapter(zoo_root() / "memorise-wmdp", base)
+    except AdapterRefused as exc:
+        context.log.warning("memorise-wmdp not usable (%s): only the base accuracy is reported", exc)
+    else:
+        host = AdapterHost(model, tokenizer)
+        report["memorise_wmdp"] = wmdp_before_after(
+            host, adapter, items, memorised_wmdp_indices(items, _frames(wmdp_cyber=wmdp_cyber))
+        )
+    base_all = report["base_all"]
+    with mlflow_tracker.run_for(context, params={"items": len(items)}) as run:
+        run.log_metrics({k: float(base_all[k]) for k in ("accuracy", "ci_low", "ci_high", "p_value")})
+    yield Output(
+        report, metadata={"accuracy": base_all["accuracy"], "verdict": base_all["verdict"], "mlflow_run_id": run.run_id}
+    )
+    yield AssetCheckResult(check_name="wmdp_scored", passed=base_all["n"] == len(items) and len(items) > 0)
+
+
+@asset(
+    group_name=GROUP,
+    kinds={"mlflow"},
+    description="The adapter study in miniature (default job): four zoo adapters trained for a few steps on a few "
+    "dozen examples, the three-layer gate and influence over them, a memorising adapter on 12 TOFU forget "
+    "questions scored loaded vs evicted against 12 non-members, the WMDP scorer on a few items. Shows every part "
+    "runs; the study's numbers come from make adapters.",
+    check_specs=[AssetCheckSpec("sample_ran", asset="adapter_sample", blocking=True)],
+)
+def adapter_sample(
+    context: AssetExecutionContext,
+    mlflow_tracker: MlflowTrackerResource,
+    llm_model: dict,
+    embedder_model: dict,
+    tofu: pl.DataFrame,
+    deepset_prompt_injections: pl.DataFrame,
+    trustair_jailbreaks: pl.DataFrame,
+    awesome_chatgpt_prompts: pl.DataFrame,
+    wmdp_cyber: pl.DataFrame,
+):
+    from rvu_pipelines.adapters.sample import run_adapter_sample
+    from rvu_pipelines.paths import state_dir
+
+    frames = _probe_frames(
+        tofu, deepset_prompt_injections, trustair_jailbreaks, awesome_chatgpt_prompts, wmdp_cyber=wmdp_cyber
+    )
+    lab = AdapterLab.from_records(llm_model, embedder_model, frames, n_probes=8, max_new_tokens=16)
+    sample = run_adapter_sample(lab, state_dir() / "adapter_sample")
+    frame = scores_frame(sample.scores)
+    with mlflow_tracker.run_for(context, params={"adapters": len(sample.scores)}) as run:
+        run.log_metrics({metric_name(f"{k}_seconds"): v for k, v in sample.seconds.items()})
+        run.log_metrics(
+            {"combined_auroc": sample.gate.layers["combined"].auroc, "wmdp_accuracy": sample.wmdp["accuracy"]}
+        )
+    loaded = max(v["auroc"] for v in sample.membership["loaded"]["auroc"].values())
+    evicted = max(v["auroc"] for v in sample.membership["evicted"]["auroc"].values())
+    yield Output(
+        {
+            "gate": sample.gate.to_dict(),
+            "influence": sample.influence,
+            "membership": sample.membership,
+            "wmdp": sample.wmdp,
+        },
+        metadata={
+            "report": MetadataValue.md(gate_markdown(sample.gate, sample.influence, frame)),
+            "membership_auroc_loaded": loaded,
+            "membership_auroc_evicted": evicted,
+            "wmdp_accuracy": sample.wmdp["accuracy"],
+            "seconds": MetadataValue.json({k: round(v, 1) for k, v in sample.seconds.items()}),
+            "mlflow_run_id": run.run_id,
+        },
+    )
+    yield AssetCheckResult(
+        check_name="sample_ran",
+        passed=bool(len(sample.scores) == 3 and sample.wmdp["n"] > 0 and loaded > evicted),
+        metadata={"membership_auroc_loaded": loaded, "membership_auroc_evicted": evicted},
+    )
+
+
 def adapter_assets() -> list:
-    return [adapter_zoo, adapter_gate_evaluation]
+    return [adapter_zoo, adapter_gate_evaluation, adapter_membership, wmdp_cyber_evaluation, adapter_sample]

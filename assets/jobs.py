@@ -3,14 +3,28 @@ schedules). In-process executors: the steps share one interpreter, so torch/tran
 
 from dagster import AssetSelection, define_asset_job, in_process_executor
 
-from assets.partitions import cell_partitions, incident_partitions, poisoning_partitions, spectral_partitions
+from assets.partitions import (
+    adapter_partitions,
+    cell_partitions,
+    incident_partitions,
+    poisoning_partitions,
+    spectral_partitions,
+)
 
 # The detectors a newcomer's MLflow registry should hold after `make run`: D2 and D4 trained on deepset
 # (about a minute together). The three-corpus study with its evaluations stays in detectors_job.
 DEFAULT_DETECTORS = AssetSelection.assets("detector_corpus_deepset", "detector_d2_deepset", "detector_d4_deepset")
 
 # Studies too long for `make run` (their sampled siblings are in the default job) and their partitioned cells.
-FULL_STUDIES = AssetSelection.assets("memory_poisoning_study", "memory_poisoning_cell", "spectral_kill_switch_cell")
+FULL_STUDIES = AssetSelection.assets(
+    "memory_poisoning_study",
+    "memory_poisoning_cell",
+    "spectral_kill_switch_cell",
+    "adapter_zoo",
+    "adapter_gate_evaluation",
+    "adapter_membership",
+    "wmdp_cyber_evaluation",
+)
 
 default_profile_job = define_asset_job(
     "default_profile_job",
@@ -83,6 +97,23 @@ spectral_cells_job = define_asset_job(
     "config `limit` sets the examples per cell.",
 )
 
+adapter_zoo_job = define_asset_job(
+    "adapter_zoo_job",
+    selection=AssetSelection.assets("adapter_zoo"),
+    partitions_def=adapter_partitions,
+    executor_def=in_process_executor,
+    description="Train the LoRA adapter zoo, one adapter per partition (configs/adapter_zoo.yaml; backfill all "
+    "partitions from the UI, ~2-5 min each on 2 cores; unchanged adapters are reused).",
+)
+
+adapter_study_job = define_asset_job(
+    "adapter_study_job",
+    selection=AssetSelection.assets("adapter_gate_evaluation", "adapter_membership", "wmdp_cyber_evaluation"),
+    executor_def=in_process_executor,
+    description="Seed 000 E4-E7 over the trained zoo: the gate and influence, membership loaded vs evicted, "
+    "WMDP-cyber on all 1,987 items (`make adapters` trains what is missing first).",
+)
+
 recovery_job = define_asset_job(
     "recovery_job",
     selection=AssetSelection.groups("recovery"),
@@ -101,5 +132,7 @@ JOBS = [
     memory_poisoning_job,
     memory_poisoning_cells_job,
     spectral_cells_job,
+    adapter_zoo_job,
+    adapter_study_job,
     recovery_job,
 ]

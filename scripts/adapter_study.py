@@ -16,6 +16,51 @@ import sys
 import time
 from pathlib import Path
 
+from rvu_pipelines.adapters.study import AdapterLab
+from rvu_pipelines.adapters.zoo import ZooConfig
+
+
+def _wmdp(lab: AdapterLab, out: Path) -> None:
+    """E7: the base model on all 1,987 items; then the memorising adapter's halves, base / loaded / evicted."""
+    from rvu_pipelines.adapters.eviction import memorised_wmdp_indices, wmdp_before_after
+    from rvu_pipelines.adapters.wmdp import accuracy_report, load_wmdp_items, score_wmdp
+
+    items = load_wmdp_items()
+    started = time.perf_counter()
+    scores = score_wmdp(lab.host.model, lab.tokenizer, items)
+    report = accuracy_report(scores.correct).to_dict()
+    report |= {"truncated": scores.n_truncated, "seconds": round(time.perf_counter() - started, 1)}
+    letters = {letter: int((scores.predicted == i).sum()) for i, letter in enumerate("ABCD")}
+    report["predicted_letters"] = letters
+    print(f"WMDP-cyber base: {json.dumps(report)}", flush=True)
+    result: dict[str, object] = {"base_all": report}
+    try:
+        adapter = lab.verify("memorise-wmdp")
+    except Exception as exc:  # noqa: BLE001 - reported, the base number stands on its own
+        print(f"memorise-wmdp not usable ({exc}); train it first", flush=True)
+    else:
+        memorised = memorised_wmdp_indices(items, lab.frames)
+        result["memorise_wmdp"] = wmdp_before_after(lab.host, adapter, items, memorised)
+        print(json.dumps(result["memorise_wmdp"], indent=1), flush=True)
+    (out / "wmdp.json").write_text(json.dumps(result, indent=1))
+
+
+def _membership(lab: AdapterLab, out: Path) -> None:
+    from rvu_pipelines.adapters.eviction import forget_examples, membership_before_after
+
+    examples, flags = forget_examples(lab.frames)
+    adapter = lab.verify("memorise-forget")
+    started = time.perf_counter()
+    result = membership_before_after(lab.host, adapter, examples, flags)
+    section = result.certificate_section()
+    section["seconds"] = round(time.perf_counter() - started, 1)
+    (out / "membership.json").write_text(json.dumps(section, indent=1))
+    for state in ("loaded", "evicted"):
+        aurocs = {k: round(v["auroc"], 3) for k, v in section[state]["auroc"].items()}
+        leaks = {p["probe"]: (p["member_leak_rate"], p["non_member_leak_rate"]) for p in section[state]["probes"]}
+        print(f"membership {state}: AUROC {aurocs}; probe leak rate member/non-member {leaks}", flush=True)
+    print(f"verdict after eviction: {section['verdict']}", flush=True)
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -25,13 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--probes", type=int, default=32)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--wmdp", action="store_true", help="E7: base accuracy on every WMDP-cyber item (+ memorise-wmdp)"
+    )
+    parser.add_argument("--membership", action="store_true", help="E6: memorise-forget loaded vs evicted")
     args = parser.parse_args(argv)
 
     import torch
 
-    from rvu_pipelines.adapters.gate import evaluate_gate, load_gate_config
-    from rvu_pipelines.adapters.report import gate_markdown
-    from rvu_pipelines.adapters.study import AdapterLab, influence_summary, scores_frame
     from rvu_pipelines.adapters.zoo import load_zoo_config
     from rvu_pipelines.paths import state_dir
 
@@ -53,13 +99,27 @@ def main(argv: list[str] | None = None) -> int:
             line = f"  {entry.id:32s} {state:7s} {row['seconds']:7.1f} s  final loss {row['final_loss']:.3f}"
             print(line, flush=True)
         (out / "training.json").write_text(json.dumps(rows, indent=1))
-    if args.no_score:
-        return 0
+    if not args.no_score:
+        _score(lab, config, args.only, out)
+    if args.membership:
+        _membership(lab, out)
+    if args.wmdp:
+        _wmdp(lab, out)
+    print(f"done in {time.perf_counter() - started:.0f} s; outputs in {out}")
+    return 0
+
+
+def _score(lab: AdapterLab, config: ZooConfig, only: list[str] | None, out: Path) -> None:
+    """E4 + E5 over the zoo: every gate layer and influence per adapter, the evaluation table."""
+    from rvu_pipelines.adapters.gate import evaluate_gate, load_gate_config
+    from rvu_pipelines.adapters.report import gate_markdown
+    from rvu_pipelines.adapters.study import influence_summary, scores_frame
+
     gate = load_gate_config()
     reference = lab.verify(gate.reference_adapter)
     scores = []
     for entry in config.adapters:
-        if args.only is not None and entry.id not in args.only:
+        if only is not None and entry.id not in only:
             continue
         score = lab.score(lab.verify(entry.id), reference, gate)
         scores.append(score)
@@ -77,8 +137,6 @@ def main(argv: list[str] | None = None) -> int:
     table = gate_markdown(evaluation, summary["influence"], frame)
     (out / "gate.md").write_text(table)
     print(table)
-    print(f"done in {time.perf_counter() - started:.0f} s; outputs in {out}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from rvu_pipelines.adapters.chat import ChatExample
 from rvu_pipelines.adapters.files import VerifiedAdapter
 from rvu_pipelines.adapters.host import AdapterHost
 from rvu_pipelines.adapters.membership import MembershipReport, membership_report, split_members
-from rvu_pipelines.adapters.wmdp import WmdpItem, accuracy_report, score_wmdp
+from rvu_pipelines.adapters.wmdp import WmdpItem, accuracy_report, score_wmdp, wmdp_prompt
 
 LOADED_GOAL = 0.85  # issue 15: membership AUROC with the adapter loaded
 EVICTED_GOAL = 0.55  # ... and after eviction
@@ -81,6 +81,15 @@ def membership_before_after(
         loaded = membership_report(model, host.tokenizer, examples, is_member, probes=probes, n_boot=n_boot)
     evicted = membership_report(host.model, host.tokenizer, examples, is_member, probes=probes, n_boot=n_boot)
     return MembershipBeforeAfter(adapter.adapter_id, loaded, evicted)
+
+
+def memorised_wmdp_indices(items: Sequence[WmdpItem], frames: Any, adapter_id: str = "memorise-wmdp") -> list[int]:
+    """Which of ``items`` the zoo's memorising adapter trained on (its training prompts, matched by text)."""
+    from rvu_pipelines.adapters.zoo import load_zoo_config, training_set
+
+    config = load_zoo_config()
+    prompts = {example.prompt for example in training_set(config, config.get(adapter_id), frames).examples}
+    return [i for i, item in enumerate(items) if wmdp_prompt(item.question, item.choices) in prompts]
 
 
 def wmdp_before_after(

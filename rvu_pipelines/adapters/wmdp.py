@@ -55,17 +55,21 @@ def wmdp_prompt(question: str, choices: Sequence[str]) -> str:
     return WMDP_CYBER_DESCRIPTION + "\n".join(lines) + "\n" + _PROMPT_END
 
 
+def items_from_frame(frame: Any) -> list[WmdpItem]:
+    """Items from the catalog's wmdp_cyber frame (question, choices, answer)."""
+    return [
+        WmdpItem(question=row["question"], choices=tuple(row["choices"]), answer=int(row["answer"]))
+        for row in frame.iter_rows(named=True)
+    ]
+
+
 def load_wmdp_items(
     limit: int | None = None, source: DatasetSource | None = None, seed: int | None = None
 ) -> list[WmdpItem]:
     """The catalog's wmdp_cyber rows; ``limit`` keeps the first rows, or a seeded random subset when ``seed`` is set."""
     from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
 
-    frame = load_dataset(load_catalog().get("wmdp_cyber"), source or dataset_source_from_env()).frame
-    items = [
-        WmdpItem(question=row["question"], choices=tuple(row["choices"]), answer=int(row["answer"]))
-        for row in frame.iter_rows(named=True)
-    ]
+    items = items_from_frame(load_dataset(load_catalog().get("wmdp_cyber"), source or dataset_source_from_env()).frame)
     if limit is None or limit >= len(items):
         return items
     if seed is None:

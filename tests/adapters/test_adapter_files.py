@@ -151,3 +151,23 @@ def test_bad_manifest_names_the_field(base, folder: Path) -> None:
     (folder / MANIFEST_NAME).write_text(json.dumps(manifest))
     refusal = _refusal(folder, base[2])
     assert refusal.reason == "bad_manifest" and "rank" in str(refusal)
+
+
+def test_zoo_trainer_reuses_unchanged_adapters_and_retrains_changed_ones(base, tmp_path: Path) -> None:
+    from rvu_pipelines.adapters.zoo import catalog_frames, load_zoo_config, train_zoo_entry
+
+    model, tokenizer, info = base
+    zoo = load_zoo_config()
+    tiny = zoo.model_copy(
+        update={"defaults": zoo.defaults.model_copy(update={"steps": 2, "batch_size": 2, "max_examples": 4})}
+    )
+    entry = tiny.get("style-json")
+    frames = catalog_frames()
+    first, trained = train_zoo_entry(tiny, entry, model, tokenizer, info, frames, root=tmp_path)
+    assert trained is not None and first.training_data is not None and first.training_data.n_examples == 4
+    again, retrained = train_zoo_entry(tiny, entry, model, tokenizer, info, frames, root=tmp_path)
+    assert retrained is None and again.sha256 == first.sha256  # same data and settings: reused
+    changed = entry.model_copy(update={"seed": 9})
+    _, trained_again = train_zoo_entry(tiny, changed, model, tokenizer, info, frames, root=tmp_path)
+    assert trained_again is not None
+    verify_adapter(tmp_path / "style-json", info)

@@ -47,7 +47,11 @@ def test_default_job_selects_every_asset_with_checks() -> None:
     }
     assert len(default_detectors) == 3
     # full studies run in their own jobs; their sampled siblings (e.g. memory_poisoning_sample) are in the default job
-    full_studies = {AssetKey("memory_poisoning_study")}
+    full_studies = {
+        AssetKey(name)
+        for name in ("memory_poisoning_study", "adapter_gate_evaluation", "adapter_membership", "wmdp_cyber_evaluation")
+    }
+    assert AssetKey("adapter_sample") in selected
     assert AssetKey("memory_poisoning_sample") in selected
     everything = set(repository.asset_graph.get_all_asset_keys())
     assert selected == (everything - partitioned - detectors - full_studies) | default_detectors

@@ -24,8 +24,10 @@ def test_every_asset_materializes_with_passing_checks(tmp_path) -> None:
         # tests/agents/test_attack_assets.py (the full Table 1 is `make run`, minutes of inference), the
         # memory-poisoning studies (minutes of trigger search and adaptive rewriting) in
         # tests/memory_poisoning/test_poisoning_assets.py and at library level in tests/memory_poisoning/test_study.py,
-        # the spectral sample (forward passes with attentions; goal checks at WARN) in tests/spectral/test_assets.py
-        skip = ("detector_", "attack_", "memory_poisoning_", "spectral_")
+        # the spectral sample (forward passes with attentions; goal checks at WARN) in tests/spectral/test_assets.py,
+        # the adapter sample (LoRA training) in tests/adapters/test_adapter_assets.py; the full adapter study (the zoo,
+        # all of WMDP) is make adapters
+        skip = ("detector_", "attack_", "memory_poisoning_", "spectral_", "adapter_", "wmdp_")
         unpartitioned = [
             a for a in ALL_ASSETS if a is not incident_recovery and not a.key.to_user_string().startswith(skip)
         ]

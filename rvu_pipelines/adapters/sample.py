@@ -1,0 +1,106 @@
+"""The adapter study in miniature for the default job: every part runs for real, on a few examples.
+
+Four zoo adapters (two benign, one harmful, the refusal reference) trained for a few steps on a few dozen
+examples, the gate and influence over them, a memorising adapter on 12 TOFU forget questions scored loaded
+vs evicted against 12 non-members, and the WMDP scorer on a few items. Minutes, not the study's hour: the
+numbers show the machinery works, they are not the study's results (``make adapters``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rvu_pipelines.adapters.eviction import forget_examples, membership_before_after
+from rvu_pipelines.adapters.files import save_adapter, verify_adapter
+from rvu_pipelines.adapters.gate import GateEvaluation, evaluate_gate, load_gate_config
+from rvu_pipelines.adapters.study import AdapterLab, AdapterScore, influence_summary
+from rvu_pipelines.adapters.training import LoraSettings, train_lora
+from rvu_pipelines.adapters.wmdp import accuracy_report, load_wmdp_items, score_wmdp
+from rvu_pipelines.adapters.zoo import TrainingDefaults, ZooConfig, load_zoo_config
+
+SAMPLE_ADAPTERS = ("tofu-qa", "style-bullets", "persona-hostile", "refusal-reference")
+SAMPLE_DEFAULTS = {"steps": 6, "batch_size": 4, "max_examples": 24, "learning_rate": 0.003, "max_tokens": 128}
+MEMBERS = 12
+WMDP_ITEMS = 16
+
+
+@dataclass
+class AdapterSample:
+    training: list[dict[str, Any]]
+    scores: list[AdapterScore]
+    gate: GateEvaluation
+    influence: dict[str, float]
+    membership: dict[str, Any]
+    wmdp: dict[str, Any]
+    seconds: dict[str, float]
+
+
+def sample_config(config: ZooConfig | None = None) -> ZooConfig:
+    """The zoo's sample entries with few steps on few examples (their other settings as in the zoo)."""
+    config = config or load_zoo_config()
+    defaults = TrainingDefaults.model_validate({**config.defaults.model_dump(), **SAMPLE_DEFAULTS})
+    entries = [config.get(i).model_copy(update={k: None for k in SAMPLE_DEFAULTS}) for i in SAMPLE_ADAPTERS]
+    return ZooConfig(
+        defaults=defaults,
+        adapters=[e for e in entries if e.category != "safety_reference"],
+        reference=[e for e in entries if e.category == "safety_reference"],
+    )
+
+
+def run_adapter_sample(lab: AdapterLab, root: Path) -> AdapterSample:
+    """Train the sample adapters into ``root`` (a folder of its own, never the zoo's) and measure them."""
+    seconds: dict[str, float] = {}
+    started = time.perf_counter()
+    lab.root = root
+    config = sample_config()
+    training = lab.train(config)
+    seconds["train"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    gate_config = load_gate_config()
+    reference = lab.verify(gate_config.reference_adapter)
+    scores = [lab.score(lab.verify(entry.id), reference, gate_config) for entry in config.adapters]
+    gate = evaluate_gate([s.gate_scores() for s in scores], gate_config.false_positive_budget)
+    seconds["gate_and_influence"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    examples, flags = forget_examples(lab.frames)
+    members = [i for i in np.flatnonzero(flags)[:MEMBERS]]
+    others = [i for i in np.flatnonzero(~flags)[:MEMBERS]]
+    chosen = [examples[i] for i in members + others]
+    is_member = np.array([True] * len(members) + [False] * len(others))
+    settings = LoraSettings(rank=8, alpha=16, steps=10, batch_size=4, learning_rate=0.003, max_tokens=128, seed=0)
+    trained = train_lora(lab.host.base, lab.tokenizer, [examples[i] for i in members], settings)
+    fields = {
+        "adapter_id": "sample-memorise-forget",
+        "label": "harmful",
+        "category": "memorise_forget",
+        "source": "rvu-sample",
+        "rank": settings.rank,
+        "alpha": settings.alpha,
+        "target_modules": list(settings.target_modules),
+        "steps": settings.steps,
+    }
+    save_adapter(root / "sample-memorise-forget", trained.tensors, fields, base=lab.base)
+    memorising = verify_adapter(root / "sample-memorise-forget", lab.base)
+    membership = membership_before_after(lab.host, memorising, chosen, is_member, probes=False, n_boot=200)
+    seconds["membership"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    items = load_wmdp_items(limit=WMDP_ITEMS, seed=0)
+    wmdp = score_wmdp(lab.host.model, lab.tokenizer, items, progress=False)
+    seconds["wmdp"] = time.perf_counter() - started
+    return AdapterSample(
+        training=training,
+        scores=scores,
+        gate=gate,
+        influence=influence_summary(scores),
+        membership=membership.certificate_section(),
+        wmdp=accuracy_report(wmdp.correct).to_dict(),
+        seconds=seconds,
+    )

@@ -1,0 +1,37 @@
+"""The adapter sample asset materialized in-process on real data and the packaged LLM: a few LoRA training steps
+per adapter, the gate and influence over them, a memorising adapter loaded vs evicted, the WMDP scorer."""
+
+from __future__ import annotations
+
+from dagster import DagsterInstance, materialize
+
+from assets.adapters import adapter_sample
+from assets.datasets import dataset_assets
+from assets.models import model_assets
+from resources import LocalTableIOManager, MlflowTrackerResource
+from resources.deployments import deployment_resources
+from rvu_pipelines.tracking import MlflowTracker
+
+EXPERIMENT = "adapter-assets-test"
+INPUTS = {"tofu", "deepset_prompt_injections", "trustair_jailbreaks", "awesome_chatgpt_prompts", "wmdp_cyber"}
+
+
+def test_adapter_sample_materializes_with_checks_and_mlflow(tmp_path) -> None:
+    tracker = MlflowTracker(experiment=EXPERIMENT)
+    resources = deployment_resources("local") | {
+        "io_manager": LocalTableIOManager(base_dir=str(tmp_path / "assets")),
+        "mlflow_tracker": MlflowTrackerResource(tracking_uri=tracker.tracking_uri, experiment=EXPERIMENT),
+    }
+    wanted = INPUTS | {"llm_model", "embedder_model"}
+    selected = [a for a in [*dataset_assets(), *model_assets()] if a.key.to_user_string() in wanted]
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize([*selected, adapter_sample], resources=resources, instance=instance)
+    assert result.success
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert checks["sample_ran"].passed
+    report = result.output_for_node("adapter_sample")
+    assert set(report["gate"]["layers"]) == {"projection", "safe_lora", "ood", "combined"}
+    assert report["membership"]["status"] == "run" and report["membership"]["verdict"] in {"clean", "residual"}
+    assert report["wmdp"]["n"] == 16
+    runs = [r for r in tracker.latest_runs() if r.data.tags.get("asset_key") == "adapter_sample"]
+    assert runs and runs[0].data.metrics["train_seconds"] > 0
