@@ -207,6 +207,8 @@ def _quantile_threshold(values: Sequence[float], budget: float) -> float:
 
 def _z(value: float, others: Sequence[float]) -> float:
     arr = np.asarray(others, dtype=float)
+    if arr.size == 0:
+        return 0.0  # nothing to standardise against (a zoo of two benign adapters, leave-one-out)
     spread = float(arr.std(ddof=1)) if len(arr) > 1 else 0.0
     return (value - float(arr.mean())) / (spread if spread > 0 else 1.0)
 
