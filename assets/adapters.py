@@ -85,6 +85,7 @@ def adapter_zoo(
     trustair_jailbreaks: pl.DataFrame,
     awesome_chatgpt_prompts: pl.DataFrame,
     agentpoison_strategyqa: pl.DataFrame,
+    wmdp_cyber: pl.DataFrame,
 ):
     from rvu_pipelines.adapters.files import BaseModelInfo
     from rvu_pipelines.adapters.zoo import train_zoo_entry
@@ -98,6 +99,7 @@ def adapter_zoo(
         trustair_jailbreaks,
         awesome_chatgpt_prompts,
         agentpoison_strategyqa=agentpoison_strategyqa,
+        wmdp_cyber=wmdp_cyber,
     )
     model, tokenizer = load_dequantized(llm_model["path"], sha256=llm_model["sha256"], attn_implementation="sdpa")
     base = BaseModelInfo.of(model, name=llm_model["name"], sha256=llm_model["sha256"])
