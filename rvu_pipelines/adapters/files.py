@@ -105,11 +105,15 @@ def _refuse_pickles(folder: Path, files: Iterable[Path]) -> None:
 
 
 def _looks_pickled(path: Path) -> bool:
+    """Pickle (protocol 2-5) or torch-zip magic. A safetensors header length can begin with the same two bytes
+    (640 = 80 02 ...), so a file whose first 8 bytes are a length that fits the file followed by "{" is not one."""
     if not path.is_file():
         return False
     with path.open("rb") as handle:
-        head = handle.read(4)
-    return head[:1] == b"\x80" and head[1:2] in {b"\x02", b"\x03", b"\x04", b"\x05"} or head == b"PK\x03\x04"
+        head = handle.read(9)
+    if len(head) == 9 and head[8:9] == b"{" and 2 <= struct.unpack("<Q", head[:8])[0] <= path.stat().st_size - 8:
+        return False
+    return head[:1] == b"\x80" and head[1:2] in {b"\x02", b"\x03", b"\x04", b"\x05"} or head[:4] == b"PK\x03\x04"
 
 
 def _read_header(path: Path) -> dict[str, Any]:

@@ -171,3 +171,16 @@ def test_zoo_trainer_reuses_unchanged_adapters_and_retrains_changed_ones(base, t
     _, trained_again = train_zoo_entry(tiny, changed, model, tokenizer, info, frames, root=tmp_path)
     assert trained_again is not None
     verify_adapter(tmp_path / "style-json", info)
+
+
+def test_a_safetensors_header_that_starts_like_a_pickle_is_not_called_one(tmp_path: Path) -> None:
+    import struct
+
+    from rvu_pipelines.adapters.files import _looks_pickled
+
+    lookalike = tmp_path / "adapter.safetensors"
+    lookalike.write_bytes(struct.pack("<Q", 640) + b"{" + b" " * 638 + b"}")  # length 640 = bytes 80 02 ...
+    assert lookalike.read_bytes()[:2] == b"\x80\x02" and not _looks_pickled(lookalike)
+    pickled = tmp_path / "weights.safetensors"
+    torch.save({"x": torch.zeros(2)}, pickled, _use_new_zipfile_serialization=False)  # a raw protocol-2 pickle
+    assert pickled.read_bytes()[:1] == b"\x80" and _looks_pickled(pickled)
