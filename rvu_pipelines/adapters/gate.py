@@ -24,7 +24,7 @@ the other benign adapters.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -249,11 +249,3 @@ def evaluate_gate(scores: Sequence[GateScores], budget: float = 0.05) -> GateEva
         )
         rejected[name] = sorted(flagged)
     return GateEvaluation(len(benign), len(harmful), layers, rejected)
-
-
-def gate_thresholds(benign_scores: Sequence[GateScores], budget: float) -> Mapping[str, float]:
-    """The deployed thresholds: the known-good adapters' (1 − budget) quantile per behavioural layer."""
-    return {
-        "projection": _quantile_threshold([s.projection for s in benign_scores], budget),
-        "ood": _quantile_threshold([s.ood for s in benign_scores], budget),
-    }

@@ -90,10 +90,10 @@ class AdapterHost:
             self.unload()
         wrapped = get_peft_model(self.base, peft_config(settings_of(adapter)))
         result = set_peft_model_state_dict(wrapped, adapter.tensors)
-        missing = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
-        if missing:
+        unplaced = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
+        if unplaced:
             wrapped.unload()
-            raise ValueError(f"{adapter.folder}: peft did not place tensors {missing[:3]}")
+            raise ValueError(f"{adapter.folder}: peft did not place tensors {unplaced[:3]}")
         wrapped.eval()
         self._wrapped, self._active = wrapped, adapter
         self._emit("adapter_loaded", adapter)

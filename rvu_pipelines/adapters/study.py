@@ -28,7 +28,7 @@ from rvu_pipelines.adapters.gate import (
     projection_score,
 )
 from rvu_pipelines.adapters.host import AdapterHost
-from rvu_pipelines.adapters.influence import influence
+from rvu_pipelines.adapters.influence import influence, influence_auroc
 from rvu_pipelines.adapters.zoo import ZooConfig, catalog_frames, train_zoo_entry, zoo_root
 from rvu_pipelines.adapters.zoo_data import Frames, probe_prompts
 
@@ -169,14 +169,12 @@ def scores_frame(scores: Sequence[AdapterScore]) -> pl.DataFrame:
 
 
 def influence_summary(scores: Sequence[AdapterScore]) -> dict[str, float]:
-    from sklearn.metrics import roc_auc_score
-
     labelled = [s for s in scores if s.label in {"benign", "harmful"}]
-    y = [int(s.label == "harmful") for s in labelled]
+    y = [s.label == "harmful" for s in labelled]
     benign = [s.influence for s in labelled if s.label == "benign"]
     harmful = [s.influence for s in labelled if s.label == "harmful"]
     return {
-        "auroc": float(roc_auc_score(y, [s.influence for s in labelled])) if 0 < sum(y) < len(y) else float("nan"),
+        "auroc": influence_auroc([s.influence for s in labelled], y) if 0 < sum(y) < len(y) else float("nan"),
         "mean_benign": float(np.mean(benign)) if benign else float("nan"),
         "mean_harmful": float(np.mean(harmful)) if harmful else float("nan"),
     }

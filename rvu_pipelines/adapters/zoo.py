@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -239,10 +239,6 @@ def train_zoo_entry(
         manifest.final_loss or 0,
     )
     return manifest, trained
-
-
-def zoo_labels(config: ZooConfig) -> Mapping[str, Label]:
-    return {entry.id: entry.label for entry in config.adapters}
 
 
 def zoo_ids(config: ZooConfig | None = None) -> list[str]:
