@@ -33,12 +33,11 @@ class AdapterEvent:
     source: str
     at: float
 
-    def lifecycle_fields(self) -> dict[str, str]:
-        """The fields of an incident-log lifecycle line (the log writer adds entry id and timestamp)."""
-        fields = {"kind": self.kind, "adapter_id": self.adapter_id, "adapter_hash": self.adapter_hash}
-        if self.kind == "adapter_loaded":
-            fields["source"] = self.source
-        return fields
+    def lifecycle_fields(self) -> dict[str, Any]:
+        """The fields of an incident-log lifecycle line (the log writer adds entry id, episode and timestamp)."""
+        from rvu_pipelines.adapters.runtime import lifecycle_fields
+
+        return lifecycle_fields(self.kind, self.adapter_id, sha256=self.adapter_hash, source=self.source)
 
 
 def settings_of(adapter: VerifiedAdapter) -> LoraSettings:

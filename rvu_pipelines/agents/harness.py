@@ -27,7 +27,7 @@ from rvu_pipelines.detectors import (
 )
 from rvu_pipelines.detectors.base import MemoizedDetector
 from rvu_pipelines.errors import ConfigError
-from rvu_pipelines.models.llm import ChatCompletion, ChatModel, Message
+from rvu_pipelines.models.llm import AdapterHostingModel, ChatCompletion, ChatModel, Message, adapter_key_of
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.scenarios import Scenario, scenarios_for
 from rvu_pipelines.tracking import default_tracking_uri
@@ -64,10 +64,33 @@ class LazyChatModel:
         self._model: ChatModel | None = None
         self.name = name
 
-    def chat(self, messages: list[Message], **kwargs: Any) -> ChatCompletion:
+    def _built(self) -> ChatModel:
         if self._model is None:
             self._model = self._factory()
-        return self._model.chat(messages, **kwargs)
+        return self._model
+
+    def chat(self, messages: list[Message], **kwargs: Any) -> ChatCompletion:
+        return self._built().chat(messages, **kwargs)
+
+    # adapters: loading one builds the model (its weights must be open); the key of an unbuilt model is ""
+
+    def load_adapter(self, adapter_id: str, gguf_path: Path | str, scale: float = 1.0) -> Any:
+        model = self._built()
+        if not isinstance(model, AdapterHostingModel):
+            raise ConfigError(f"The chat model {self.name!r} ({type(model).__name__}) cannot load LoRA adapters.")
+        return model.load_adapter(adapter_id, gguf_path, scale)
+
+    def unload_adapter(self, adapter_id: str) -> None:
+        model = self._built()
+        if not isinstance(model, AdapterHostingModel):
+            raise KeyError(f"No adapter {adapter_id!r} is loaded (loaded: none).")
+        model.unload_adapter(adapter_id)
+
+    def adapter_key(self) -> str:
+        return "" if self._model is None else adapter_key_of(self._model)
+
+    def active_adapters(self) -> list[str]:
+        return list(self._model.active_adapters()) if isinstance(self._model, AdapterHostingModel) else []
 
 
 def detector_for(choice: str) -> tuple[InjectionDetector, str]:

@@ -29,7 +29,7 @@ from types import TracebackType
 from typing import Any
 
 from rvu_pipelines.errors import RvuError
-from rvu_pipelines.models.llm import ChatCompletion, ChatModel, Message
+from rvu_pipelines.models.llm import AdapterHostingModel, ChatCompletion, ChatModel, Message, adapter_key_of
 from rvu_pipelines.paths import state_dir
 
 SCHEMA_NAME = "rvu-llm-response-cache"
@@ -231,6 +231,14 @@ class CacheStats:
         return dataclasses.asdict(self)
 
 
+def _adapter_host(model: object) -> AdapterHostingModel:
+    if not isinstance(model, AdapterHostingModel):
+        raise LlmCacheError(
+            f"{type(model).__name__} cannot load LoRA adapters; use the llama.cpp backend (LlamaCppChatModel)."
+        )
+    return model
+
+
 class CachedChatModel:
     """A ``ChatModel`` that answers from a ``ResponseCache`` when it can and from ``model`` otherwise.
 
@@ -264,9 +272,23 @@ class CachedChatModel:
         seed: int = 0,
         stop: list[str] | None = None,
     ) -> str:
-        return response_key(
-            self.model_id, messages, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop
-        )
+        adapters = adapter_key_of(self.model)  # "" for the base model: keys written before adapters existed hold
+        model_id = f"{self.model_id}+lora:{adapters}" if adapters else self.model_id
+        return response_key(model_id, messages, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop)
+
+    # adapters: passed to the model, so a wrapper around a CachedChatModel loads into the real one
+
+    def load_adapter(self, adapter_id: str, gguf_path: Path | str, scale: float = 1.0) -> Any:
+        return _adapter_host(self.model).load_adapter(adapter_id, gguf_path, scale)
+
+    def unload_adapter(self, adapter_id: str) -> None:
+        _adapter_host(self.model).unload_adapter(adapter_id)
+
+    def adapter_key(self) -> str:
+        return adapter_key_of(self.model)
+
+    def active_adapters(self) -> list[str]:
+        return list(self.model.active_adapters()) if isinstance(self.model, AdapterHostingModel) else []
 
     def chat(
         self,

@@ -21,12 +21,15 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentdojo.types import ChatMessage, get_text_content_as_str
 
 from rvu_pipelines.provenance.incident import write_incident as _write_jsonl
 from rvu_pipelines.scenarios.contract import Scenario
+
+if TYPE_CHECKING:
+    from rvu_pipelines.adapters.runtime import EpisodeAdapters
 
 _ID_CHARS = re.compile(r"[^A-Za-z0-9._:@/+-]")
 MAX_EPISODE_ID = 100  # entry ids append "/e000" and must stay within the schema's 128 characters
@@ -60,12 +63,17 @@ def episode_records(
     detector: Any = None,
     threshold: float = 0.5,
     trace: Any = None,
+    adapters: EpisodeAdapters | None = None,
 ) -> list[dict[str, Any]]:
     """The episode's steps as incident-log action records, in conversation order.
 
     ``trace`` (an ``EpisodeTrace``) supplies blocked calls and the original text of tool outputs a
     defense rewrote; ``detector`` (any ``InjectionDetector``) flags contaminated tool outputs, scored
-    on the text the tool really returned.
+    on the text the tool really returned. ``adapters`` (``adapters.runtime.EpisodeAdapters``, the
+    episode's share of an ``AdapterTimeline``) adds the adapter loads and unloads as lifecycle lines
+    where they happened (roots: an adapter is not derived from the conversation) and sets
+    ``active_adapter_id`` on what the model wrote under one (its message, its calls, blocked or not);
+    tool outputs and user turns come from outside the model and carry none.
     """
     episode = episode_id(scenario.scenario_id, defense)
     blocked: dict[int, list[Any]] = {}
@@ -101,7 +109,19 @@ def episode_records(
         content = json.dumps({**stop.as_record(), "tool_output_entry": fired}, sort_keys=True)
         return add("defense_abort", content, fired if fired is not None else last_id)
 
-    def add(action_type: str, content: str, parent: str | None, contaminated: bool = False) -> str:
+    model_calls = _model_call_count(messages, abort)
+    call_adapters = list(adapters.call_adapters) if adapters is not None else [None] * model_calls
+    if len(call_adapters) != model_calls:
+        raise ValueError(
+            f"episode {episode}: the adapter timeline saw {len(call_adapters)} model calls but the episode has "
+            f"{model_calls} model messages; wrap the agent's chat model in one AdapterTimeline per run."
+        )
+    pending = sorted(adapters.events if adapters is not None else (), key=lambda e: e.calls_before)
+    calls_done = 0
+
+    def add(
+        action_type: str, content: str, parent: str | None, contaminated: bool = False, by_model: bool = False
+    ) -> str:
         entry = f"{episode}/e{len(records):03d}"
         records.append(
             {
@@ -112,11 +132,20 @@ def episode_records(
                 "content": content,
                 "parent_id": parent,
                 "timestamp": float(len(records) + 1),
-                "active_adapter_id": None,
+                "active_adapter_id": call_adapters[calls_done - 1] if by_model else None,
                 "contaminated": contaminated,
             }
         )
         return entry
+
+    def add_lifecycle(upto: int) -> None:
+        """The loads / unloads placed before model call ``upto`` (relative to the episode)."""
+        while pending and pending[0].calls_before <= upto:
+            event = pending.pop(0)
+            entry = f"{episode}/e{len(records):03d}"
+            records.append(
+                {**event.fields, "entry_id": entry, "episode_id": episode, "timestamp": float(len(records) + 1)}
+            )
 
     for index, message in enumerate(messages):
         role = message["role"]
@@ -131,13 +160,16 @@ def episode_records(
                 # AgentDojo's closing message on an abort: the defense's words, not the model's
                 last_id, abort_recorded = add_abort(abort), True
                 continue
-            assistant = add("assistant_output", _text(message), last_id)
+            add_lifecycle(calls_done)
+            calls_done += 1
+            assistant = add("assistant_output", _text(message), last_id, by_model=True)
             last_id = assistant
             for call in message.get("tool_calls") or []:
-                entry = add("tool_call", _call_text(call.function, call.args), assistant)
+                entry = add("tool_call", _call_text(call.function, call.args), assistant, by_model=True)
                 call_entry[str(call.id)] = entry
             for call in blocked.get(index, []):
-                add("tool_call_blocked", _call_text(call.function, call.args) + f" blocked: {call.reason}", assistant)
+                blocked_text = _call_text(call.function, call.args) + f" blocked: {call.reason}"
+                add("tool_call_blocked", blocked_text, assistant, by_model=True)
         elif role == "tool":
             call = message.get("tool_call")
             parent = call_entry.get(
@@ -152,7 +184,16 @@ def episode_records(
             tool_entry[index] = last_id
     if abort is not None and not abort_recorded:  # the messages lack AgentDojo's closing message: still recorded
         add_abort(abort)
+    add_lifecycle(model_calls)  # what happened after the last model call (an unload at the end)
     return records
+
+
+def _model_call_count(messages: Sequence[ChatMessage], abort: Any) -> int:
+    """Assistant messages the model wrote: all of them but AgentDojo's closing message of an aborted episode."""
+    count = sum(1 for m in messages if m["role"] == "assistant")
+    if abort is not None and messages and messages[-1]["role"] == "assistant" and _text(messages[-1]) == abort.reason:
+        count -= 1
+    return count
 
 
 def contaminated_count(records: Sequence[Mapping[str, Any]]) -> int:

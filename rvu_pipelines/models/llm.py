@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.models.llama_runtime import LlamaRuntimeSettings, open_llama
@@ -52,6 +52,25 @@ class ChatModel(Protocol):
         seed: int = 0,
         stop: list[str] | None = None,
     ) -> ChatCompletion: ...
+
+
+@runtime_checkable
+class AdapterHostingModel(Protocol):
+    """A chat model that loads LoRA adapters at run time (``LlamaCppChatModel``; the cache and lazy wrappers
+    pass the calls through). ``adapter_key()`` is "" while the base model alone runs."""
+
+    def load_adapter(self, adapter_id: str, gguf_path: Path | str, scale: float = 1.0) -> Any: ...
+
+    def unload_adapter(self, adapter_id: str) -> None: ...
+
+    def adapter_key(self) -> str: ...
+
+    def active_adapters(self) -> list[str]: ...
+
+
+def adapter_key_of(model: object) -> str:
+    """The adapter part of a completion-cache key: "" for a model that cannot host adapters."""
+    return str(model.adapter_key()) if isinstance(model, AdapterHostingModel) else ""
 
 
 PrefixReuse = Literal["off", "last", "ram"]
@@ -225,6 +244,38 @@ class LlamaCppChatModel:
         )
         self.prefix_store: KVPrefixStore | None = KVPrefixStore(prefix_cache_bytes) if prefix_reuse == "ram" else None
         self._llm.prefix_store = self.prefix_store
+        self._adapters: Any = None  # LlamaAdapterSlots, made on the first adapter load
+
+    # LoRA adapters (models.llama_adapters): loaded into the open model, never a second copy of the weights
+
+    def load_adapter(self, adapter_id: str, gguf_path: Path | str, scale: float = 1.0) -> Any:
+        """Add a GGUF LoRA to what the model runs (every KV prefix computed before is dropped); returns the
+        ``LoadedAdapter``. Raises ``AdapterLoadError`` naming the file when llama.cpp or the metadata check
+        refuses it, ``ValueError`` for an id already loaded."""
+        from rvu_pipelines.models.llama_adapters import LlamaAdapterSlots
+
+        with self._lock:  # never while a generation runs on the same context
+            if self._adapters is None:
+                self._adapters = LlamaAdapterSlots(self._llm)
+            return self._adapters.load(adapter_id, gguf_path, scale)
+
+    def unload_adapter(self, adapter_id: str) -> None:
+        """Take one adapter out again; raises ``KeyError`` naming what is loaded when ``adapter_id`` is not."""
+        with self._lock:
+            if self._adapters is None:
+                raise KeyError(f"No adapter {adapter_id!r} is loaded (loaded: none).")
+            self._adapters.unload(adapter_id)
+
+    def adapter_key(self) -> str:
+        """ "" for the base model alone, else a digest of the loaded files and scales: a response cache adds
+        it to its key, so answers computed under an adapter never answer the base model (or another adapter)."""
+        with self._lock:
+            return "" if self._adapters is None else str(self._adapters.adapter_key())
+
+    def active_adapters(self) -> list[str]:
+        """Ids of the adapters loaded now, in load order."""
+        with self._lock:
+            return [] if self._adapters is None else [adapter_id for adapter_id, _ in self._adapters.active()]
 
     def reset(self) -> None:
         """Forget every reused prefix (live context and snapshots): the next call starts cold."""

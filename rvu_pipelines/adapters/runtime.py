@@ -1,0 +1,192 @@
+"""Adapters in the running agent: loaded into its llama.cpp model, every change a line of the incident log.
+
+``AgentAdapter`` is a verified adapter (``files.verify_adapter``) as the agent runtime needs it: the GGUF
+LoRA file llama.cpp reads (``gguf_file_of`` writes it once beside the safetensors, named by the adapter's
+sha256) and the identity the incident log records (id, name, sha256 of the safetensors weights, source,
+optionally the influence I(adapter) the FROC risk uses).
+
+``AdapterTimeline`` wraps the agent's chat model (anything with ``load_adapter`` / ``unload_adapter``,
+models.llm.AdapterHostingModel: a ``LlamaCppChatModel``, or the response cache around one, whose key then
+includes the adapter set). It counts the model calls and records, per call, which adapter was active, and
+each load / unload with the number of calls made before it. ``EpisodeAdapters`` is the slice of that
+record one episode made: ``agents.provenance_log.episode_records`` turns it into ``adapter_loaded`` /
+``adapter_unloaded`` lines at the right place and ``active_adapter_id`` on every entry the model wrote
+under the adapter, which is what RVU v2's adapter-aware closure follows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from rvu_pipelines.adapters.files import VerifiedAdapter
+from rvu_pipelines.models.llm import AdapterHostingModel, ChatCompletion, Message
+
+LifecycleKind = Literal["adapter_loaded", "adapter_unloaded", "adapter_fused"]
+
+
+def lifecycle_fields(
+    kind: LifecycleKind,
+    adapter_id: str,
+    *,
+    name: str = "",
+    sha256: str = "",
+    source: str = "local",
+    influence: float | None = None,
+) -> dict[str, Any]:
+    """The fields of an incident-log lifecycle line (configs/schemas/incident_log.schema.json) without entry
+    id, episode and timestamp: a load names the adapter, its weights' sha256 and source; an unload or a fusion
+    names only the adapter id."""
+    if kind != "adapter_loaded":
+        return {"kind": kind, "adapter_id": adapter_id}
+    if len(sha256) != 64:
+        raise ValueError(f"adapter {adapter_id!r}: a load line needs the weights' sha256 (64 hex), got {sha256!r}.")
+    fields: dict[str, Any] = {
+        "kind": kind,
+        "adapter_id": adapter_id,
+        "adapter_name": name or adapter_id,
+        "adapter_hash": sha256,
+        "source": source or "local",
+    }
+    if influence is not None:
+        fields["influence"] = float(min(max(influence, 0.0), 1.0))
+    return fields
+
+
+def gguf_file_of(adapter: VerifiedAdapter, *, n_head: int, n_head_kv: int) -> Path:
+    """The adapter as a GGUF LoRA for llama.cpp, written once beside its safetensors (``adapter-<sha16>.gguf``;
+    a changed adapter has another sha and so another file). ``n_head`` / ``n_head_kv``: the base model's
+    attention heads (SmolLM2-135M: 9 and 3), for the rotary row order of q/k."""
+    from rvu_pipelines.adapters.gguf_lora import write_gguf_lora
+
+    path = adapter.folder / f"adapter-{adapter.sha256[:16]}.gguf"
+    if path.is_file():
+        return path
+    manifest = adapter.manifest
+    return write_gguf_lora(
+        adapter.tensors,
+        rank=manifest.rank,
+        alpha=manifest.alpha,
+        out_path=path,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        target_modules=manifest.target_modules,
+        name=manifest.adapter_id,
+    )
+
+
+def attention_heads(gguf_model: Path | str) -> tuple[int, int]:
+    """(query heads, key/value heads) from a Llama-architecture GGUF's metadata."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(gguf_model))
+    arch = str(reader.fields["general.architecture"].contents())
+    n_head = int(reader.fields[f"{arch}.attention.head_count"].contents())
+    kv = reader.fields.get(f"{arch}.attention.head_count_kv")
+    return n_head, int(kv.contents()) if kv is not None else n_head
+
+
+@dataclass(frozen=True)
+class AgentAdapter:
+    """What the runtime loads (``gguf_path``) and what the incident log says about it."""
+
+    adapter_id: str
+    name: str
+    sha256: str
+    gguf_path: Path
+    source: str = "local"
+    label: str = "unknown"
+    influence: float | None = None
+
+    @classmethod
+    def of(cls, adapter: VerifiedAdapter, base_gguf: Path | str, *, influence: float | None = None) -> AgentAdapter:
+        n_head, n_head_kv = attention_heads(base_gguf)
+        manifest = adapter.manifest
+        return cls(
+            adapter_id=manifest.adapter_id,
+            name=manifest.adapter_id,
+            sha256=manifest.sha256,
+            gguf_path=gguf_file_of(adapter, n_head=n_head, n_head_kv=n_head_kv),
+            source=manifest.source,
+            label=manifest.label,
+            influence=influence,
+        )
+
+    def load_fields(self) -> dict[str, Any]:
+        return lifecycle_fields(
+            "adapter_loaded",
+            self.adapter_id,
+            name=self.name,
+            sha256=self.sha256,
+            source=self.source,
+            influence=self.influence,
+        )
+
+
+@dataclass(frozen=True)
+class TimelineEvent:
+    """A load or unload, placed after ``calls_before`` model calls of the whole timeline."""
+
+    calls_before: int
+    fields: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class EpisodeAdapters:
+    """One episode's share of a timeline: the adapter active at each of its model calls (None: the base
+    model) and its lifecycle events, each placed before the episode's call ``calls_before`` (relative)."""
+
+    call_adapters: tuple[str | None, ...] = ()
+    events: tuple[TimelineEvent, ...] = ()
+
+
+@dataclass
+class AdapterTimeline:
+    """The agent's chat model with adapter loads and unloads recorded against its call count.
+
+    Used as the agent's ``ChatModel``. At most one adapter is active at a time (the incident log's
+    ``active_adapter_id`` is one id): loading a second unloads the first, with its own event.
+    """
+
+    model: Any  # an AdapterHostingModel
+    call_adapters: list[str | None] = field(default_factory=list)
+    events: list[TimelineEvent] = field(default_factory=list)
+    active: AgentAdapter | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, AdapterHostingModel):
+            raise TypeError(f"{type(self.model).__name__} cannot load LoRA adapters (no load_adapter/unload_adapter).")
+        self.name = getattr(self.model, "name", type(self.model).__name__)
+
+    def chat(self, messages: list[Message], **kwargs: Any) -> ChatCompletion:
+        completion = self.model.chat(messages, **kwargs)
+        self.call_adapters.append(self.active.adapter_id if self.active is not None else None)
+        return completion
+
+    def load(self, adapter: AgentAdapter, scale: float = 1.0) -> None:
+        if self.active is not None:
+            self.unload()
+        self.model.load_adapter(adapter.adapter_id, adapter.gguf_path, scale)
+        self.active = adapter
+        self.events.append(TimelineEvent(len(self.call_adapters), adapter.load_fields()))
+
+    def unload(self) -> None:
+        if self.active is None:
+            return
+        self.model.unload_adapter(self.active.adapter_id)
+        unloaded = lifecycle_fields("adapter_unloaded", self.active.adapter_id)
+        self.events.append(TimelineEvent(len(self.call_adapters), unloaded))
+        self.active = None
+
+    def mark(self) -> tuple[int, int]:
+        """Where the timeline stands (calls, events): pass it to ``since`` after an episode."""
+        return len(self.call_adapters), len(self.events)
+
+    def since(self, mark: tuple[int, int]) -> EpisodeAdapters:
+        calls, events = mark
+        return EpisodeAdapters(
+            call_adapters=tuple(self.call_adapters[calls:]),
+            events=tuple(TimelineEvent(e.calls_before - calls, e.fields) for e in self.events[events:]),
+        )
