@@ -1,0 +1,57 @@
+"""The adapters RVU evicted, by sha256: layer 1 of every later gate refuses them.
+
+``record_evictions`` appends the sha256 of every adapter a recovery evicted (read from the incident's
+``adapter_loaded`` lines) to ``<RVU_HOME>/adapters/blocklist.json``; ``gate.check_lists`` and the
+recovery-side ``ScreeningGate`` read it beside ``configs/adapters.yaml``'s static lists, so the same file
+uploaded again under another name or id is refused before it loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rvu_pipelines.paths import state_dir
+from rvu_pipelines.provenance.incident import IncidentLog
+
+
+def blocklist_path() -> Path:
+    return state_dir() / "adapters" / "blocklist.json"
+
+
+def read_blocklist(path: Path | None = None) -> dict[str, dict[str, Any]]:
+    """sha256 -> why it was blocked (adapter id, incident); {} when no file exists."""
+    path = path or blocklist_path()
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(
+            f"{path}: the adapter blocklist is not readable JSON ({exc}); fix or remove the file."
+        ) from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: the adapter blocklist must be a JSON object sha256 -> details.")
+    return {str(k): dict(v) for k, v in data.items()}
+
+
+def record_evictions(incident: IncidentLog, evicted_adapter_ids: Iterable[str], path: Path | None = None) -> list[str]:
+    """Add the evicted adapters' sha256 (from the incident's load lines) to the blocklist; returns those added."""
+    path = path or blocklist_path()
+    hashes = {r.adapter_id: r.adapter_hash for r in incident.adapters_loaded if r.adapter_hash}
+    current = read_blocklist(path)
+    added = []
+    for adapter_id in sorted(set(evicted_adapter_ids)):
+        sha = hashes.get(adapter_id)
+        if sha and sha not in current:
+            current[sha] = {"adapter_id": adapter_id, "incident": incident.incident_id}
+            added.append(sha)
+    if added:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(json.dumps(current, indent=1, sort_keys=True))
+        os.replace(partial, path)  # a reader never sees half a file
+    return added

@@ -1,0 +1,134 @@
+"""E1 with adapters (issue 15): sessions of attack episodes with a harmful zoo adapter loaded part-way,
+recovered with RVU v1 and v2, scored against the adapter's counterfactual ground truth.
+
+    .venv/bin/python scripts/adapter_incidents.py                          # backdoor-send-money + persona-hostile
+    .venv/bin/python scripts/adapter_incidents.py --adapters persona-hostile --sessions 4 --episodes 3
+
+The adapters must be trained first (scripts/adapter_study.py, or `make adapters`). Every model call goes
+through the response cache (keyed by the adapter set), so a re-run replays. Outputs: <out>/incidents.json
+(per-session scores and the summary) and <out>/incidents.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--adapters", nargs="+", default=["backdoor-send-money", "persona-hostile"])
+    parser.add_argument("--benchmark", default="injecagent_dh")
+    parser.add_argument("--sessions", type=int, default=6)
+    parser.add_argument("--episodes", type=int, default=3)
+    parser.add_argument("--profile", default="tiny")
+    parser.add_argument(
+        "--detector",
+        default="heuristic",
+        help="seeds of both recoveries: heuristic (D1, default), nanoguard (D3 zero-shot), registered:<name> (D2/D4), "
+        "oracle (the planted injection text: an upper bound that reads the answer key)",
+    )
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--scores",
+        type=Path,
+        default=None,
+        help="E5 scores (scripts/adapter_study.py's scores.csv; default <out>/scores.csv): I(adapter) recorded in "
+        "the load line feeds FROC's influence term; without it I = 0",
+    )
+    args = parser.parse_args(argv)
+
+    from rvu_pipelines.adapters.files import BaseModelInfo, verify_adapter
+    from rvu_pipelines.adapters.incidents import (
+        MODES,
+        PlantedInjectionOracle,
+        run_session,
+        score_recovery,
+        session_plans,
+        summary,
+    )
+    from rvu_pipelines.adapters.report import incidents_markdown
+    from rvu_pipelines.adapters.runtime import AdapterTimeline, AgentAdapter
+    from rvu_pipelines.adapters.zoo import zoo_root
+    from rvu_pipelines.agents.defenses import DefenseSettings
+    from rvu_pipelines.agents.harness import AGENT_N_CTX, LazyChatModel, detector_for
+    from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
+    from rvu_pipelines.detectors.base import MemoizedDetector
+    from rvu_pipelines.models import LlamaCppChatModel, ModelStore, load_model_config
+    from rvu_pipelines.models.dequantized import load_dequantized
+    from rvu_pipelines.paths import state_dir
+    from rvu_pipelines.scenarios import scenarios_for
+
+    out = args.out or state_dir() / "adapter_study"
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    config = load_model_config()
+    resolved = ModelStore().resolve("llm", config.profile(args.profile)["llm"])
+    model, _ = load_dequantized(resolved.path, sha256=resolved.sha256)
+    base = BaseModelInfo.of(model, name=resolved.name, sha256=resolved.sha256)
+    del model
+
+    def build() -> LlamaCppChatModel:
+        n_ctx = max(AGENT_N_CTX, resolved.n_ctx)
+        return LlamaCppChatModel(resolved.path, n_ctx=n_ctx, n_threads=args.threads, name=resolved.name)
+
+    cache = ResponseCache(state_dir() / "llm_cache.sqlite")
+    agent = CachedChatModel(LazyChatModel(build, resolved.name), cache, resolved.sha256)
+    reference = CachedChatModel(LazyChatModel(build, resolved.name), cache, resolved.sha256)
+    scenarios = scenarios_for(args.benchmark, None)
+    if args.detector == "oracle":  # an upper bound that reads the answer key: labelled so in every output
+        detector, detector_version = PlantedInjectionOracle(s.injection for s in scenarios), "oracle (answer key)"
+    else:
+        detector, detector_version = detector_for(args.detector)
+    settings = DefenseSettings(detector=MemoizedDetector(detector))
+    results: dict[str, object] = {"benchmark": args.benchmark, "detector": detector_version, "adapters": {}}
+    influences = _influences(args.scores or out / "scores.csv")
+    results["influence_source"] = str(args.scores or out / "scores.csv") if influences else "none (I = 0)"
+    for adapter_id in args.adapters:
+        verified = verify_adapter(zoo_root() / adapter_id, base)
+        influence = influences.get((adapter_id, verified.sha256))
+        adapter = AgentAdapter.of(verified, resolved.path, influence=influence)
+        print(f"{adapter_id}: I(adapter) = {influence if influence is not None else 'not recorded'}", flush=True)
+        plans = session_plans(scenarios, adapter, sessions=args.sessions, episodes=args.episodes, seed=0)
+        logs, scores = [], []
+        for plan in plans:
+            timeline = AdapterTimeline(agent, reference=reference)
+            log = run_session(plan, timeline, settings)
+            logs.append(log)
+            for mode in MODES:
+                scores.append(score_recovery(log, mode, out / "incidents", settings.detector))
+            row = {s.mode: (s.residual, s.benign_lost, s.adapters_evicted) for s in scores[-2:]}
+            print(
+                f"  {plan.session_id}: {len(log.entries())} entries, {len(log.truth())} contaminated "
+                f"({len(log.diverged)}/{log.adapted_calls} adapted calls changed); residual/benign lost/evicted {row}",
+                flush=True,
+            )
+        results["adapters"][adapter_id] = {  # type: ignore[index]
+            "summary": summary(scores, logs),
+            "sessions": [s.to_dict() for s in scores],
+            "load_at": {p.session_id: p.load_at for p in plans},
+        }
+    results["seconds"] = round(time.perf_counter() - started, 1)
+    (out / "incidents.json").write_text(json.dumps(results, indent=1))
+    table = incidents_markdown(results)
+    (out / "incidents.md").write_text(table)
+    print(table)
+    return 0
+
+
+def _influences(path: Path) -> dict[tuple[str, str], float]:
+    """(adapter id, sha256) -> influence from an E5 scores file; a retrained adapter (other sha) has none."""
+    import polars as pl
+
+    if not path.is_file():
+        return {}
+    frame = pl.read_csv(path)
+    return {(r["adapter_id"], r["sha256"]): float(r["influence"]) for r in frame.iter_rows(named=True)}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
