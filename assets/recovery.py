@@ -180,15 +180,24 @@ def incident_recovery(
     vectors = embedder.build(embedder_model.path, name=f"{embedder_model.name}@{embedder_model.sha256[:12]}")
     policy = recovery.policy()
     with mlflow_tracker.run_for(context, params={"incident": incident_id, **policy.summary()}) as run:
+        from rvu_pipelines.adapters.blocklist import record_evictions  # runtime only: keeps the code location light
+        from rvu_pipelines.adapters.recovery_gate import default_gate
+        from rvu_pipelines.provenance.incident import load_incident
+
+        log = load_incident(source)
         result = recover(
-            source,
+            log,
             recovery.store_path,
             recovery.index_path,
             recovery.key_dir,
             recovery.certificate_path(incident_id),
             policy=policy,
             embedder=vectors,
+            gate=default_gate(),
         )
+        blocklisted = record_evictions(log, result.evicted_adapters)
+        if blocklisted:
+            context.log.info(f"evicted adapters added to the gate's blocklist: {blocklisted}")
         run.log_metrics(result.metrics())
         run.log_artifact(result.certificate_path, "certificates")
     v1, v2 = set(result.closure_v1), set(result.closure_v2)

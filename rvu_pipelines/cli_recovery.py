@@ -52,6 +52,8 @@ STATE_HELP = "Recovery state folder (default .rvu/recovery)."
 )
 def recover(incident: str, cert_out: str | None, state: str | None, max_depth: int | None, new_key: bool) -> None:
     """Recover from an incident log without Dagster: ingest, closure, risk, tiers, signed certificate."""
+    from rvu_pipelines.adapters.blocklist import record_evictions
+    from rvu_pipelines.adapters.recovery_gate import default_gate
     from rvu_pipelines.provenance.incident import load_incident
     from rvu_pipelines.recovery import recover as run_recovery
     from rvu_pipelines.recovery.state import RecoveryPaths
@@ -69,7 +71,11 @@ def recover(incident: str, cert_out: str | None, state: str | None, max_depth: i
         max_depth=max_depth,
         certificates_dir=paths.certificates,
         new_key=new_key,
+        gate=default_gate(),
     )
+    blocked = record_evictions(log, result.evicted_adapters)
+    if blocked:
+        console.print(f"evicted adapters blocklisted (sha256): {', '.join(b[:12] for b in blocked)}", highlight=False)
     if result.key_created:
         console.print(f"created signing key {result.key_fingerprint} in {paths.keys}", highlight=False)
     console.print(

@@ -24,7 +24,7 @@ the other benign adapters.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,14 +61,31 @@ def load_gate_config(path: Path | None = None) -> GateConfig:
     return load_yaml_config(path or config_dir() / "adapters.yaml", _AdaptersYaml).gate
 
 
-def check_lists(adapter: VerifiedAdapter, config: GateConfig) -> None:
-    """Layer 1; raises ``AdapterRefused`` (blocklisted / not_allowlisted)."""
+def list_verdict(sha256: str, source: str, config: GateConfig, evicted: Mapping[str, object]) -> str:
+    """Layer 1 on an adapter's sha256 and source: "blocklisted", "not_allowlisted" or "pass"."""
+    if sha256 in set(config.blocked_sha256) or sha256 in evicted:
+        return "blocklisted"
+    if any(source.startswith(prefix) for prefix in config.blocked_sources):
+        return "blocklisted"
+    if config.allowed_sources and not any(source.startswith(p) for p in config.allowed_sources):
+        return "not_allowlisted"
+    return "pass"
+
+
+def check_lists(adapter: VerifiedAdapter, config: GateConfig, evicted: Mapping[str, object] | None = None) -> None:
+    """Layer 1; raises ``AdapterRefused`` (blocklisted / not_allowlisted). ``evicted``: the eviction
+    blocklist (default: ``adapters.blocklist.read_blocklist()``)."""
+    from rvu_pipelines.adapters.blocklist import read_blocklist
+
     manifest = adapter.manifest
-    if manifest.sha256 in set(config.blocked_sha256):
-        raise AdapterRefused("blocklisted", f"{adapter.folder}: sha256 {manifest.sha256[:12]}… is on the blocklist.")
-    if any(manifest.source.startswith(prefix) for prefix in config.blocked_sources):
-        raise AdapterRefused("blocklisted", f"{adapter.folder}: source '{manifest.source}' is blocked.")
-    if config.allowed_sources and not any(manifest.source.startswith(p) for p in config.allowed_sources):
+    evicted = read_blocklist() if evicted is None else evicted
+    verdict = list_verdict(manifest.sha256, manifest.source, config, evicted)
+    if verdict == "blocklisted":
+        why = "was evicted by a recovery" if manifest.sha256 in evicted else "or its source is on the blocklist"
+        raise AdapterRefused(
+            "blocklisted", f"{adapter.folder}: sha256 {manifest.sha256[:12]}… from '{manifest.source}' {why}."
+        )
+    if verdict == "not_allowlisted":
         raise AdapterRefused(
             "not_allowlisted",
             f"{adapter.folder}: source '{manifest.source}' is not on the allowlist (gate.allowed_sources).",

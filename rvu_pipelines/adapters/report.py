@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import polars as pl
 
@@ -40,4 +41,34 @@ def gate_markdown(evaluation: GateEvaluation, influence: Mapping[str, float], sc
             f"| {row['adapter_id']} | {row['label']} | {row['category']} | {row['projection']:+.4f} | "
             f"{row['safe_lora']:.4f} | {row['ood']:.2f} | {row['influence']:.3f} |"
         )
+    return "\n".join(lines) + "\n"
+
+
+def _mean_ci(cell: Mapping[str, Any]) -> str:
+    low, high = (float(v) for v in cell["ci95"])
+    return f"{float(cell['mean']):.2f} [{low:.2f}, {high:.2f}]"
+
+
+def incidents_markdown(results: Mapping[str, Any]) -> str:
+    """E1 with adapters: per adapter, v1 vs v2 recovery (per-session means, 95 % bootstrap CIs)."""
+    lines = [
+        f"E1 with a harmful adapter loaded part-way ({results['benchmark']}, detector {results['detector']}); "
+        "per-session mean [95 % bootstrap CI]:",
+        "",
+        "| adapter | sessions (episodes) | adapter-changed calls | contaminated / entries | recovery | "
+        "residual contaminated | of it flagged | benign lost | adapters evicted | adapter tainted |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for adapter_id, data in results["adapters"].items():
+        s = data["summary"]
+        changed = f"{s['adapter_changed_calls']}/{s['adapted_calls']}"
+        for mode in ("v1", "v2"):
+            m = s[mode]
+            lines.append(
+                f"| {adapter_id} | {s['sessions']} ({s['episodes']}) | {changed} "
+                f"| {m['contaminated']} / {m['entries']} | RVU {mode} | {_mean_ci(m['residual'])} "
+                f"| {_mean_ci(m['residual_flagged'])} "
+                f"| {_mean_ci(m['benign_lost'])} | {_mean_ci(m['adapters_evicted'])} "
+                f"| {m['adapter_tainted_sessions']}/{s['sessions']} |"
+            )
     return "\n".join(lines) + "\n"

@@ -140,6 +140,7 @@ class EpisodeAdapters:
 
     call_adapters: tuple[str | None, ...] = ()
     events: tuple[TimelineEvent, ...] = ()
+    call_diverged: tuple[bool | None, ...] = ()  # per call: the reference model answered otherwise (None: not asked)
 
 
 @dataclass
@@ -151,7 +152,9 @@ class AdapterTimeline:
     """
 
     model: Any  # an AdapterHostingModel
+    reference: Any = None  # optional ChatModel on the base weights: the counterfactual of each adapted call
     call_adapters: list[str | None] = field(default_factory=list)
+    call_diverged: list[bool | None] = field(default_factory=list)
     events: list[TimelineEvent] = field(default_factory=list)
     active: AgentAdapter | None = None
 
@@ -161,8 +164,14 @@ class AdapterTimeline:
         self.name = getattr(self.model, "name", type(self.model).__name__)
 
     def chat(self, messages: list[Message], **kwargs: Any) -> ChatCompletion:
+        """The agent's call. Under an adapter, with a ``reference``, the base model answers the same messages
+        too: whether the adapter changed this answer is the ground truth of what it contaminated."""
         completion = self.model.chat(messages, **kwargs)
+        diverged: bool | None = None
+        if self.active is not None and self.reference is not None:
+            diverged = self.reference.chat(messages, **kwargs).text.strip() != completion.text.strip()
         self.call_adapters.append(self.active.adapter_id if self.active is not None else None)
+        self.call_diverged.append(diverged)
         return completion
 
     def load(self, adapter: AgentAdapter, scale: float = 1.0) -> None:
@@ -188,5 +197,6 @@ class AdapterTimeline:
         calls, events = mark
         return EpisodeAdapters(
             call_adapters=tuple(self.call_adapters[calls:]),
+            call_diverged=tuple(self.call_diverged[calls:]),
             events=tuple(TimelineEvent(e.calls_before - calls, e.fields) for e in self.events[events:]),
         )

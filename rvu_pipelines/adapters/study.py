@@ -137,8 +137,8 @@ class AdapterLab:
         self, adapter: VerifiedAdapter, reference: VerifiedAdapter, gate: GateConfig | None = None
     ) -> AdapterScore:
         """Every gate layer and the influence of one adapter (list refusals propagate as ``AdapterRefused``)."""
-        if gate is not None:
-            check_lists(adapter, gate)
+        if gate is not None:  # the configured lists; the eviction blocklist must not hide a zoo adapter from the study
+            check_lists(adapter, gate, evicted={})
         started = time.perf_counter()
         projection = projection_score(adapter, reference)
         with self.host.loaded(adapter) as model:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from agentdojo.types import ChatMessage, get_text_content_as_str
 
 from rvu_pipelines.provenance.incident import write_incident as _write_jsonl
-from rvu_pipelines.scenarios.contract import Scenario
+from rvu_pipelines.scenarios.contract import Scenario, prefill_calls
 
 if TYPE_CHECKING:
     from rvu_pipelines.adapters.runtime import EpisodeAdapters
@@ -109,7 +109,10 @@ def episode_records(
         content = json.dumps({**stop.as_record(), "tool_output_entry": fired}, sort_keys=True)
         return add("defense_abort", content, fired if fired is not None else last_id)
 
-    model_calls = _model_call_count(messages, abort)
+    prefilled = bool(prefill_calls(scenario))  # the protocol's first turn (InjecAgent, BIPIA): not the model's
+    model_calls = _model_call_count(messages, abort) - int(
+        prefilled and any(m["role"] == "assistant" for m in messages)
+    )
     call_adapters = list(adapters.call_adapters) if adapters is not None else [None] * model_calls
     if len(call_adapters) != model_calls:
         raise ValueError(
@@ -117,6 +120,7 @@ def episode_records(
             f"{model_calls} model messages; wrap the agent's chat model in one AdapterTimeline per run."
         )
     pending = sorted(adapters.events if adapters is not None else (), key=lambda e: e.calls_before)
+    first_assistant = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), -1)
     calls_done = 0
 
     def add(
@@ -160,16 +164,18 @@ def episode_records(
                 # AgentDojo's closing message on an abort: the defense's words, not the model's
                 last_id, abort_recorded = add_abort(abort), True
                 continue
-            add_lifecycle(calls_done)
-            calls_done += 1
-            assistant = add("assistant_output", _text(message), last_id, by_model=True)
+            by_model = not (prefilled and index == first_assistant)
+            if by_model:
+                add_lifecycle(calls_done)
+                calls_done += 1
+            assistant = add("assistant_output", _text(message), last_id, by_model=by_model)
             last_id = assistant
             for call in message.get("tool_calls") or []:
-                entry = add("tool_call", _call_text(call.function, call.args), assistant, by_model=True)
+                entry = add("tool_call", _call_text(call.function, call.args), assistant, by_model=by_model)
                 call_entry[str(call.id)] = entry
             for call in blocked.get(index, []):
                 blocked_text = _call_text(call.function, call.args) + f" blocked: {call.reason}"
-                add("tool_call_blocked", blocked_text, assistant, by_model=True)
+                add("tool_call_blocked", blocked_text, assistant, by_model=by_model)
         elif role == "tool":
             call = message.get("tool_call")
             parent = call_entry.get(

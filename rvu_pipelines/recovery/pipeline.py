@@ -111,7 +111,7 @@ class NotRunProbe:
     """No probes yet: the certificate says so plainly instead of claiming a verdict."""
 
     def run(self, store: ProvenanceStore, purged_entry_ids: Sequence[str]) -> Mapping[str, Any]:
-        return {"status": "not run", "reason": "membership probes are not implemented yet"}
+        return {"status": "not run", "reason": "no membership probe was given (E6 runs in the adapter study)"}
 
 
 # ------------------------------------------------------------------------------------ results
@@ -229,7 +229,7 @@ def plan_tiers(risk: RiskTable, graph: ProvenanceGraph, closures: Closures, seed
 
 def _gate_section(gate: AdapterGate | None, incident: IncidentLog) -> dict[str, Any]:
     if gate is None:
-        return {"status": "not run", "reason": "the adapter gate is not implemented yet"}
+        return {"status": "not run", "reason": "no adapter gate was given (rvu recover passes adapters.ScreeningGate)"}
     return {
         "status": "run",
         "gate": gate.name,
