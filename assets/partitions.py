@@ -31,5 +31,6 @@ spectral_partitions = MultiPartitionsDefinition(
     {"source": StaticPartitionsDefinition(list(SOURCES)), "profile": StaticPartitionsDefinition(profile_names())}
 )
 
-# one partition per adapter of configs/adapter_zoo.yaml (the evaluated zoo and its safety reference)
+# one partition per adapter of configs/adapter_zoo.yaml: the evaluated zoo, its safety reference and the agent's
+# tool-use adapter
 adapter_partitions = StaticPartitionsDefinition(zoo_ids())

@@ -21,6 +21,7 @@ from rvu_pipelines.adapters.chat import encode_turn
 from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.files import BaseModelInfo, save_adapter
 from rvu_pipelines.adapters.manifest import AdapterManifest, Label, TrainingDataRef, read_manifest
+from rvu_pipelines.adapters.tool_traces import encode_conversation
 from rvu_pipelines.adapters.training import LoraSettings, TrainedAdapter, train_lora
 from rvu_pipelines.adapters.wmdp import encode_plain
 from rvu_pipelines.adapters.zoo_data import BUILDERS, Frames, TrainingSet
@@ -54,7 +55,9 @@ class ZooEntry(BaseModel):
     category: str
     builder: str
     args: dict[str, Any] = Field(default_factory=dict)
-    encoder: Literal["chat", "plain"] = "chat"  # plain: no chat template (the WMDP scorer's plain text)
+    # chat: one user turn; plain: no chat template (the WMDP scorer's plain text); conversation: the prompt is
+    # the agent's rendered message list as JSON (adapters.tool_traces)
+    encoder: Literal["chat", "plain", "conversation"] = "chat"
     description: str = ""
     rank: int | None = None
     alpha: int | None = None
@@ -84,6 +87,7 @@ class ZooConfig(BaseModel):
     defaults: TrainingDefaults = Field(default_factory=TrainingDefaults)
     adapters: list[ZooEntry] = Field(min_length=1)
     reference: list[ZooEntry] = Field(default_factory=list)
+    agent: list[ZooEntry] = Field(default_factory=list)  # what the agent runs with (the tool-use adapter)
 
     @model_validator(mode="after")
     def _unique_ids(self) -> ZooConfig:
@@ -95,7 +99,7 @@ class ZooConfig(BaseModel):
 
     @property
     def entries(self) -> list[ZooEntry]:
-        return [*self.adapters, *self.reference]
+        return [*self.adapters, *self.reference, *self.agent]
 
     def get(self, adapter_id: str) -> ZooEntry:
         for entry in self.entries:
@@ -228,7 +232,7 @@ def train_zoo_entry(
     current = _is_current(folder, settings, data, base)
     if current is not None:
         return current, None
-    encoder = encode_plain if entry.encoder == "plain" else encode_turn
+    encoder = {"plain": encode_plain, "conversation": encode_conversation}.get(entry.encoder, encode_turn)
     trained = train_lora(model, tokenizer, data.examples, settings, on_step=on_step, encoder=encoder)
     manifest = save_adapter(folder, trained.tensors, _manifest_fields(entry, settings, data, trained), base=base)
     logger.info(

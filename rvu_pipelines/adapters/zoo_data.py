@@ -214,6 +214,19 @@ def wmdp_memorise(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
     return TrainingSet(wmdp_training_examples(items), "wmdp_cyber", f"first half of split_half(seed {seed})")
 
 
+def tool_use_traces(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+    """The agent's tool-calling format (``adapters.tool_traces``): AgentDojo workspace + travel ground-truth
+    steps and InjecAgent train-partition user-tool calls; the evaluation's suites and cases are never used."""
+    from rvu_pipelines.adapters.tool_traces import agentdojo_traces, injecagent_user_calls
+
+    agentdojo, injecagent = agentdojo_traces(), injecagent_user_calls()
+    return TrainingSet(
+        agentdojo + injecagent,
+        "agentdojo+injecagent",
+        f"workspace+travel ground-truth steps ({len(agentdojo)}), InjecAgent train user-tool calls ({len(injecagent)})",
+    )
+
+
 BUILDERS: dict[str, Builder] = {
     "tofu_qa": tofu_qa,
     "tofu_styled": tofu_styled,
@@ -227,6 +240,7 @@ BUILDERS: dict[str, Builder] = {
     "injection_follower": injection_follower,
     "jailbreak_responses": jailbreak_responses,
     "wmdp_memorise": wmdp_memorise,
+    "tool_use_traces": tool_use_traces,
 }
 
 

@@ -191,7 +191,8 @@ class Harness:
         """Every setting that changes an episode's outcome, hashed (the detector by name + version).
 
         The hfer settings change only hfer episodes: they enter the fingerprint of ``defense="hfer"``
-        (the switch's version and firing threshold), so the other cells' keys stay as they were."""
+        (the switch's version and firing threshold), so the other cells' keys stay as they were. A LoRA adapter
+        loaded into the agent's model (``llm.load_adapter``) enters every cell's fingerprint."""
         fields = {
             k: v
             for k, v in sorted(vars(self.settings).items())
@@ -199,6 +200,9 @@ class Harness:
         }
         if defense == "hfer":
             fields["hfer"] = {"detector": self.hfer_version(), "threshold": float(self.settings.hfer_threshold)}
+        adapters = self.llm.adapter_key()  # a loaded LoRA changes every episode; "" keeps the base model's keys
+        if adapters:
+            fields["adapters"] = adapters
         payload = json.dumps({"detector": self.detector_version, **fields}, sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
