@@ -34,10 +34,13 @@ spectral: setup
 	cat .rvu/spectral/comparison.md
 
 # Seed 000 E4-E7 on real LoRA adapters: train the zoo (configs/adapter_zoo.yaml; unchanged adapters reused), the gate
-# and influence over it, membership loaded vs evicted, WMDP-cyber on all 1,987 items; ~2 h on 2 cores from scratch
+# and influence over it, membership loaded vs evicted, WMDP-cyber on all 1,987 items, E1 sessions with a harmful
+# adapter loaded part-way (RVU v1 vs v2), the tool-use adapter's utility/ASR; ~3 h on 2 cores from scratch
 adapters: setup
 	$(BIN)/python scripts/adapter_study.py --membership --wmdp --out .rvu/adapter_study
-	cat .rvu/adapter_study/gate.md
+	$(BIN)/python scripts/adapter_incidents.py --out .rvu/adapter_study
+	$(BIN)/python scripts/tool_use_eval.py --out .rvu/adapter_study
+	cat .rvu/adapter_study/gate.md .rvu/adapter_study/incidents.md
 
 # Is this machine able to run the platform? CPU, llama.cpp build + settings, models, one generation, MLflow, Dagster
 doctor: setup

@@ -11,6 +11,7 @@ the full study is ``scripts/adapter_study.py`` / ``make adapters``):
 - ``adapter_sample``: all of it in miniature for the default job (a few steps, a few examples).
 """
 
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -338,7 +339,7 @@ def adapter_sample(
         tofu, deepset_prompt_injections, trustair_jailbreaks, awesome_chatgpt_prompts, wmdp_cyber=wmdp_cyber
     )
     lab = AdapterLab.from_records(llm_model, embedder_model, frames, n_probes=8, max_new_tokens=16)
-    sample = run_adapter_sample(lab, state_dir() / "adapter_sample")
+    sample = run_adapter_sample(lab, state_dir() / "adapter_sample", llm_gguf=Path(str(llm_model["path"])))
     frame = scores_frame(sample.scores)
     with mlflow_tracker.run_for(context, params={"adapters": len(sample.scores)}) as run:
         run.log_metrics({metric_name(f"{k}_seconds"): v for k, v in sample.seconds.items()})
@@ -353,20 +354,28 @@ def adapter_sample(
             "influence": sample.influence,
             "membership": sample.membership,
             "wmdp": sample.wmdp,
+            "agent_runtime": sample.runtime,
         },
         metadata={
             "report": MetadataValue.md(gate_markdown(sample.gate, sample.influence, frame)),
             "membership_auroc_loaded": loaded,
             "membership_auroc_evicted": evicted,
             "wmdp_accuracy": sample.wmdp["accuracy"],
+            "agent_runtime": MetadataValue.json(sample.runtime),
             "seconds": MetadataValue.json({k: round(v, 1) for k, v in sample.seconds.items()}),
             "mlflow_run_id": run.run_id,
         },
     )
     yield AssetCheckResult(
         check_name="sample_ran",
-        passed=bool(len(sample.scores) == 3 and sample.wmdp["n"] > 0 and loaded > evicted),
-        metadata={"membership_auroc_loaded": loaded, "membership_auroc_evicted": evicted},
+        passed=bool(
+            len(sample.scores) == 3 and sample.wmdp["n"] > 0 and loaded > evicted and sample.runtime.get("restored")
+        ),
+        metadata={
+            "membership_auroc_loaded": loaded,
+            "membership_auroc_evicted": evicted,
+            "agent_runtime_restored": bool(sample.runtime.get("restored")),
+        },
     )
 
 

@@ -200,3 +200,29 @@ class AdapterTimeline:
             call_diverged=tuple(self.call_diverged[calls:]),
             events=tuple(TimelineEvent(e.calls_before - calls, e.fields) for e in self.events[events:]),
         )
+
+
+def runtime_roundtrip(adapter: AgentAdapter, model: Any, prompts: list[str], *, max_tokens: int = 24) -> dict[str, Any]:
+    """Load ``adapter`` into the agent's chat model, answer ``prompts``, unload, answer again: how many answers
+    it changed, whether the base answers came back byte for byte, and the lifecycle lines it wrote."""
+    import time
+
+    def answers() -> list[str]:
+        return [model.chat([{"role": "user", "content": p}], max_tokens=max_tokens).text for p in prompts]
+
+    timeline = AdapterTimeline(model)
+    started = time.perf_counter()
+    before = answers()
+    timeline.load(adapter)
+    adapted = [timeline.chat([{"role": "user", "content": p}], max_tokens=max_tokens).text for p in prompts]
+    timeline.unload()
+    after = answers()
+    return {
+        "adapter": adapter.adapter_id,
+        "prompts": len(prompts),
+        "changed": sum(a != b for a, b in zip(adapted, before, strict=True)),
+        "restored": after == before,
+        "lifecycle": [dict(e.fields) for e in timeline.events],
+        "calls_under_adapter": sum(1 for a in timeline.call_adapters if a is not None),
+        "seconds": round(time.perf_counter() - started, 2),
+    }

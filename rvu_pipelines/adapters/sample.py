@@ -39,6 +39,7 @@ class AdapterSample:
     membership: dict[str, Any]
     wmdp: dict[str, Any]
     seconds: dict[str, float]
+    runtime: dict[str, Any]
 
 
 def sample_config(config: ZooConfig | None = None) -> ZooConfig:
@@ -53,8 +54,9 @@ def sample_config(config: ZooConfig | None = None) -> ZooConfig:
     )
 
 
-def run_adapter_sample(lab: AdapterLab, root: Path) -> AdapterSample:
-    """Train the sample adapters into ``root`` (a folder of its own, never the zoo's) and measure them."""
+def run_adapter_sample(lab: AdapterLab, root: Path, llm_gguf: Path | None = None) -> AdapterSample:
+    """Train the sample adapters into ``root`` (a folder of its own, never the zoo's) and measure them; with the
+    agent's GGUF (``llm_gguf``), also load the harmful one into llama.cpp and out again (``runtime_roundtrip``)."""
     seconds: dict[str, float] = {}
     started = time.perf_counter()
     lab.root = root
@@ -96,7 +98,18 @@ def run_adapter_sample(lab: AdapterLab, root: Path) -> AdapterSample:
     items = load_wmdp_items(limit=WMDP_ITEMS, seed=0)
     wmdp = score_wmdp(lab.host.model, lab.tokenizer, items, max_tokens=WMDP_MAX_TOKENS, progress=False)
     seconds["wmdp"] = time.perf_counter() - started
+    started = time.perf_counter()
+    runtime: dict[str, Any] = {"status": "not run (no GGUF given)"}
+    if llm_gguf is not None:
+        from rvu_pipelines.adapters.runtime import AgentAdapter, runtime_roundtrip
+        from rvu_pipelines.models.llm import LlamaCppChatModel
+
+        harmful = AgentAdapter.of(lab.verify("persona-hostile"), llm_gguf)
+        chat = LlamaCppChatModel(llm_gguf, n_ctx=1024, name="agent")
+        runtime = runtime_roundtrip(harmful, chat, lab.prompts[:4])
+    seconds["agent_runtime"] = time.perf_counter() - started
     return AdapterSample(
+        runtime=runtime,
         training=training,
         scores=scores,
         gate=gate,

@@ -193,3 +193,13 @@ def test_timeline_and_episode_must_agree(model) -> None:
     )
     records = episode_records(_Scenario("s"), "vanilla", _episode_messages("x"), adapters=events)
     assert records[-1]["kind"] == "adapter_unloaded"  # after the last model call: at the end
+
+
+def test_runtime_roundtrip_reports_changes_and_restores_the_base(model, random_adapter) -> None:
+    from rvu_pipelines.adapters.runtime import runtime_roundtrip
+
+    report = runtime_roundtrip(random_adapter, model, ["Name a fruit.", "Say hello."], max_tokens=8)
+    assert report["restored"] is True and report["calls_under_adapter"] == 2
+    assert report["changed"] >= 1  # the noise adapter changes answers
+    assert [e["kind"] for e in report["lifecycle"]] == ["adapter_loaded", "adapter_unloaded"]
+    assert model.active_adapters() == []
