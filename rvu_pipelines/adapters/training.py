@@ -35,6 +35,11 @@ class LoraSettings:
     batch_size: int = 8
     max_tokens: int = 160
     seed: int = 0
+    # memory, not the result: a batch is run in chunks of this many examples with gradients accumulated by
+    # answer-token share (None: the whole batch at once), and long sequences recompute activations layer by
+    # layer in the backward pass instead of keeping them (gradient checkpointing)
+    micro_batch_size: int | None = None
+    gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.target_modules) - set(LLAMA_TARGETS))
@@ -120,6 +125,8 @@ def train_lora(
     turns = [encoder(tokenizer, ex, max_tokens=settings.max_tokens) for ex in examples]
     pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
     wrapped = get_peft_model(model, peft_config(settings))
+    if settings.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     trainable = [p for p in wrapped.parameters() if p.requires_grad]
     optimiser = torch.optim.AdamW(trainable, lr=settings.learning_rate, weight_decay=0.0)
     order: list[int] = []
@@ -132,17 +139,26 @@ def train_lora(
                 order.extend(rng.permutation(len(turns)).tolist())
             batch = [turns[i] for i in order[: settings.batch_size]]
             del order[: settings.batch_size]
-            loss = answer_loss(wrapped, *collate(batch, pad_id))
-            loss.backward()
+            micro = settings.micro_batch_size or len(batch)
+            answer_tokens = sum(len(t.completion_ids) for t in batch)
+            step_loss = 0.0
+            for start in range(0, len(batch), micro):
+                chunk = batch[start : start + micro]
+                share = sum(len(t.completion_ids) for t in chunk) / answer_tokens
+                loss = answer_loss(wrapped, *collate(chunk, pad_id)) * share
+                loss.backward()
+                step_loss += float(loss.detach())
             optimiser.step()
             optimiser.zero_grad(set_to_none=True)
-            losses.append(float(loss.detach()))
+            losses.append(step_loss)
             if on_step is not None:
                 on_step(step, losses[-1])
         tensors = {k: v.detach().to(torch.float32).clone() for k, v in get_peft_model_state_dict(wrapped).items()}
     finally:
         wrapped.eval()
         wrapped.unload()  # the base model object, without LoRA layers, back to its caller
+        if settings.gradient_checkpointing:
+            model.gradient_checkpointing_disable()
     return TrainedAdapter(
         tensors=tensors,
         settings=settings,

@@ -45,6 +45,8 @@ class TrainingDefaults(BaseModel):
     max_tokens: int = Field(default=160, ge=32)
     max_examples: int = Field(default=160, ge=1)
     seed: int = 0
+    micro_batch_size: int | None = Field(default=None, ge=1)  # memory only (LoraSettings)
+    gradient_checkpointing: bool = False  # memory only
 
 
 class ZooEntry(BaseModel):
@@ -69,6 +71,8 @@ class ZooEntry(BaseModel):
     max_tokens: int | None = None
     max_examples: int | None = None
     seed: int | None = None
+    micro_batch_size: int | None = None
+    gradient_checkpointing: bool | None = None
 
     @model_validator(mode="after")
     def _known_builder(self) -> ZooEntry:
@@ -119,6 +123,8 @@ class ZooConfig(BaseModel):
             batch_size=t.batch_size,
             max_tokens=t.max_tokens,
             seed=t.seed,
+            micro_batch_size=t.micro_batch_size,
+            gradient_checkpointing=t.gradient_checkpointing,
         )
 
 
