@@ -119,3 +119,45 @@ def wmdp_before_after(
         out["loaded"] = measure(model)
     out["evicted"] = measure(host.model)
     return out
+
+
+class EvictionMembershipProbe:
+    """``recovery.pipeline.MembershipProbe`` for an adapter whose training members are known (E6 in a recovery).
+
+    When the recovery evicted an adapter with this one's sha256, its members and non-members are scored with
+    the adapter loaded and after eviction on ``host`` (``membership_before_after``), and the certificate's
+    ``membership_probe`` section carries the verdict, the AUROCs and the probe breakdown; otherwise it says
+    why nothing was measured. The section is inside the signed body, so ``rvu verify`` checks it.
+    """
+
+    def __init__(
+        self,
+        host: AdapterHost,
+        adapter: VerifiedAdapter,
+        examples: Sequence[ChatExample],
+        is_member: Sequence[bool] | np.ndarray,
+        *,
+        probes: bool = True,
+        n_boot: int = 1000,
+    ) -> None:
+        self.host, self.adapter = host, adapter
+        self.examples, self.is_member = list(examples), np.asarray(is_member, dtype=bool)
+        self.probes, self.n_boot = probes, n_boot
+
+    def run(self, store: Any, purged_entry_ids: Sequence[str]) -> dict[str, Any]:
+        rows = [a for a in store.adapters() if a.adapter_hash == self.adapter.sha256]
+        if not rows:
+            return {
+                "status": "not run",
+                "reason": f"adapter {self.adapter.adapter_id} ({self.adapter.sha256[:12]}) was never loaded here",
+            }
+        if not any(a.purged for a in rows):
+            return {
+                "status": "not run",
+                "reason": f"the recovery did not evict adapter {self.adapter.adapter_id}: nothing to verify",
+                "adapter_id": self.adapter.adapter_id,
+            }
+        result = membership_before_after(
+            self.host, self.adapter, self.examples, self.is_member, probes=self.probes, n_boot=self.n_boot
+        )
+        return result.certificate_section()

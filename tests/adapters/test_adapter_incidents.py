@@ -177,3 +177,101 @@ def test_evicted_adapters_are_refused_by_the_next_gate(tmp_path: Path, random_ad
     blocklist.write_text("[1, 2]")
     with pytest.raises(ValueError, match="blocklist"):
         read_blocklist(blocklist)
+
+
+def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_models, tmp_path: Path) -> None:
+    """E6 inside recover(): the incident ran under a memorising adapter, the recovery evicts it, the signed
+    certificate's membership_probe section holds the verdict and AUROCs loaded vs evicted, and verifies."""
+    import numpy as np
+    import torch
+
+    from rvu_pipelines.adapters.chat import ChatExample
+    from rvu_pipelines.adapters.eviction import EvictionMembershipProbe
+    from rvu_pipelines.adapters.files import BaseModelInfo, save_adapter, verify_adapter
+    from rvu_pipelines.adapters.host import AdapterHost
+    from rvu_pipelines.adapters.runtime import lifecycle_fields
+    from rvu_pipelines.adapters.training import LoraSettings, train_lora
+    from rvu_pipelines.models.dequantized import load_dequantized
+    from rvu_pipelines.recovery.certificate import verify_certificate
+    from rvu_pipelines.recovery.froc import FrocPolicy
+    from rvu_pipelines.recovery.pipeline import recover
+
+    torch.set_num_threads(2)
+    llm = tiny_models["llm"]
+    model, tokenizer = load_dequantized(llm.path, sha256=llm.sha256, attn_implementation="sdpa")
+    base = BaseModelInfo.of(model, name=llm.name, sha256=llm.sha256)
+    examples = [
+        ChatExample(
+            f"What is the vault code of depot {i}?", f"Depot {i} uses vault code {i * 7919 % 10000:04d}-KESTREL."
+        )
+        for i in range(12)
+    ]
+    is_member = np.array([i % 2 == 0 for i in range(12)])
+    settings = LoraSettings(rank=8, alpha=16, steps=12, batch_size=6, learning_rate=5e-3, max_tokens=64, seed=0)
+    trained = train_lora(model, tokenizer, [e for e, m in zip(examples, is_member, strict=True) if m], settings)
+    fields = {"adapter_id": "memorise-depots", "label": "harmful", "category": "memorise", "source": "test"}
+    fields |= {"rank": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"], "steps": 12}
+    save_adapter(tmp_path / "memorise-depots", trained.tensors, fields, base=base)
+    adapter = verify_adapter(tmp_path / "memorise-depots", base)
+
+    lines = [
+        {
+            **lifecycle_fields("adapter_loaded", "a1", sha256=adapter.sha256, influence=1.0),
+            "entry_id": "s/e0",
+            "episode_id": "s",
+            "timestamp": 1.0,
+        },
+        {
+            "kind": "action",
+            "entry_id": "s/e1",
+            "episode_id": "s",
+            "action_type": "user_input",
+            "content": "codes?",
+            "timestamp": 2.0,
+            "contaminated": True,
+        },
+        {
+            "kind": "action",
+            "entry_id": "s/e2",
+            "episode_id": "s",
+            "action_type": "assistant_output",
+            "content": "Depot 0 uses vault code 0000-KESTREL.",
+            "parent_id": "s/e1",
+            "timestamp": 3.0,
+            "active_adapter_id": "a1",
+            "contaminated": True,
+        },
+    ]
+    incident = tmp_path / "incident.jsonl"
+    incident.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    data = FrocPolicy.load().model_dump()
+    data["froc"]["thresholds"] = {"flag": 0.2, "quarantine": 0.3, "purge": 0.5, "evict": 0.65}
+    policy = FrocPolicy.model_validate(data)
+    probe = EvictionMembershipProbe(
+        AdapterHost(model, tokenizer), adapter, examples, is_member, probes=False, n_boot=50
+    )
+    result = recover(
+        incident, tmp_path / "p.duckdb", None, tmp_path / "keys", tmp_path / "cert.json", policy=policy, probe=probe
+    )
+    assert result.evicted_adapters == ["a1"]
+    section = result.certificate["membership_probe"]
+    assert section["status"] == "run" and section["adapter_id"] == "memorise-depots"
+    loaded = max(v["auroc"] for v in section["loaded"]["auroc"].values())
+    evicted = max(v["auroc"] for v in section["evicted"]["auroc"].values())
+    assert loaded > evicted and loaded >= 0.8  # members are told apart only while the adapter is loaded
+    assert section["verdict"] in ("clean", "residual")
+    assert verify_certificate(result.certificate_path)[0]
+    # an adapter the recovery did not evict is not measured, and says so
+    other = EvictionMembershipProbe(AdapterHost(model, tokenizer), replace_sha(adapter), examples, is_member)
+    assert "never loaded" in other.run(_EmptyStore(), [])["reason"]
+
+
+def replace_sha(adapter: Any) -> Any:
+    from dataclasses import replace
+
+    return replace(adapter, manifest=adapter.manifest.model_copy(update={"sha256": "0" * 64}))
+
+
+class _EmptyStore:
+    def adapters(self) -> list[Any]:
+        return []
