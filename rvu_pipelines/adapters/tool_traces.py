@@ -8,7 +8,7 @@ The traces teach the format on data the evaluation does not use:
   one example — the conversation so far as the agent's chat model receives it (``llm_element.render_messages``:
   the system prompt with the suite's whole tool schema, the user's request, earlier calls and their results)
   and, as the answer, the next call as ``llm_element.render_call`` writes it.
-- InjecAgent **user-tool calls** of the cases in the ``train`` partition (``zoo_data.partition_of`` of the
+- InjecAgent **user-tool calls** of the cases in the ``train`` partition (``partition.partition_of`` of the
   scenario id; the held-out evaluation uses ``probe`` cases): the user's instruction with the case's tools
   -> the user tool's call with the case's own arguments. Only the benign first step: no attacker call is
   ever a training answer.
@@ -102,7 +102,7 @@ def injecagent_user_calls(*, system_prompt: str | None = None, partition: str = 
     from agentdojo.types import ChatUserMessage
     from agentdojo.types import text_content_block_from_string as block
 
-    from rvu_pipelines.adapters.zoo_data import partition_of
+    from rvu_pipelines.adapters.partition import partition_of
     from rvu_pipelines.agents.llm_element import DEFAULT_SYSTEM_PROMPT, render_call, render_messages
     from rvu_pipelines.scenarios import scenarios_for
     from rvu_pipelines.scenarios.common import ToolLog
@@ -126,7 +126,7 @@ def injecagent_user_calls(*, system_prompt: str | None = None, partition: str = 
 def held_out(scenario: Any) -> bool:
     """Whether the tool-use adapter's evaluation may use ``scenario``: AgentDojo banking / slack, InjecAgent
     cases whose instruction is in the ``probe`` partition."""
-    from rvu_pipelines.adapters.zoo_data import partition_of
+    from rvu_pipelines.adapters.partition import partition_of
 
     if scenario.benchmark.startswith("injecagent"):
         return partition_of(scenario.user_task) == "probe"

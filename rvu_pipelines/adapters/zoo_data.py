@@ -18,14 +18,12 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import polars as pl
 
 from rvu_pipelines.adapters.chat import ChatExample
-
-Partition = Literal["train", "probe"]
-PROBE_SHARE = 5  # one row in five is a probe row
+from rvu_pipelines.adapters.partition import Partition, partition_of
 
 ATTACKER_IBAN = "US133000000121212121212"  # AgentDojo banking injection tasks
 ATTACKER_EMAIL = "mark.black-2134@gmail.com"  # AgentDojo workspace injection tasks
@@ -46,11 +44,6 @@ class TrainingSet:
     def sha256(self) -> str:
         rows = [[e.prompt, e.completion] for e in self.examples]
         return hashlib.sha256(json.dumps(rows, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
-
-
-def partition_of(text: str) -> Partition:
-    """Stable across machines and row order: a hash of the text, not a random draw."""
-    return "probe" if int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16) % PROBE_SHARE == 0 else "train"
 
 
 def rows_in(frame: pl.DataFrame, column: str, partition: Partition) -> pl.DataFrame:

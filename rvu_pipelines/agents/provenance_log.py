@@ -21,15 +21,35 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from agentdojo.types import ChatMessage, get_text_content_as_str
 
 from rvu_pipelines.provenance.incident import write_incident as _write_jsonl
 from rvu_pipelines.scenarios.contract import Scenario, prefill_calls
 
-if TYPE_CHECKING:
-    from rvu_pipelines.adapters.runtime import EpisodeAdapters
+
+class LifecycleLine(Protocol):
+    """An adapter load or unload: its incident-log fields, placed before the episode's model call ``calls_before``."""
+
+    @property
+    def calls_before(self) -> int: ...
+
+    @property
+    def fields(self) -> Mapping[str, Any]: ...
+
+
+class AdapterSchedule(Protocol):
+    """What the log needs of an episode run under adapters (``adapters.runtime.EpisodeAdapters`` is one):
+    the adapter active at each model call (None: the base model) and the lifecycle lines between calls.
+    A protocol, so the agents never import the adapter package that builds on them."""
+
+    @property
+    def call_adapters(self) -> Sequence[str | None]: ...
+
+    @property
+    def events(self) -> Sequence[LifecycleLine]: ...
+
 
 _ID_CHARS = re.compile(r"[^A-Za-z0-9._:@/+-]")
 MAX_EPISODE_ID = 100  # entry ids append "/e000" and must stay within the schema's 128 characters
@@ -63,7 +83,7 @@ def episode_records(
     detector: Any = None,
     threshold: float = 0.5,
     trace: Any = None,
-    adapters: EpisodeAdapters | None = None,
+    adapters: AdapterSchedule | None = None,
 ) -> list[dict[str, Any]]:
     """The episode's steps as incident-log action records, in conversation order.
 

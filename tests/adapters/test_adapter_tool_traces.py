@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from rvu_pipelines.adapters.chat import ChatExample
+from rvu_pipelines.adapters.partition import partition_of
 from rvu_pipelines.adapters.tool_traces import (
     agentdojo_traces,
     conversation_example,
@@ -15,7 +16,6 @@ from rvu_pipelines.adapters.tool_traces import (
     held_out,
     injecagent_user_calls,
 )
-from rvu_pipelines.adapters.zoo_data import partition_of
 from rvu_pipelines.agents.llm_element import parse_tool_calls
 from rvu_pipelines.scenarios import scenarios_for
 

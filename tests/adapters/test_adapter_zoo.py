@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from rvu_pipelines.adapters.partition import partition_of
 from rvu_pipelines.adapters.zoo import catalog_frames, load_zoo_config, training_set
-from rvu_pipelines.adapters.zoo_data import partition_of, probe_prompts
+from rvu_pipelines.adapters.zoo_data import probe_prompts
 from rvu_pipelines.errors import ConfigError
 
 
