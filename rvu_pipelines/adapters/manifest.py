@@ -59,6 +59,8 @@ class AdapterManifest(BaseModel):
     seed: int = 0
     steps: int = Field(default=0, ge=0)
     learning_rate: float = Field(default=0.0, ge=0)
+    batch_size: int | None = Field(default=None, ge=1)  # None: written before it was recorded
+    max_tokens: int | None = Field(default=None, ge=1)  # longer examples were cut to this many tokens
     final_loss: float | None = None
     training_seconds: float | None = None
 

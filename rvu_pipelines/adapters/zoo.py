@@ -184,6 +184,8 @@ def _manifest_fields(
         "seed": settings.seed,
         "steps": settings.steps,
         "learning_rate": settings.learning_rate,
+        "batch_size": settings.batch_size,
+        "max_tokens": settings.max_tokens,
         "final_loss": float(np.mean(trained.losses[-5:])) if trained.losses else None,
         "training_seconds": round(trained.seconds, 2),
     }
@@ -205,6 +207,8 @@ def _is_current(folder: Path, settings: LoraSettings, data: TrainingSet, base: B
             manifest.seed,
             manifest.steps,
             manifest.learning_rate,
+            manifest.batch_size,
+            manifest.max_tokens,
         )
         == (
             settings.rank,
@@ -213,6 +217,8 @@ def _is_current(folder: Path, settings: LoraSettings, data: TrainingSet, base: B
             settings.seed,
             settings.steps,
             settings.learning_rate,
+            settings.batch_size,
+            settings.max_tokens,
         )
         and (manifest.layers or None) == (list(settings.layers) if settings.layers else None)
         and (folder / manifest.file).is_file()

@@ -167,9 +167,12 @@ def test_zoo_trainer_reuses_unchanged_adapters_and_retrains_changed_ones(base, t
     assert trained is not None and first.training_data is not None and first.training_data.n_examples == 4
     again, retrained = train_zoo_entry(tiny, entry, model, tokenizer, info, frames, root=tmp_path)
     assert retrained is None and again.sha256 == first.sha256  # same data and settings: reused
-    changed = entry.model_copy(update={"seed": 9})
-    _, trained_again = train_zoo_entry(tiny, changed, model, tokenizer, info, frames, root=tmp_path)
-    assert trained_again is not None
+    assert (again.batch_size, again.max_tokens) == (2, tiny.settings(entry).max_tokens)
+    # anything that changes the weights retrains; each change differs from the one before in one field only
+    for change in ({"seed": 9}, {"seed": 9, "max_tokens": 64}):
+        changed = entry.model_copy(update=change)
+        _, trained_again = train_zoo_entry(tiny, changed, model, tokenizer, info, frames, root=tmp_path)
+        assert trained_again is not None, change
     verify_adapter(tmp_path / "style-json", info)
 
 
@@ -186,14 +189,29 @@ def test_a_safetensors_header_that_starts_like_a_pickle_is_not_called_one(tmp_pa
     assert pickled.read_bytes()[:1] == b"\x80" and _looks_pickled(pickled)
 
 
-def test_micro_batches_and_checkpointing_change_memory_not_the_result(base, trained) -> None:
+# answers of one to three sentences: the micro-batches' answer-token shares differ, so a wrong weighting shows
+VARIED = [
+    ChatExample(f"What is code {i}?", f"Code {i} is QX-{i * 37 % 100:02d}-OKAPI." + " Keep it safe." * (i % 3))
+    for i in range(8)
+]
+
+
+def test_micro_batches_and_checkpointing_change_memory_not_the_result(base) -> None:
     """Accumulating a batch one example at a time (by answer-token share) with recomputed activations gives the
-    adapter the whole batch gives; the model comes back without checkpointing switched on."""
+    adapter the whole batch gives; the model comes back without checkpointing switched on.
+
+    Compared by the relative norm of the LoRA B matrices (zero at the start, so all of B is what was learned), not
+    by the largest single weight: AdamW turns float-order noise in a near-zero gradient into a step of a fraction
+    of the learning rate, which a max-abs bound sees as a failure on some machines (2.9e-4 once in CI)."""
     from dataclasses import replace
 
     model, tokenizer, _ = base
-    lean = train_lora(model, tokenizer, EXAMPLES, replace(SETTINGS, micro_batch_size=1, gradient_checkpointing=True))
+    whole = train_lora(model, tokenizer, VARIED, SETTINGS)
+    lean = train_lora(model, tokenizer, VARIED, replace(SETTINGS, micro_batch_size=1, gradient_checkpointing=True))
     assert not model.is_gradient_checkpointing
-    assert lean.losses == pytest.approx(trained.losses, rel=1e-4)
-    worst = max(float((lean.tensors[n] - t).abs().max()) for n, t in trained.tensors.items())
-    assert worst < 2e-4  # float summation order (4e-5 measured); a wrong weighting moves it further
+    assert lean.losses == pytest.approx(whole.losses, rel=1e-4)
+    b_names = [n for n in whole.tensors if "lora_B" in n]
+    error = sum(float((lean.tensors[n] - whole.tensors[n]).pow(2).sum()) for n in b_names) ** 0.5
+    error /= sum(float(whole.tensors[n].pow(2).sum()) for n in b_names) ** 0.5
+    # measured 1e-5 (max |delta| 5e-4); weighting each micro-batch by its example count, not its answer tokens: 0.14
+    assert error < 1e-3
