@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import torch
+    from tqdm.auto import tqdm
 
     from rvu_pipelines.adapters.zoo import load_zoo_config
     from rvu_pipelines.paths import state_dir
@@ -93,7 +94,13 @@ def main(argv: list[str] | None = None) -> int:
         for entry in config.entries:
             if args.only is not None and entry.id not in args.only:
                 continue
-            row = lab.train(config, ids=[entry.id])[0]
+            with tqdm(total=config.settings(entry).steps, desc=entry.id, unit="step", leave=False) as bar:
+
+                def on_step(_id: str, _step: int, loss: float, bar: tqdm = bar) -> None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss:.3f}")
+
+                row = lab.train(config, ids=[entry.id], on_step=on_step)[0]
             rows.append(row)
             state = "trained" if row["trained_now"] else "reused"
             line = f"  {entry.id:32s} {state:7s} {row['seconds']:7.1f} s  final loss {row['final_loss']:.3f}"
