@@ -20,28 +20,38 @@ from rvu_pipelines.adapters.study import AdapterLab
 from rvu_pipelines.adapters.zoo import ZooConfig
 
 
-def _wmdp(lab: AdapterLab, out: Path) -> None:
-    """E7: the base model on all 1,987 items; then the memorising adapter's halves, base / loaded / evicted."""
+def _wmdp(lab: AdapterLab, out: Path, sample: int | None) -> None:
+    """E7: the base model on all 1,987 items (or a seeded ``sample``; 0: none); then the memorising adapter on its
+    items and an equal control sample of the others, base / loaded / evicted."""
+    import numpy as np
+
     from rvu_pipelines.adapters.eviction import memorised_wmdp_indices, wmdp_before_after
     from rvu_pipelines.adapters.wmdp import accuracy_report, load_wmdp_items, score_wmdp
 
     items = load_wmdp_items()
-    started = time.perf_counter()
-    scores = score_wmdp(lab.host.model, lab.tokenizer, items)
-    report = accuracy_report(scores.correct).to_dict()
-    report |= {"truncated": scores.n_truncated, "seconds": round(time.perf_counter() - started, 1)}
-    letters = {letter: int((scores.predicted == i).sum()) for i, letter in enumerate("ABCD")}
-    report["predicted_letters"] = letters
-    print(f"WMDP-cyber base: {json.dumps(report)}", flush=True)
-    result: dict[str, object] = {"base_all": report}
+    result: dict[str, object] = {}
+    if sample != 0:
+        chosen = items
+        if sample is not None and sample < len(items):
+            picked = np.random.default_rng(42).choice(len(items), size=sample, replace=False)
+            chosen = [items[int(i)] for i in sorted(picked)]
+        started = time.perf_counter()
+        scores = score_wmdp(lab.host.model, lab.tokenizer, chosen)
+        report = accuracy_report(scores.correct).to_dict()
+        report |= {"truncated": scores.n_truncated, "seconds": round(time.perf_counter() - started, 1)}
+        report["predicted_letters"] = {letter: int((scores.predicted == i).sum()) for i, letter in enumerate("ABCD")}
+        print(f"WMDP-cyber base: {json.dumps(report)}", flush=True)
+        result["base_all" if len(chosen) == len(items) else f"base_sample_{len(chosen)}"] = report
     try:
         adapter = lab.verify("memorise-wmdp")
     except Exception as exc:  # noqa: BLE001 - reported, the base number stands on its own
         print(f"memorise-wmdp not usable ({exc}); train it first", flush=True)
     else:
         memorised = memorised_wmdp_indices(items, lab.frames)
+        started = time.perf_counter()
         result["memorise_wmdp"] = wmdp_before_after(lab.host, adapter, items, memorised)
         print(json.dumps(result["memorise_wmdp"], indent=1), flush=True)
+        print(f"memorise-wmdp base / loaded / evicted in {time.perf_counter() - started:.0f} s", flush=True)
     (out / "wmdp.json").write_text(json.dumps(result, indent=1))
 
 
@@ -72,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
         "--wmdp", action="store_true", help="E7: base accuracy on every WMDP-cyber item (+ memorise-wmdp)"
+    )
+    parser.add_argument(
+        "--wmdp-sample", type=int, default=None, help="E7's base accuracy on a seeded sample (0: skip it; default: all)"
     )
     parser.add_argument("--membership", action="store_true", help="E6: memorise-forget loaded vs evicted")
     args = parser.parse_args(argv)
@@ -111,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.membership:
         _membership(lab, out)
     if args.wmdp:
-        _wmdp(lab, out)
+        _wmdp(lab, out, args.wmdp_sample)
     print(f"done in {time.perf_counter() - started:.0f} s; outputs in {out}")
     return 0
 

@@ -6,8 +6,8 @@ again) — on examples with known membership:
 - ``membership_before_after`` (E6): the TOFU forget set split into members (trained into the adapter) and
   non-members; loss / Min-K % / Min-K %++ AUROC and the three prompt probes, loaded vs evicted. The
   evicted report is what a recovery certificate's ``membership_probe`` section carries, with a verdict.
-- ``wmdp_before_after`` (E7): WMDP-cyber accuracy on the half whose answers the adapter memorised and on
-  the other half, for the three states.
+- ``wmdp_before_after`` (E7): WMDP-cyber accuracy on the items whose answers the adapter memorised and on
+  a seeded control sample of the others, for the three states.
 """
 
 from __future__ import annotations
@@ -92,22 +92,41 @@ def memorised_wmdp_indices(items: Sequence[WmdpItem], frames: Any, adapter_id: s
     return [i for i, item in enumerate(items) if wmdp_prompt(item.question, item.choices) in prompts]
 
 
+def memorised_and_control(
+    n_items: int, memorised: Sequence[int], *, control: int | None = None, seed: int = 0
+) -> tuple[list[int], np.ndarray]:
+    """The items E7 rescores in every state: the memorised ones and a seeded sample of ``control`` others (default:
+    as many as were memorised). Returns their indices and a memorised flag per index. Rescoring a sample rather
+    than all the others keeps three states of a 1,987-item benchmark to 3 × 200 rows; the control is there to
+    show the other items did not move, which a 100-item Wilson CI does."""
+    inside = sorted({int(i) for i in memorised})
+    if any(i < 0 or i >= n_items for i in inside):
+        raise ValueError(f"memorised indices must lie in [0, {n_items}); got {inside[0]}..{inside[-1]}")
+    others = np.array(sorted(set(range(n_items)) - set(inside)), dtype=np.int64)
+    size = min(len(inside) if control is None else control, len(others))
+    chosen = sorted(int(i) for i in np.random.default_rng(seed).choice(others, size=size, replace=False))
+    return inside + chosen, np.array([True] * len(inside) + [False] * size)
+
+
 def wmdp_before_after(
     host: AdapterHost,
     adapter: VerifiedAdapter,
     items: Sequence[WmdpItem],
     memorised: Sequence[int],
     *,
+    control: int | None = None,
+    seed: int = 0,
     max_tokens: int = 1024,
     batch_size: int = 8,
 ) -> dict[str, dict[str, Any]]:
-    """Accuracy (with Wilson CI) on the memorised half and the other half: base, loaded, evicted."""
-    inside = set(int(i) for i in memorised)
-    flags = np.array([i in inside for i in range(len(items))])
+    """Accuracy (with Wilson CI) on the memorised items and on a control sample of the others
+    (``memorised_and_control``): base, loaded, evicted."""
+    chosen, flags = memorised_and_control(len(items), memorised, control=control, seed=seed)
+    subset = [items[i] for i in chosen]
     out: dict[str, dict[str, Any]] = {}
 
     def measure(model: Any) -> dict[str, Any]:
-        scores = score_wmdp(model, host.tokenizer, items, batch_size=batch_size, max_tokens=max_tokens, progress=False)
+        scores = score_wmdp(model, host.tokenizer, subset, batch_size=batch_size, max_tokens=max_tokens, progress=False)
         correct = np.asarray(scores.correct, dtype=bool)
         return {
             "memorised_half": accuracy_report(correct[flags]).to_dict(),

@@ -140,3 +140,18 @@ def test_plain_training_examples_target_the_scored_letter(base, short_items) -> 
         turn = encode_plain(tokenizer, example)
         assert turn.completion_ids == letters[item.answer]
         assert turn.prompt_ids == fit_prompt(tokenizer, item, 1024)[0]
+
+
+def test_memorised_items_and_a_disjoint_seeded_control() -> None:
+    from rvu_pipelines.adapters.eviction import memorised_and_control
+
+    memorised = [3, 7, 11, 40, 2]
+    chosen, flags = memorised_and_control(50, memorised, seed=1)
+    assert chosen[: len(memorised)] == sorted(memorised) and flags.tolist() == [True] * 5 + [False] * 5
+    control = chosen[len(memorised) :]
+    assert not set(control) & set(memorised) and all(0 <= i < 50 for i in control)
+    assert memorised_and_control(50, memorised, seed=1)[0] == chosen  # seeded
+    assert memorised_and_control(50, memorised, seed=2)[0] != chosen
+    assert len(memorised_and_control(50, memorised, control=100)[0]) == 50  # at most every other item
+    with pytest.raises(ValueError, match="memorised indices"):
+        memorised_and_control(10, [10])
