@@ -274,7 +274,7 @@ def adapter_membership(
     deps=[adapter_zoo],
     description="E7: WMDP-cyber with lm-eval's zero-shot template and letter log-likelihood scoring on all 1,987 "
     "items (accuracy, Wilson 95 % CI, binomial test against 25 %), then the memorise-wmdp adapter: accuracy on the "
-    "items it memorised and on the other half, base / loaded / evicted.",
+    "items it memorised and on an equal seeded control sample of the others, base / loaded / evicted.",
     check_specs=[AssetCheckSpec("wmdp_scored", asset="wmdp_cyber_evaluation", blocking=True)],
 )
 def wmdp_cyber_evaluation(

@@ -129,8 +129,8 @@ def wmdp_before_after(
         scores = score_wmdp(model, host.tokenizer, subset, batch_size=batch_size, max_tokens=max_tokens, progress=False)
         correct = np.asarray(scores.correct, dtype=bool)
         return {
-            "memorised_half": accuracy_report(correct[flags]).to_dict(),
-            "other_half": accuracy_report(correct[~flags]).to_dict(),
+            "memorised": accuracy_report(correct[flags]).to_dict(),
+            "control": accuracy_report(correct[~flags]).to_dict(),
         }
 
     out["base"] = measure(host.model)

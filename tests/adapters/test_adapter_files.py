@@ -215,3 +215,18 @@ def test_micro_batches_and_checkpointing_change_memory_not_the_result(base) -> N
     error /= sum(float(whole.tensors[n].pow(2).sum()) for n in b_names) ** 0.5
     # measured 1e-5 (max |delta| 5e-4); weighting each micro-batch by its example count, not its answer tokens: 0.14
     assert error < 1e-3
+
+
+def test_wmdp_before_after_scores_memorised_items_and_a_control_in_three_states(base, folder) -> None:
+    from rvu_pipelines.adapters.eviction import wmdp_before_after
+    from rvu_pipelines.adapters.wmdp import load_wmdp_items
+
+    model, tokenizer, info = base
+    items = load_wmdp_items(limit=8, seed=0)
+    host = AdapterHost(model, tokenizer)
+    report = wmdp_before_after(host, verify_adapter(folder, info), items, [0, 1, 2], max_tokens=256)
+    assert set(report) == {"base", "loaded", "evicted"}
+    for state in report.values():
+        assert (state["memorised"]["n"], state["control"]["n"]) == (3, 3)
+    assert report["evicted"] == report["base"]  # eviction gives the base model's answers back
+    assert host.active is None  # nothing left loaded
