@@ -23,18 +23,13 @@ from rvu_pipelines.adapters.zoo import ZooConfig
 def _wmdp(lab: AdapterLab, out: Path, sample: int | None) -> None:
     """E7: the base model on all 1,987 items (or a seeded ``sample``; 0: none); then the memorising adapter on its
     items and an equal control sample of the others, base / loaded / evicted."""
-    import numpy as np
-
     from rvu_pipelines.adapters.eviction import memorised_wmdp_indices, wmdp_before_after
-    from rvu_pipelines.adapters.wmdp import accuracy_report, load_wmdp_items, score_wmdp
+    from rvu_pipelines.adapters.wmdp import accuracy_report, load_wmdp_items, score_wmdp, subset
 
     items = load_wmdp_items()
     result: dict[str, object] = {}
     if sample != 0:
-        chosen = items
-        if sample is not None and sample < len(items):
-            picked = np.random.default_rng(42).choice(len(items), size=sample, replace=False)
-            chosen = [items[int(i)] for i in sorted(picked)]
+        chosen = subset(items, sample, seed=42)
         started = time.perf_counter()
         scores = score_wmdp(lab.host.model, lab.tokenizer, chosen)
         report = accuracy_report(scores.correct).to_dict()

@@ -70,10 +70,15 @@ def load_wmdp_items(
     from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
 
     items = items_from_frame(load_dataset(load_catalog().get("wmdp_cyber"), source or dataset_source_from_env()).frame)
+    return subset(items, limit, seed)
+
+
+def subset(items: Sequence[WmdpItem], limit: int | None, seed: int | None = None) -> list[WmdpItem]:
+    """``limit`` items in their original order: the first ones, or a seeded random choice when ``seed`` is set."""
     if limit is None or limit >= len(items):
-        return items
+        return list(items)
     if seed is None:
-        return items[:limit]
+        return list(items[:limit])
     keep = np.sort(np.random.default_rng(seed).choice(len(items), size=limit, replace=False))
     return [items[int(i)] for i in keep]
 

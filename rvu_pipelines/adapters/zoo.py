@@ -165,6 +165,21 @@ def training_set(config: ZooConfig, entry: ZooEntry, frames: Frames) -> Training
     )
 
 
+def _weight_settings(settings: LoraSettings) -> dict[str, Any]:
+    """The settings that decide an adapter's weights (memory settings do not): written into its manifest, and a
+    manifest that differs from the current ones in any of them means retrain. One list, so the two cannot drift."""
+    return {
+        "rank": settings.rank,
+        "alpha": settings.alpha,
+        "target_modules": list(settings.target_modules),
+        "seed": settings.seed,
+        "steps": settings.steps,
+        "learning_rate": settings.learning_rate,
+        "batch_size": settings.batch_size,
+        "max_tokens": settings.max_tokens,
+    }
+
+
 def _manifest_fields(
     entry: ZooEntry, settings: LoraSettings, data: TrainingSet, trained: TrainedAdapter
 ) -> dict[str, Any]:
@@ -177,15 +192,8 @@ def _manifest_fields(
         "training_data": TrainingDataRef(
             dataset=data.dataset, selection=data.selection, n_examples=len(data.examples), sha256=data.sha256
         ).model_dump(),
-        "rank": settings.rank,
-        "alpha": settings.alpha,
-        "target_modules": list(settings.target_modules),
+        **_weight_settings(settings),
         "layers": list(settings.layers) if settings.layers is not None else None,
-        "seed": settings.seed,
-        "steps": settings.steps,
-        "learning_rate": settings.learning_rate,
-        "batch_size": settings.batch_size,
-        "max_tokens": settings.max_tokens,
         "final_loss": float(np.mean(trained.losses[-5:])) if trained.losses else None,
         "training_seconds": round(trained.seconds, 2),
     }
@@ -196,30 +204,12 @@ def _is_current(folder: Path, settings: LoraSettings, data: TrainingSet, base: B
         manifest = read_manifest(folder)
     except AdapterRefused:
         return None
+    weights = _weight_settings(settings)
     same = (
         manifest.base_model.sha256 == base.sha256
         and manifest.training_data is not None
         and manifest.training_data.sha256 == data.sha256
-        and (
-            manifest.rank,
-            manifest.alpha,
-            manifest.target_modules,
-            manifest.seed,
-            manifest.steps,
-            manifest.learning_rate,
-            manifest.batch_size,
-            manifest.max_tokens,
-        )
-        == (
-            settings.rank,
-            settings.alpha,
-            list(settings.target_modules),
-            settings.seed,
-            settings.steps,
-            settings.learning_rate,
-            settings.batch_size,
-            settings.max_tokens,
-        )
+        and {key: getattr(manifest, key) for key in weights} == weights
         and (manifest.layers or None) == (list(settings.layers) if settings.layers else None)
         and (folder / manifest.file).is_file()
     )
