@@ -64,3 +64,43 @@ def smollm(tiny_models, llama_generates):
 
     llm = tiny_models["llm"]
     return LlamaCppChatModel(llm.path, n_ctx=llm.n_ctx, name=llm.name)
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real, throw-away PostgreSQL server (the machine's own binaries) on 127.0.0.1, for the whole session.
+
+    Skips (with the reason) only where the server binaries, or an account to run them as root, are missing."""
+    import shutil
+    import tempfile
+
+    from rvu_pipelines.scale.postgres_server import LocalPostgres, PostgresUnavailableError, find_binary, free_port
+
+    try:
+        find_binary("initdb")
+        find_binary("pg_ctl")
+    except PostgresUnavailableError as exc:
+        pytest.skip(f"no PostgreSQL server binaries on this machine: {exc}")
+    root = Path(tempfile.mkdtemp(prefix="rvu-pg-"))
+    root.chmod(0o711)  # the server may run as another account (PostgreSQL refuses root)
+    server = LocalPostgres(root / "cluster", free_port(), durable=False)
+    server.start()
+    yield server
+    server.stop("immediate")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_location(postgres_server) -> str:
+    """A fresh, empty provenance-store location (its own schema) on the session's server."""
+    import uuid
+
+    return f"{postgres_server.url('postgres')}?schema=t_{uuid.uuid4().hex[:16]}"
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def store_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each provenance-store test runs on both engines: a DuckDB file and a PostgreSQL schema."""
+    if request.param == "duckdb":
+        return str(tmp_path / "store.duckdb")
+    return str(request.getfixturevalue("postgres_location"))

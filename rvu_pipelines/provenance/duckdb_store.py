@@ -25,7 +25,6 @@ of entry and adapter ids is enforced by :meth:`DuckDBProvenanceStore.ingest`, th
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -34,14 +33,13 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from rvu_pipelines.errors import EntryNotFoundError, RestoreError, StoreError
+from rvu_pipelines.errors import EntryNotFoundError, StoreError
 from rvu_pipelines.provenance import duckdb_ingest
-from rvu_pipelines.provenance.canonical import canonical_dumps
 from rvu_pipelines.provenance.closure import ProvenanceGraph
-from rvu_pipelines.provenance.events import EVENT_KINDS, GENESIS_HASH, event_hash, verify_chain
 from rvu_pipelines.provenance.incident import IncidentLog
+from rvu_pipelines.provenance.ingest_plan import IngestPlan, StoredEntry
 from rvu_pipelines.provenance.intsets import unique_ints
-from rvu_pipelines.provenance.store import AdapterRow, ChainReport, EntryRow, Event, IngestResult, ManifestRow
+from rvu_pipelines.provenance.sql_store import SqlProvenanceStore
 
 SCHEMA_VERSION = "1"
 
@@ -112,12 +110,9 @@ CREATE TABLE IF NOT EXISTS incidents (
 """
 
 
-def _as_seqs(values: Sequence[int] | np.ndarray) -> np.ndarray:
-    return unique_ints(values) if len(values) else np.zeros(0, dtype=np.int64)
-
-
-class DuckDBProvenanceStore:
-    """A :class:`ProvenanceStore` over one DuckDB file (``":memory:"`` for throwaway stores)."""
+class DuckDBProvenanceStore(SqlProvenanceStore):
+    """A :class:`ProvenanceStore` over one DuckDB file (``":memory:"`` for throwaway stores); the behaviour both
+    engines share is :class:`SqlProvenanceStore`, this class adds DuckDB's connection, views and bulk paths."""
 
     def __init__(self, connection: duckdb.DuckDBPyConnection, path: str, read_only: bool) -> None:
         self._con = connection
@@ -156,44 +151,17 @@ class DuckDBProvenanceStore:
             self._con.execute(_DDL)
             if self._meta("schema_version") is None:
                 self._con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [SCHEMA_VERSION])
-        version = self._meta("schema_version")
-        if version != SCHEMA_VERSION:
-            raise StoreError(
-                f"Provenance store {self.path} has schema version {version}; this code needs {SCHEMA_VERSION}."
-            )
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._con.close()
-
-    def __enter__(self) -> DuckDBProvenanceStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        self._check_schema_version(SCHEMA_VERSION)
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[None]:
-        """All writes inside happen or none do. Nested uses join the outer transaction."""
-        if self.read_only:
-            raise StoreError(f"Provenance store {self.path} is open read-only.")
-        if self._depth:
-            self._depth += 1
-            try:
-                yield
-            finally:
-                self._depth -= 1
-            return
+    def _outer_transaction(self) -> Iterator[None]:
         self._con.execute("BEGIN TRANSACTION")
-        self._depth = 1
         try:
             yield
         except BaseException:
-            self._depth = 0
             with contextlib.suppress(Exception):
                 self._con.execute("ROLLBACK")
             raise
-        self._depth = 0
         self._con.execute("COMMIT")
 
     @contextlib.contextmanager
@@ -208,21 +176,24 @@ class DuckDBProvenanceStore:
             with contextlib.suppress(Exception):
                 self._con.unregister(name)
 
-    def _first(self, sql: str, params: Sequence[Any] | None = None) -> tuple | None:
-        """The first row of a query, reading the result to the end (DuckDB refuses new work otherwise)."""
-        rows = self._con.execute(sql, params or []).fetchall()
-        return rows[0] if rows else None
+    def _rows(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
+        """Every row of a query (DuckDB refuses new work until a result is read to the end)."""
+        return self._con.execute(sql, params or []).fetchall()
 
-    def _one(self, sql: str, params: Sequence[Any] | None = None) -> tuple:
-        """The row of a query that always returns one (an aggregate such as count(*))."""
-        row = self._first(sql, params)
-        if row is None:
-            raise RuntimeError(f"query returned no row: {sql}")
-        return row
+    def _select_by_seq(self, columns: str, table: str, seqs: np.ndarray) -> list[tuple]:
+        with self._registered({"seq": seqs}) as view:
+            return self._rows(f"SELECT {columns} FROM {table} JOIN {view} USING (seq)")
 
-    def _meta(self, key: str) -> str | None:
-        row = self._first("SELECT value FROM meta WHERE key = ?", [key])
-        return None if row is None else str(row[0])
+    def _stored_entries(self, entry_ids: Sequence[str]) -> dict[str, StoredEntry]:
+        return duckdb_ingest.stored_entries(self, entry_ids)
+
+    def _write_new_entries(
+        self, incident: IncidentLog, plan: IngestPlan, vectors: np.ndarray | None, embedder: str | None
+    ) -> None:
+        duckdb_ingest.write_new_entries(self, incident, plan, vectors, embedder)
+
+    def _raise_scores(self, plan: IngestPlan) -> list[int]:
+        return duckdb_ingest.raise_scores(self, plan)
 
     def _set_meta(self, key: str, value: str) -> None:
         with self.transaction():
@@ -230,23 +201,6 @@ class DuckDBProvenanceStore:
             self._con.execute("INSERT INTO meta VALUES (?, ?)", [key, value])
 
     # ---------------------------------------------------------------- counts and lookups
-
-    @property
-    def entry_count(self) -> int:
-        return int(self._one("SELECT count(*) FROM provenance")[0])
-
-    @property
-    def adapter_count(self) -> int:
-        return int(self._one("SELECT count(*) FROM adapter_provenance")[0])
-
-    @property
-    def embedding_dim(self) -> int | None:
-        value = self._meta("embedding_dim")
-        return None if value is None else int(value)
-
-    @property
-    def embedder_name(self) -> str | None:
-        return self._meta("embedder")
 
     def graph(self) -> ProvenanceGraph:
         """The provenance DAG as integer arrays (one query, no strings)."""
@@ -307,63 +261,6 @@ class DuckDBProvenanceStore:
         found = dict(rows)
         return [found[int(seq)] for seq in seqs.tolist()]
 
-    def adapter_ids(self, seqs: Sequence[int] | np.ndarray) -> list[str]:
-        rows = dict(self._con.execute("SELECT seq, adapter_id FROM adapter_provenance").fetchall())
-        return [rows[int(seq)] for seq in np.asarray(seqs, dtype=np.int64).tolist()]
-
-    def entry(self, entry_id: str) -> EntryRow:
-        row = self._first(
-            "SELECT p.seq, p.entry_id, p.episode_id, p.action_type, p.content, p.content_hash, p.parent_id, "
-            'p."timestamp", p.tainted, p.purged, p.active_adapter_id, p.contamination_score, '
-            "EXISTS (SELECT 1 FROM quarantine q WHERE q.seq = p.seq AND q.restored = 0) "
-            "FROM provenance p WHERE p.entry_id = ?",
-            [entry_id],
-        )
-        if row is None:
-            raise EntryNotFoundError(f"No entry {entry_id!r} in provenance store {self.path}.")
-        return EntryRow(
-            int(row[0]),
-            row[1],
-            row[2],
-            row[3],
-            row[4],
-            row[5],
-            row[6],
-            float(row[7]),
-            bool(row[8]),
-            bool(row[9]),
-            row[10],
-            float(row[11] or 0.0),
-            bool(row[12]),
-        )
-
-    def adapters(self, seqs: Sequence[int] | np.ndarray | None = None) -> list[AdapterRow]:
-        """Adapter rows (all, or those with the given seqs), ordered by seq."""
-        rows = self._con.execute(
-            "SELECT seq, adapter_id, adapter_name, adapter_hash, source, loaded_at, unloaded_at, fused, tainted, "
-            "purged, influence, episode_id, load_entry_id FROM adapter_provenance ORDER BY seq"
-        ).fetchall()
-        wanted = None if seqs is None else set(np.asarray(seqs, dtype=np.int64).tolist())
-        return [
-            AdapterRow(
-                int(r[0]),
-                r[1],
-                r[2],
-                r[3],
-                r[4],
-                r[5],
-                r[6],
-                bool(r[7]),
-                bool(r[8]),
-                bool(r[9]),
-                None if r[10] is None else float(r[10]),
-                r[11],
-                r[12],
-            )
-            for r in rows
-            if wanted is None or int(r[0]) in wanted
-        ]
-
     def entry_states(self, seqs: np.ndarray) -> dict[str, np.ndarray]:
         """tainted / quarantined (active) / purged flags for the given seqs, in the given order."""
         seqs = np.asarray(seqs, dtype=np.int64)
@@ -381,38 +278,6 @@ class DuckDBProvenanceStore:
             "quarantined": np.asarray(arrays["quarantined"], dtype=bool),
             "purged": np.asarray(arrays["purged"]) == 1,
         }
-
-    def incident_seqs(self, incident: IncidentLog) -> np.ndarray:
-        return self.seqs_of(incident.entry_ids)
-
-    def manifest(self, seqs: Sequence[int] | np.ndarray) -> list[ManifestRow]:
-        """Manifest rows of the given entry seqs, in the given order; EntryNotFoundError for an unknown seq."""
-        seqs = np.asarray(seqs, dtype=np.int64)
-        if seqs.size == 0:
-            return []
-        with self._registered({"seq": unique_ints(seqs)}) as view:
-            rows = self._con.execute(
-                f"SELECT p.seq, p.entry_id, p.content_hash, p.action_type, p.active_adapter_id "
-                f"FROM provenance p JOIN {view} v USING (seq)"
-            ).fetchall()
-        found = {int(row[0]): ManifestRow(int(row[0]), row[1], row[2], row[3], row[4]) for row in rows}
-        missing = [seq for seq in seqs.tolist() if seq not in found]
-        if missing:
-            raise EntryNotFoundError(f"Unknown entry seq(s) in {self.path}: {missing[:10]}")
-        return [found[seq] for seq in seqs.tolist()]
-
-    # ---------------------------------------------------------------- ingest
-
-    def ingest(
-        self,
-        incident: IncidentLog,
-        *,
-        contamination: Mapping[str, float] | None = None,
-        vectors: np.ndarray | None = None,
-        embedder: str | None = None,
-    ) -> IngestResult:
-        """Write a validated incident: all of it, or (on any problem) nothing (:func:`duckdb_ingest.ingest`)."""
-        return duckdb_ingest.ingest(self, incident, contamination=contamination, vectors=vectors, embedder=embedder)
 
     def bulk_load(
         self,
@@ -441,17 +306,6 @@ class DuckDBProvenanceStore:
 
     # ---------------------------------------------------------------- tier state changes
 
-    def mark_tainted(self, seqs: np.ndarray | Sequence[int], details: Mapping[str, Any]) -> np.ndarray:
-        """Set ``tainted`` on entries not yet tainted; returns (and logs) the seqs that changed."""
-        seqs = _as_seqs(seqs)
-        if seqs.size == 0:
-            return seqs
-        with self.transaction():
-            changed = self._update_where("provenance", seqs, "tainted = 0", "tainted = 1")
-            if changed.size:
-                self._append_event("tainted", "entry", changed, details)
-        return changed
-
     def _update_where(
         self, table: str, seqs: np.ndarray, condition: str, assignment: str, params: Sequence[Any] = ()
     ) -> np.ndarray:
@@ -469,16 +323,6 @@ class DuckDBProvenanceStore:
                 self._con.execute(
                     f"UPDATE {table} SET {assignment} WHERE seq IN (SELECT seq FROM {view})", list(params)
                 ).fetchall()
-        return changed
-
-    def mark_adapters_tainted(self, adapter_seqs: np.ndarray | Sequence[int], details: Mapping[str, Any]) -> np.ndarray:
-        adapter_seqs = _as_seqs(adapter_seqs)
-        if adapter_seqs.size == 0:
-            return adapter_seqs
-        with self.transaction():
-            changed = self._update_where("adapter_provenance", adapter_seqs, "tainted = 0", "tainted = 1")
-            if changed.size:
-                self._append_event("tainted", "adapter", changed, details)
         return changed
 
     def quarantine(
@@ -507,54 +351,6 @@ class DuckDBProvenanceStore:
                     )
                 self._append_event("quarantined", "entry", changed, details)
         return changed
-
-    def purge(self, seqs: np.ndarray | Sequence[int], details: Mapping[str, Any]) -> np.ndarray:
-        """Mark entries purged (and tainted); irreversible. Returns the seqs that changed."""
-        seqs = _as_seqs(seqs)
-        if seqs.size == 0:
-            return seqs
-        with self.transaction():
-            changed = self._update_where("provenance", seqs, "purged = 0", "purged = 1, tainted = 1")
-            if changed.size:
-                self._append_event("purged", "entry", changed, details)
-        return changed
-
-    def evict_adapters(
-        self, adapter_seqs: np.ndarray | Sequence[int], details: Mapping[str, Any]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Mark adapters evicted (purged + tainted) and unloaded. Returns (evicted, newly unloaded)."""
-        adapter_seqs = _as_seqs(adapter_seqs)
-        empty = np.zeros(0, dtype=np.int64)
-        if adapter_seqs.size == 0:
-            return empty, empty
-        now = time.time()
-        with self.transaction():
-            unloaded = self._update_where(
-                "adapter_provenance", adapter_seqs, "unloaded_at IS NULL", "unloaded_at = ?", [now]
-            )
-            evicted = self._update_where("adapter_provenance", adapter_seqs, "purged = 0", "purged = 1, tainted = 1")
-            if unloaded.size:
-                self._append_event("adapter_unloaded", "adapter", unloaded, {**details, "by": "eviction"})
-            if evicted.size:
-                self._append_event("evicted", "adapter", evicted, details)
-        return evicted, unloaded
-
-    def restore(self, entry_id: str, details: Mapping[str, Any] | None = None) -> bool:
-        """Lift an active quarantine. False if there is none (already restored); RestoreError if impossible."""
-        entry = self.entry(entry_id)
-        if entry.purged:
-            raise RestoreError(f"Entry {entry_id!r} is purged; a purge is irreversible and cannot be restored.")
-        with self.transaction():
-            lifted = self._con.execute(
-                "UPDATE quarantine SET restored = 1 WHERE seq = ? AND restored = 0 RETURNING seq", [entry.seq]
-            ).fetchall()
-            if not lifted:
-                ever = self._one("SELECT count(*) FROM quarantine WHERE seq = ?", [entry.seq])[0]
-                if not ever:
-                    raise RestoreError(f"Entry {entry_id!r} was never quarantined; there is nothing to restore.")
-                return False
-            self._append_event("restored", "entry", [entry.seq], dict(details or {"reason": "operator"}))
-        return True
 
     # ---------------------------------------------------------------- vectors
 
@@ -589,49 +385,6 @@ class DuckDBProvenanceStore:
         if len(rows) != seqs.size:
             raise StoreError("some entries have no stored vector")
         return np.stack([np.frombuffer(row[1], dtype=np.float32) for row in rows]).reshape(seqs.size, dim)
-
-    # ---------------------------------------------------------------- event log
-
-    def _append_event(
-        self, kind: str, subject_type: str, subjects: Sequence[int] | np.ndarray, details: Mapping[str, Any]
-    ) -> None:
-        if kind not in EVENT_KINDS:
-            raise ValueError(f"unknown event kind {kind!r}")
-        with self.transaction():
-            head = self._first("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")
-            seq = 0 if head is None else int(head[0]) + 1
-            prev_hash = GENESIS_HASH if head is None else str(head[1])
-            # canonical form of a list of ints, built directly: a million subjects in ~0.1 s
-            subjects_json = "[" + ",".join(map(str, np.asarray(subjects, dtype=np.int64).tolist())) + "]"
-            details_json = canonical_dumps(dict(details))
-            created = int(time.time() * 1_000_000)
-            digest = event_hash(seq, kind, subject_type, subjects_json, details_json, created, prev_hash)
-            self._con.execute(
-                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [seq, kind, subject_type, subjects_json, details_json, created, prev_hash, digest],
-            )
-
-    def events(self, kind: str | None = None) -> list[Event]:
-        query = "SELECT seq, kind, subject_type, subjects, details, created_at_us, prev_hash, hash FROM events"
-        params: list[Any] = []
-        if kind is not None:
-            query += " WHERE kind = ?"
-            params.append(kind)
-        rows = self._con.execute(query + " ORDER BY seq", params).fetchall()
-        return [Event(int(r[0]), r[1], r[2], json.loads(r[3]), json.loads(r[4]), int(r[5]), r[6], r[7]) for r in rows]
-
-    def events_for_entry(self, entry_id: str) -> list[Event]:
-        seq = self.entry(entry_id).seq
-        return [event for event in self.events() if event.subject_type == "entry" and seq in event.subjects]
-
-    def verify_event_chain(self) -> ChainReport:
-        """Recompute every event hash and link; any edit, deletion or reordering breaks the chain."""
-        return verify_chain(
-            self._con.execute(
-                "SELECT seq, kind, subject_type, subjects, details, created_at_us, prev_hash, hash "
-                "FROM events ORDER BY seq"
-            ).fetchall()
-        )
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> duckdb.DuckDBPyConnection:
         """Raw SQL for inspecting the tables in DuckDB-specific tests and notebooks; not part of

@@ -12,12 +12,32 @@ from rvu_pipelines.errors import StoreError
 from rvu_pipelines.provenance.duckdb_store import DuckDBProvenanceStore
 from rvu_pipelines.provenance.store import ProvenanceStore
 
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
 
 def open_store(location: Path | str, *, read_only: bool = False, lock_timeout_s: float = 30.0) -> ProvenanceStore:
-    """Open (creating if needed) the store at ``location``: a DuckDB file path, or ``":memory:"``.
+    """Open (creating if needed) the store at ``location``: a DuckDB file path, ``":memory:"``, or a PostgreSQL
+    URL (``postgresql://user@host:port/db?schema=name``; the scale profile).
 
     The one place that chooses an engine, so recovery, the CLI and the assets never name one.
     """
-    if "://" in str(location):
-        raise StoreError(f"No provenance store engine for {location}: only DuckDB file paths are supported so far.")
+    text = str(location)
+    if text.startswith(POSTGRES_SCHEMES):
+        from rvu_pipelines.provenance.postgres_store import PostgresProvenanceStore
+
+        return PostgresProvenanceStore.open(text, read_only=read_only, connect_timeout_s=lock_timeout_s)
+    if "://" in text:
+        raise StoreError(f"No provenance store engine for {text}: use a DuckDB file path or a postgresql:// URL.")
     return DuckDBProvenanceStore.open(location, read_only=read_only, lock_timeout_s=lock_timeout_s)
+
+
+def store_exists(location: Path | str) -> bool:
+    """Whether a store is already at ``location`` (a DuckDB file, or a PostgreSQL schema); ``":memory:"``: no."""
+    text = str(location)
+    if text == ":memory:":
+        return False
+    if text.startswith(POSTGRES_SCHEMES):
+        from rvu_pipelines.provenance.postgres_location import schema_exists
+
+        return schema_exists(text)
+    return Path(text).is_file()

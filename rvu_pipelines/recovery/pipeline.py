@@ -39,7 +39,7 @@ from rvu_pipelines.errors import ConfigError, StoreError
 from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.provenance.canonical import canonical_bytes
 from rvu_pipelines.provenance.closure import ProvenanceGraph
-from rvu_pipelines.provenance.engines import open_store
+from rvu_pipelines.provenance.engines import open_store, store_exists
 from rvu_pipelines.provenance.incident import IncidentLog, IncidentRecord, load_incident
 from rvu_pipelines.provenance.intsets import union_ints
 from rvu_pipelines.provenance.store import IngestResult, ProvenanceStore
@@ -321,7 +321,7 @@ def recover(
     check_writable(cert_out)
     lap("validate")
     key: SigningKey | None = None
-    if str(store_path) != ":memory:" and not Path(store_path).exists():
+    if str(store_path) != ":memory:" and not store_exists(store_path):
         # no store yet: settle the key before the store file is created, so a refusal leaves nothing behind
         key = open_signing_key(key_dir, prior_use=prior_recoveries(None, certificates_dir), new_key=new_key)
     with open_store(store_path) as store:
@@ -412,7 +412,7 @@ def restore(entry_id: str, store_path: Path | str, index_path: Path | str | None
     The restore is recorded as an operator decision: later recoveries keep the entry restored unless
     new evidence arrives. A missing store is an error, not a new empty one: there is nothing to restore.
     """
-    if str(store_path) != ":memory:" and not Path(store_path).is_file():
+    if str(store_path) != ":memory:" and not store_exists(store_path):
         raise StoreError(
             f"No provenance store at {store_path}: nothing was recovered in this state folder, so there is "
             "nothing to restore. Pass --state with the folder `rvu recover` used."

@@ -120,11 +120,14 @@ def test_module_graph_sees_imports() -> None:
     assert graph.has_edge("rvu_pipelines.provenance.duckdb_store", "rvu_pipelines.provenance.duckdb_ingest")
 
 
-# One unit in two files: duckdb_ingest is the DuckDB store's write path, split off for length only; its
-# functions take the store as their first argument and name its type under TYPE_CHECKING. The edge back
-# is a type annotation, never a runtime import; any other pair must not lean on each other.
+# One unit in two files: duckdb_ingest / postgres_ingest are their store's write path, split off for length
+# only; their functions take the store as their first argument and name its type under TYPE_CHECKING. The
+# edge back is a type annotation, never a runtime import; any other pair must not lean on each other.
 ONE_UNIT_EDGES: frozenset[tuple[str, str]] = frozenset(
-    {("rvu_pipelines.provenance.duckdb_ingest", "rvu_pipelines.provenance.duckdb_store")}
+    {
+        ("rvu_pipelines.provenance.duckdb_ingest", "rvu_pipelines.provenance.duckdb_store"),
+        ("rvu_pipelines.provenance.postgres_ingest", "rvu_pipelines.provenance.postgres_store"),
+    }
 )
 
 

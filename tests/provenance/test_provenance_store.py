@@ -1,4 +1,5 @@
-"""The DuckDB provenance store: ingest (idempotent, all-or-nothing), state changes, the hash-chained log."""
+"""The provenance store, on both engines (DuckDB file, PostgreSQL schema): ingest (idempotent, all-or-nothing),
+state changes, the hash-chained log."""
 
 from __future__ import annotations
 
@@ -8,15 +9,15 @@ import numpy as np
 import pytest
 
 from rvu_pipelines.errors import EntryNotFoundError, IncidentValidationError, RestoreError, StoreError
-from rvu_pipelines.provenance import DuckDBProvenanceStore, load_incident, write_incident
+from rvu_pipelines.provenance import load_incident, open_store, write_incident
 from rvu_pipelines.recovery.pipeline import ingest_incident
 from rvu_pipelines.recovery.reproductions import e2_records
 
 
 @pytest.fixture
-def e2_store(tmp_path: Path):
+def e2_store(tmp_path: Path, store_location: str):
     incident = load_incident(write_incident(e2_records(), tmp_path / "e2.jsonl"))
-    store = DuckDBProvenanceStore.open(tmp_path / "store.duckdb")
+    store = open_store(store_location)
     ingest_incident(store, incident)
     yield store, incident
     store.close()
@@ -178,12 +179,16 @@ def test_event_chain_detects_edits_deletions_and_reordering(e2_store, tamper: st
     assert not report.ok and problem in report.problem
 
 
-def test_read_only_and_missing_store(tmp_path: Path, e2_store) -> None:
+def test_read_only_and_missing_store(tmp_path: Path, e2_store, store_location: str) -> None:
+    if store_location.endswith(".duckdb"):
+        missing = str(tmp_path / "missing.duckdb")
+    else:
+        missing = store_location.rsplit("?schema=", 1)[0] + "?schema=never_created"
     with pytest.raises(StoreError, match="does not exist"):
-        DuckDBProvenanceStore.open(tmp_path / "missing.duckdb", read_only=True)
+        open_store(missing, read_only=True)
     store, _ = e2_store
     store.close()
-    with DuckDBProvenanceStore.open(store.path, read_only=True) as reader:
+    with open_store(store.path, read_only=True) as reader:
         assert reader.entry_count == 9
         with pytest.raises(StoreError, match="read-only"):
             reader.mark_tainted([0], {})

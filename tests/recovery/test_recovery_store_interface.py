@@ -48,8 +48,24 @@ def test_the_duckdb_store_satisfies_the_protocol() -> None:
 
 
 def test_open_store_refuses_an_engine_it_does_not_have() -> None:
-    with pytest.raises(StoreError, match="only DuckDB"):
-        open_store("postgresql://localhost/rvu")
+    with pytest.raises(StoreError, match="DuckDB file path or a postgresql:// URL"):
+        open_store("mysql://localhost/rvu")
+
+
+def test_recovery_on_postgres_signs_the_same_certificate_as_on_duckdb(tmp_path: Path, postgres_location: str) -> None:
+    """The scale profile's engine changes nothing a user sees: same seeds, same actions, same signed bytes."""
+    incident = write_incident(e8_records(), tmp_path / "e8.jsonl")
+    duck = pipeline.recover(incident, tmp_path / "a.duckdb", tmp_path / "a.faiss", tmp_path / "k", tmp_path / "a.json")
+    pg = pipeline.recover(incident, postgres_location, tmp_path / "b.faiss", tmp_path / "k", tmp_path / "b.json")
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    assert pg.seeds == duck.seeds and pg.applied == duck.applied
+    # a second recovery of the same incident on the same store: again the same on both engines
+    pipeline.recover(incident, tmp_path / "a.duckdb", tmp_path / "a.faiss", tmp_path / "k", tmp_path / "c.json")
+    pipeline.recover(incident, postgres_location, tmp_path / "b.faiss", tmp_path / "k", tmp_path / "d.json")
+    assert (tmp_path / "c.json").read_bytes() == (tmp_path / "d.json").read_bytes()
+    with open_store(postgres_location, read_only=True) as store, open_store(tmp_path / "a.duckdb") as reference:
+        assert store.verify_event_chain().ok and store.path.startswith("postgresql://")
+        assert [e.kind for e in store.events()] == [e.kind for e in reference.events()]
 
 
 def test_recovery_through_the_interface_alone_gives_the_same_certificate(tmp_path: Path, monkeypatch) -> None:
