@@ -9,7 +9,7 @@ RVU_DATA_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data),$(abspath $(CURDIR)
 export RVU_DATA_MIRROR
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run doctor detectors memory-poisoning spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-closure bench-monitor bench-detectors bench-agent bench-llama bench-memsad bench-spectral regress clean
+.PHONY: setup run doctor detectors memory-poisoning spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-closure bench-stores bench-monitor bench-detectors bench-agent bench-llama bench-memsad bench-spectral regress clean
 
 setup:
 	@bash scripts/setup.sh
@@ -71,10 +71,14 @@ dev: setup
 mlflow-ui: setup
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/.rvu/mlflow.db -h 127.0.0.1 -p 5000
 
-bench: bench-closure bench-monitor bench-detectors bench-agent bench-llama bench-memsad bench-spectral
+bench: bench-closure bench-monitor bench-detectors bench-agent bench-llama bench-memsad bench-spectral bench-stores
 
 bench-closure: setup
 	$(BIN)/python benchmarks/bench_closure.py
+
+# the provenance store's engines: DuckDB vs PostgreSQL bulk load + graph read at 10^6, 10 recoveries in parallel workers
+bench-stores: setup
+	$(BIN)/python benchmarks/bench_store_engines.py
 
 bench-monitor: setup
 	$(BIN)/python benchmarks/bench_monitor.py

@@ -22,7 +22,7 @@ class RecoveryResource(ConfigurableResource):
         return RecoveryPaths.default(self.root)
 
     @property
-    def store_path(self) -> Path:
+    def store_path(self) -> Path | str:
         return self.paths().store
 
     @property

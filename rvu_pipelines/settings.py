@@ -132,6 +132,13 @@ SETTINGS: tuple[Setting, ...] = (
         "state",
         "largest incident log or certificate read (MiB); bigger files, devices and FIFOs are refused",
     ),
+    Setting(
+        "RVU_PROVENANCE_STORE",
+        "url",
+        "$RVU_HOME/recovery/provenance.duckdb",
+        "state",
+        "recovery's provenance store: a DuckDB file, or postgresql://user@host:port/db?schema=name (scale profile)",
+    ),
     Setting("MLFLOW_TRACKING_URI", "url", "sqlite:///$RVU_HOME/mlflow.db", "tracking", "MLflow tracking store"),
     # fault injection (tests and demonstrations only)
     Setting(

@@ -11,22 +11,20 @@ connection, leaving nothing half written. Row-level idempotency (``... WHERE tai
 makes a retried step change nothing twice. Unlike the DuckDB tables these carry primary keys and unique
 constraints: PostgreSQL updates indexed rows in place, and a second line of defence costs nothing here.
 
-Bulk loads use ``COPY ... FROM STDIN`` (10^6 entries in seconds); large reads use ``COPY ... TO STDOUT`` into
-polars instead of a million Python tuples. The class stays one unit, as the DuckDB store does: every method
-shares one connection and its transaction depth (the write path for new rows is :mod:`postgres_ingest`).
+Bulk loads use ``COPY ... FROM STDIN`` (10^6 entries in seconds); large reads come back as one packed bytea per
+five million rows, read by numpy, instead of a million Python tuples. The class stays one unit, as the DuckDB
+store does: every method shares one connection and its transaction depth (new rows: :mod:`postgres_ingest`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import time
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import polars as pl
 
 from rvu_pipelines.errors import EntryNotFoundError, StoreError
 from rvu_pipelines.provenance import postgres_ingest
@@ -37,6 +35,7 @@ from rvu_pipelines.provenance.postgres_location import redact, split_location
 from rvu_pipelines.provenance.sql_store import SqlProvenanceStore
 
 SCHEMA_VERSION = "1"
+_CHUNK = 5_000_000  # seqs per packed read (24 bytes a row: 120 MB, far below the 1 GB bytea limit)
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -205,16 +204,35 @@ class PostgresProvenanceStore(SqlProvenanceStore):
         )
         return [int(row[0]) for row in raised]
 
-    def _frame(self, select: str, schema: dict[str, Any]) -> pl.DataFrame:
-        """A query's result through ``COPY ... TO STDOUT`` (CSV) into polars: fast for a million rows."""
-        buffer = io.BytesIO()
-        with self._con.cursor() as cursor, cursor.copy(f"COPY ({select}) TO STDOUT WITH (FORMAT csv)") as copy:
-            for block in copy:
-                buffer.write(block)
-        if not buffer.tell():
-            return pl.DataFrame(schema=schema)
-        buffer.seek(0)
-        return pl.read_csv(buffer, has_header=False, new_columns=list(schema), schema_overrides=schema)
+    def _columns(self, table: str, expressions: Sequence[str], kinds: str) -> list[np.ndarray]:
+        """Numeric columns of a whole table as numpy arrays: the server packs each chunk of rows into one bytea
+        (``string_agg`` of ``int8send`` / ``float8send``, big-endian) and numpy reads it in one pass. Every
+        expression must be a non-null ``bigint`` ("i") or ``double precision`` ("f"); rows come in any order.
+        A million rows in ~0.4 s, where ``COPY`` yields one message per row (~1 s) and tuples take seconds.
+        Chunks of ``_CHUNK`` seqs keep each bytea far below PostgreSQL's 1 GB value limit."""
+        packed = " || ".join(
+            f"{'int8send' if kind == 'i' else 'float8send'}({expression})"
+            for expression, kind in zip(expressions, kinds, strict=True)
+        )
+        dtype = np.dtype([(f"v{i}", ">i8" if kind == "i" else ">f8") for i, kind in enumerate(kinds)])
+        top = int(self._one(f"SELECT coalesce(max(seq) + 1, 0) FROM {table}")[0])
+        parts = []
+        for start in range(0, top, _CHUNK):
+            row = self._one(
+                f"SELECT string_agg({packed}, ''::bytea) FROM {table} WHERE seq >= %s AND seq < %s",
+                [start, start + _CHUNK],
+            )
+            if row[0] is not None:
+                parts.append(np.frombuffer(row[0], dtype=dtype))
+        rows = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+        return [rows[f"v{i}"].astype(np.int64 if kind == "i" else np.float64) for i, kind in enumerate(kinds)]
+
+    @staticmethod
+    def _by_seq(seqs: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """Scatter a column into seq order (cheaper than ORDER BY on a million rows)."""
+        out = np.empty(seqs.size, dtype=values.dtype)
+        out[seqs] = values
+        return out
 
     def _set_meta(self, key: str, value: str) -> None:
         with self.transaction():
@@ -225,22 +243,16 @@ class PostgresProvenanceStore(SqlProvenanceStore):
     # ---------------------------------------------------------------- counts and lookups
 
     def graph(self) -> ProvenanceGraph:
-        frame = self._frame(
-            "SELECT seq, coalesce(parent_seq, -1), coalesce(adapter_seq, -1) FROM provenance ORDER BY seq",
-            {"seq": pl.Int64, "parent": pl.Int64, "adapter": pl.Int64},
+        seqs, parent, adapter = self._columns(
+            "provenance", ["seq", "coalesce(parent_seq, -1)", "coalesce(adapter_seq, -1)"], "iii"
         )
         return ProvenanceGraph(
-            parent=frame["parent"].to_numpy().astype(np.int64),
-            adapter=frame["adapter"].to_numpy().astype(np.int64),
-            n_adapters=self.adapter_count,
+            parent=self._by_seq(seqs, parent), adapter=self._by_seq(seqs, adapter), n_adapters=self.adapter_count
         )
 
     def contamination_scores(self) -> np.ndarray:
-        frame = self._frame(
-            "SELECT seq, coalesce(contamination_score, 0.0) FROM provenance ORDER BY seq",
-            {"seq": pl.Int64, "p": pl.Float64},
-        )
-        return frame["p"].to_numpy().astype(np.float64)
+        seqs, scores = self._columns("provenance", ["seq", "coalesce(contamination_score, 0.0)"], "if")
+        return self._by_seq(seqs, scores)
 
     def adapter_influence(self) -> np.ndarray:
         rows = self._rows("SELECT coalesce(influence, 0.0) FROM adapter_provenance ORDER BY seq")

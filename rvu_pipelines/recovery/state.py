@@ -31,8 +31,10 @@ class RecoveryPaths:
         return cls(path.resolve())
 
     @property
-    def store(self) -> Path:
-        return self.root / "provenance.duckdb"
+    def store(self) -> Path | str:
+        """The provenance store: ``RVU_PROVENANCE_STORE`` when set (a DuckDB file or a PostgreSQL URL shared by
+        workers), else ``provenance.duckdb`` in this folder."""
+        return env_value("RVU_PROVENANCE_STORE") or self.root / "provenance.duckdb"
 
     @property
     def index(self) -> Path:

@@ -72,3 +72,24 @@ def test_a_lost_key_or_an_unwritable_cert_out_is_refused_before_any_change(recov
     done = _rvu(home, "recover", str(EXAMPLES / "incident_example.jsonl"), "--cert-out", str(blocker / "c.json"))
     assert done.returncode == 2 and "Nothing was changed" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_recover_and_restore_use_the_postgres_store_named_by_the_environment(
+    tmp_path: Path, postgres_location: str
+) -> None:
+    """RVU_PROVENANCE_STORE switches the CLI to a shared PostgreSQL store (the scale profile); no DuckDB file."""
+    env = {**os.environ, "RVU_HOME": str(tmp_path), "RVU_PROVENANCE_STORE": postgres_location}
+    incident = str(EXAMPLES / "incident_example.jsonl")
+    done = subprocess.run([RVU, "recover", incident], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not list(tmp_path.rglob("*.duckdb"))
+    from rvu_pipelines.provenance import open_store
+
+    with open_store(postgres_location, read_only=True) as store:
+        quarantined = [e for e in store.events("quarantined")]
+        assert store.entry_count > 0 and store.verify_event_chain().ok and quarantined
+        entry_id = store.entry_ids(quarantined[0].subjects[:1])[0]
+    restored = subprocess.run([RVU, "restore", entry_id], capture_output=True, text=True, timeout=300, env=env)
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    with open_store(postgres_location, read_only=True) as store:
+        assert not store.entry(entry_id).quarantined
