@@ -1,8 +1,10 @@
 """Every job of the code location, in one place (definitions.py composes them with assets, sensors and
-schedules). In-process executors: the steps share one interpreter, so torch/transformers load once."""
+schedules). Every job runs its steps with ``assets.executors.JOB_EXECUTOR``: in-process by default (torch and
+transformers load once), a bounded multiprocess executor in the scale profile."""
 
-from dagster import AssetSelection, define_asset_job, in_process_executor
+from dagster import AssetSelection, define_asset_job
 
+from assets.executors import JOB_EXECUTOR
 from assets.partitions import (
     adapter_partitions,
     cell_partitions,
@@ -39,7 +41,7 @@ default_profile_job = define_asset_job(
         - FULL_STUDIES
     )
     | DEFAULT_DETECTORS,
-    executor_def=in_process_executor,
+    executor_def=JOB_EXECUTOR,
     description="Materialize every asset of the default profile (data sets, models, smoke runs, "
     "reproductions, memory monitor evaluation, D2/D4 trained and registered on deepset, attack Table 1 and "
     "benchmark samples) with checks.",
@@ -49,7 +51,7 @@ attack_cells_job = define_asset_job(
     "attack_cells_job",
     selection=AssetSelection.assets("attack_cell"),
     partitions_def=cell_partitions,
-    executor_def=in_process_executor,
+    executor_def=JOB_EXECUTOR,
     description="Attack-table cells (benchmark × defense partitions): launch or backfill any cell from the UI; "
     "config `limit` sets the sample size (null = the whole benchmark).",
 )
@@ -57,7 +59,7 @@ attack_cells_job = define_asset_job(
 detectors_job = define_asset_job(
     "detectors_job",
     selection=AssetSelection.groups("detectors").upstream(),
-    executor_def=in_process_executor,
+    executor_def=JOB_EXECUTOR,
     description="Seed 002 §5-6: build the three corpora, train and register D2/D4 per corpus in MLflow, and "
     "evaluate D1-D5 with bootstrap CIs (~30 min on 2 cores; `make detectors`).",
 )
@@ -65,7 +67,7 @@ detectors_job = define_asset_job(
 nightly_regression_job = define_asset_job(
     "nightly_regression_job",
     selection=AssetSelection.assets("attack_table_1"),
-    executor_def=in_process_executor,
+    executor_def=JOB_EXECUTOR,
     tags={"rvu/sweep": "nightly"},
     description="Re-run the canonical attack cells (Table 1) and check them against configs/golden/ "
     "(tolerances in configs/regression.yaml). MLflow runs carry the tag rvu_sweep=nightly.",
@@ -74,7 +76,7 @@ nightly_regression_job = define_asset_job(
 memory_poisoning_job = define_asset_job(
     "memory_poisoning_job",
     selection=AssetSelection.assets("memory_poisoning_study").upstream(),
-    executor_def=in_process_executor,
+    executor_def=JOB_EXECUTOR,
     description="Seed 003 in full at |M| = 1,000: the attack-defense matrix with CIs, the adaptive attacks and the "
     "hybrid check, the SIR figure (`make memory-poisoning`).",
 )
@@ -83,7 +85,7 @@ memory_poisoning_cells_job = define_asset_job(
     "memory_poisoning_cells_job",
     selection=AssetSelection.assets("memory_poisoning_cell"),
     partitions_def=poisoning_partitions,
-    executor_def=in_process_executor,
+    executor_def=JOB_EXECUTOR,
     description="One memory-poisoning attack class against one memory regime per partition (backfill from the UI).",
 )
 
@@ -91,7 +93,7 @@ spectral_cells_job = define_asset_job(
     "spectral_cells_job",
     selection=AssetSelection.assets("spectral_kill_switch_cell"),
     partitions_def=spectral_partitions,
-    executor_def=in_process_executor,
+    executor_def=JOB_EXECUTOR,
     description="Seed 004's kill switch, one data source × model profile per partition (e.g. `tiny|bipia`): "
     "calibrated on 20 and on all calibration examples, held-out AUROC / TPR / FPR, plots in MLflow; "
     "config `limit` sets the examples per cell.",
@@ -101,7 +103,7 @@ adapter_zoo_job = define_asset_job(
     "adapter_zoo_job",
     selection=AssetSelection.assets("adapter_zoo"),
     partitions_def=adapter_partitions,
-    executor_def=in_process_executor,
+    executor_def=JOB_EXECUTOR,
     description="Train the LoRA adapter zoo, one adapter per partition (configs/adapter_zoo.yaml; backfill all "
     "partitions from the UI, ~2-5 min each on 2 cores; unchanged adapters are reused).",
 )
@@ -109,16 +111,24 @@ adapter_zoo_job = define_asset_job(
 adapter_study_job = define_asset_job(
     "adapter_study_job",
     selection=AssetSelection.assets("adapter_gate_evaluation", "adapter_membership", "wmdp_cyber_evaluation"),
-    executor_def=in_process_executor,
+    executor_def=JOB_EXECUTOR,
     description="Seed 000 E4-E7 over the trained zoo: the gate and influence, membership loaded vs evicted, "
     "WMDP-cyber on all 1,987 items (`make adapters` trains what is missing first).",
+)
+
+recovery_reproductions_job = define_asset_job(
+    "recovery_reproductions_job",
+    selection=AssetSelection.groups("recovery_reproductions"),
+    executor_def=JOB_EXECUTOR,
+    description="Re-run the paper's E2 (closure), E3 (FROC) and E8 (certificate audit) reproductions: three "
+    "independent steps, seconds each (also the smallest job to try an executor or instance on).",
 )
 
 recovery_job = define_asset_job(
     "recovery_job",
     selection=AssetSelection.groups("recovery"),
     partitions_def=incident_partitions,
-    executor_def=in_process_executor,
+    executor_def=JOB_EXECUTOR,
     description="Recover from one incident log (a partition of `incidents`): ingest, closure, risk, tiers, "
     "certificate.",
     tags={"rvu/provenance_store": "default"},  # the instance limits this tag to one run at a time
@@ -126,6 +136,7 @@ recovery_job = define_asset_job(
 
 JOBS = [
     default_profile_job,
+    recovery_reproductions_job,
     attack_cells_job,
     detectors_job,
     nightly_regression_job,

@@ -39,6 +39,15 @@ SETTINGS: tuple[Setting, ...] = (
         "resource set the Dagster code location binds (resources/deployments.py): local, offline_mirror, production",
         choices=("local", "offline_mirror", "production"),
     ),
+    Setting(
+        "RVU_EXECUTOR",
+        "choice",
+        "in_process",
+        "state",
+        "how a Dagster job runs its steps: in_process (one interpreter, models load once) or multiprocess",
+        choices=("in_process", "multiprocess"),
+    ),
+    Setting("RVU_MAX_CONCURRENT", "text", "2", "state", "steps at once under RVU_EXECUTOR=multiprocess"),
     # where things live
     Setting("RVU_HOME", "path", "<checkout>/.rvu", "state", "local state: asset outputs, MLflow store, caches, keys"),
     Setting("RVU_PROJECT_ROOT", "path", "<the checkout>", "state", "the checkout the library runs from"),

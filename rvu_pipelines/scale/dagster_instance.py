@@ -1,0 +1,47 @@
+"""The Dagster instance of the scale profile: runs, event log and schedules in PostgreSQL, a queued run coordinator.
+
+SQLite's event log locks under parallel steps (dagster issue 2884; the maintainers' answer is Postgres). This
+writes the ``dagster.yaml`` a DAGSTER_HOME needs for that; plain data, no Dagster import (the library never
+imports Dagster), and the same limits the embedded instance has (one recovery run per provenance store at a time).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def dagster_postgres_url(postgres_url: str) -> str:
+    """The URL with psycopg2 named as the driver. dagster-postgres is written against psycopg2, while SQLAlchemy
+    2.1 maps a bare ``postgresql://`` to psycopg 3, with which its ``NOTIFY run_events, $1`` is a syntax error."""
+    scheme, sep, rest = postgres_url.partition("://")
+    if not sep or scheme.split("+")[0] not in ("postgresql", "postgres"):
+        raise ValueError(f"not a PostgreSQL URL: {postgres_url!r}")
+    return f"postgresql+psycopg2://{rest}"
+
+
+def instance_config(postgres_url: str, *, max_concurrent_runs: int = 4) -> dict[str, Any]:
+    """dagster.yaml as a dict: ``dagster-postgres`` storage at ``postgres_url`` (a libpq URL), queued runs."""
+    return {
+        "telemetry": {"enabled": False},
+        "storage": {"postgres": {"postgres_url": dagster_postgres_url(postgres_url)}},
+        "run_coordinator": {
+            "module": "dagster.core.run_coordinator",
+            "class": "QueuedRunCoordinator",
+            "config": {
+                "max_concurrent_runs": max_concurrent_runs,
+                "tag_concurrency_limits": [{"key": "rvu/provenance_store", "limit": 1}],
+            },
+        },
+    }
+
+
+def write_instance(dagster_home: Path, postgres_url: str, *, max_concurrent_runs: int = 4) -> Path:
+    """Write ``dagster_home/dagster.yaml`` (replacing one that is there) and return its path."""
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    target = dagster_home / "dagster.yaml"
+    config = instance_config(postgres_url, max_concurrent_runs=max_concurrent_runs)
+    target.write_text(yaml.safe_dump(config, sort_keys=True))
+    return target
