@@ -9,7 +9,7 @@ RVU_DATA_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data),$(abspath $(CURDIR)
 export RVU_DATA_MIRROR
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run doctor detectors memory-poisoning spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-closure bench-stores bench-monitor bench-detectors bench-agent bench-llama bench-memsad bench-spectral regress clean
+.PHONY: setup run scale-up scale-down scale-status doctor detectors memory-poisoning spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-closure bench-stores bench-monitor bench-detectors bench-agent bench-llama bench-memsad bench-spectral regress clean
 
 setup:
 	@bash scripts/setup.sh
@@ -41,6 +41,17 @@ adapters: setup
 	$(BIN)/python scripts/adapter_incidents.py --out .rvu/adapter_study
 	$(BIN)/python scripts/tool_use_eval.py --out .rvu/adapter_study
 	cat .rvu/adapter_study/gate.md .rvu/adapter_study/incidents.md
+
+# The local scale profile (issue 16): PostgreSQL, MLflow server, Dagster webserver + daemon on loopback, data under
+# .rvu/scale; `source .rvu/scale/scale.env` to use it from a shell. Idempotent; ports: RVU_SCALE_*_PORT
+scale-up: setup
+	$(BIN)/rvu scale up
+
+scale-down: setup
+	$(BIN)/rvu scale down
+
+scale-status: setup
+	$(BIN)/rvu scale status
 
 # Is this machine able to run the platform? CPU, llama.cpp build + settings, models, one generation, MLflow, Dagster
 doctor: setup

@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rvu_pipelines.cli_recovery import RECOVERY_COMMANDS
+from rvu_pipelines.cli_scale import scale
 from rvu_pipelines.errors import RvuError, SigningKeyError
 from rvu_pipelines.scenarios.axes import DEFENSES  # plain names (the package root loads no AgentDojo)
 
@@ -309,6 +310,7 @@ def doctor(no_generation: bool) -> None:
 
 for command in RECOVERY_COMMANDS:
     cli.add_command(command)
+cli.add_command(scale)
 
 
 def main() -> None:

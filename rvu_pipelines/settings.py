@@ -48,6 +48,9 @@ SETTINGS: tuple[Setting, ...] = (
         choices=("in_process", "multiprocess"),
     ),
     Setting("RVU_MAX_CONCURRENT", "text", "2", "state", "steps at once under RVU_EXECUTOR=multiprocess"),
+    Setting("RVU_SCALE_POSTGRES_PORT", "text", "5433", "state", "`rvu scale up`: PostgreSQL's port on 127.0.0.1"),
+    Setting("RVU_SCALE_MLFLOW_PORT", "text", "5001", "state", "`rvu scale up`: the MLflow tracking server's port"),
+    Setting("RVU_SCALE_DAGSTER_PORT", "text", "3001", "state", "`rvu scale up`: the Dagster webserver's port"),
     # where things live
     Setting("RVU_HOME", "path", "<checkout>/.rvu", "state", "local state: asset outputs, MLflow store, caches, keys"),
     Setting("RVU_PROJECT_ROOT", "path", "<the checkout>", "state", "the checkout the library runs from"),

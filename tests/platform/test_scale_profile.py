@@ -1,0 +1,77 @@
+"""`rvu scale up / status / down`: the local scale profile's real services on loopback, and a run through them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.scale.postgres_server import free_port
+from rvu_pipelines.scale.profile import Ports, ScaleProfile
+
+REPO = Path(__file__).resolve().parents[2]
+DAGSTER = shutil.which("dagster") or str(REPO / ".venv" / "bin" / "dagster")
+
+
+def test_ports_come_from_settings_and_a_bad_one_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RVU_SCALE_POSTGRES_PORT", raising=False)
+    monkeypatch.delenv("RVU_SCALE_DAGSTER_PORT", raising=False)
+    monkeypatch.setenv("RVU_SCALE_MLFLOW_PORT", "15999")
+    assert Ports.from_settings() == Ports(5433, 15999, 3001)
+    monkeypatch.setenv("RVU_SCALE_DAGSTER_PORT", "80")
+    with pytest.raises(ConfigError, match="RVU_SCALE_DAGSTER_PORT"):
+        Ports.from_settings()
+
+
+def test_the_profile_environment_points_everything_at_its_services(tmp_path: Path) -> None:
+    profile = ScaleProfile(tmp_path / "scale", Ports(15433, 15001, 13001))
+    env = profile.environment()
+    assert env["MLFLOW_TRACKING_URI"] == "http://127.0.0.1:15001"
+    assert env["RVU_PROVENANCE_STORE"] == "postgresql://rvu@127.0.0.1:15433/rvu?schema=rvu"
+    assert env["DAGSTER_HOME"] == str(tmp_path / "scale" / "dagster_home") and env["RVU_EXECUTOR"] == "multiprocess"
+    assert [state.running for state in profile.status()] == [False] * 4
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_scale_up_runs_a_queued_job_through_the_daemon_and_scale_down_stops_everything(tmp_path: Path) -> None:
+    import tempfile
+
+    import psycopg
+
+    root = Path(tempfile.mkdtemp(prefix="rvu-scale-")) / "scale"  # pytest's tmp is 0700: the server's account
+    root.parent.chmod(0o711)  # (PostgreSQL refuses root) must be able to reach its data folder
+    profile = ScaleProfile(root, Ports(free_port(), free_port(), free_port()))
+    try:
+        states = profile.up()
+        assert all(state.running for state in states), states
+        pids = [state.pid for state in states]
+        assert [state.pid for state in profile.up()] == pids  # idempotent: nothing restarted
+        env = {**os.environ, **profile.environment()}
+        launched = subprocess.run(
+            [DAGSTER, "job", "launch", "-w", str(REPO / "workspace.yaml"), "-j", "recovery_reproductions_job"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+            cwd=tmp_path,
+        )
+        assert launched.returncode == 0, launched.stdout[-2000:] + launched.stderr[-2000:]
+        deadline, status = time.monotonic() + 400, None
+        while time.monotonic() < deadline and status not in ("SUCCESS", "FAILURE", "CANCELED"):
+            time.sleep(3)
+            with psycopg.connect(profile.database_url("dagster")) as connection:
+                row = connection.execute("SELECT status FROM runs").fetchone()
+            status = row[0] if row else None
+        assert status == "SUCCESS", (profile.root / "logs" / "dagster-daemon.log").read_text()[-3000:]
+        with psycopg.connect(profile.database_url("mlflow")) as connection:  # the MLflow server stored the runs
+            assert connection.execute("SELECT count(*) FROM runs").fetchone()[0] == 3
+    finally:
+        profile.down()
+    assert not any(state.running for state in profile.status())
+    shutil.rmtree(root.parent, ignore_errors=True)
