@@ -169,12 +169,29 @@ class PostgresProvenanceStore(SqlProvenanceStore):
     def _outer_transaction(self) -> Iterator[None]:
         """Writers serialise on the store's advisory lock: held until commit or rollback, released by the server
         if the worker dies."""
-        with self._con.transaction():
+        with self._connection_guard(), self._con.transaction():
             self._con.execute("SELECT pg_advisory_xact_lock(%s)", [self._lock_key])
             yield
 
+    @contextlib.contextmanager
+    def _connection_guard(self) -> Iterator[None]:
+        """A lost server (crash, restart, network) becomes one clear StoreError instead of a driver traceback."""
+        import psycopg
+
+        try:
+            yield
+        except psycopg.OperationalError as exc:
+            raise StoreError(
+                f"Lost the connection to provenance store {self.path} ({str(exc).strip()}). The server rolls back "
+                "an open transaction, so nothing of the interrupted step is in the store; once the server is back, "
+                "run the same recovery again: it resumes from what was committed and signs the same certificate."
+            ) from exc
+
     def _rows(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
-        return list(self._con.execute(sql, params).fetchall())
+        if self._depth:  # inside a transaction: its guard reports a lost connection once
+            return list(self._con.execute(sql, params).fetchall())
+        with self._connection_guard():
+            return list(self._con.execute(sql, params).fetchall())
 
     def _select_by_seq(self, columns: str, table: str, seqs: np.ndarray) -> list[tuple]:
         return self._rows(f"SELECT {columns} FROM {table} WHERE seq = ANY(%s)", [np.asarray(seqs).tolist()])

@@ -69,7 +69,8 @@ class FaultHook:
     6 committed.
 
     Set ``RVU_FAULT_PAUSE_AFTER_TIER_STEPS=N`` (and optionally ``RVU_FAULT_MARKER=path``); a test then
-    SIGKILLs the paused process to simulate a crash at exactly that point. Unset, it does nothing.
+    SIGKILLs the paused process to simulate a crash at exactly that point, or breaks something else (stops the
+    database server) and deletes the marker to let the recovery go on into the fault. Unset, it does nothing.
     """
 
     def __init__(self, pause_after: int | None = None, marker: str | None = None) -> None:
@@ -87,7 +88,7 @@ class FaultHook:
         if self.pause_after is not None and self.steps == self.pause_after:
             if self.marker:
                 Path(self.marker).write_text(f"{self.steps} {name}\n")
-            while True:  # wait to be killed
+            while self.marker is None or Path(self.marker).exists():  # wait to be killed, or for the marker to go
                 time.sleep(0.1)
 
 

@@ -148,3 +148,57 @@ def test_an_unreachable_server_is_a_clear_error() -> None:
 
     with pytest.raises(StoreError, match="Cannot connect to provenance store"):
         open_store(f"postgresql://rvu:hidden@127.0.0.1:{free_port()}/rvu", lock_timeout_s=1)
+
+
+def test_postgres_killed_mid_recovery_fails_clearly_and_a_rerun_signs_the_same_certificate(
+    postgres_server, postgres_location: str, tmp_path: Path
+) -> None:
+    """The server dies (immediate stop: a crash) while a recovery holds its tier transaction open; the recovery
+    fails naming the lost store, nothing of the transaction survives, and after a restart the same recovery
+    converges to the certificate of a run that was never interrupted (DuckDB's, byte for byte)."""
+    import subprocess
+    import sys
+    import time
+
+    from rvu_pipelines.recovery.pipeline import recover
+    from rvu_pipelines.recovery.reproductions import e8_records
+    from rvu_pipelines.recovery.tiers import FAULT_MARKER_ENV, FAULT_PAUSE_ENV
+
+    incident = write_incident(e8_records(), tmp_path / "incident.jsonl")
+    keys = tmp_path / "keys"
+    recover(incident, tmp_path / "clean.duckdb", None, keys, tmp_path / "clean.json")
+    marker = tmp_path / "paused"
+    script = (
+        "import sys; from rvu_pipelines.recovery.pipeline import recover; "
+        "a = sys.argv; recover(a[1], a[2], None, a[3], a[4])"
+    )
+    env = {**os.environ, FAULT_PAUSE_ENV: "2", FAULT_MARKER_ENV: str(marker)}  # paused inside the tier transaction
+    process = subprocess.Popen(
+        [sys.executable, "-c", script, str(incident), postgres_location, str(keys), str(tmp_path / "cert.json")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert process.poll() is None, process.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "recovery never reached the fault point"
+            time.sleep(0.05)
+        postgres_server.stop("immediate")
+        marker.unlink()  # let the recovery go on into the dead server
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        postgres_server.start()
+    assert process.returncode != 0 and "Lost the connection to provenance store" in stderr, stderr[-2000:]
+    assert "postgresql://rvu@" in stderr and not (tmp_path / "cert.json").exists()
+    with open_store(postgres_location) as store:
+        assert store.verify_event_chain().ok
+        assert not store.entry_states(np.arange(store.entry_count))["quarantined"].any()  # rolled back
+    recover(incident, postgres_location, None, keys, tmp_path / "cert.json")
+    assert (tmp_path / "cert.json").read_bytes() == (tmp_path / "clean.json").read_bytes()
+    with open_store(postgres_location, read_only=True) as store:
+        events = store.events()
+        assert [e.kind for e in events].count("ingested") == 1 and store.entry_count == len(e8_records())
+        assert store.verify_event_chain().ok
