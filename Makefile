@@ -42,9 +42,11 @@ adapters: setup
 	$(BIN)/python scripts/tool_use_eval.py --out .rvu/adapter_study
 	cat .rvu/adapter_study/gate.md .rvu/adapter_study/incidents.md
 
-# The local scale profile (issue 16): PostgreSQL, MLflow server, Dagster webserver + daemon on loopback, data under
-# .rvu/scale; `source .rvu/scale/scale.env` to use it from a shell. Idempotent; ports: RVU_SCALE_*_PORT
+# The local scale profile (issue 16): PostgreSQL, MLflow server, Dagster webserver + daemon, Redis + celery workers on
+# loopback, data under .rvu/scale; `source .rvu/scale/scale.env` to use it from a shell. Idempotent; ports and
+# worker count: RVU_SCALE_* (`rvu settings`)
 scale-up: setup
+	@bash scripts/scale_setup.sh
 	$(BIN)/rvu scale up
 
 scale-down: setup

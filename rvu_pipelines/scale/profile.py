@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from rvu_pipelines.scale.postgres_server import LocalPostgres
 from rvu_pipelines.settings import env_value
 
 DATABASES = ("dagster", "mlflow", "rvu")
-SERVICES = ("postgres", "mlflow", "dagster-webserver", "dagster-daemon")
+SERVICES = ("postgres", "mlflow", "dagster-webserver", "dagster-daemon")  # plus redis + celery workers
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class Ports:
     postgres: int = 5433
     mlflow: int = 5001
     dagster: int = 3001
+    redis: int = 6380
 
     @classmethod
     def from_settings(cls) -> Ports:
@@ -51,7 +53,15 @@ class Ports:
             port("RVU_SCALE_POSTGRES_PORT", cls.postgres),
             port("RVU_SCALE_MLFLOW_PORT", cls.mlflow),
             port("RVU_SCALE_DAGSTER_PORT", cls.dagster),
+            port("RVU_SCALE_REDIS_PORT", cls.redis),
         )
+
+
+def celery_worker_count() -> int:
+    raw = env_value("RVU_SCALE_CELERY_WORKERS") or "2"
+    if not raw.isdigit():
+        raise ConfigError(f"RVU_SCALE_CELERY_WORKERS={raw!r}: give a whole number (0: no celery, multiprocess).")
+    return int(raw)
 
 
 @dataclass(frozen=True)
@@ -79,10 +89,20 @@ def _alive(pid: int) -> bool:
 class ScaleProfile:
     """The services of the local scale profile, rooted at ``root`` (default ``<RVU_HOME>/scale``)."""
 
-    def __init__(self, root: Path | None = None, ports: Ports | None = None) -> None:
+    def __init__(self, root: Path | None = None, ports: Ports | None = None, workers: int | None = None) -> None:
         self.root = (root or state_dir() / "scale").resolve()
         self.ports = ports or Ports.from_settings()
+        self.workers = celery_worker_count() if workers is None else workers
         self.postgres = LocalPostgres(self.root / "postgres", self.ports.postgres)
+
+    @property
+    def services(self) -> list[str]:
+        workers = [f"celery-worker-{i}" for i in range(self.workers)]
+        return [*SERVICES, *(["redis", *workers] if self.workers else [])]
+
+    @property
+    def broker_url(self) -> str:
+        return f"redis://127.0.0.1:{self.ports.redis}/0"
 
     # ---------------------------------------------------------------- where things are
 
@@ -107,12 +127,15 @@ class ScaleProfile:
 
     def environment(self) -> dict[str, str]:
         """What a process needs to use the profile (also written to ``scale.env``)."""
-        return {
+        env = {
             "DAGSTER_HOME": str(self.dagster_home),
             "MLFLOW_TRACKING_URI": self.mlflow_url,
             "RVU_PROVENANCE_STORE": f"{self.database_url('rvu')}?schema=rvu",
-            "RVU_EXECUTOR": "multiprocess",
+            "RVU_EXECUTOR": "celery" if self.workers else "multiprocess",
         }
+        if self.workers:
+            env["RVU_CELERY_BROKER"] = self.broker_url
+        return env
 
     def _pid_file(self, name: str) -> Path:
         return self.root / "run" / f"{name}.pid"
@@ -134,6 +157,7 @@ class ScaleProfile:
             "mlflow": self.mlflow_url,
             "dagster-webserver": self.dagster_url,
             "dagster-daemon": str(self.dagster_home),
+            "redis": self.broker_url,
         }
         states = [
             ServiceState(
@@ -144,9 +168,10 @@ class ScaleProfile:
                 self.postgres.log_file,
             )
         ]
-        for name in SERVICES[1:]:
+        for name in self.services[1:]:
             pid = self._pid(name)
-            states.append(ServiceState(name, pid is not None, pid, addresses[name], self._log_file(name)))
+            address = addresses.get(name, f"queue dagster on {self.broker_url}")
+            states.append(ServiceState(name, pid is not None, pid, address, self._log_file(name)))
         return states
 
     # ---------------------------------------------------------------- up / down
@@ -162,7 +187,9 @@ class ScaleProfile:
         write_instance(self.dagster_home, self.database_url("dagster"))
         self.env_file.write_text("".join(f"export {k}={v}\n" for k, v in sorted(self.environment().items())))
         binaries = Path(sys.executable).parent
+        # the services' own helpers (dagster-celery runs `celery`) come from this virtual environment
         env = {**os.environ, **self.environment()}
+        env["PATH"] = f"{binaries}{os.pathsep}{env.get('PATH', '')}"
         self._start(
             "mlflow",
             [
@@ -189,9 +216,90 @@ class ScaleProfile:
             env,
         )
         self._start("dagster-daemon", [str(binaries / "dagster-daemon"), "run", "-w", workspace], env)
+        if self.workers:
+            self._start_celery(binaries, env, timeout_s)
         self._wait_http("mlflow", f"{self.mlflow_url}/health", timeout_s)
         self._wait_http("dagster-webserver", f"{self.dagster_url}/server_info", timeout_s)
+        if self.workers:
+            self._wait_workers(timeout_s)
         return self.status()
+
+    def _start_celery(self, binaries: Path, env: dict[str, str], timeout_s: float) -> None:
+        """Redis as the broker (the OS package's ``redis-server``, no persistence: a queue, not a store) and the
+        workers, one step at a time each; every worker imports the code location to run a step."""
+        redis = shutil.which("redis-server")
+        if redis is None:
+            raise StoreError(
+                "Celery workers need a broker: install Redis (Debian: apt install redis-server; `make scale-up` does "
+                "it as root), or set RVU_SCALE_CELERY_WORKERS=0 to run steps with the multiprocess executor."
+            )
+        (self.root / "redis").mkdir(exist_ok=True)
+        self._start(
+            "redis",
+            [
+                redis,
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.ports.redis),
+                "--dir",
+                str(self.root / "redis"),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            env,
+        )
+        self._wait_redis(timeout_s)
+        config = self.root / "celery.yaml"
+        config.write_text(f"execution:\n  config:\n    broker: {self.broker_url}\n    backend: {self.broker_url}\n")
+        for i in range(self.workers):
+            self._start(
+                f"celery-worker-{i}",
+                [
+                    str(binaries / "dagster-celery"),
+                    "worker",
+                    "start",
+                    "-A",
+                    "dagster_celery.app",
+                    "-n",
+                    f"rvu-{i}",
+                    "-y",
+                    str(config),
+                    "--",
+                    "--concurrency=1",
+                ],
+                env,
+            )
+
+    def _wait_workers(self, timeout_s: float) -> None:
+        """Until every worker answers a celery ping through the broker (each imports the code location first)."""
+        from celery import Celery
+
+        app = Celery(broker=self.broker_url, backend=self.broker_url)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            answered = {name for reply in app.control.ping(timeout=2.0) for name in reply}
+            if len(answered) >= self.workers:
+                return
+            dead = [f"celery-worker-{i}" for i in range(self.workers) if self._pid(f"celery-worker-{i}") is None]
+            if dead or time.monotonic() >= deadline:
+                log = self._log_file(dead[0] if dead else "celery-worker-0")
+                raise StoreError(f"{', '.join(dead) or 'the celery workers'} did not come up; see {log}")
+            time.sleep(1.0)
+
+    def _wait_redis(self, timeout_s: float) -> None:
+        import redis
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with contextlib.suppress(redis.exceptions.ConnectionError):
+                if redis.Redis(host="127.0.0.1", port=self.ports.redis, socket_timeout=2).ping():
+                    return
+            if self._pid("redis") is None or time.monotonic() >= deadline:
+                raise StoreError(f"redis did not come up on port {self.ports.redis}; see {self._log_file('redis')}")
+            time.sleep(0.2)
 
     def _start(self, name: str, command: list[str], env: dict[str, str]) -> None:
         if self._pid(name) is not None:
@@ -217,7 +325,7 @@ class ScaleProfile:
 
     def down(self, timeout_s: float = 30.0) -> None:
         """Stop every service (the daemon and webserver first, PostgreSQL last); idempotent."""
-        for name in reversed(SERVICES[1:]):
+        for name in reversed(self.services[1:]):
             pid = self._pid(name)
             if pid is not None:
                 with contextlib.suppress(ProcessLookupError):

@@ -22,31 +22,39 @@ def test_ports_come_from_settings_and_a_bad_one_is_refused_by_name(monkeypatch: 
     monkeypatch.delenv("RVU_SCALE_POSTGRES_PORT", raising=False)
     monkeypatch.delenv("RVU_SCALE_DAGSTER_PORT", raising=False)
     monkeypatch.setenv("RVU_SCALE_MLFLOW_PORT", "15999")
-    assert Ports.from_settings() == Ports(5433, 15999, 3001)
+    monkeypatch.delenv("RVU_SCALE_REDIS_PORT", raising=False)
+    assert Ports.from_settings() == Ports(5433, 15999, 3001, 6380)
     monkeypatch.setenv("RVU_SCALE_DAGSTER_PORT", "80")
     with pytest.raises(ConfigError, match="RVU_SCALE_DAGSTER_PORT"):
         Ports.from_settings()
 
 
 def test_the_profile_environment_points_everything_at_its_services(tmp_path: Path) -> None:
-    profile = ScaleProfile(tmp_path / "scale", Ports(15433, 15001, 13001))
+    profile = ScaleProfile(tmp_path / "scale", Ports(15433, 15001, 13001, 16380), workers=2)
     env = profile.environment()
     assert env["MLFLOW_TRACKING_URI"] == "http://127.0.0.1:15001"
     assert env["RVU_PROVENANCE_STORE"] == "postgresql://rvu@127.0.0.1:15433/rvu?schema=rvu"
-    assert env["DAGSTER_HOME"] == str(tmp_path / "scale" / "dagster_home") and env["RVU_EXECUTOR"] == "multiprocess"
-    assert [state.running for state in profile.status()] == [False] * 4
+    assert env["DAGSTER_HOME"] == str(tmp_path / "scale" / "dagster_home") and env["RVU_EXECUTOR"] == "celery"
+    assert env["RVU_CELERY_BROKER"] == "redis://127.0.0.1:16380/0"
+    assert [state.name for state in profile.status()][-3:] == ["redis", "celery-worker-0", "celery-worker-1"]
+    assert [state.running for state in profile.status()] == [False] * 7
+    without = ScaleProfile(tmp_path / "scale", Ports(15433, 15001, 13001, 16380), workers=0)
+    assert without.environment()["RVU_EXECUTOR"] == "multiprocess" and len(without.status()) == 4
 
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_scale_up_runs_a_queued_job_through_the_daemon_and_scale_down_stops_everything(tmp_path: Path) -> None:
+def test_scale_up_runs_a_queued_job_through_the_daemon_on_celery_and_scale_down_stops_everything(
+    tmp_path: Path,
+) -> None:
     import tempfile
 
     import psycopg
 
     root = Path(tempfile.mkdtemp(prefix="rvu-scale-")) / "scale"  # pytest's tmp is 0700: the server's account
     root.parent.chmod(0o711)  # (PostgreSQL refuses root) must be able to reach its data folder
-    profile = ScaleProfile(root, Ports(free_port(), free_port(), free_port()))
+    workers = 2 if shutil.which("redis-server") else 0  # celery needs the OS's Redis; without it: multiprocess
+    profile = ScaleProfile(root, Ports(free_port(), free_port(), free_port(), free_port()), workers=workers)
     try:
         states = profile.up()
         assert all(state.running for state in states), states
@@ -71,6 +79,9 @@ def test_scale_up_runs_a_queued_job_through_the_daemon_and_scale_down_stops_ever
         assert status == "SUCCESS", (profile.root / "logs" / "dagster-daemon.log").read_text()[-3000:]
         with psycopg.connect(profile.database_url("mlflow")) as connection:  # the MLflow server stored the runs
             assert connection.execute("SELECT count(*) FROM runs").fetchone()[0] == 3
+        if workers:  # the steps ran as celery tasks in the workers
+            logs = "".join((root / "logs" / f"celery-worker-{i}.log").read_text() for i in range(workers))
+            assert logs.count("succeeded") == 3, logs[-3000:]
     finally:
         profile.down()
     assert not any(state.running for state in profile.status())
