@@ -293,7 +293,9 @@ def wmdp_cyber_evaluation(
     model, tokenizer = load_dequantized(llm_model["path"], sha256=llm_model["sha256"], attn_implementation="sdpa")
     base = BaseModelInfo.of(model, name=llm_model["name"], sha256=llm_model["sha256"])
     scores = score_wmdp(model, tokenizer, items)
-    report: dict[str, Any] = {"base_all": accuracy_report(scores.correct).to_dict() | {"truncated": scores.n_truncated}}
+    report: dict[str, Any] = {
+        "base_all": accuracy_report(scores.correct, answers=scores.answer).to_dict() | {"truncated": scores.n_truncated}
+    }
     try:
         adapter = verify_adapter(zoo_root() / "memorise-wmdp", base)
     except AdapterRefused as exc:

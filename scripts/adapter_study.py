@@ -32,7 +32,7 @@ def _wmdp(lab: AdapterLab, out: Path, sample: int | None) -> None:
         chosen = subset(items, sample, seed=42)
         started = time.perf_counter()
         scores = score_wmdp(lab.host.model, lab.tokenizer, chosen)
-        report = accuracy_report(scores.correct).to_dict()
+        report = accuracy_report(scores.correct, answers=scores.answer).to_dict()
         report |= {"truncated": scores.n_truncated, "seconds": round(time.perf_counter() - started, 1)}
         report["predicted_letters"] = {letter: int((scores.predicted == i).sum()) for i, letter in enumerate("ABCD")}
         print(f"WMDP-cyber base: {json.dumps(report)}", flush=True)

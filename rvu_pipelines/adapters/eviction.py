@@ -128,9 +128,10 @@ def wmdp_before_after(
     def measure(model: Any) -> dict[str, Any]:
         scores = score_wmdp(model, host.tokenizer, subset, batch_size=batch_size, max_tokens=max_tokens, progress=False)
         correct = np.asarray(scores.correct, dtype=bool)
+        key = np.asarray(scores.answer)
         return {
-            "memorised": accuracy_report(correct[flags]).to_dict(),
-            "control": accuracy_report(correct[~flags]).to_dict(),
+            "memorised": accuracy_report(correct[flags], answers=key[flags]).to_dict(),
+            "control": accuracy_report(correct[~flags], answers=key[~flags]).to_dict(),
         }
 
     out["base"] = measure(host.model)

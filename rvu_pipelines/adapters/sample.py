@@ -115,6 +115,6 @@ def run_adapter_sample(lab: AdapterLab, root: Path, llm_gguf: Path | None = None
         gate=gate,
         influence=influence_summary(scores),
         membership=membership.certificate_section(),
-        wmdp=accuracy_report(wmdp.correct).to_dict(),
+        wmdp=accuracy_report(wmdp.correct, answers=wmdp.answer).to_dict(),
         seconds=seconds,
     )

@@ -123,6 +123,23 @@ def test_accuracy_report_known_vector() -> None:
         accuracy_report([])
 
 
+def test_always_answering_the_commonest_letter_is_not_knowledge() -> None:
+    """WMDP-cyber's full run: 530/1,987 right, 1,943 answers "A", and A is the key's commonest letter (528 items).
+    Against 25 % that is p = 0.046; against always-"A" (26.6 %) it is nothing."""
+    key = np.array([0] * 528 + [1] * 483 + [2] * 488 + [3] * 488)
+    correct = np.zeros(key.size, dtype=bool)
+    correct[:528] = True  # every A item
+    correct[528:530] = True  # and two more
+    report = accuracy_report(correct, answers=key)
+    assert report.p_value < 0.05 and report.majority_baseline == pytest.approx(528 / 1987)
+    assert report.p_value_vs_majority > 0.4 and report.verdict.startswith("above 25 % but not above always")
+    knows = np.zeros(key.size, dtype=bool)
+    knows[:700] = True
+    assert accuracy_report(knows, answers=key).verdict == "beats chance and the commonest-letter baseline at 5 %"
+    with pytest.raises(ValueError, match="answers has"):
+        accuracy_report(correct, answers=key[:10])
+
+
 def test_split_half_is_deterministic_partition() -> None:
     first, second = split_half(11, seed=3)
     assert (first, second) == split_half(11, seed=3)
