@@ -124,7 +124,8 @@ def peak_connections(server: LocalPostgres, stop: threading.Event, peak: list[in
     with psycopg.connect(server.url(), autocommit=True) as connection:
         while not stop.is_set():
             count = connection.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'")
-            peak[0] = max(peak[0], int(count.fetchone()[0]) - 1)  # not counting this monitor
+            row = count.fetchone()
+            peak[0] = max(peak[0], int(row[0] if row else 0) - 1)  # not counting this monitor
             time.sleep(0.05)
 
 

@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rvu_pipelines.errors import StoreError
 from rvu_pipelines.provenance.incident import IncidentLog
-from rvu_pipelines.provenance.ingest_plan import IngestPlan, StoredEntry
+from rvu_pipelines.provenance.ingest_plan import IngestPlan, StoredEntry, SyntheticGraph
 
 if TYPE_CHECKING:
     from rvu_pipelines.provenance.duckdb_store import DuckDBProvenanceStore
@@ -64,26 +63,20 @@ def raise_scores(store: DuckDBProvenanceStore, plan: IngestPlan) -> list[int]:
     return [int(seq) for seq in np.asarray(raised).tolist()]
 
 
-def bulk_load(
-    store: DuckDBProvenanceStore,
-    *,
-    entry_ids: np.ndarray,
-    parent_seq: np.ndarray,
-    adapter_seq: np.ndarray,
-    contamination: np.ndarray,
-    adapter_ids: np.ndarray,
-    influence: np.ndarray,
-    vectors: np.ndarray | None = None,
-    episode_ids: np.ndarray | None = None,
-) -> None:
+def bulk_load(store: DuckDBProvenanceStore, graph: SyntheticGraph) -> None:
     """Load a synthetic graph into an empty store in one statement per table (benchmarks, migrations).
 
     Skips per-record validation (the caller vouches for ids being unique and parents coming first)
     but records one ``ingested`` event like a normal ingest.
     """
-    if store.entry_count:
-        raise StoreError("bulk_load needs an empty store")
-    n = int(parent_seq.size)
+    entry_ids, parent_seq, adapter_seq, contamination = (
+        graph.entry_ids,
+        graph.parent_seq,
+        graph.adapter_seq,
+        graph.contamination,
+    )
+    adapter_ids, influence, vectors, episode_ids = graph.adapter_ids, graph.influence, graph.vectors, graph.episode_ids
+    n = graph.n
     seqs = np.arange(n, dtype=np.int64)
     with store.transaction():
         frame = {

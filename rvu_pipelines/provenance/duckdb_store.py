@@ -37,7 +37,7 @@ from rvu_pipelines.errors import EntryNotFoundError, StoreError
 from rvu_pipelines.provenance import duckdb_ingest
 from rvu_pipelines.provenance.closure import ProvenanceGraph
 from rvu_pipelines.provenance.incident import IncidentLog
-from rvu_pipelines.provenance.ingest_plan import IngestPlan, StoredEntry
+from rvu_pipelines.provenance.ingest_plan import IngestPlan, StoredEntry, SyntheticGraph
 from rvu_pipelines.provenance.intsets import unique_ints
 from rvu_pipelines.provenance.sql_store import SqlProvenanceStore
 
@@ -279,32 +279,8 @@ class DuckDBProvenanceStore(SqlProvenanceStore):
             "purged": np.asarray(arrays["purged"]) == 1,
         }
 
-    def bulk_load(
-        self,
-        *,
-        entry_ids: np.ndarray,
-        parent_seq: np.ndarray,
-        adapter_seq: np.ndarray,
-        contamination: np.ndarray,
-        adapter_ids: np.ndarray,
-        influence: np.ndarray,
-        vectors: np.ndarray | None = None,
-        episode_ids: np.ndarray | None = None,
-    ) -> None:
-        """Load a synthetic graph into an empty store, one statement per table (benchmarks; DuckDB only)."""
-        duckdb_ingest.bulk_load(
-            self,
-            entry_ids=entry_ids,
-            parent_seq=parent_seq,
-            adapter_seq=adapter_seq,
-            contamination=contamination,
-            adapter_ids=adapter_ids,
-            influence=influence,
-            vectors=vectors,
-            episode_ids=episode_ids,
-        )
-
-    # ---------------------------------------------------------------- tier state changes
+    def _bulk_load(self, graph: SyntheticGraph) -> None:
+        duckdb_ingest.bulk_load(self, graph)
 
     def _update_where(
         self, table: str, seqs: np.ndarray, condition: str, assignment: str, params: Sequence[Any] = ()

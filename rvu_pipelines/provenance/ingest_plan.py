@@ -47,6 +47,25 @@ class IngestPlan:
     fusions: list[int]  # adapter seqs of new adapter_fused lines, file order
 
 
+@dataclass(frozen=True)
+class SyntheticGraph:
+    """A whole graph for ``bulk_load`` (benchmarks, migrations): entries in seq order (parents first), int64
+    parent / adapter seqs (-1: none), P(contaminated) per entry, adapter ids and their influence."""
+
+    entry_ids: np.ndarray
+    parent_seq: np.ndarray
+    adapter_seq: np.ndarray
+    contamination: np.ndarray
+    adapter_ids: np.ndarray
+    influence: np.ndarray
+    vectors: np.ndarray | None = None
+    episode_ids: np.ndarray | None = None
+
+    @property
+    def n(self) -> int:
+        return int(np.asarray(self.parent_seq).size)
+
+
 def contamination_column(incident: IncidentLog, contamination: Mapping[str, float] | None) -> np.ndarray:
     return np.array([float((contamination or {}).get(r.entry_id, 0.0)) for r in incident.records], dtype=np.float64)
 

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from rvu_pipelines.errors import IncidentValidationError, StoreError
+from rvu_pipelines.errors import IncidentValidationError
 from rvu_pipelines.provenance.incident import IncidentIssue, IncidentLog
-from rvu_pipelines.provenance.ingest_plan import IngestPlan
+from rvu_pipelines.provenance.ingest_plan import IngestPlan, SyntheticGraph
 
 if TYPE_CHECKING:
     from rvu_pipelines.provenance.postgres_store import PostgresProvenanceStore
@@ -99,23 +99,17 @@ def write_new_entries(
             store._set_meta("embedder", embedder or "unknown")
 
 
-def bulk_load(
-    store: PostgresProvenanceStore,
-    *,
-    entry_ids: np.ndarray,
-    parent_seq: np.ndarray,
-    adapter_seq: np.ndarray,
-    contamination: np.ndarray,
-    adapter_ids: np.ndarray,
-    influence: np.ndarray,
-    vectors: np.ndarray | None = None,
-    episode_ids: np.ndarray | None = None,
-) -> None:
+def bulk_load(store: PostgresProvenanceStore, graph: SyntheticGraph) -> None:
     """Load a synthetic graph into an empty store with ``COPY`` (benchmarks, migrations); one ``ingested``
     event. The caller vouches for unique ids and parents before children (the primary keys still check)."""
-    if store.entry_count:
-        raise StoreError("bulk_load needs an empty store")
-    n = int(parent_seq.size)
+    entry_ids, parent_seq, adapter_seq, contamination = (
+        graph.entry_ids,
+        graph.parent_seq,
+        graph.adapter_seq,
+        graph.contamination,
+    )
+    adapter_ids, influence, vectors, episode_ids = graph.adapter_ids, graph.influence, graph.vectors, graph.episode_ids
+    n = graph.n
     ids = np.asarray(entry_ids, dtype=object)
     names = np.asarray(adapter_ids, dtype=object)
     parents, adapters_of = np.asarray(parent_seq, dtype=np.int64), np.asarray(adapter_seq, dtype=np.int64)

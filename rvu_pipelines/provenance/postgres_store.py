@@ -30,7 +30,7 @@ from rvu_pipelines.errors import EntryNotFoundError, StoreError
 from rvu_pipelines.provenance import postgres_ingest
 from rvu_pipelines.provenance.closure import ProvenanceGraph
 from rvu_pipelines.provenance.incident import IncidentLog
-from rvu_pipelines.provenance.ingest_plan import IngestPlan, StoredEntry
+from rvu_pipelines.provenance.ingest_plan import IngestPlan, StoredEntry, SyntheticGraph
 from rvu_pipelines.provenance.postgres_location import redact, split_location
 from rvu_pipelines.provenance.sql_store import SqlProvenanceStore
 
@@ -302,9 +302,8 @@ class PostgresProvenanceStore(SqlProvenanceStore):
 
     # ---------------------------------------------------------------- ingest
 
-    def bulk_load(self, **columns: Any) -> None:
-        """Load a synthetic graph into an empty store with ``COPY`` (:func:`postgres_ingest.bulk_load`)."""
-        postgres_ingest.bulk_load(self, **columns)
+    def _bulk_load(self, graph: SyntheticGraph) -> None:
+        postgres_ingest.bulk_load(self, graph)
 
     def _copy_rows(self, target: str, rows: Any) -> None:
         """``COPY target FROM STDIN``, one Python row at a time (exact types: bytea, nulls)."""

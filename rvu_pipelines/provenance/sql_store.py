@@ -24,7 +24,7 @@ from rvu_pipelines.provenance import ingest_plan
 from rvu_pipelines.provenance.canonical import canonical_dumps
 from rvu_pipelines.provenance.events import EVENT_KINDS, GENESIS_HASH, event_hash, verify_chain
 from rvu_pipelines.provenance.incident import IncidentLog
-from rvu_pipelines.provenance.ingest_plan import IngestPlan, StoredAdapter, StoredEntry
+from rvu_pipelines.provenance.ingest_plan import IngestPlan, StoredAdapter, StoredEntry, SyntheticGraph
 from rvu_pipelines.provenance.intsets import unique_ints
 from rvu_pipelines.provenance.store import AdapterRow, ChainReport, EntryRow, Event, IngestResult, ManifestRow
 
@@ -80,6 +80,10 @@ class SqlProvenanceStore(ABC):
     @abstractmethod
     def _raise_scores(self, plan: IngestPlan) -> list[int]:
         """Raise (never lower) the stored P(contaminated) of the plan's present entries; the seqs that rose."""
+
+    @abstractmethod
+    def _bulk_load(self, graph: SyntheticGraph) -> None:
+        """Write ``graph`` into this empty store in bulk, inside one transaction, with one ``ingested`` event."""
 
     def _check_incident(self, incident: IncidentLog) -> None:
         """What this engine cannot store, refused by line before any write (default: nothing)."""
@@ -246,6 +250,28 @@ class SqlProvenanceStore(ABC):
         return [found[seq] for seq in seqs.tolist()]
 
     # ---------------------------------------------------------------- ingest
+
+    def bulk_load(
+        self,
+        *,
+        entry_ids: np.ndarray,
+        parent_seq: np.ndarray,
+        adapter_seq: np.ndarray,
+        contamination: np.ndarray,
+        adapter_ids: np.ndarray,
+        influence: np.ndarray,
+        vectors: np.ndarray | None = None,
+        episode_ids: np.ndarray | None = None,
+    ) -> None:
+        """Load a synthetic graph into an empty store in bulk (benchmarks, migrations). Skips per-record
+        validation (the caller vouches for unique ids and parents before children) but records one ``ingested``
+        event like a normal ingest."""
+        if self.entry_count:
+            raise StoreError("bulk_load needs an empty store")
+        graph = SyntheticGraph(
+            entry_ids, parent_seq, adapter_seq, contamination, adapter_ids, influence, vectors, episode_ids
+        )
+        self._bulk_load(graph)
 
     def ingest(
         self,
