@@ -77,6 +77,33 @@ def test_a_job_runs_multiprocess_on_a_postgres_instance(postgres_server, tmp_pat
             os.environ.pop("DAGSTER_HOME", None)
         else:
             os.environ["DAGSTER_HOME"] = previous
+    # the same job embedded (SQLite instance and MLflow, in-process executor) gives the same numbers
+    embedded_home, embedded_tracking = tmp_path / "embedded_home", f"sqlite:///{tmp_path / 'embedded_mlflow.db'}"
+    embedded_home.mkdir()
+    embedded = subprocess.run(
+        [DAGSTER, "job", "execute", "-m", "rvu_pipelines.definitions", "-j", "recovery_reproductions_job"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={
+            **env,
+            "DAGSTER_HOME": str(embedded_home),
+            "RVU_EXECUTOR": "in_process",
+            "MLFLOW_TRACKING_URI": embedded_tracking,
+        },
+        cwd=tmp_path,
+    )
+    assert embedded.returncode == 0, embedded.stdout[-3000:] + embedded.stderr[-3000:]
+    assert _run_metrics(tracking) == _run_metrics(embedded_tracking) != {}
+
+
+def _run_metrics(tracking_uri: str) -> dict[str, dict[str, float]]:
+    """Every MLflow run's metrics by run name (the reproductions name their runs)."""
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    return {run.info.run_name: dict(run.data.metrics) for run in client.search_runs(experiments)}
 
 
 @pytest.mark.parametrize("value", ["0", "two", "-1"])
