@@ -9,7 +9,7 @@ RVU_DATA_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data),$(abspath $(CURDIR)
 export RVU_DATA_MIRROR
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run scale-up scale-down scale-status doctor detectors memory-poisoning spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-closure bench-stores bench-monitor bench-detectors bench-agent bench-llama bench-memsad bench-spectral regress clean
+.PHONY: setup run scale-up scale-down scale-status doctor detectors memory-poisoning spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-llama bench-memsad bench-spectral regress clean
 
 setup:
 	@bash scripts/setup.sh
@@ -92,6 +92,10 @@ bench-closure: setup
 # the provenance store's engines: DuckDB vs PostgreSQL bulk load + graph read at 10^6, 10 recoveries in parallel workers
 bench-stores: setup
 	$(BIN)/python benchmarks/bench_store_engines.py
+
+# attack-table cells embedded vs the scale profile (1 and 2 concurrent runs), same ASR/utility required
+bench-sweep: setup
+	$(BIN)/python benchmarks/bench_scale_sweep.py
 
 bench-monitor: setup
 	$(BIN)/python benchmarks/bench_monitor.py

@@ -89,8 +89,15 @@ def _alive(pid: int) -> bool:
 class ScaleProfile:
     """The services of the local scale profile, rooted at ``root`` (default ``<RVU_HOME>/scale``)."""
 
-    def __init__(self, root: Path | None = None, ports: Ports | None = None, workers: int | None = None) -> None:
+    def __init__(
+        self,
+        root: Path | None = None,
+        ports: Ports | None = None,
+        workers: int | None = None,
+        max_concurrent_runs: int = 4,
+    ) -> None:
         self.root = (root or state_dir() / "scale").resolve()
+        self.max_concurrent_runs = max_concurrent_runs
         self.ports = ports or Ports.from_settings()
         self.workers = celery_worker_count() if workers is None else workers
         self.postgres = LocalPostgres(self.root / "postgres", self.ports.postgres)
@@ -184,7 +191,7 @@ class ScaleProfile:
         self.postgres.start(timeout_s)
         for name in DATABASES:
             self.postgres.create_database(name)
-        write_instance(self.dagster_home, self.database_url("dagster"))
+        write_instance(self.dagster_home, self.database_url("dagster"), max_concurrent_runs=self.max_concurrent_runs)
         self.env_file.write_text("".join(f"export {k}={v}\n" for k, v in sorted(self.environment().items())))
         binaries = Path(sys.executable).parent
         # the services' own helpers (dagster-celery runs `celery`) come from this virtual environment
