@@ -19,6 +19,7 @@ checked when the set is built, so a missing one fails at load with its name, not
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 from dagster import EnvVar
@@ -52,10 +53,35 @@ def _require(deployment: str, *names: str) -> None:
         )
 
 
+def _llm_extra_body() -> dict[str, float]:
+    """RVU_LLM_EXTRA_BODY: a JSON object of numeric sampling fields sent with every request."""
+    raw = env_value("RVU_LLM_EXTRA_BODY")
+    if raw is None:
+        return {}
+    try:
+        body = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise ConfigError(
+            f"RVU_LLM_EXTRA_BODY={raw!r} is not JSON ({error}); e.g. '{{\"repeat_penalty\": 1.0}}'."
+        ) from None
+    if not isinstance(body, dict) or not all(
+        isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in body.items()
+    ):
+        raise ConfigError(
+            f"RVU_LLM_EXTRA_BODY={raw!r}: give a JSON object of numeric sampling fields, e.g. "
+            "'{\"repeat_penalty\": 1.0}'."
+        )
+    return {key: float(value) for key, value in sorted(body.items())}
+
+
+def _openai_llm(model: EnvVar | None) -> OpenAICompatibleLLMResource:
+    return OpenAICompatibleLLMResource(base_url=EnvVar("RVU_LLM_BASE_URL"), model=model, extra_body=_llm_extra_body())
+
+
 def _local_llm() -> LLMResource:
     if env_value("RVU_LLM_BACKEND") == "openai_compatible":
         _require("local with RVU_LLM_BACKEND=openai_compatible", "RVU_LLM_BASE_URL")
-        return OpenAICompatibleLLMResource(base_url=EnvVar("RVU_LLM_BASE_URL"), model=_optional("RVU_LLM_MODEL"))
+        return _openai_llm(_optional("RVU_LLM_MODEL"))
     return LlamaCppLLMResource()
 
 
@@ -95,7 +121,7 @@ def production_resources() -> ResourceSet:
     return {
         **local_resources(),
         "data_source": PublicDatasetSourceResource(),
-        "llm": OpenAICompatibleLLMResource(base_url=EnvVar("RVU_LLM_BASE_URL"), model=EnvVar("RVU_LLM_MODEL")),
+        "llm": _openai_llm(EnvVar("RVU_LLM_MODEL")),
         "mlflow_tracker": MlflowTrackerResource(tracking_uri=EnvVar("MLFLOW_TRACKING_URI")),
         "recovery": RecoveryResource(incident_dir=EnvVar("RVU_INCIDENT_DIR")),
     }

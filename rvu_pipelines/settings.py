@@ -55,6 +55,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("RVU_SCALE_DAGSTER_PORT", "text", "3001", "state", "`rvu scale up`: the Dagster webserver's port"),
     Setting("RVU_SCALE_REDIS_PORT", "text", "6380", "state", "`rvu scale up`: the celery broker's (Redis) port"),
     Setting("RVU_SCALE_CELERY_WORKERS", "text", "2", "state", "`rvu scale up`: celery workers (one step each)"),
+    Setting(
+        "RVU_SCALE_LLM_SERVERS",
+        "switch",
+        "1",
+        "state",
+        "`rvu scale up`: serve the LLM from one llama.cpp server per worker (0: each step loads it in-process)",
+    ),
+    Setting("RVU_SCALE_LLM_PORT", "text", "8090", "state", "`rvu scale up`: llama.cpp server i listens on this + i"),
     # where things live
     Setting("RVU_HOME", "path", "<checkout>/.rvu", "state", "local state: asset outputs, MLflow store, caches, keys"),
     Setting("RVU_PROJECT_ROOT", "path", "<the checkout>", "state", "the checkout the library runs from"),
@@ -109,6 +117,14 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("RVU_LLM_BASE_URL", "url", None, "models", "the server for RVU_LLM_BACKEND=openai_compatible"),
     Setting("RVU_LLM_MODEL", "text", None, "models", "the model name the server knows"),
+    Setting(
+        "RVU_LLM_EXTRA_BODY",
+        "text",
+        None,
+        "models",
+        'JSON object of numeric sampling fields sent to the server, e.g. {"repeat_penalty": 1.0} (llama.cpp\'s '
+        "server defaults to 1.1; the in-process backend decodes plain greedy)",
+    ),
     Setting(
         "RVU_LLAMA_CPU",
         "choice",

@@ -3,6 +3,11 @@
 SQLite's event log locks under parallel steps (dagster issue 2884; the maintainers' answer is Postgres). This
 writes the ``dagster.yaml`` a DAGSTER_HOME needs for that; plain data, no Dagster import (the library never
 imports Dagster), and the same limits the embedded instance has (one recovery run per provenance store at a time).
+
+A failed run is retried once by the daemon, from the failed step on (Dagster's run retries): a celery worker or
+step process killed mid-cell (the OOM killer, a node drained) costs the lost step, not the sweep. Cells and
+recoveries are deterministic and idempotent (same ASR, byte-identical certificates on re-run), so the retry gives
+the uninterrupted result; a deterministic failure fails twice and stays failed.
 """
 
 from __future__ import annotations
@@ -22,9 +27,13 @@ def dagster_postgres_url(postgres_url: str) -> str:
     return f"postgresql+psycopg2://{rest}"
 
 
+RUN_RETRIES = {"enabled": True, "max_retries": 1, "retry_on_asset_or_op_failure": True}
+
+
 def instance_config(postgres_url: str, *, max_concurrent_runs: int = 4) -> dict[str, Any]:
     """dagster.yaml as a dict: ``dagster-postgres`` storage at ``postgres_url`` (a libpq URL), queued runs."""
     return {
+        "run_retries": dict(RUN_RETRIES),
         "telemetry": {"enabled": False},
         "storage": {"postgres": {"postgres_url": dagster_postgres_url(postgres_url)}},
         "run_coordinator": {

@@ -1,4 +1,4 @@
-"""The local scale profile: PostgreSQL, an MLflow tracking server, the Dagster webserver and daemon, on loopback.
+"""The local scale profile: PostgreSQL, MLflow, Dagster webserver + daemon, celery workers, llama.cpp servers.
 
 ``rvu scale up`` (``make scale-up``) starts what is not running, ``rvu scale down`` stops all of it, ``rvu scale
 status`` says what runs. Everything lives under ``<RVU_HOME>/scale/``: the database cluster, MLflow's artifacts,
@@ -8,13 +8,22 @@ file per service, and ``scale.env`` — the variables a shell (or a worker) sour
     source .rvu/scale/scale.env && dagster job launch -j recovery_reproductions_job -m rvu_pipelines.definitions
 
 These are the real engines' own commands (``pg_ctl``, ``mlflow server``, ``dagster-webserver``,
-``dagster-daemon``); this module only starts them in the right order with the right settings and stops them.
+``dagster-daemon``, ``dagster-celery worker``, llama-cpp-python's OpenAI-compatible server); this module only starts
+them in the right order with the right settings and stops them.
+
+LLM inference goes through the OpenAI-compatible backend: one llama.cpp server per celery worker (one in all
+without celery), each worker pointed at its own, so a step's process holds no model and two workers never
+share one llama.cpp context. The servers load the profile's pinned GGUF with the in-process backend's llama.cpp
+parameters (``models.llama_server``) and are asked for plain greedy decoding (``repeat_penalty`` 1.0), so a cell
+gives the embedded run's text.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -28,10 +37,12 @@ from rvu_pipelines.errors import ConfigError, StoreError
 from rvu_pipelines.paths import project_root, state_dir
 from rvu_pipelines.scale.dagster_instance import dagster_postgres_url, write_instance
 from rvu_pipelines.scale.postgres_server import LocalPostgres
-from rvu_pipelines.settings import env_value
+from rvu_pipelines.settings import env_flag, env_value
 
 DATABASES = ("dagster", "mlflow", "rvu")
-SERVICES = ("postgres", "mlflow", "dagster-webserver", "dagster-daemon")  # plus redis + celery workers
+SERVICES = ("postgres", "mlflow", "dagster-webserver", "dagster-daemon")  # plus llm servers, redis, celery workers
+# llama.cpp's server defaults to repeat_penalty 1.1; the in-process backend decodes plain greedy (1.0)
+GREEDY_EXTRA_BODY = {"repeat_penalty": 1.0}
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,7 @@ class Ports:
     mlflow: int = 5001
     dagster: int = 3001
     redis: int = 6380
+    llm: int = 8090  # server i listens on llm + i
 
     @classmethod
     def from_settings(cls) -> Ports:
@@ -54,6 +66,7 @@ class Ports:
             port("RVU_SCALE_MLFLOW_PORT", cls.mlflow),
             port("RVU_SCALE_DAGSTER_PORT", cls.dagster),
             port("RVU_SCALE_REDIS_PORT", cls.redis),
+            port("RVU_SCALE_LLM_PORT", cls.llm),
         )
 
 
@@ -95,17 +108,30 @@ class ScaleProfile:
         ports: Ports | None = None,
         workers: int | None = None,
         max_concurrent_runs: int = 4,
+        llm_servers: bool | None = None,
     ) -> None:
+        """``llm_servers``: serve the LLM over HTTP (default RVU_SCALE_LLM_SERVERS); False: each step process
+        loads the model in-process as the embedded default does."""
         self.root = (root or state_dir() / "scale").resolve()
         self.max_concurrent_runs = max_concurrent_runs
         self.ports = ports or Ports.from_settings()
         self.workers = celery_worker_count() if workers is None else workers
+        self.llm_servers = env_flag("RVU_SCALE_LLM_SERVERS", default=True) if llm_servers is None else llm_servers
         self.postgres = LocalPostgres(self.root / "postgres", self.ports.postgres)
 
     @property
+    def llm_server_count(self) -> int:
+        """One per celery worker (one in all under the multiprocess executor); 0 without servers."""
+        return max(1, self.workers) if self.llm_servers else 0
+
+    def llm_url(self, index: int = 0) -> str:
+        return f"http://127.0.0.1:{self.ports.llm + index}/v1"
+
+    @property
     def services(self) -> list[str]:
+        servers = [f"llm-server-{i}" for i in range(self.llm_server_count)]
         workers = [f"celery-worker-{i}" for i in range(self.workers)]
-        return [*SERVICES, *(["redis", *workers] if self.workers else [])]
+        return [*SERVICES, *servers, *(["redis", *workers] if self.workers else [])]
 
     @property
     def broker_url(self) -> str:
@@ -142,7 +168,18 @@ class ScaleProfile:
         }
         if self.workers:
             env["RVU_CELERY_BROKER"] = self.broker_url
+        if self.llm_servers:  # a celery worker's own server replaces llm_url(0) in that worker's environment
+            env["RVU_LLM_BACKEND"] = "openai_compatible"
+            env["RVU_LLM_BASE_URL"] = self.llm_url(0)
+            env["RVU_LLM_EXTRA_BODY"] = json.dumps(GREEDY_EXTRA_BODY, sort_keys=True)
         return env
+
+    def write_env_file(self) -> Path:
+        """``scale.env``: ``export`` lines, values shell-quoted (RVU_LLM_EXTRA_BODY is JSON)."""
+        self.env_file.write_text(
+            "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(self.environment().items()))
+        )
+        return self.env_file
 
     def _pid_file(self, name: str) -> Path:
         return self.root / "run" / f"{name}.pid"
@@ -165,6 +202,7 @@ class ScaleProfile:
             "dagster-webserver": self.dagster_url,
             "dagster-daemon": str(self.dagster_home),
             "redis": self.broker_url,
+            **{f"llm-server-{i}": self.llm_url(i) for i in range(self.llm_server_count)},
         }
         states = [
             ServiceState(
@@ -192,7 +230,7 @@ class ScaleProfile:
         for name in DATABASES:
             self.postgres.create_database(name)
         write_instance(self.dagster_home, self.database_url("dagster"), max_concurrent_runs=self.max_concurrent_runs)
-        self.env_file.write_text("".join(f"export {k}={v}\n" for k, v in sorted(self.environment().items())))
+        self.write_env_file()
         binaries = Path(sys.executable).parent
         # the services' own helpers (dagster-celery runs `celery`) come from this virtual environment
         env = {**os.environ, **self.environment()}
@@ -223,13 +261,50 @@ class ScaleProfile:
             env,
         )
         self._start("dagster-daemon", [str(binaries / "dagster-daemon"), "run", "-w", workspace], env)
+        if self.llm_server_count:
+            self._start_llm_servers(env)
         if self.workers:
             self._start_celery(binaries, env, timeout_s)
         self._wait_http("mlflow", f"{self.mlflow_url}/health", timeout_s)
         self._wait_http("dagster-webserver", f"{self.dagster_url}/server_info", timeout_s)
+        for i in range(self.llm_server_count):
+            self._wait_http(f"llm-server-{i}", f"{self.llm_url(i)}/models", timeout_s)
         if self.workers:
             self._wait_workers(timeout_s)
         return self.status()
+
+    def _start_llm_servers(self, env: dict[str, str]) -> None:
+        """The profile's LLM (configs/models.yaml, sha256-checked) behind llama-cpp-python's OpenAI-compatible
+        server, one per worker, the cores split between them (two servers on two cores: one thread each)."""
+        from rvu_pipelines.agents.harness import AGENT_N_CTX
+        from rvu_pipelines.models import ModelStore, load_model_config
+
+        model = ModelStore().resolve("llm", load_model_config().profile()["llm"])
+        threads = max(1, (os.cpu_count() or 1) // self.llm_server_count)
+        for i in range(self.llm_server_count):
+            self._start(
+                f"llm-server-{i}",
+                [
+                    sys.executable,
+                    "-m",
+                    "rvu_pipelines.models.llama_server",
+                    "--model",
+                    str(model.path),
+                    "--model_alias",
+                    model.name,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.ports.llm + i),
+                    "--n_ctx",
+                    str(max(AGENT_N_CTX, model.n_ctx)),
+                    "--n_threads",
+                    str(threads),
+                    "--seed",
+                    "0",
+                ],
+                env,
+            )
 
     def _start_celery(self, binaries: Path, env: dict[str, str], timeout_s: float) -> None:
         """Redis as the broker (the OS package's ``redis-server``, no persistence: a queue, not a store) and the
@@ -277,7 +352,7 @@ class ScaleProfile:
                     "--",
                     "--concurrency=1",
                 ],
-                env,
+                {**env, "RVU_LLM_BASE_URL": self.llm_url(i)} if self.llm_servers else env,
             )
 
     def _wait_workers(self, timeout_s: float) -> None:

@@ -40,6 +40,7 @@ DEPLOYMENT_VARS = (
     "RVU_LLM_BACKEND",
     "RVU_LLM_BASE_URL",
     "RVU_LLM_MODEL",
+    "RVU_LLM_EXTRA_BODY",
     "MLFLOW_TRACKING_URI",
     "RVU_INCIDENT_DIR",
 )
@@ -96,6 +97,19 @@ def test_local_follows_the_mirror_and_the_llm_backend(clean_env, tmp_path) -> No
         chat = built.llm.build(Path("/models/smollm2.gguf"))
     assert isinstance(chat, OpenAICompatibleChatModel)
     assert chat.base_url.startswith("http://127.0.0.1:8080") and chat.name == "smollm2.gguf"
+
+
+def test_the_llm_extra_body_reaches_every_request_and_a_bad_one_is_refused(clean_env) -> None:
+    clean_env.setenv("RVU_LLM_BACKEND", "openai_compatible")
+    clean_env.setenv("RVU_LLM_BASE_URL", "http://127.0.0.1:8080/v1")
+    clean_env.setenv("RVU_LLM_EXTRA_BODY", '{"repeat_penalty": 1}')
+    with build_resources({"llm": deployment_resources("local")["llm"]}) as built:
+        chat = built.llm.build(Path("/models/smollm2.gguf"))
+    assert chat.extra_body == {"repeat_penalty": 1.0}
+    for bad, why in (("{repeat_penalty: 1}", "not JSON"), ('{"stop": ["x"]}', "numeric"), ("[1.0]", "numeric")):
+        clean_env.setenv("RVU_LLM_EXTRA_BODY", bad)
+        with pytest.raises(ConfigError, match=f"RVU_LLM_EXTRA_BODY.*{why}"):
+            deployment_resources("local")
 
 
 def test_local_openai_backend_without_an_endpoint_is_refused(clean_env) -> None:

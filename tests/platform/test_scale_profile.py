@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -23,23 +24,51 @@ def test_ports_come_from_settings_and_a_bad_one_is_refused_by_name(monkeypatch: 
     monkeypatch.delenv("RVU_SCALE_DAGSTER_PORT", raising=False)
     monkeypatch.setenv("RVU_SCALE_MLFLOW_PORT", "15999")
     monkeypatch.delenv("RVU_SCALE_REDIS_PORT", raising=False)
-    assert Ports.from_settings() == Ports(5433, 15999, 3001, 6380)
+    monkeypatch.setenv("RVU_SCALE_LLM_PORT", "18090")
+    assert Ports.from_settings() == Ports(5433, 15999, 3001, 6380, 18090)
     monkeypatch.setenv("RVU_SCALE_DAGSTER_PORT", "80")
     with pytest.raises(ConfigError, match="RVU_SCALE_DAGSTER_PORT"):
         Ports.from_settings()
 
 
 def test_the_profile_environment_points_everything_at_its_services(tmp_path: Path) -> None:
-    profile = ScaleProfile(tmp_path / "scale", Ports(15433, 15001, 13001, 16380), workers=2)
+    profile = ScaleProfile(tmp_path / "scale", Ports(15433, 15001, 13001, 16380, 18090), workers=2)
     env = profile.environment()
     assert env["MLFLOW_TRACKING_URI"] == "http://127.0.0.1:15001"
     assert env["RVU_PROVENANCE_STORE"] == "postgresql://rvu@127.0.0.1:15433/rvu?schema=rvu"
     assert env["DAGSTER_HOME"] == str(tmp_path / "scale" / "dagster_home") and env["RVU_EXECUTOR"] == "celery"
     assert env["RVU_CELERY_BROKER"] == "redis://127.0.0.1:16380/0"
-    assert [state.name for state in profile.status()][-3:] == ["redis", "celery-worker-0", "celery-worker-1"]
-    assert [state.running for state in profile.status()] == [False] * 7
+    # LLM inference over HTTP, plain greedy like the in-process backend; worker i gets server i (18090 + i)
+    assert env["RVU_LLM_BACKEND"] == "openai_compatible" and env["RVU_LLM_BASE_URL"] == "http://127.0.0.1:18090/v1"
+    assert json.loads(env["RVU_LLM_EXTRA_BODY"]) == {"repeat_penalty": 1.0}
+    states = {state.name: state for state in profile.status()}
+    assert states["llm-server-1"].address == "http://127.0.0.1:18091/v1"
+    assert [state.name for state in profile.status()][-5:] == [
+        "llm-server-0",
+        "llm-server-1",
+        "redis",
+        "celery-worker-0",
+        "celery-worker-1",
+    ]
+    assert [state.running for state in profile.status()] == [False] * 9
     without = ScaleProfile(tmp_path / "scale", Ports(15433, 15001, 13001, 16380), workers=0)
-    assert without.environment()["RVU_EXECUTOR"] == "multiprocess" and len(without.status()) == 4
+    assert without.environment()["RVU_EXECUTOR"] == "multiprocess" and len(without.status()) == 5  # one server
+    in_process = ScaleProfile(tmp_path / "scale", workers=0, llm_servers=False)
+    assert "RVU_LLM_BACKEND" not in in_process.environment() and len(in_process.status()) == 4
+
+
+def test_the_profile_env_file_survives_a_shell(tmp_path: Path) -> None:
+    """scale.env quotes its values: the JSON of RVU_LLM_EXTRA_BODY reaches a shell that sources it intact."""
+    profile = ScaleProfile(tmp_path / "scale", Ports(15433, 15001, 13001, 16380, 18090), workers=1)
+    profile.root.mkdir(parents=True)
+    profile.write_env_file()
+    shown = subprocess.run(
+        ["bash", "-c", f'source {profile.env_file} && printf %s "$RVU_LLM_EXTRA_BODY"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(shown.stdout) == {"repeat_penalty": 1.0}
 
 
 @pytest.mark.slow
