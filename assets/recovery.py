@@ -23,7 +23,7 @@ from dagster import (
 from assets.partitions import incident_partitions
 from resources import EmbedderResource, MlflowTrackerResource, ModelStoreResource
 from resources.recovery import RecoveryResource
-from rvu_pipelines.provenance.postgres_location import redact
+from rvu_pipelines.provenance.engines import describe_store
 from rvu_pipelines.recovery import Tier, recover, verify_certificate
 from rvu_pipelines.recovery.reproductions import (
     reproduce_adapter_closure,
@@ -221,7 +221,7 @@ def incident_recovery(
     yield Output(
         {
             "incident_id": incident_id,
-            "store": redact(str(recovery.store_path)),  # a PostgreSQL URL's password never reaches run storage
+            "store": describe_store(recovery.store_path),  # a PostgreSQL URL's password never reaches run storage
             "index": str(recovery.index_path),
             "new_entries": result.ingest.new_entries,
         },

@@ -262,7 +262,8 @@ class DuckDBProvenanceStore(SqlProvenanceStore):
         return [found[int(seq)] for seq in seqs.tolist()]
 
     def entry_states(self, seqs: np.ndarray) -> dict[str, np.ndarray]:
-        """tainted / quarantined (active) / purged flags for the given seqs, in the given order."""
+        """tainted / quarantined (active) / purged flags for the given seqs, in the given order; raises
+        EntryNotFoundError for a seq the store does not hold (as the PostgreSQL store does)."""
         seqs = np.asarray(seqs, dtype=np.int64)
         if seqs.size == 0:
             empty = np.zeros(0, dtype=bool)
@@ -273,6 +274,8 @@ class DuckDBProvenanceStore(SqlProvenanceStore):
                 f"JOIN provenance p ON p.seq = v.seq "
                 f"LEFT JOIN (SELECT DISTINCT seq FROM quarantine WHERE restored = 0) q ON q.seq = v.seq ORDER BY v.pos"
             ).fetchnumpy()
+        if len(arrays["pos"]) != seqs.size:
+            raise EntryNotFoundError(f"Unknown entry seq(s) in {self.path}")
         return {
             "tainted": np.asarray(arrays["tainted"]) == 1,
             "quarantined": np.asarray(arrays["quarantined"], dtype=bool),

@@ -31,6 +31,16 @@ def open_store(location: Path | str, *, read_only: bool = False, lock_timeout_s:
     return DuckDBProvenanceStore.open(location, read_only=read_only, lock_timeout_s=lock_timeout_s)
 
 
+def describe_store(location: Path | str) -> str:
+    """The location as it may appear in messages and run storage: a PostgreSQL URL's password replaced."""
+    text = str(location)
+    if text.startswith(POSTGRES_SCHEMES):
+        from rvu_pipelines.provenance.postgres_location import redact
+
+        return redact(text)
+    return text
+
+
 def store_exists(location: Path | str) -> bool:
     """Whether a store is already at ``location`` (a DuckDB file, or a PostgreSQL schema); ``":memory:"``: no."""
     text = str(location)

@@ -39,10 +39,9 @@ from rvu_pipelines.errors import ConfigError, StoreError
 from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.provenance.canonical import canonical_bytes
 from rvu_pipelines.provenance.closure import ProvenanceGraph
-from rvu_pipelines.provenance.engines import open_store, store_exists
+from rvu_pipelines.provenance.engines import describe_store, open_store, store_exists
 from rvu_pipelines.provenance.incident import IncidentLog, IncidentRecord, load_incident
 from rvu_pipelines.provenance.intsets import union_ints
-from rvu_pipelines.provenance.postgres_location import redact
 from rvu_pipelines.provenance.store import IngestResult, ProvenanceStore
 from rvu_pipelines.recovery.certificate import check_writable, sign_certificate, write_certificate
 from rvu_pipelines.recovery.certificate_body import build_certificate_body
@@ -415,7 +414,7 @@ def restore(entry_id: str, store_path: Path | str, index_path: Path | str | None
     """
     if str(store_path) != ":memory:" and not store_exists(store_path):
         raise StoreError(
-            f"No provenance store at {redact(str(store_path))}: nothing was recovered in this state folder, so "
+            f"No provenance store at {describe_store(store_path)}: nothing was recovered in this state folder, so "
             "there is nothing to restore. Pass --state with the folder `rvu recover` used."
         )
     with open_store(store_path) as store:

@@ -204,3 +204,5 @@ def test_entry_states_and_seq_lookups(e2_store) -> None:
     assert np.array_equal(store.allowed_vector_seqs(), np.setdiff1d(np.arange(9), seqs[1:2]))
     with pytest.raises(EntryNotFoundError):
         store.seqs_of(["nope"])
+    with pytest.raises(EntryNotFoundError):  # both engines: an unknown seq is an error, not a shorter answer
+        store.entry_states(np.array([0, 999]))
