@@ -45,11 +45,15 @@ def test_helm_values_agree_with_the_instance_the_image_and_the_scale_profile() -
     local = instance_config("postgresql://x@y/z")["run_coordinator"]["config"]["tag_concurrency_limits"]
     assert limits == local == instance["run_coordinator"]["config"]["tag_concurrency_limits"]
     retries = values["dagsterDaemon"]["runRetries"]
-    assert instance_config("postgresql://x@y/z")["run_retries"] == instance["run_retries"] == {
-        "enabled": retries["enabled"],
-        "max_retries": retries["maxRetries"],
-        "retry_on_asset_or_op_failure": retries["retryOnAssetOrOpFailure"],
-    }
+    assert (
+        instance_config("postgresql://x@y/z")["run_retries"]
+        == instance["run_retries"]
+        == {
+            "enabled": retries["enabled"],
+            "max_retries": retries["maxRetries"],
+            "retry_on_asset_or_op_failure": retries["retryOnAssetOrOpFailure"],
+        }
+    )
     launcher = instance["run_launcher"]["config"]
     k8s = values["runLauncher"]["config"]["k8sRunLauncher"]
     assert k8s["jobNamespace"] == launcher["job_namespace"] and k8s["resources"] == launcher["resources"]
