@@ -5,6 +5,7 @@ Thin wrappers over rvu_pipelines.detectors; every MLflow run is one asset materi
 """
 
 import base64
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +42,8 @@ from rvu_pipelines.detectors import (
 from rvu_pipelines.detectors.corpora import DESCRIPTIONS, SOURCE_DATASETS, cross_split_pairs, stratified_subsample
 from rvu_pipelines.detectors.evaluation import LODO_DATASETS, ORDER, LodoSettings, leave_one_dataset_out
 from rvu_pipelines.detectors.finetune import ENCODER_ROLE, EncoderRef
-from rvu_pipelines.detectors.registry import registered_ref
+from rvu_pipelines.detectors.onnx_d4 import OnnxDetector, agreement, export_detector
+from rvu_pipelines.detectors.registry import ONNX_ALIAS, registered_ref
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.reporting import markdown_table
 
@@ -141,6 +143,8 @@ def _same_scores_check(
 
 
 REGISTRY_CHECK = "registered_model_reproduces_scores"
+ONNX_CHECK = "onnx_runtime_agrees"
+ONNX_F1_TOLERANCE_POINTS = 0.5  # issue 17: the fast runtime keeps F1 within half a point of the reference
 
 
 class D2TrainConfig(Config):
@@ -234,15 +238,23 @@ def _d4_asset(corpus_name: str) -> AssetsDefinition:
         ins={"corpus_frame": AssetIn(key=f"detector_corpus_{corpus_name}")},
         description=f"D4: all-MiniLM-L6-v2 from the model store, lower layers frozen, fine-tuned on the "
         f"'{corpus_name}' training split (deterministic seed); logged as an mlflow.pyfunc model wrapping "
-        f"safetensors weights and registered as {registered_name('d4', corpus_name)} (alias 'current').",
-        kinds={"pytorch", "mlflow"},
+        f"safetensors weights and registered as {registered_name('d4', corpus_name)} (alias 'current'); the same "
+        "model exported to ONNX Runtime (fused graph, int8 weights) is a second version of it (alias 'onnx').",
+        kinds={"pytorch", "mlflow", "onnx"},
         check_specs=[
             AssetCheckSpec(
                 REGISTRY_CHECK,
                 asset=key,
                 blocking=True,
                 description="The registered model loads by name and gives the trained model's scores.",
-            )
+            ),
+            AssetCheckSpec(
+                ONNX_CHECK,
+                asset=key,
+                description=f"The ONNX Runtime int8 version (alias 'onnx') loads by name, gives the exported "
+                f"graph's scores, and its test F1 is within {ONNX_F1_TOLERANCE_POINTS} point of the PyTorch "
+                "reference's (max |score difference| and flipped decisions in the metadata).",
+            ),
         ],
     )
     def _d4(
@@ -287,18 +299,38 @@ def _d4_asset(corpus_name: str) -> AssetsDefinition:
                 tags={"corpus": corpus_name, "test_f1": metrics["test_f1"]},
                 description=f"D4 MiniLM fine-tuned on the {corpus_name} training split.",
             )
+            with tempfile.TemporaryDirectory() as tmp:
+                fast = OnnxDetector.load(export_detector(detector, Path(tmp)), "int8", encoder=encoder)
+                fast_scores = fast.score(texts)
+                agreed = agreement(scores, fast_scores, y)
+                onnx_metrics = {
+                    "onnx_int8_test_f1": float(agreed.f1_candidate or 0.0),
+                    "onnx_int8_max_abs_diff": agreed.max_abs_diff,
+                    "onnx_int8_decision_flips": float(agreed.decision_flips),
+                }
+                run.log_metrics(onnx_metrics)
+                onnx_registered = register_detector(
+                    fast,
+                    name=registered_name("d4", corpus_name),
+                    run_id=run.run_id,
+                    tracking_uri=uri,
+                    tags={"corpus": corpus_name, "runtime": "onnxruntime-int8", **onnx_metrics},
+                    description=f"D4 ({corpus_name}) on ONNX Runtime: fused graph, int8 weights.",
+                    alias=ONNX_ALIAS,
+                )
         context.log.info(
             f"D4 {corpus_name}: fine-tuned {train.height} texts in {report.wall_seconds:.1f}s, "
             f"test F1 {metrics['test_f1']:.4f}"
         )
-        record = {**registered.record(), "corpus": corpus_name, **metrics}
+        record = {**registered.record(), "corpus": corpus_name, **metrics, "onnx_version": onnx_registered.version}
         yield Output(
             record,
             metadata={
                 "registered_name": registered.name,
                 "version": registered.version,
+                "onnx_version": onnx_registered.version,
                 "mlflow_run_id": run.run_id,
-                **{k: float(v) for k, v in metrics.items()},
+                **{k: float(v) for k, v in {**metrics, **onnx_metrics}.items()},
             },
         )
         yield _same_scores_check(
@@ -309,6 +341,26 @@ def _d4_asset(corpus_name: str) -> AssetsDefinition:
             texts[:SCORE_CHECK_TEXTS],
             scores[:SCORE_CHECK_TEXTS],
             1e-6,
+        )
+        reloaded = _same_scores_check(
+            ONNX_CHECK,
+            onnx_registered.name,
+            uri,
+            onnx_registered.version,
+            texts,
+            fast_scores,
+            1e-6,
+        )
+        change = agreed.f1_change_points or 0.0
+        yield AssetCheckResult(
+            check_name=ONNX_CHECK,
+            passed=bool(reloaded.passed) and abs(change) <= ONNX_F1_TOLERANCE_POINTS,
+            metadata={
+                **(reloaded.metadata or {}),
+                "f1_change_points": change,
+                "max_abs_score_diff_vs_pytorch": agreed.max_abs_diff,
+                "decision_flips": agreed.decision_flips,
+            },
         )
 
     return _d4

@@ -4,8 +4,11 @@ harness can load "the current detector" by name.
 * D2 is logged with the ``mlflow.sklearn`` flavour in skops format (no pickle).
 * D4 is logged as an ``mlflow.pyfunc`` model from code (``mlflow_d4_model.py``) wrapping the
   safetensors weights, so MLflow never cloudpickles a Python object.
+* D4 on ONNX Runtime (``onnx_d4.OnnxDetector``) is another version of the same registered model, a pyfunc
+  from code (``mlflow_d4_onnx_model.py``) over the exported graphs, requiring onnxruntime instead of torch.
 
-Each registration creates a new model version and points the alias ``current`` at it.
+Each registration creates a new model version and points an alias at it: ``current`` (the float PyTorch
+reference, which evaluations load) unless told otherwise, e.g. ``onnx`` for the fast runtime.
 :func:`load_registered_detector` reads the files itself and rebuilds an :class:`InjectionDetector`
 (skops with no extra trusted types, safetensors), so loading never unpickles and does not need
 MLflow's ``MLFLOW_ALLOW_PICKLE_DESERIALIZATION`` switch.
@@ -23,21 +26,24 @@ import yaml
 
 from rvu_pipelines.detectors.base import DetectorBase
 from rvu_pipelines.detectors.finetune import FinetunedDetector
+from rvu_pipelines.detectors.onnx_d4 import OnnxDetector
 from rvu_pipelines.detectors.tfidf import TfidfDetector
 from rvu_pipelines.errors import RegisteredDetectorError
 from rvu_pipelines.tracking import default_tracking_uri
 
 CURRENT_ALIAS = "current"
+ONNX_ALIAS = "onnx"
 MODEL_ARTIFACT = "model"
 KIND_KEY = "rvu_detector"
-KINDS = {"d2": "d2-tfidf-skops", "d4": "d4-finetuned-safetensors"}
+KINDS = {"d2": "d2-tfidf-skops", "d4": "d4-finetuned-safetensors", "d4_onnx": "d4-onnxruntime"}
 _D4_CODE = Path(__file__).with_name("mlflow_d4_model.py")
+_D4_ONNX_CODE = Path(__file__).with_name("mlflow_d4_onnx_model.py")
 
 
 def registered_name(kind: str, corpus: str) -> str:
     """The registry name of a detector kind (d2 | d4) trained on a corpus, e.g. rvu-detector-d4-deepset."""
-    if kind not in KINDS:
-        raise RegisteredDetectorError(f"Unknown registered detector kind '{kind}'. Allowed values: {', '.join(KINDS)}")
+    if kind not in ("d2", "d4"):  # d4_onnx is a version of the d4 model, not a name of its own
+        raise RegisteredDetectorError(f"Unknown registered detector kind '{kind}'. Allowed values: d2, d4")
     return f"rvu-detector-{kind}-{corpus}"
 
 
@@ -103,8 +109,21 @@ def _save_model_folder(detector: DetectorBase, folder: Path) -> str:
             metadata={KIND_KEY: KINDS["d4"], "encoder": detector.encoder.record()},
         )
         return "d4"
+    if isinstance(detector, OnnxDetector) and detector.folder is not None:
+        import mlflow.pyfunc
+
+        mlflow.pyfunc.save_model(
+            str(folder),
+            python_model=str(_D4_ONNX_CODE),
+            artifacts={"detector": str(detector.folder)},
+            model_config={"variant": detector.variant},
+            pip_requirements=_requirements("onnxruntime", "transformers", "tokenizers", "mlflow"),
+            metadata={KIND_KEY: KINDS["d4_onnx"], "variant": detector.variant},
+        )
+        return "d4_onnx"
     raise RegisteredDetectorError(
-        f"Only D2 (TfidfDetector) and D4 (FinetunedDetector) are registered; got {type(detector).__name__}."
+        "Only D2 (TfidfDetector), D4 (FinetunedDetector) and D4 on ONNX Runtime (OnnxDetector, loaded from an "
+        f"exported folder) are registered; got {type(detector).__name__}."
     )
 
 
@@ -116,17 +135,20 @@ def register_detector(
     tracking_uri: str | None = None,
     tags: Mapping[str, object] | None = None,
     description: str = "",
+    alias: str = CURRENT_ALIAS,
 ) -> RegisteredDetector:
-    """Log the detector as the ``model`` artifact of ``run_id``, register a new version, alias it ``current``."""
+    """Log the detector as the ``model`` artifact of ``run_id`` (``artifact``), register a new version, point
+    ``alias`` at it (``current`` by default; the ONNX runtime goes in as ``onnx``)."""
     from mlflow.exceptions import MlflowException
 
     uri = tracking_uri or default_tracking_uri()
     client = _client(uri)
     str_tags = {k: str(v) for k, v in sorted((tags or {}).items())}
+    artifact = MODEL_ARTIFACT if alias == CURRENT_ALIAS else f"{MODEL_ARTIFACT}_{alias}"
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / MODEL_ARTIFACT
         kind = _save_model_folder(detector, folder)
-        client.log_artifacts(run_id, str(folder), MODEL_ARTIFACT)
+        client.log_artifacts(run_id, str(folder), artifact)
     try:
         client.create_registered_model(name, description=description or None)
     except MlflowException as exc:
@@ -134,17 +156,19 @@ def register_detector(
             raise
     version = client.create_model_version(
         name,
-        f"runs:/{run_id}/{MODEL_ARTIFACT}",
+        f"runs:/{run_id}/{artifact}",
         run_id=run_id,
         tags={KIND_KEY: KINDS[kind], **str_tags},
         description=description or None,
     )
-    client.set_registered_model_alias(name, CURRENT_ALIAS, version.version)
+    client.set_registered_model_alias(name, alias, version.version)
     return RegisteredDetector(name, str(version.version), run_id, kind, uri)
 
 
-def resolve_version(name: str, tracking_uri: str | None = None, version: str | int | None = None) -> RegisteredDetector:
-    """The version named (default: the one aliased ``current``) with the run that logged it."""
+def resolve_version(
+    name: str, tracking_uri: str | None = None, version: str | int | None = None, alias: str = CURRENT_ALIAS
+) -> RegisteredDetector:
+    """The version named (default: the one ``alias`` points at) with the run that logged it."""
     from mlflow.exceptions import MlflowException
 
     uri = tracking_uri or default_tracking_uri()
@@ -153,10 +177,10 @@ def resolve_version(name: str, tracking_uri: str | None = None, version: str | i
         found = (
             client.get_model_version(name, str(version))
             if version is not None
-            else client.get_model_version_by_alias(name, CURRENT_ALIAS)
+            else client.get_model_version_by_alias(name, alias)
         )
     except MlflowException as exc:
-        which = f"version {version}" if version is not None else f"alias '{CURRENT_ALIAS}'"
+        which = f"version {version}" if version is not None else f"alias '{alias}'"
         raise RegisteredDetectorError(
             f"No registered detector '{name}' ({which}) in the MLflow registry at {uri}. Materialize the detector "
             "assets (group 'detectors') or register one with register_detector()."
@@ -174,12 +198,13 @@ def registered_ref(detector: DetectorBase) -> RegisteredDetector:
 
 
 def load_registered_detector(
-    name: str, tracking_uri: str | None = None, version: str | int | None = None
+    name: str, tracking_uri: str | None = None, version: str | int | None = None, alias: str = CURRENT_ALIAS
 ) -> DetectorBase:
-    """The registered detector ``name`` (alias ``current`` unless ``version``) as an InjectionDetector."""
+    """The registered detector ``name`` (``alias``, default ``current``, unless ``version``) as an
+    InjectionDetector; an ONNX Runtime version (alias ``onnx``) comes back as an ``OnnxDetector``."""
     import mlflow.artifacts
 
-    ref = resolve_version(name, tracking_uri, version)
+    ref = resolve_version(name, tracking_uri, version, alias)
     with tempfile.TemporaryDirectory() as tmp:
         try:
             source = _client(ref.tracking_uri).get_model_version_download_uri(ref.name, ref.version)
@@ -205,6 +230,13 @@ def load_registered_detector(
             artifacts = spec.get("flavors", {}).get("python_function", {}).get("artifacts", {})
             weights = (artifacts.get("detector") or {}).get("path", "artifacts/d4_weights")
             detector = FinetunedDetector.load(local / weights)
+        elif kind == KINDS["d4_onnx"]:
+            artifacts = spec.get("flavors", {}).get("python_function", {}).get("artifacts", {})
+            graphs = (artifacts.get("detector") or {}).get("path", "artifacts/onnx")
+            variant = (spec.get("metadata") or {}).get("variant", "int8")
+            # the session reads the graph into memory when it opens, so the temporary download may go
+            detector = OnnxDetector.load(local / graphs, variant)
+            detector.folder = None  # the download is deleted below; register from the exported folder instead
         else:
             raise RegisteredDetectorError(
                 f"{ref.model_uri} is not an RVU detector (metadata {KIND_KEY}={kind!r}); "
