@@ -140,8 +140,13 @@ def export_detector(detector: FinetunedDetector, folder: Path, reference_weights
 class OnnxDetector(DetectorBase):
     """D4 scored by ONNX Runtime: same tokenizer, truncation and length-sorted batches as the PyTorch model.
 
-    Batches of 8 by default: on 2 cores the int8 graph scored deepset's test split at 2.7 / 2.3 / 2.4 / 2.7 / 3.0
-    / 5.4 ms a text with batches of 1 / 4 / 8 / 16 / 32 / 64 (larger batches leave the caches)."""
+    Batch size (``batch_size=None``): the int8 graph scores one text per call, because dynamic quantisation takes
+    one activation scale per MatMul input, i.e. over the whole batch, so a text's score would depend on which texts
+    share its batch (seen: the same deepset text flipped at batch 8 and not at 1 or 32). A detector's verdict on
+    a text must not depend on its neighbours (a cache keyed by text, ``MemoizedDetector``, assumes it; an attacker
+    could otherwise pad a batch). It costs little: on 2 cores the int8 graph scored deepset's test split at 2.7 /
+    2.3 / 2.4 / 2.7 / 3.0 / 5.4 ms a text with batches of 1 / 4 / 8 / 16 / 32 / 64. The float graph, whose scores do
+    not depend on the batch, uses batches of 8."""
 
     def __init__(
         self,
@@ -150,7 +155,7 @@ class OnnxDetector(DetectorBase):
         settings: FinetuneSettings,
         variant: Variant,
         *,
-        batch_size: int = 8,
+        batch_size: int | None = None,
         folder: Path | None = None,
     ) -> None:
         self.folder = folder  # the exported folder it was loaded from (what the registry logs)
@@ -158,7 +163,7 @@ class OnnxDetector(DetectorBase):
         self.tokenizer = tokenizer
         self.settings = settings
         self.variant = variant
-        self.batch_size = batch_size
+        self.batch_size = batch_size or (1 if variant == "int8" else 8)
         self.name = f"D4 MiniLM fine-tuned (onnxruntime {variant})"
 
     @classmethod
@@ -169,7 +174,7 @@ class OnnxDetector(DetectorBase):
         *,
         encoder: EncoderRef | None = None,
         threads: int | None = None,
-        batch_size: int = 8,
+        batch_size: int | None = None,
     ) -> OnnxDetector:
         """Open ``folder``'s exported graph after checking its sha256 (a swapped file is refused)."""
         import onnxruntime

@@ -50,6 +50,19 @@ def test_int8_stays_within_its_tolerance_and_reports_flips(tiny_d4, exported, en
     assert result.f1_change_points is not None and abs(result.f1_change_points) <= 100.0 * result.decision_flips
 
 
+def test_an_int8_score_does_not_depend_on_the_texts_scored_with_it(exported, encoder, test_texts) -> None:
+    """Dynamic int8 takes one activation scale per batch; scored one text per call, a verdict cannot be moved by
+    its neighbours (a batch of 32 does move it: the reason for the default)."""
+    texts, _ = test_texts
+    int8 = OnnxDetector.load(exported, "int8", encoder=encoder, threads=1)
+    assert int8.batch_size == 1
+    together = int8.score(texts[:40])
+    alone = np.array([int8.score([text])[0] for text in texts[:40]])
+    assert np.array_equal(together, alone)
+    batched = OnnxDetector.load(exported, "int8", encoder=encoder, threads=1, batch_size=32).score(texts[:40])
+    assert not np.array_equal(batched, alone)
+
+
 def test_a_swapped_graph_or_a_foreign_folder_is_refused(exported, encoder, tmp_path) -> None:
     copy = tmp_path / "copy"
     copy.mkdir()
