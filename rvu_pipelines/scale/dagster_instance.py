@@ -7,7 +7,9 @@ imports Dagster), and the same limits the embedded instance has (one recovery ru
 A failed run is retried once by the daemon, from the failed step on (Dagster's run retries): a celery worker or
 step process killed mid-cell (the OOM killer, a node drained) costs the lost step, not the sweep. Cells and
 recoveries are deterministic and idempotent (same ASR, byte-identical certificates on re-run), so the retry gives
-the uninterrupted result; a deterministic failure fails twice and stays failed.
+the uninterrupted result; a deterministic failure fails twice and stays failed. A run that hangs instead (a
+celery worker killed whole leaves its task unacknowledged, and the run waits for a result that never comes) is
+failed by the daemon's run monitoring after ``MAX_RUNTIME_S`` (6 h; a run's ``dagster/max_runtime`` tag overrides).
 """
 
 from __future__ import annotations
@@ -28,12 +30,15 @@ def dagster_postgres_url(postgres_url: str) -> str:
 
 
 RUN_RETRIES = {"enabled": True, "max_retries": 1, "retry_on_asset_or_op_failure": True}
+MAX_RUNTIME_S = 6 * 3600  # longer than any nightly cell or study step on 2 cores
+RUN_MONITORING = {"enabled": True, "max_runtime_seconds": MAX_RUNTIME_S, "poll_interval_seconds": 60}
 
 
 def instance_config(postgres_url: str, *, max_concurrent_runs: int = 4) -> dict[str, Any]:
     """dagster.yaml as a dict: ``dagster-postgres`` storage at ``postgres_url`` (a libpq URL), queued runs."""
     return {
         "run_retries": dict(RUN_RETRIES),
+        "run_monitoring": dict(RUN_MONITORING),
         "telemetry": {"enabled": False},
         "storage": {"postgres": {"postgres_url": dagster_postgres_url(postgres_url)}},
         "run_coordinator": {

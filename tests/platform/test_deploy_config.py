@@ -44,6 +44,16 @@ def test_helm_values_agree_with_the_instance_the_image_and_the_scale_profile() -
     limits = values["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"]["tagConcurrencyLimits"]
     local = instance_config("postgresql://x@y/z")["run_coordinator"]["config"]["tag_concurrency_limits"]
     assert limits == local == instance["run_coordinator"]["config"]["tag_concurrency_limits"]
+    monitoring = values["dagsterDaemon"]["runMonitoring"]
+    assert (
+        instance_config("postgresql://x@y/z")["run_monitoring"]
+        == instance["run_monitoring"]
+        == {
+            "enabled": monitoring["enabled"],
+            "max_runtime_seconds": monitoring["maxRuntimeSeconds"],
+            "poll_interval_seconds": monitoring["pollIntervalSeconds"],
+        }
+    )
     retries = values["dagsterDaemon"]["runRetries"]
     assert (
         instance_config("postgresql://x@y/z")["run_retries"]
