@@ -116,6 +116,10 @@ class MlflowTracker:
         return MlflowClient(tracking_uri=self.tracking_uri)
 
     def experiment_id(self) -> str:
+        """The experiment's id, created on first use. Several step processes or celery workers may create it at
+        once (a fresh tracking server, three steps starting together): the losers of that race get the winner's."""
+        from mlflow.exceptions import MlflowException
+
         client = self._client()
         found = client.get_experiment_by_name(self.experiment)
         if found is not None:
@@ -124,7 +128,15 @@ class MlflowTracker:
         if "://" not in self.tracking_uri or self.tracking_uri.startswith("sqlite:"):
             self.artifact_root.mkdir(parents=True, exist_ok=True)
             location = (self.artifact_root / self.experiment).resolve().as_uri()
-        return client.create_experiment(self.experiment, artifact_location=location)
+        try:
+            return client.create_experiment(self.experiment, artifact_location=location)
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            found = client.get_experiment_by_name(self.experiment)
+            if found is None:
+                raise
+            return found.experiment_id
 
     @contextmanager
     def run(

@@ -1,11 +1,16 @@
-"""A celery worker's step process killed mid-cell on the local scale profile: the run fails saying so, the daemon
-retries it from the failed step, the cell resumes its episodes, and ASR/utility equal an uninterrupted embedded run.
+"""A celery worker killed mid-cell on the local scale profile, and the sweep still ends with the embedded result.
 
-Slow (the profile's services, two LLM runtimes, one cell three times): `make test-slow`.
+- its pool process (what the OOM killer picks): the run fails saying so, the daemon retries it from the failed step;
+- the whole worker: the run hangs on a task nobody will finish until run monitoring fails it (a short
+  ``dagster/max_runtime`` here, 6 h by default), `rvu scale up` restarts the worker, and the retry runs on it.
+Either way ASR/utility equal an uninterrupted embedded run of the same cell.
+
+Slow (the profile's services, two LLM runtimes, one cell several times): `make test-slow`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -80,15 +85,27 @@ def _pool_processes(worker_pid: int) -> list:
     return [pool for main in psutil.Process(worker_pid).children() for pool in main.children()]
 
 
+def _worker_group(worker_pid: int) -> list[int]:
+    """Every process of the worker: `dagster-celery worker start`, the celery main process, its pool."""
+    import psutil
+
+    root = psutil.Process(worker_pid)
+    return [root.pid, *(child.pid for child in root.children(recursive=True))]
+
+
 def _completions(log: Path) -> int:
     return log.read_text(errors="replace").count("POST /v1/chat/completions") if log.exists() else 0
 
 
-@pytest.mark.slow
-@pytest.mark.integration
-def test_a_worker_killed_mid_cell_fails_the_run_clearly_and_the_retry_resumes_to_the_embedded_result(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.fixture(scope="module")
+def embedded_reference(tmp_path_factory) -> list[dict[str, float]]:
+    reference = _embedded_reference(tmp_path_factory.mktemp("embedded"))
+    assert len(reference) == 1
+    return reference
+
+
+@pytest.fixture
+def profile_home(monkeypatch: pytest.MonkeyPatch):
     if not shutil.which("redis-server"):
         pytest.skip("the celery workers need Redis (apt install redis-server; `make scale-up` does it as root)")
     base = Path(tempfile.mkdtemp(prefix="rvu-scale-fault-"))
@@ -96,65 +113,104 @@ def test_a_worker_killed_mid_cell_fails_the_run_clearly_and_the_retry_resumes_to
     monkeypatch.setenv("RVU_HOME", str(base / "state"))  # the workers' state: an empty LLM response cache
     profile = ScaleProfile(base / "scale", Ports(*(free_port() for _ in range(5))), workers=1)
     try:
-        _kill_mid_cell_and_check(profile, base)
+        yield profile, base
     finally:
+        profile.down()
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _kill_mid_cell_and_check(profile: ScaleProfile, base: Path) -> None:
-    from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
+def _launch_cell_and_wait_for_the_llm(profile: ScaleProfile, base: Path, tags: dict[str, str]) -> None:
+    """Bring the profile up, launch the cell through the daemon, return once the worker's step had its first
+    LLM answer (it has episodes left: mid-cell)."""
+    profile.up()
+    env = {**os.environ, **profile.environment()}
+    _dagster(
+        ["asset", "materialize", "-m", "rvu_pipelines.definitions", "--select", "llm_model"],
+        {**env, "RVU_EXECUTOR": "in_process"},
+        base,
+    )
+    server_log = profile.root / "logs" / "llm-server-0.log"
+    answered_before = _completions(server_log)
+    _dagster(
+        ["job", "launch", "-w", str(REPO / "workspace.yaml"), "-j", "attack_cells_job"]
+        + ["--tags", json.dumps({**json.loads(TAGS), **tags}), "--config-json", CONFIG],
+        env,
+        base,
+    )
+    deadline = time.monotonic() + 300
+    while _completions(server_log) == answered_before:
+        assert time.monotonic() < deadline, "the cell never reached the LLM server"
+        time.sleep(0.1)
 
-    try:
-        profile.up()
-        env = {**os.environ, **profile.environment()}
-        _dagster(
-            ["asset", "materialize", "-m", "rvu_pipelines.definitions", "--select", "llm_model"],
-            {**env, "RVU_EXECUTOR": "in_process"},
-            base,
-        )
-        server_log = profile.root / "logs" / "llm-server-0.log"
-        answered_before = _completions(server_log)
-        _dagster(
-            ["job", "launch", "-w", str(REPO / "workspace.yaml"), "-j", "attack_cells_job", "--tags", TAGS]
-            + ["--config-json", CONFIG],
-            env,
-            base,
-        )
-        # mid-cell: the worker's step has had its first LLM answer and has episodes left
-        deadline = time.monotonic() + 300
-        while _completions(server_log) == answered_before:
-            assert time.monotonic() < deadline, "the cell never reached the LLM server"
-            time.sleep(0.1)
-        worker_pid = next(s.pid for s in profile.status() if s.name == "celery-worker-0")
-        assert worker_pid is not None
-        killed = _pool_processes(worker_pid)
-        assert killed, "no celery pool process found under the worker"
-        for process in killed:
-            os.kill(process.pid, signal.SIGKILL)
 
-        instance = DagsterInstance.from_config(str(profile.dagster_home))
-        deadline = time.monotonic() + 600
-        while True:
-            records = sorted(instance.get_run_records(), key=lambda record: record.create_timestamp)
-            cell_runs = [r.dagster_run for r in records if r.dagster_run.job_name == "attack_cells_job"]
-            done = [run for run in cell_runs if run.status == DagsterRunStatus.SUCCESS]
-            if done or time.monotonic() > deadline:
-                break
-            time.sleep(2)
-        assert [run.status for run in cell_runs] == [DagsterRunStatus.FAILURE, DagsterRunStatus.SUCCESS], (
-            profile.root / "logs" / "dagster-daemon.log"
-        ).read_text()[-3000:]
-        first, retry = cell_runs
-        assert retry.parent_run_id == first.run_id and retry.tags.get("dagster/retry_number") == "1"
-        # the failed run says what happened: the worker's process was lost, by signal
-        messages = " ".join(
-            str(record.dagster_event.event_specific_data)
-            for record in instance.all_logs(first.run_id, of_type=DagsterEventType.RUN_FAILURE)
-            if record.dagster_event is not None
-        )
-        assert "WorkerLostError" in messages and "SIGKILL" in messages, messages[:2000]
-        scaled = _cell_metrics(profile.mlflow_url)
-    finally:
-        profile.down()
-    reference = _embedded_reference(base / "embedded")
-    assert len(reference) == 1 and scaled == reference  # one finished run, the uninterrupted result
+def _cell_runs_once_one_succeeded(profile: ScaleProfile, timeout_s: float) -> list:
+    from dagster import DagsterInstance, DagsterRunStatus
+
+    instance = DagsterInstance.from_config(str(profile.dagster_home))
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = sorted(instance.get_run_records(), key=lambda record: record.create_timestamp)
+        runs = [r.dagster_run for r in records if r.dagster_run.job_name == "attack_cells_job"]
+        if any(run.status == DagsterRunStatus.SUCCESS for run in runs) or time.monotonic() > deadline:
+            return runs
+        time.sleep(2)
+
+
+def _failure_message(profile: ScaleProfile, run_id: str) -> str:
+    from dagster import DagsterEventType, DagsterInstance
+
+    instance = DagsterInstance.from_config(str(profile.dagster_home))
+    return " ".join(
+        f"{record.message} {record.dagster_event.event_specific_data}"
+        for record in instance.all_logs(run_id, of_type=DagsterEventType.RUN_FAILURE)
+        if record.dagster_event is not None
+    )
+
+
+def _assert_failed_then_retried(profile: ScaleProfile, runs: list) -> tuple:
+    from dagster import DagsterRunStatus
+
+    daemon_log = (profile.root / "logs" / "dagster-daemon.log").read_text()[-3000:]
+    assert [run.status for run in runs] == [DagsterRunStatus.FAILURE, DagsterRunStatus.SUCCESS], daemon_log
+    first, retry = runs
+    assert retry.parent_run_id == first.run_id and retry.tags.get("dagster/retry_number") == "1"
+    return first, retry
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_killed_pool_process_fails_the_run_clearly_and_the_retry_gives_the_embedded_result(
+    profile_home, embedded_reference
+) -> None:
+    profile, base = profile_home
+    _launch_cell_and_wait_for_the_llm(profile, base, {})
+    worker_pid = next(s.pid for s in profile.status() if s.name == "celery-worker-0")
+    assert worker_pid is not None
+    killed = _pool_processes(worker_pid)
+    assert killed, "no celery pool process found under the worker"
+    for process in killed:
+        os.kill(process.pid, signal.SIGKILL)
+    first, _ = _assert_failed_then_retried(profile, _cell_runs_once_one_succeeded(profile, 600))
+    message = _failure_message(profile, first.run_id)  # the worker's process was lost, by signal
+    assert "WorkerLostError" in message and "SIGKILL" in message, message[:2000]
+    assert _cell_metrics(profile.mlflow_url) == embedded_reference  # one finished run, the uninterrupted result
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_worker_killed_whole_hangs_its_run_until_monitoring_fails_it_and_the_retry_runs_on_the_restarted_worker(
+    profile_home, embedded_reference
+) -> None:
+    profile, base = profile_home
+    _launch_cell_and_wait_for_the_llm(profile, base, {"dagster/max_runtime": "150"})
+    worker_pid = next(s.pid for s in profile.status() if s.name == "celery-worker-0")
+    assert worker_pid is not None
+    for pid in _worker_group(worker_pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert not next(s for s in profile.status() if s.name == "celery-worker-0").running  # status says so
+    profile.up()  # idempotent: restarts only the dead worker
+    first, _ = _assert_failed_then_retried(profile, _cell_runs_once_one_succeeded(profile, 900))
+    message = _failure_message(profile, first.run_id)
+    assert "maximum runtime" in message, message[:2000]
+    assert _cell_metrics(profile.mlflow_url) == embedded_reference

@@ -50,3 +50,23 @@ def test_each_domain_has_its_own_experiment(tmp_path) -> None:
     assert [e.name for e in tracker.project_experiments()] == ["rvu-recovery"]
     runs = tracker.latest_project_runs()
     assert len(runs) == 1 and runs[0].data.tags["asset_key"] == "e2_closure_reproduction"
+
+
+def test_losing_the_race_to_create_the_experiment_uses_the_winners(tmp_path, monkeypatch) -> None:
+    """Steps starting together on a fresh store each look the experiment up, find none, and create it: all but
+    one get RESOURCE_ALREADY_EXISTS from the store (seen with celery workers on the scale profile's MLflow server).
+    Here the other process wins between our look-up and our create; the store's real error is handled."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    winner = MlflowTracker(uri, experiment="raced", artifact_root=tmp_path / "art").experiment_id()
+    lookup = MlflowClient.get_experiment_by_name
+    calls = []
+
+    def looked_up_before_the_winner_created_it(self, name):  # type: ignore[no-untyped-def]
+        calls.append(name)
+        return None if len(calls) == 1 else lookup(self, name)
+
+    monkeypatch.setattr(MlflowClient, "get_experiment_by_name", looked_up_before_the_winner_created_it)
+    assert MlflowTracker(uri, experiment="raced", artifact_root=tmp_path / "art").experiment_id() == winner
+    assert len(calls) == 2
