@@ -98,6 +98,21 @@ def resolve_encoder(profile: str | None = None) -> EncoderRef:
     return EncoderRef(resolved.name, resolved.path, resolved.sha256)
 
 
+def base_encoder_for(recorded: dict[str, str], encoder: EncoderRef | None = None) -> EncoderRef:
+    """The encoder a saved D4 (weights or exported graphs) was trained on: ``encoder`` or the profile's, refused
+    unless its sha256 is the recorded one (the tokenizer and the frozen layers come from it)."""
+    base = encoder or resolve_encoder()
+    if base.sha256 != recorded["sha256"]:
+        raise ChecksumMismatchError(
+            f"D4 base encoder ({recorded['name']})",
+            str(base.path),
+            recorded["sha256"],
+            base.sha256,
+            fix="Point the embedder role at the encoder this detector was trained on.",
+        )
+    return base
+
+
 def _build_model(encoder: EncoderRef, settings: FinetuneSettings) -> Any:
     import torch
     from torch import nn
@@ -275,15 +290,7 @@ class FinetunedDetector(DetectorBase):
         record = json.loads((folder / CONFIG_FILE).read_text())
         if record.get("format") != FORMAT:
             raise DetectorError(f"{folder / CONFIG_FILE}: format {record.get('format')!r}, expected {FORMAT!r}.")
-        base = encoder or resolve_encoder()
-        if base.sha256 != record["encoder"]["sha256"]:
-            raise ChecksumMismatchError(
-                f"D4 base encoder ({record['encoder']['name']})",
-                str(base.path),
-                record["encoder"]["sha256"],
-                base.sha256,
-                fix="Point the embedder role at the encoder this detector was trained on.",
-            )
+        base = base_encoder_for(record["encoder"], encoder)
         settings = FinetuneSettings(**record["settings"])
         model = _build_model(base, settings)
         state = load_file(str(folder / WEIGHTS_FILE))

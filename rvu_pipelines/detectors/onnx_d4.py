@@ -24,7 +24,13 @@ from typing import Any, Literal
 import numpy as np
 
 from rvu_pipelines.detectors.base import DEFAULT_THRESHOLD, DetectorBase
-from rvu_pipelines.detectors.finetune import EncoderRef, FinetunedDetector, FinetuneSettings, _tokenizer
+from rvu_pipelines.detectors.finetune import (
+    EncoderRef,
+    FinetunedDetector,
+    FinetuneSettings,
+    _tokenizer,
+    base_encoder_for,
+)
 from rvu_pipelines.errors import ChecksumMismatchError, DetectorError
 
 Variant = Literal["float", "int8"]
@@ -179,8 +185,6 @@ class OnnxDetector(DetectorBase):
         """Open ``folder``'s exported graph after checking its sha256 (a swapped file is refused)."""
         import onnxruntime
 
-        from rvu_pipelines.detectors.finetune import resolve_encoder
-
         folder = Path(folder)
         if variant not in VARIANTS:
             raise DetectorError(f"ONNX D4 variant {variant!r}: use one of {', '.join(VARIANTS)}.")
@@ -199,15 +203,7 @@ class OnnxDetector(DetectorBase):
             raise ChecksumMismatchError(
                 f"D4 ONNX graph ({variant})", str(path), entry["sha256"], actual, fix="Export the detector again."
             )
-        base = encoder or resolve_encoder()
-        if base.sha256 != record["encoder"]["sha256"]:
-            raise ChecksumMismatchError(
-                f"D4 base encoder ({record['encoder']['name']})",
-                str(base.path),
-                record["encoder"]["sha256"],
-                base.sha256,
-                fix="Point the embedder role at the encoder this detector was trained on (its tokenizer is used).",
-            )
+        base = base_encoder_for(record["encoder"], encoder)
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = threads or 0  # 0: one per physical core
