@@ -3,7 +3,8 @@
 - its pool process (what the OOM killer picks): the run fails saying so, the daemon retries it from the failed step;
 - the whole worker: the run hangs on a task nobody will finish until run monitoring fails it (a short
   ``dagster/max_runtime`` here, 6 h by default), `rvu scale up` restarts the worker, and the retry runs on it.
-Either way ASR/utility equal an uninterrupted embedded run of the same cell.
+Either way ASR/utility and every episode's certificate body (its manifest digest) equal an uninterrupted embedded
+run of the same cell.
 
 Slow (the profile's services, two LLM runtimes, one cell several times): `make test-slow`.
 """
@@ -28,10 +29,10 @@ from rvu_pipelines.scale.profile import Ports, ScaleProfile
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / ".venv" / "bin"
 DAGSTER = shutil.which("dagster") or str(BIN / "dagster")
-CELL = "canonical|vanilla"
+CELL = "canonical|rvu_v2"  # the defense that recovers each episode and signs a certificate
 CONFIG = json.dumps({"ops": {"attack_cell": {"config": {"limit": 4}}}})
 TAGS = json.dumps(
-    {"dagster/partition": CELL, "dagster/partition/benchmark": "canonical", "dagster/partition/defense": "vanilla"}
+    {"dagster/partition": CELL, "dagster/partition/benchmark": "canonical", "dagster/partition/defense": "rvu_v2"}
 )
 
 
@@ -53,7 +54,16 @@ def _cell_metrics(tracking_uri: str) -> list[dict[str, float]]:
     ]
 
 
-def _embedded_reference(home: Path) -> list[dict[str, float]]:
+def _certificate_digests(state: Path) -> dict[str, str]:
+    """Per episode, the manifest digest of its recovery certificate: the sha256 of everything signed except the
+    signature (each state folder signs with its own key, so whole files differ by construction)."""
+    certificates = sorted((state / "attacks" / "episodes").rglob("certificate.json"))
+    return {
+        str(path.parent.relative_to(state)): json.loads(path.read_text())["manifest_digest"] for path in certificates
+    }
+
+
+def _embedded_reference(home: Path) -> tuple[list[dict[str, float]], dict[str, str]]:
     """The same cell on the embedded defaults: SQLite instance, in-process steps, llama.cpp in-process."""
     (home / "dagster_home").mkdir(parents=True)
     tracking = f"sqlite:///{home / 'mlflow.db'}"
@@ -74,7 +84,7 @@ def _embedded_reference(home: Path) -> list[dict[str, float]]:
         env,
         home,
     )
-    return _cell_metrics(tracking)
+    return _cell_metrics(tracking), _certificate_digests(home / "state")
 
 
 def _pool_processes(worker_pid: int) -> list:
@@ -98,10 +108,10 @@ def _completions(log: Path) -> int:
 
 
 @pytest.fixture(scope="module")
-def embedded_reference(tmp_path_factory) -> list[dict[str, float]]:
-    reference = _embedded_reference(tmp_path_factory.mktemp("embedded"))
-    assert len(reference) == 1
-    return reference
+def embedded_reference(tmp_path_factory) -> tuple[list[dict[str, float]], dict[str, str]]:
+    metrics, digests = _embedded_reference(tmp_path_factory.mktemp("embedded"))
+    assert len(metrics) == 1 and len(digests) == 4  # one finished run; one certificate per scenario
+    return metrics, digests
 
 
 @pytest.fixture
@@ -193,7 +203,9 @@ def test_a_killed_pool_process_fails_the_run_clearly_and_the_retry_gives_the_emb
     first, _ = _assert_failed_then_retried(profile, _cell_runs_once_one_succeeded(profile, 600))
     message = _failure_message(profile, first.run_id)  # the worker's process was lost, by signal
     assert "WorkerLostError" in message and "SIGKILL" in message, message[:2000]
-    assert _cell_metrics(profile.mlflow_url) == embedded_reference  # one finished run, the uninterrupted result
+    metrics, digests = embedded_reference
+    assert _cell_metrics(profile.mlflow_url) == metrics  # one finished run, the uninterrupted result
+    assert _certificate_digests(base / "state") == digests  # every episode's certificate signs the same body
 
 
 @pytest.mark.slow
@@ -208,9 +220,14 @@ def test_a_worker_killed_whole_hangs_its_run_until_monitoring_fails_it_and_the_r
     for pid in _worker_group(worker_pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    assert not next(s for s in profile.status() if s.name == "celery-worker-0").running  # status says so
+    deadline = time.monotonic() + 15  # SIGKILL is delivered asynchronously: give the kernel a moment
+    while next(s for s in profile.status() if s.name == "celery-worker-0").running:
+        assert time.monotonic() < deadline, "`rvu scale status` still shows the killed worker running"
+        time.sleep(0.2)
     profile.up()  # idempotent: restarts only the dead worker
     first, _ = _assert_failed_then_retried(profile, _cell_runs_once_one_succeeded(profile, 900))
     message = _failure_message(profile, first.run_id)
     assert "maximum runtime" in message, message[:2000]
-    assert _cell_metrics(profile.mlflow_url) == embedded_reference
+    metrics, digests = embedded_reference
+    assert _cell_metrics(profile.mlflow_url) == metrics
+    assert _certificate_digests(base / "state") == digests
