@@ -62,30 +62,34 @@ def _export_float(detector: FinetunedDetector, target: Path) -> None:
     model = detector.model.eval()
     # eager attention traces to the plain MatMul/Softmax pattern ORT's BERT fusion recognises (SDPA's export
     # does not fuse); the maths is the same, the float graph is checked against the reference
-    if hasattr(model.encoder, "set_attn_implementation"):
+    switchable = hasattr(model.encoder, "set_attn_implementation")
+    before = getattr(model.encoder.config, "_attn_implementation", None) or "sdpa"
+    if switchable:
         model.encoder.set_attn_implementation("eager")
-    example = detector.tokenizer(["an example text to trace", "a second one"], padding=True, return_tensors="pt")
-    raw = target.with_suffix(".raw.onnx")
-    with torch.inference_mode(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tracer warnings about Python control flow on shapes (constant here)
-        torch.onnx.export(
-            model,
-            (example["input_ids"], example["attention_mask"]),
-            str(raw),
-            input_names=["input_ids", "attention_mask"],
-            output_names=["logits"],
-            dynamic_axes={"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"}},
-            opset_version=OPSET,
-            dynamo=False,
+    try:
+        example = detector.tokenizer(["an example text to trace", "a second one"], padding=True, return_tensors="pt")
+        raw = target.with_suffix(".raw.onnx")
+        with torch.inference_mode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tracer warnings about Python control flow on shapes (constant here)
+            torch.onnx.export(
+                model,
+                (example["input_ids"], example["attention_mask"]),
+                str(raw),
+                input_names=["input_ids", "attention_mask"],
+                output_names=["logits"],
+                dynamic_axes={"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"}},
+                opset_version=OPSET,
+                dynamo=False,
+            )
+        config = model.encoder.config
+        fused = optimize_model(
+            str(raw), model_type="bert", num_heads=config.num_attention_heads, hidden_size=config.hidden_size
         )
-    config = model.encoder.config
-    fused = optimize_model(
-        str(raw), model_type="bert", num_heads=config.num_attention_heads, hidden_size=config.hidden_size
-    )
-    fused.save_model_to_file(str(target))
-    raw.unlink()
-    if hasattr(model.encoder, "set_attn_implementation"):
-        model.encoder.set_attn_implementation("sdpa")
+        fused.save_model_to_file(str(target))
+        raw.unlink()
+    finally:  # the PyTorch detector goes on scoring as it did (its own attention implementation)
+        if switchable:
+            model.encoder.set_attn_implementation(before)
 
 
 def _quantize(source: Path, target: Path) -> None:
