@@ -93,7 +93,8 @@ bench-closure: setup
 bench-stores: setup
 	$(BIN)/python benchmarks/bench_store_engines.py
 
-# attack-table cells embedded vs the scale profile (1 and 2 concurrent runs), same ASR/utility required
+# attack table + detector sweep: embedded vs the scale profile (multiprocess 1/2 runs, celery 2 workers), results
+# compared; needs RVU_DATA_MIRROR (set above when ../shared/data exists); ~45 min on 2 cores
 bench-sweep: setup
 	$(BIN)/python benchmarks/bench_scale_sweep.py
 

@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rvu_pipelines.scale.postgres_server import free_port  # noqa: E402
-from rvu_pipelines.scale.profile import Ports, ScaleProfile  # noqa: E402
+from rvu_pipelines.scale.profile import Ports, ScaleProfile, embedded_environment  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -91,14 +91,7 @@ def tracked_metrics(tracking_uri: str, workload: Workload) -> dict[str, dict[str
 
 def run_embedded(workload: Workload, home: Path) -> tuple[float, dict]:
     (home / "dagster_home").mkdir(parents=True, exist_ok=True)
-    tracking = f"sqlite:///{home / 'mlflow.db'}"
-    env = {
-        **os.environ,
-        "RVU_HOME": str(home / "state"),
-        "DAGSTER_HOME": str(home / "dagster_home"),
-        "MLFLOW_TRACKING_URI": tracking,
-        "RVU_EXECUTOR": "in_process",
-    }
+    env = embedded_environment(home, dict(os.environ))
     for asset in workload.upstream:
         dagster(["asset", "materialize", "-m", "rvu_pipelines.definitions", "--select", asset], env, home)
     started = time.perf_counter()
@@ -110,7 +103,7 @@ def run_embedded(workload: Workload, home: Path) -> tuple[float, dict]:
         config = home / f"{workload.name}.json"  # `job execute` takes config files only (JSON is YAML)
         config.write_text(json.dumps(workload.config))
         dagster([*base, "--config", str(config)], env, home)
-    return time.perf_counter() - started, tracked_metrics(tracking, workload)
+    return time.perf_counter() - started, tracked_metrics(env["MLFLOW_TRACKING_URI"], workload)
 
 
 class ConnectionPeak:

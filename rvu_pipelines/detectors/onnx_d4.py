@@ -13,7 +13,6 @@ a few 1e-3 and, like PyTorch's dynamic int8, depend a little on batch compositio
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Sequence
@@ -32,6 +31,7 @@ from rvu_pipelines.detectors.finetune import (
     base_encoder_for,
 )
 from rvu_pipelines.errors import ChecksumMismatchError, DetectorError
+from rvu_pipelines.hashing import sha256_file
 
 Variant = Literal["float", "int8"]
 VARIANTS: tuple[Variant, ...] = ("float", "int8")
@@ -42,14 +42,6 @@ OPSET = 17
 
 def _model_file(variant: Variant) -> str:
     return f"d4.{variant}.onnx"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _export_float(detector: FinetunedDetector, target: Path) -> None:
@@ -119,13 +111,12 @@ class OnnxRecord:
     format: str
     settings: dict
     encoder: dict
-    reference_weights_sha256: str  # the float D4 weights (model.safetensors) the graphs were exported from
     files: dict  # variant -> {"file", "sha256"}
     onnxruntime: str
     opset: int
 
 
-def export_detector(detector: FinetunedDetector, folder: Path, reference_weights: Path | None = None) -> Path:
+def export_detector(detector: FinetunedDetector, folder: Path) -> Path:
     """Write ``d4.float.onnx``, ``d4.int8.onnx`` and ``onnx_detector.json`` into ``folder``."""
     import onnxruntime
 
@@ -138,8 +129,7 @@ def export_detector(detector: FinetunedDetector, folder: Path, reference_weights
         format=ONNX_FORMAT,
         settings=asdict(detector.settings),
         encoder=detector.encoder.record(),
-        reference_weights_sha256=_sha256(reference_weights) if reference_weights else "",
-        files={v: {"file": _model_file(v), "sha256": _sha256(folder / _model_file(v))} for v in VARIANTS},
+        files={v: {"file": _model_file(v), "sha256": sha256_file(folder / _model_file(v))} for v in VARIANTS},
         onnxruntime=onnxruntime.__version__,
         opset=OPSET,
     )
@@ -202,7 +192,7 @@ class OnnxDetector(DetectorBase):
         path = folder / entry["file"]
         if not path.is_file():
             raise DetectorError(f"{path} is missing; export the detector again.")
-        actual = _sha256(path)
+        actual = sha256_file(path)
         if actual != entry["sha256"]:
             raise ChecksumMismatchError(
                 f"D4 ONNX graph ({variant})", str(path), entry["sha256"], actual, fix="Export the detector again."
@@ -217,21 +207,17 @@ class OnnxDetector(DetectorBase):
         return cls(session, _tokenizer(base), settings, variant, batch_size=batch_size, folder=folder)
 
     def _score(self, texts: list[str]) -> np.ndarray:
+        from scipy.special import softmax
+
         encoded = self.tokenizer(texts, truncation=True, max_length=self.settings.max_length)["input_ids"]
         order = np.argsort([len(ids) for ids in encoded], kind="stable")
         out = np.empty(len(texts), dtype=np.float64)
         for start in range(0, len(order), self.batch_size):
             rows = order[start : start + self.batch_size]
-            width = max(len(encoded[i]) for i in rows)
-            ids = np.full((len(rows), width), self.tokenizer.pad_token_id, dtype=np.int64)
-            mask = np.zeros((len(rows), width), dtype=np.int64)
-            for r, i in enumerate(rows):
-                ids[r, : len(encoded[i])] = encoded[i]
-                mask[r, : len(encoded[i])] = 1
-            (logits,) = self.session.run(["logits"], {"input_ids": ids, "attention_mask": mask})
-            shifted = logits - logits.max(axis=1, keepdims=True)
-            probabilities = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
-            out[rows] = probabilities[:, 1]
+            batch = self.tokenizer.pad({"input_ids": [encoded[i] for i in rows]}, return_tensors="np")
+            feed = {name: batch[name].astype(np.int64) for name in ("input_ids", "attention_mask")}
+            (logits,) = self.session.run(["logits"], feed)
+            out[rows] = softmax(logits, axis=1)[:, 1]
         return out
 
 

@@ -77,6 +77,33 @@ def celery_worker_count() -> int:
     return int(raw)
 
 
+# what ScaleProfile.environment() sets: a process that must run on the embedded defaults drops these
+PROFILE_VARIABLES = (
+    "DAGSTER_HOME",
+    "MLFLOW_TRACKING_URI",
+    "RVU_PROVENANCE_STORE",
+    "RVU_EXECUTOR",
+    "RVU_CELERY_BROKER",
+    "RVU_LLM_BACKEND",
+    "RVU_LLM_BASE_URL",
+    "RVU_LLM_EXTRA_BODY",
+)
+
+
+def embedded_environment(home: Path, base: dict[str, str]) -> dict[str, str]:
+    """``base`` (the caller's environment) set to the embedded defaults rooted at ``home``: state, a SQLite
+    Dagster home and MLflow store, in-process steps, llama.cpp in-process; whatever the profile sets is dropped.
+    The reference the scale profile's results are compared with (benchmark, fault tests)."""
+    env = {k: v for k, v in base.items() if k not in PROFILE_VARIABLES}
+    return {
+        **env,
+        "RVU_HOME": str(home / "state"),
+        "DAGSTER_HOME": str(home / "dagster_home"),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+        "RVU_EXECUTOR": "in_process",
+    }
+
+
 @dataclass(frozen=True)
 class ServiceState:
     name: str

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from rvu_pipelines.scale.postgres_server import free_port
-from rvu_pipelines.scale.profile import Ports, ScaleProfile
+from rvu_pipelines.scale.profile import Ports, ScaleProfile, embedded_environment
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / ".venv" / "bin"
@@ -66,15 +66,8 @@ def _certificate_digests(state: Path) -> dict[str, str]:
 def _embedded_reference(home: Path) -> tuple[list[dict[str, float]], dict[str, str]]:
     """The same cell on the embedded defaults: SQLite instance, in-process steps, llama.cpp in-process."""
     (home / "dagster_home").mkdir(parents=True)
-    tracking = f"sqlite:///{home / 'mlflow.db'}"
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("RVU_LLM_", "RVU_CELERY", "RVU_FAULT"))},
-        "RVU_HOME": str(home / "state"),
-        "DAGSTER_HOME": str(home / "dagster_home"),
-        "MLFLOW_TRACKING_URI": tracking,
-        "RVU_EXECUTOR": "in_process",
-        "RVU_PROVENANCE_STORE": "",
-    }
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("RVU_LLM_", "RVU_CELERY", "RVU_FAULT"))}
+    env = embedded_environment(home, base)
     _dagster(["asset", "materialize", "-m", "rvu_pipelines.definitions", "--select", "llm_model"], env, home)
     config = home / "config.json"  # `job execute` takes config files only (JSON is YAML)
     config.write_text(CONFIG)
@@ -84,7 +77,7 @@ def _embedded_reference(home: Path) -> tuple[list[dict[str, float]], dict[str, s
         env,
         home,
     )
-    return _cell_metrics(tracking), _certificate_digests(home / "state")
+    return _cell_metrics(env["MLFLOW_TRACKING_URI"]), _certificate_digests(home / "state")
 
 
 def _pool_processes(worker_pid: int) -> list:

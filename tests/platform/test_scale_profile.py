@@ -13,7 +13,7 @@ import pytest
 
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scale.postgres_server import free_port
-from rvu_pipelines.scale.profile import Ports, ScaleProfile
+from rvu_pipelines.scale.profile import PROFILE_VARIABLES, Ports, ScaleProfile, embedded_environment
 
 REPO = Path(__file__).resolve().parents[2]
 DAGSTER = shutil.which("dagster") or str(REPO / ".venv" / "bin" / "dagster")
@@ -53,6 +53,11 @@ def test_the_profile_environment_points_everything_at_its_services(tmp_path: Pat
     assert [state.running for state in profile.status()] == [False] * 9
     without = ScaleProfile(tmp_path / "scale", Ports(15433, 15001, 13001, 16380), workers=0)
     assert without.environment()["RVU_EXECUTOR"] == "multiprocess" and len(without.status()) == 5  # one server
+    # the embedded reference drops everything the profile sets (so it cannot drift from environment())
+    assert set(env) == set(PROFILE_VARIABLES)
+    embedded = embedded_environment(tmp_path / "e", {**env, "PATH": "/bin"})
+    assert embedded["MLFLOW_TRACKING_URI"].startswith("sqlite:///") and embedded["RVU_EXECUTOR"] == "in_process"
+    assert embedded["PATH"] == "/bin" and not {"RVU_LLM_BACKEND", "RVU_PROVENANCE_STORE"} & set(embedded)
     in_process = ScaleProfile(tmp_path / "scale", workers=0, llm_servers=False)
     assert "RVU_LLM_BACKEND" not in in_process.environment() and len(in_process.status()) == 4
 
