@@ -37,6 +37,7 @@ import argparse
 import gc
 import json
 import os
+import resource
 import shutil
 import sqlite3
 import statistics
@@ -120,7 +121,8 @@ def generate(n: int, *, switch_rate: float, seed: int = 0) -> Trace:
 # ------------------------------------------------------------------------------------ stores
 
 
-def build_duckdb(trace: Trace, workdir: Path, dim: int) -> tuple[Path, Path]:
+def build_duckdb(trace: Trace, workdir: Path, dim: int) -> tuple[Path, Path, float]:
+    """The DuckDB store + FAISS index of ``trace``; also the seconds ``bulk_load`` (the ingest) took."""
     store_path, index_path = workdir / f"ours_{trace.n}.duckdb", workdir / f"ours_{trace.n}.faiss"
     for path in (store_path, index_path):
         if path.exists():
@@ -133,6 +135,7 @@ def build_duckdb(trace: Trace, workdir: Path, dim: int) -> tuple[Path, Path]:
     entry_ids = np.array([f"e{i:09d}" for i in range(trace.n)], dtype=object)
     adapter_ids = np.array([f"adapter-{i:06d}" for i in range(trace.n_adapters)], dtype=object)
     with DuckDBProvenanceStore.open(store_path) as store:
+        started = time.perf_counter()
         store.bulk_load(
             entry_ids=entry_ids,
             parent_seq=trace.parent,
@@ -143,8 +146,9 @@ def build_duckdb(trace: Trace, workdir: Path, dim: int) -> tuple[Path, Path]:
             vectors=vectors,
             episode_ids=np.array([f"ep{e}" for e in trace.episode_of], dtype=object),
         )
+        ingest = time.perf_counter() - started
         VectorIndex.open(index_path, store)  # builds and saves the index from the stored vectors
-    return store_path, index_path
+    return store_path, index_path, ingest
 
 
 SEED_SCHEMA = """
@@ -417,7 +421,9 @@ def run_ours_isolated(store_path: Path, index_path: Path, seeds: np.ndarray, rep
 
 
 def ours_worker(store_path: str, index_path: str, seeds_path: str) -> None:
-    result = run_ours(Path(store_path), Path(index_path), bench_policy(), np.load(seeds_path))
+    seeds = np.load(seeds_path)
+    baseline = peak_rss_bytes()  # interpreter + libraries, before the store is opened
+    result = run_ours(Path(store_path), Path(index_path), bench_policy(), seeds)
     risk = result["risk"]
     print(
         json.dumps(
@@ -428,9 +434,16 @@ def ours_worker(store_path: str, index_path: str, seeds_path: str) -> None:
                 "v2": int(result["v2"].size),
                 "score_sum": float(risk.score.sum()),
                 "tiers": risk.counts(),
+                "rss_baseline": baseline,
+                "rss_peak": peak_rss_bytes(),
             }
         )
     )
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set so far (Linux reports KiB)."""
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def run_networkx(trace: Trace, ours: dict, budget: float) -> dict:
@@ -519,8 +532,27 @@ def run_seed(sqlite_path: Path, trace: Trace, ours: dict, budget: float) -> dict
     return {"closure": closure_timing, "risk": risk, "tiers": tier_timing, "agrees": agrees, "risk_agrees": risk_agrees}
 
 
+def stage_profile(trace: Trace, median: dict, ingest: float) -> str:
+    """Where the time of the median run goes, and its memory per entry (README's profile is this line)."""
+    t = median["t"]
+    stages = {
+        "load graph": t["load graph"],
+        "closure v1+v2": t["closure v1+v2"],
+        "risk (|C(e)| + R + tier)": t["risk"],
+        "tier writes (store + index)": t["tiers"],
+    }
+    total = sum(stages.values())
+    parts = ", ".join(f"{k} {format_seconds(v)} ({v / total:.0%})" for k, v in stages.items())
+    per_entry = (median["rss_peak"] - median["rss_baseline"]) / trace.n
+    return (
+        f"profile (median run): ingest (bulk_load, once per store) {format_seconds(ingest)}; recovery {parts}; "
+        f"peak RSS {median['rss_peak'] / 2**20:,.0f} MiB, {per_entry:,.0f} bytes/entry above the "
+        f"{median['rss_baseline'] / 2**20:,.0f} MiB of the interpreter and libraries"
+    )
+
+
 def report(
-    trace: Trace, ours: dict, isolated: list[dict], seed: dict | None, nx_result: dict | None
+    trace: Trace, ours: dict, isolated: list[dict], seed: dict | None, nx_result: dict | None, ingest: float
 ) -> tuple[list[str], dict]:
     v1, v2, risk = ours["v1"], ours["v2"], ours["risk"]
     median = sorted(isolated, key=lambda run: run["total"])[len(isolated) // 2]
@@ -542,6 +574,7 @@ def report(
         + ", ".join(format_seconds(x) for x in totals)
         + "), per stage: "
         + ", ".join(f"{k} {format_seconds(v)}" for k, v in t.items()),
+        stage_profile(trace, median, ingest),
         f"ours: fresh-process runs agree with the in-process run and keep store and index consistent: {same}",
         f"ours: store and index consistent after tiers: {ours['consistent']}; changed "
         + ", ".join(f"{k} {v:,}" for k, v in ours["outcome"].counts().items()),
@@ -666,7 +699,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in args.sizes:
         started = time.perf_counter()
         trace = generate(n, switch_rate=args.switch_rate)
-        store_path, index_path = build_duckdb(trace, workdir, args.dim)
+        store_path, index_path, ingest = build_duckdb(trace, workdir, args.dim)
         sqlite_path = build_sqlite(trace, workdir) if "seed" in args.methods else None
         setup = time.perf_counter() - started
         pristine = (
@@ -682,7 +715,7 @@ def main(argv: list[str] | None = None) -> int:
         pristine[1].unlink()
         nx_result = run_networkx(trace, ours, args.budget) if "networkx" in args.methods else None
         seed = run_seed(sqlite_path, trace, ours, args.budget) if sqlite_path else None
-        lines, summary = report(trace, ours, isolated, seed, nx_result)
+        lines, summary = report(trace, ours, isolated, seed, nx_result, ingest)
         summaries.append(summary)
         for line in lines:
             print(line)

@@ -11,6 +11,8 @@ heavy-key unions below are the three terms of the same exact decomposition and a
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -424,7 +426,9 @@ class _HeavyUnion:
         return total - _lookup(self.dup_codes, self.dup_counts, key * m + classes)
 
 
-def closure_sizes(graph: ProvenanceGraph, targets: np.ndarray | list[int], radius: int = 3) -> np.ndarray:
+def closure_sizes(
+    graph: ProvenanceGraph, targets: np.ndarray | list[int], radius: int = 3, *, workers: int | None = None
+) -> np.ndarray:
     """|C({e})| (adapter-aware closure, depth ``radius``) for each target, exactly, without a BFS per entry.
 
     Why it is exact: take a path of length <= r from e. If it never jumps within an adapter class it
@@ -436,6 +440,10 @@ def closure_sizes(graph: ProvenanceGraph, targets: np.ndarray | list[int], radiu
     class nearby and are exactly |Ext(K, r-1)| (see ``_single_class_radius3``); entries with no class
     nearby are a tree ball; the rest share the union of their large extensions by key and add their
     small ones one by one. Radii above 3 fall back to one BFS per target (slow on large graphs).
+
+    ``workers`` threads (default: the usable cores, at most 4; 1 below 100,000 targets) share the
+    whole-graph masks and split the targets into contiguous chunks: numpy releases the GIL in the array
+    work, so two threads take ~0.6x the time of one. The result is the same for any ``workers``.
     """
     targets = np.asarray(targets, dtype=np.int64)
     if radius < 0:
@@ -449,31 +457,73 @@ def closure_sizes(graph: ProvenanceGraph, targets: np.ndarray | list[int], radiu
     if radius > 3:
         return reference_closure_sizes(graph, targets, radius)
     if targets.size < 2 or bool(np.all(targets[1:] > targets[:-1])):  # already sorted and distinct (a closure)
-        return _closure_sizes_unique(graph, targets, radius)
+        return _closure_sizes_parallel(graph, targets, radius, workers)
     unique_targets, inverse = _unique_inverse(targets)
-    sizes = _closure_sizes_unique(graph, unique_targets, radius)
+    sizes = _closure_sizes_parallel(graph, unique_targets, radius, workers)
     return sizes[inverse]
 
 
-def _closure_sizes_unique(graph: ProvenanceGraph, targets: np.ndarray, radius: int) -> np.ndarray:
+PARALLEL_MIN_TARGETS = 100_000
+MAX_WORKERS = 4
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the OS tells, else the logical count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _closure_sizes_parallel(
+    graph: ProvenanceGraph, targets: np.ndarray, radius: int, workers: int | None
+) -> np.ndarray:
+    """Whole-graph masks once, then the sorted distinct ``targets`` in contiguous chunks, one per thread."""
+    if workers is None:
+        workers = min(MAX_WORKERS, usable_cores()) if targets.size >= PARALLEL_MIN_TARGETS else 1
+    workers = max(1, min(int(workers), targets.size))
+    adapter = graph.adapter
+    budget_max = radius - 1
+
+    def far_from_classes() -> np.ndarray:
+        return ~_within_mask(graph, adapter >= 0, budget_max)
+
+    def pure_mask() -> np.ndarray:
+        if radius == 3:
+            return _single_class_radius3(graph)
+        if radius == 2:
+            return _pure_mask(graph, budget_max)
+        return np.zeros(graph.n, dtype=bool)
+
+    if workers == 1:
+        return _closure_sizes_unique(graph, targets, radius, far_from_classes(), pure_mask())
+    cached = (graph._edges, graph._children, graph.adapter_sizes)  # built once here, before threads read them
+    del cached
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rvu-closure-sizes") as pool:
+        empty_future, pure_future = pool.submit(far_from_classes), pool.submit(pure_mask)
+        empty_all, pure_all = empty_future.result(), pure_future.result()
+        chunks = np.array_split(targets, workers)
+        parts = pool.map(lambda chunk: _closure_sizes_unique(graph, chunk, radius, empty_all, pure_all), chunks)
+        return np.concatenate(list(parts))
+
+
+def _closure_sizes_unique(
+    graph: ProvenanceGraph, targets: np.ndarray, radius: int, far_from_classes: np.ndarray, pure_all: np.ndarray
+) -> np.ndarray:
+    """|C({e})| for sorted distinct ``targets``; the two whole-graph masks come from the caller."""
     n, m = graph.n, graph.n_adapters
     adapter = graph.adapter
     sizes = np.zeros(targets.size, dtype=np.int64)
     budget_max = radius - 1
 
-    empty = ~_within_mask(graph, adapter >= 0, budget_max)[targets]
+    empty = far_from_classes[targets]
     if empty.any():
         few = targets[empty]
         if few.size * 64 < n:  # a handful: enumerate their balls instead of counting over the whole forest
             sizes[empty] = np.bincount(_tree_ball_pairs(graph, few, radius)[0], minlength=few.size)
         else:
             sizes[empty] = _tree_ball_sizes(graph, few, radius)
-    if radius == 3:
-        pure = _single_class_radius3(graph)[targets]
-    elif radius == 2:
-        pure = _pure_mask(graph, budget_max)[targets]
-    else:
-        pure = np.zeros(targets.size, dtype=bool)
+    pure = pure_all[targets]
     mixed = ~empty & ~pure
     mixed_targets = targets[mixed]
     n_mixed = mixed_targets.size

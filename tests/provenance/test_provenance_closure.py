@@ -66,7 +66,9 @@ def test_closure_sizes_equal_one_bfs_per_entry(graph: ProvenanceGraph, radius: i
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(closure_module, "LIGHT_LIMIT", light_limit)
         fast = closure_sizes(graph, targets, radius)
-    assert fast.tolist() == reference_closure_sizes(graph, targets, radius).tolist()
+        threaded = closure_sizes(graph, targets, radius, workers=3)  # chunks share the whole-graph masks
+    expected = reference_closure_sizes(graph, targets, radius).tolist()
+    assert fast.tolist() == expected and threaded.tolist() == expected
 
 
 def test_closure_sizes_on_a_larger_agent_shaped_graph(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -89,6 +91,11 @@ def test_closure_sizes_on_a_larger_agent_shaped_graph(monkeypatch: pytest.Monkey
     for limit in (0, 8, 64):
         monkeypatch.setattr(closure_module, "LIGHT_LIMIT", limit)
         assert np.array_equal(closure_sizes(graph, targets, 3), expected)
+        assert np.array_equal(closure_sizes(graph, targets, 3, workers=4), expected)
+    # above PARALLEL_MIN_TARGETS the default splits across the usable cores: same numbers as one thread
+    monkeypatch.setattr(closure_module, "PARALLEL_MIN_TARGETS", 10)
+    monkeypatch.setattr(closure_module, "usable_cores", lambda: 2)
+    assert np.array_equal(closure_sizes(graph, targets, 3), expected)
 
 
 def test_depth_bound_matches_the_seed_queue() -> None:
