@@ -207,7 +207,9 @@ def regress(
     resolved = ModelStore().resolve("llm", config.profile(profile)["llm"])
 
     def build() -> LlamaCppChatModel:  # only when a prompt misses the response cache
-        return LlamaCppChatModel(resolved.path, n_ctx=max(AGENT_N_CTX, resolved.n_ctx), name=resolved.name)
+        return LlamaCppChatModel(
+            resolved.path, n_ctx=max(AGENT_N_CTX, resolved.n_ctx), name=resolved.name, model_sha256=resolved.sha256
+        )
 
     harness = Harness.open((build, resolved.name), profile=name, model_id=resolved.sha256, detector=detector)
     runs = regression_sweep(harness, defenses or DEFENSES)

@@ -126,6 +126,14 @@ SETTINGS: tuple[Setting, ...] = (
         "server defaults to 1.1; the in-process backend decodes plain greedy)",
     ),
     Setting(
+        "RVU_KV_CACHE_DIR",
+        "path",
+        "$RVU_HOME/cache/kv_prefixes",
+        "models",
+        "KV prefix states shared between processes (keyed by model sha256, llama.cpp build, exact tokens)",
+    ),
+    Setting("RVU_KV_CACHE_BYTES", "text", "1073741824", "models", "bound of RVU_KV_CACHE_DIR; 0 = RAM snapshots only"),
+    Setting(
         "RVU_LLAMA_CPU",
         "choice",
         "portable",

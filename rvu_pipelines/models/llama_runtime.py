@@ -132,6 +132,20 @@ def default_model_params(settings: LlamaRuntimeSettings | None = None) -> Any:
         return lib.llama_model_default_params()
 
 
+def llama_build_fingerprint(settings: LlamaRuntimeSettings | None = None) -> dict[str, Any]:
+    """What llama.cpp's numbers depend on besides the model: library version, native libraries, CPU
+    features (kernels are picked per CPU) and the project's runtime settings."""
+    import llama_cpp
+
+    library = Path(llama_cpp.__file__).parent / "lib"
+    libs = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in library.glob("*") if p.is_file())
+    return {
+        "llama_cpp": [llama_cpp.__version__, libs],
+        "cpu": sorted(host_cpu_flags()),
+        "settings": (settings or LlamaRuntimeSettings.from_env()).as_dict(),
+    }
+
+
 def host_cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

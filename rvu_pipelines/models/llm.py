@@ -6,19 +6,27 @@ the generation took, so throughput is measured the same way whichever backend ru
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from rvu_pipelines.errors import ConfigError
-from rvu_pipelines.models.llama_runtime import LlamaRuntimeSettings, open_llama
+from rvu_pipelines.hashing import sha256_bytes, sha256_file
+from rvu_pipelines.models.kv_prefixes import CHUNK_TOKENS, KVDiskCache, KVNamespace, KVPrefixStore
+from rvu_pipelines.models.llama_runtime import LlamaRuntimeSettings, llama_build_fingerprint, open_llama
+from rvu_pipelines.paths import cache_dir
+from rvu_pipelines.settings import env_value
 
 Message = dict[str, str]
+
+KV_CACHE_DIR_ENV = "RVU_KV_CACHE_DIR"
+KV_CACHE_BYTES_ENV = "RVU_KV_CACHE_BYTES"
+DEFAULT_KV_CACHE_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -73,107 +81,23 @@ def adapter_key_of(model: object) -> str:
     return str(model.adapter_key()) if isinstance(model, AdapterHostingModel) else ""
 
 
-PrefixReuse = Literal["off", "last", "ram"]
-PREFIX_REUSE_MODES: tuple[str, ...] = ("off", "last", "ram")
+PrefixReuse = Literal["off", "last", "ram", "disk"]
+PREFIX_REUSE_MODES: tuple[str, ...] = ("off", "last", "ram", "disk")
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common token prefix of ``a`` and ``b``."""
-    n = 0
-    for x, y in zip(a, b, strict=False):  # stops at the shorter sequence on purpose
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-@dataclass
-class _KVSnapshot:
-    tokens: tuple[int, ...]
-    state: bytes
-
-
-class KVPrefixStore:
-    """Snapshots of the KV cache (sequence 0 only, no logits) keyed by the tokens they hold, LRU by bytes.
-
-    llama-cpp-python reuses only the prefix shared with the *previous* call. When calls with different
-    prefixes interleave (an agent and a defense's own LLM calls, several defenses), each switch would
-    re-evaluate the whole system prompt + tool schema. Before a call discards ``min_tokens`` or more of
-    the live context, the live context is saved here; a later call whose prompt shares a longer prefix
-    with a snapshot than with the live context restores it first. The restored KV values are the bytes
-    computed before, as in llama-cpp-python's own reuse of the last prefix; tests and the benchmark check
-    the text equals a cold run's. ``Llama.set_cache(LlamaRAMCache)`` does the same but saves the full
-    state and a (n_batch x n_vocab) float array after every call (~0.5 s per call on 2 cores).
-    """
-
-    def __init__(self, capacity_bytes: int = 512 << 20, min_tokens: int = 64) -> None:
-        self.capacity_bytes = int(capacity_bytes)
-        self.min_tokens = int(min_tokens)
-        self._snapshots: OrderedDict[tuple[int, ...], _KVSnapshot] = OrderedDict()
-        self.saves = 0
-        self.restores = 0
-
-    def __len__(self) -> int:
-        return len(self._snapshots)
-
-    @property
-    def size_bytes(self) -> int:
-        return sum(len(s.state) for s in self._snapshots.values())
-
-    def clear(self) -> None:
-        self._snapshots.clear()
-
-    def prepare(self, llm: Any, tokens: Sequence[int]) -> None:
-        """Called before ``llm.generate(tokens)``: save what it would discard, restore a better prefix."""
-        current = llm.input_ids[: llm.n_tokens].tolist()
-        live = _common_prefix(current, tokens)
-        if len(current) - live >= self.min_tokens:
-            self._save(llm, tuple(current))
-        best, best_len = None, live
-        for snapshot in self._snapshots.values():
-            shared = _common_prefix(snapshot.tokens, tokens)
-            if shared > best_len:
-                best, best_len = snapshot, shared
-        if best is not None and best_len - live >= self.min_tokens:
-            self._restore(llm, best)
-
-    def _save(self, llm: Any, tokens: tuple[int, ...]) -> None:
-        import ctypes
-
-        import llama_cpp
-
-        ctx = llm._ctx.ctx
-        size = int(llama_cpp.llama_state_seq_get_size(ctx, 0))
-        if size <= 0 or size > self.capacity_bytes:
-            return
-        buffer = (ctypes.c_uint8 * size)()
-        written = int(llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0))
-        if written <= 0:
-            return
-        # a snapshot whose tokens are a prefix of this one is superseded by it
-        for key in [k for k in self._snapshots if len(k) <= len(tokens) and tokens[: len(k)] == k]:
-            del self._snapshots[key]
-        self._snapshots[tokens] = _KVSnapshot(tokens, ctypes.string_at(buffer, written))
-        self.saves += 1
-        while self.size_bytes > self.capacity_bytes and self._snapshots:
-            self._snapshots.popitem(last=False)
-
-    def _restore(self, llm: Any, snapshot: _KVSnapshot) -> None:
-        import ctypes
-
-        import llama_cpp
-
-        buffer = (ctypes.c_uint8 * len(snapshot.state)).from_buffer_copy(snapshot.state)
-        if int(llama_cpp.llama_state_seq_set_data(llm._ctx.ctx, buffer, len(snapshot.state), 0)) != len(snapshot.state):
-            llm.reset()  # a failed restore leaves nothing reusable: evaluate the prompt from scratch
-            del self._snapshots[snapshot.tokens]
-            return
-        n = len(snapshot.tokens)
-        llm.input_ids[:n] = snapshot.tokens
-        llm.n_tokens = n
-        llm._requires_eval = True  # logits are not restored: generate() re-decodes at least one token
-        self._snapshots.move_to_end(snapshot.tokens)
-        self.restores += 1
+def kv_disk_cache(directory: Path | str | None = None) -> KVDiskCache | None:
+    """The disk tier from RVU_KV_CACHE_DIR / RVU_KV_CACHE_BYTES (None when the byte bound is 0)."""
+    raw = env_value(KV_CACHE_BYTES_ENV) or str(DEFAULT_KV_CACHE_BYTES)
+    try:
+        capacity = int(raw)
+    except ValueError as exc:
+        raise ConfigError(
+            f"{KV_CACHE_BYTES_ENV}={raw!r} is not a whole number of bytes (0 turns the disk tier off)."
+        ) from exc
+    if capacity <= 0:
+        return None
+    folder = directory or env_value(KV_CACHE_DIR_ENV) or cache_dir("kv_prefixes")
+    return KVDiskCache(Path(folder), capacity)
 
 
 _PREFIX_LLAMA: type | None = None
@@ -200,16 +124,17 @@ def _prefix_llama_class() -> type:
 class LlamaCppChatModel:
     """A GGUF model run in-process by llama-cpp-python.
 
-    ``prefix_reuse`` says how the KV state of a shared prompt prefix is reused across calls:
-    "off" resets the context before every call (the cold baseline), "last" is llama-cpp-python's own
-    reuse of the prefix shared with the previous call, "ram" adds a ``KVPrefixStore`` so interleaved
-    prefixes (several defenses, an agent and a judge) are each evaluated once. Text is the same in
-    every mode at temperature 0 (KV values are reused as computed; checked by the tests). The default
-    "ram" was picked by benchmarks/bench_agent_speed.py: same as "last" on one prefix, several times
-    faster when prefixes interleave. ``prefix_cache_bytes`` bounds its snapshots (~23 KB per token for
-    SmolLM2-135M; least recently used first out). ``runtime`` holds the llama.cpp model parameters the
-    project sets (default from the environment: no extra buffer types, see ``llama_runtime``); the
-    first load of a model on a machine is tried in a child process first (``native_probe``).
+    ``prefix_reuse`` says how the KV state of a shared prompt prefix is reused across calls (all reuse
+    is chunk-aligned, ``models.kv_prefixes``, so text and logits equal a cold evaluation's bit for bit):
+    "off" resets the context before every call (the cold baseline); "last" reuses what the previous
+    call left; "ram" adds snapshots so interleaved prefixes (an agent and a judge) are each evaluated
+    once per process; "disk" (the default) also keeps prefixes that different prompts shared in
+    ``RVU_KV_CACHE_DIR`` (bounded by ``RVU_KV_CACHE_BYTES``; 0 = "ram"), so a new process starts warm.
+    ``prefix_cache_bytes`` bounds the RAM snapshots (~23 KB per token for SmolLM2-135M; least recently
+    used first out). ``model_sha256`` keys the disk files (computed from the file when not given).
+    ``runtime`` holds the llama.cpp model parameters the project sets (default from the environment: no
+    extra buffer types, see ``llama_runtime``); the first load of a model on a machine is tried in a
+    child process first (``native_probe``).
     """
 
     def __init__(
@@ -220,9 +145,11 @@ class LlamaCppChatModel:
         n_threads: int | None = None,
         seed: int = 0,
         name: str | None = None,
-        prefix_reuse: PrefixReuse = "ram",
+        prefix_reuse: PrefixReuse = "disk",
         prefix_cache_bytes: int = 512 << 20,
         runtime: LlamaRuntimeSettings | None = None,
+        model_sha256: str | None = None,
+        kv_cache_dir: Path | str | None = None,
     ) -> None:
         if prefix_reuse not in PREFIX_REUSE_MODES:
             raise ConfigError(
@@ -230,20 +157,39 @@ class LlamaCppChatModel:
             )
         self.name = name or Path(model_path).name
         self.model_path = Path(model_path)
-        self.prefix_reuse: PrefixReuse = prefix_reuse
         self._lock = threading.Lock()  # a llama.cpp context is not thread-safe
         self.runtime = runtime or LlamaRuntimeSettings.from_env()
-        threads = n_threads or max(1, os.cpu_count() or 1)
+        self.n_ctx, self.n_threads = int(n_ctx), n_threads or max(1, os.cpu_count() or 1)
+        self._model_sha256 = model_sha256
         # a crash inside llama.cpp would kill this process: try the same load + generation in a child first
         # (imported here so `python -m rvu_pipelines.models.native_probe` does not find itself pre-imported)
         from rvu_pipelines.models.native_probe import ensure_llama_runs
 
-        ensure_llama_runs(self.model_path, settings=self.runtime, n_threads=threads)
+        ensure_llama_runs(self.model_path, settings=self.runtime, n_threads=self.n_threads)
         self._llm = open_llama(
-            _prefix_llama_class(), model_path, self.runtime, n_ctx=n_ctx, n_threads=threads, seed=seed, verbose=False
+            _prefix_llama_class(),
+            model_path,
+            self.runtime,
+            n_ctx=n_ctx,
+            n_threads=self.n_threads,
+            n_batch=CHUNK_TOKENS,  # prompts evaluate in the chunks prefix reuse is aligned to
+            n_ubatch=CHUNK_TOKENS,
+            seed=seed,
+            verbose=False,
         )
-        self.prefix_store: KVPrefixStore | None = KVPrefixStore(prefix_cache_bytes) if prefix_reuse == "ram" else None
+        disk = kv_disk_cache(kv_cache_dir) if prefix_reuse == "disk" else None
+        if prefix_reuse == "disk" and disk is None:
+            prefix_reuse = "ram"
+        self.prefix_reuse: PrefixReuse = prefix_reuse
+        self.prefix_store: KVPrefixStore | None = None
+        if prefix_reuse != "off":
+            self.prefix_store = KVPrefixStore(
+                prefix_cache_bytes if prefix_reuse in ("ram", "disk") else 0,
+                disk=disk,
+                namespace=self.kv_namespace if disk is not None else None,
+            )
         self._llm.prefix_store = self.prefix_store
+        self._namespace_base: tuple[str, str] | None = None
         self._adapters: Any = None  # LlamaAdapterSlots, made on the first adapter load
 
     # LoRA adapters (models.llama_adapters): loaded into the open model, never a second copy of the weights
@@ -276,6 +222,16 @@ class LlamaCppChatModel:
         """Ids of the adapters loaded now, in load order."""
         with self._lock:
             return [] if self._adapters is None else [adapter_id for adapter_id, _ in self._adapters.active()]
+
+    def kv_namespace(self) -> KVNamespace:
+        """What a KV state of this model depends on besides its tokens (called under the chat lock)."""
+        if self._namespace_base is None:
+            sha = self._model_sha256 or sha256_file(self.model_path)
+            build = sha256_bytes(json.dumps(llama_build_fingerprint(self.runtime), sort_keys=True).encode())
+            self._namespace_base = (sha, build)
+        adapter_key = "" if self._adapters is None else str(self._adapters.adapter_key())
+        sha, build = self._namespace_base
+        return KVNamespace(sha, build, self.n_ctx, self.n_threads, CHUNK_TOKENS, adapter_key)
 
     def reset(self) -> None:
         """Forget every reused prefix (live context and snapshots): the next call starts cold."""

@@ -24,13 +24,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rvu_pipelines.cpu_features import host_cpu_flags
 from rvu_pipelines.errors import RvuError
 from rvu_pipelines.models.llama_runtime import (
     BUILD_TARGET_ENV,
     EXTRA_BUFTS_ENV,
     LlamaRuntimeSettings,
     host_cpu_summary,
+    llama_build_fingerprint,
     missing_instruction_sets,
     open_llama,
     parse_system_info,
@@ -226,18 +226,12 @@ def run_probe(
 
 def _probe_key(model_path: Path, settings: LlamaRuntimeSettings, n_threads: int | None) -> str:
     """Everything that decides whether a passing probe still holds: model file, library, settings, CPU."""
-    import llama_cpp
-
     stat = model_path.stat()
-    library = Path(llama_cpp.__file__).parent / "lib"
-    libs = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in library.glob("*") if p.is_file())
     material = json.dumps(
         {
+            **llama_build_fingerprint(settings),
             "model": [str(model_path.resolve()), stat.st_size, stat.st_mtime_ns],
-            "llama_cpp": [llama_cpp.__version__, libs],
-            "settings": settings.as_dict(),
             "threads": n_threads,
-            "cpu": sorted(host_cpu_flags()),
             "python": sys.executable,
         },
         sort_keys=True,

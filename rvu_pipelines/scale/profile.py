@@ -305,6 +305,7 @@ class ScaleProfile:
         server, one per worker, the cores split between them (two servers on two cores: one thread each)."""
         from rvu_pipelines.agents.harness import AGENT_N_CTX
         from rvu_pipelines.models import ModelStore, load_model_config
+        from rvu_pipelines.models.kv_prefixes import CHUNK_TOKENS
 
         model = ModelStore().resolve("llm", load_model_config().profile()["llm"])
         threads = max(1, (os.cpu_count() or 1) // self.llm_server_count)
@@ -327,6 +328,11 @@ class ScaleProfile:
                     str(max(AGENT_N_CTX, model.n_ctx)),
                     "--n_threads",
                     str(threads),
+                    # prompts evaluated in the same chunks as the in-process backend (models.kv_prefixes)
+                    "--n_batch",
+                    str(CHUNK_TOKENS),
+                    "--n_ubatch",
+                    str(CHUNK_TOKENS),
                     "--seed",
                     "0",
                 ],

@@ -190,7 +190,8 @@ def llama(tiny_models, llama_generates) -> Iterator[Any]:
     llm = open_llama(
         _prefix_llama_class(), tiny_models["llm"].path, n_ctx=512, seed=0, verbose=False, n_threads=1, logits_all=True
     )
-    llm.prefix_store = KVPrefixStore(min_tokens=1)  # as LlamaCppChatModel(prefix_reuse="ram") has it
+    # as LlamaCppChatModel(prefix_reuse="ram") has it; 1-token chunks so these short prompts leave snapshots
+    llm.prefix_store = KVPrefixStore(min_tokens=1, chunk_tokens=1)
     # one thread: same results as two, and on a shared 2-core machine two spin against each other per token
     yield llm
     llm.close()

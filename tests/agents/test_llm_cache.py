@@ -173,7 +173,7 @@ def test_prefix_modes_give_identical_text_and_ram_evaluates_fewer_tokens(tiny_mo
                 "description": f"Reads record {k} of the user's workspace.",
                 "parameters": {"id": "string"},
             }
-            for k in range(3)
+            for k in range(8)  # a shared prefix of several 64-token chunks, as real tool schemas are
         ]
     )
     agent = "You are a helpful agent. Call tools with JSON. Tools:\n" + tools
@@ -197,7 +197,7 @@ def test_prefix_modes_give_identical_text_and_ram_evaluates_fewer_tokens(tiny_mo
 
 def test_unknown_prefix_mode_is_a_config_error(tiny_models) -> None:
     with pytest.raises(ConfigError, match="prefix_reuse"):
-        LlamaCppChatModel(tiny_models["llm"].path, prefix_reuse="disk")  # type: ignore[arg-type]
+        LlamaCppChatModel(tiny_models["llm"].path, prefix_reuse="gpu")  # type: ignore[arg-type]
 
 
 class _SlowModel:
