@@ -442,7 +442,14 @@ def ours_worker(store_path: str, index_path: str, seeds_path: str) -> None:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident set so far (Linux reports KiB)."""
+    """This process's peak resident set so far. VmHWM belongs to the address space, so it starts afresh at
+    exec; ru_maxrss (the fallback off Linux) keeps the forking parent's peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
