@@ -9,7 +9,7 @@ RVU_DATA_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data),$(abspath $(CURDIR)
 export RVU_DATA_MIRROR
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run scale-up scale-down scale-status doctor detectors memory-poisoning spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-llama bench-memsad bench-spectral regress clean
+.PHONY: setup run scale-up scale-down scale-status doctor detectors memory-poisoning spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-llama bench-llm-throughput bench-memsad bench-spectral regress clean
 
 setup:
 	@bash scripts/setup.sh
@@ -17,6 +17,7 @@ setup:
 run: setup
 	$(BIN)/dg launch --job default_profile_job -m rvu_pipelines.definitions
 	$(BIN)/rvu summary
+	$(BIN)/python scripts/run_timings.py --job default_profile_job
 
 # Seed 002 §5-6: train, register (MLflow) and evaluate D1-D5 on the three corpora (~30 min on 2 cores)
 detectors: setup
@@ -84,7 +85,7 @@ dev: setup
 mlflow-ui: setup
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/.rvu/mlflow.db -h 127.0.0.1 -p 5000
 
-bench: bench-closure bench-monitor bench-detectors bench-agent bench-llama bench-memsad bench-spectral bench-stores
+bench: bench-closure bench-monitor bench-detectors bench-agent bench-llama bench-llm-throughput bench-memsad bench-spectral bench-stores
 
 bench-closure: setup
 	$(BIN)/python benchmarks/bench_closure.py
@@ -119,6 +120,10 @@ bench-agent: setup
 # llama.cpp prompt / generation tokens/s: portable vs native build, extra buffer types off vs on
 bench-llama: setup
 	$(BIN)/python benchmarks/bench_llama_cpu.py
+
+# llama.cpp's own prompt/generation tokens/s (llama-bench style) vs the harness's, and the knobs (~3 min)
+bench-llm-throughput: setup
+	$(BIN)/python benchmarks/bench_llm_throughput.py
 
 # the nightly comparison outside Dagster: canonical attack cells vs configs/golden/
 regress: setup

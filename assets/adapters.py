@@ -11,6 +11,7 @@ the full study is ``scripts/adapter_study.py`` / ``make adapters``):
 - ``adapter_sample``: all of it in miniature for the default job (a few steps, a few examples).
 """
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -336,47 +337,79 @@ def adapter_sample(
 ):
     from rvu_pipelines.adapters.sample import run_adapter_sample
     from rvu_pipelines.paths import state_dir
+    from rvu_pipelines.result_memo import ResultMemo, frame_digest
 
-    frames = _probe_frames(
-        tofu, deepset_prompt_injections, trustair_jailbreaks, awesome_chatgpt_prompts, wmdp_cyber=wmdp_cyber
-    )
-    lab = AdapterLab.from_records(llm_model, embedder_model, frames, n_probes=8, max_new_tokens=16)
-    sample = run_adapter_sample(lab, state_dir() / "adapter_sample", llm_gguf=Path(str(llm_model["path"])))
-    frame = scores_frame(sample.scores)
-    with mlflow_tracker.run_for(context, params={"adapters": len(sample.scores)}) as run:
-        run.log_metrics({metric_name(f"{k}_seconds"): v for k, v in sample.seconds.items()})
-        run.log_metrics(
-            {"combined_auroc": sample.gate.layers["combined"].auroc, "wmdp_accuracy": sample.wmdp["accuracy"]}
-        )
-    loaded = max(v["auroc"] for v in sample.membership["loaded"]["auroc"].values())
-    evicted = max(v["auroc"] for v in sample.membership["evicted"]["auroc"].values())
-    yield Output(
+    inputs = {
+        "tofu": tofu,
+        "deepset": deepset_prompt_injections,
+        "trustair": trustair_jailbreaks,
+        "awesome": awesome_chatgpt_prompts,
+        "wmdp": wmdp_cyber,
+    }
+    memo = ResultMemo.default()
+    memo_key = memo.key(
         {
-            "gate": sample.gate.to_dict(),
-            "influence": sample.influence,
-            "membership": sample.membership,
-            "wmdp": sample.wmdp,
-            "agent_runtime": sample.runtime,
-        },
+            "llm_sha256": llm_model["sha256"],
+            "embedder_sha256": embedder_model["sha256"],
+            "frames": {name: frame_digest(frame) for name, frame in inputs.items()},
+            "lab": {"n_probes": 8, "max_new_tokens": 16},
+        }
+    )
+    stored = memo.load("adapter_sample", memo_key)
+    reused = stored is not None
+    if stored is not None:  # nothing it depends on changed since that MLflow run
+        context.log.info(f"nothing changed since MLflow run {stored['mlflow_run_id']}: reusing its result")
+    else:
+        frames = _probe_frames(
+            tofu, deepset_prompt_injections, trustair_jailbreaks, awesome_chatgpt_prompts, wmdp_cyber=wmdp_cyber
+        )
+        lab = AdapterLab.from_records(llm_model, embedder_model, frames, n_probes=8, max_new_tokens=16)
+        sample = run_adapter_sample(lab, state_dir() / "adapter_sample", llm_gguf=Path(str(llm_model["path"])))
+        frame = scores_frame(sample.scores)
+        with mlflow_tracker.run_for(context, params={"adapters": len(sample.scores)}) as run:
+            run.log_metrics({metric_name(f"{k}_seconds"): v for k, v in sample.seconds.items()})
+            run.log_metrics(
+                {"combined_auroc": sample.gate.layers["combined"].auroc, "wmdp_accuracy": sample.wmdp["accuracy"]}
+            )
+        stored = {
+            "value": {
+                "gate": sample.gate.to_dict(),
+                "influence": sample.influence,
+                "membership": sample.membership,
+                "wmdp": sample.wmdp,
+                "agent_runtime": sample.runtime,
+            },
+            "report": gate_markdown(sample.gate, sample.influence, frame),
+            "seconds": {k: round(v, 1) for k, v in sample.seconds.items()},
+            "n_scores": len(sample.scores),
+            "mlflow_run_id": run.run_id,
+        }
+        memo.save("adapter_sample", memo_key, stored)
+        stored = json.loads(json.dumps(stored, default=str))  # the same types a reused result has
+    value = stored["value"]
+    membership, wmdp, runtime = value["membership"], value["wmdp"], value["agent_runtime"]
+    loaded = max(v["auroc"] for v in membership["loaded"]["auroc"].values())
+    evicted = max(v["auroc"] for v in membership["evicted"]["auroc"].values())
+    yield Output(
+        value,
         metadata={
-            "report": MetadataValue.md(gate_markdown(sample.gate, sample.influence, frame)),
+            "report": MetadataValue.md(stored["report"]),
             "membership_auroc_loaded": loaded,
             "membership_auroc_evicted": evicted,
-            "wmdp_accuracy": sample.wmdp["accuracy"],
-            "agent_runtime": MetadataValue.json(sample.runtime),
-            "seconds": MetadataValue.json({k: round(v, 1) for k, v in sample.seconds.items()}),
-            "mlflow_run_id": run.run_id,
+            "wmdp_accuracy": wmdp["accuracy"],
+            "agent_runtime": MetadataValue.json(runtime),
+            "seconds": MetadataValue.json(stored["seconds"]),
+            "mlflow_run_id": stored["mlflow_run_id"],
+            "reused_unchanged_result": reused,
         },
     )
     yield AssetCheckResult(
         check_name="sample_ran",
-        passed=bool(
-            len(sample.scores) == 3 and sample.wmdp["n"] > 0 and loaded > evicted and sample.runtime.get("restored")
-        ),
+        passed=bool(stored["n_scores"] == 3 and wmdp["n"] > 0 and loaded > evicted and runtime.get("restored")),
         metadata={
             "membership_auroc_loaded": loaded,
             "membership_auroc_evicted": evicted,
-            "agent_runtime_restored": bool(sample.runtime.get("restored")),
+            "agent_runtime_restored": bool(runtime.get("restored")),
         },
     )
 

@@ -30,6 +30,7 @@ from rvu_pipelines.memory_poisoning.runner import StudyResult, run_study
 from rvu_pipelines.memory_poisoning.sir import SIRConfig
 from rvu_pipelines.memory_poisoning.study_cells import ATTACKS, StudyConfig
 from rvu_pipelines.paths import state_dir
+from rvu_pipelines.result_memo import ResultMemo, frame_digest
 
 GROUP = "memory_poisoning"
 PAPER_MEMSAD_AUROC = {"agentpoison": 1.000, "minja": 0.914, "injecmem": 0.816}
@@ -119,29 +120,59 @@ def _materialize(
         "llm": llm_model["name"] if use_llm else "none (hybrid without perplexity)",
         "attacks": ",".join(kwargs.get("attacks", ATTACKS)),
     }
-    with mlflow_tracker.run_for(context, params=params) as run:
-        result = run_study(
-            frames,
-            embedder.build(Path(embedder_model["path"]), name=embedder_model["name"]),
-            config,
-            out_dir,
-            llm_path=Path(llm_model["path"]) if use_llm else None,
-            progress=context.log.info,
-            **kwargs,
+    memo = ResultMemo.default()
+    memo_key = memo.key(
+        {
+            "asset": context.asset_key.to_user_string(),
+            "params": params,
+            "config": repr(config),
+            "kwargs": repr(sorted(kwargs.items())),
+            "llm_sha256": llm_model["sha256"] if use_llm else None,
+            "frames": {name: frame_digest(frame) for name, frame in sorted(frames.items())},
+            "out_dir": str(out_dir),
+        }
+    )
+    reused = memo.load("memory_poisoning", memo_key)
+    if reused is not None:  # nothing it depends on changed: the stored result, its files checked by sha256
+        context.log.info(f"nothing changed since MLflow run {reused['mlflow_run_id']}: reusing its result")
+        files = {name: Path(path) for name, path in reused["files"].items()}
+        summary, seconds, protocol, run_id = (
+            reused["summary"],
+            reused["seconds"],
+            reused["protocol"],
+            reused["mlflow_run_id"],
         )
-        run.log_metrics(result.metrics())
-        for path in result.files.values():
-            run.log_artifact(path)
-    checks = study_checks(result)
+        checks = {name: (bool(passed), meta) for name, (passed, meta) in reused["checks"].items()}
+    else:
+        with mlflow_tracker.run_for(context, params=params) as run:
+            result = run_study(
+                frames,
+                embedder.build(Path(embedder_model["path"]), name=embedder_model["name"]),
+                config,
+                out_dir,
+                llm_path=Path(llm_model["path"]) if use_llm else None,
+                progress=context.log.info,
+                **kwargs,
+            )
+            run.log_metrics(result.metrics())
+            for path in result.files.values():
+                run.log_artifact(path)
+        files, summary, run_id = dict(result.files), result.summary(), run.run_id
+        seconds, protocol = round(sum(result.timings.values()), 1), {k: float(v) for k, v in result.protocol.items()}
+        checks = study_checks(result)
+        stored = {"files": {k: str(v) for k, v in files.items()}, "summary": summary, "seconds": seconds}
+        stored.update(protocol=protocol, mlflow_run_id=run_id, checks={k: [p, m] for k, (p, m) in checks.items()})
+        memo.save("memory_poisoning", memo_key, stored, files=list(files.values()))
     metadata: dict[str, Any] = {
-        "paper_table": MetadataValue.md(result.files["paper_table_md"].read_text()),
-        "retrieval": MetadataValue.md(result.files["retrieval_md"].read_text()),
-        "roc": MetadataValue.path(str(result.files["roc_png"])),
-        "mlflow_run_id": run.run_id,
-        "seconds": round(sum(result.timings.values()), 1),
-        **{k: float(v) for k, v in result.protocol.items()},
+        "paper_table": MetadataValue.md(files["paper_table_md"].read_text()),
+        "retrieval": MetadataValue.md(files["retrieval_md"].read_text()),
+        "roc": MetadataValue.path(str(files["roc_png"])),
+        "mlflow_run_id": run_id,
+        "seconds": seconds,
+        "reused_unchanged_result": reused is not None,
+        **protocol,
     }
-    yield Output(result.summary(), metadata=metadata)
+    yield Output(summary, metadata=metadata)
     return checks
 
 

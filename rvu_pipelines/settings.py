@@ -75,6 +75,13 @@ SETTINGS: tuple[Setting, ...] = (
         "incident inbox root (inbox/, accepted/, dead_letter/) watched by the sensor",
     ),
     Setting(
+        "RVU_REUSE_RESULTS",
+        "switch",
+        "1",
+        "state",
+        "re-running a sampled study whose code, configs, inputs and RVU_* settings are unchanged reuses its result",
+    ),
+    Setting(
         "DAGSTER_HOME",
         "path",
         "<checkout>/.dagster_home (Makefile)",

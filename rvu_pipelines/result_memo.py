@@ -1,0 +1,112 @@
+"""Results of deterministic steps, reused when nothing they depend on changed (a re-run of ``make run``).
+
+A memo key is sha256 over: the code version (``code_version``: the commit, or the package hash when the
+tree is dirty), the bytes of every ``.py`` file of the Dagster layer (``assets/``, ``resources/``) and
+every file in the config folder, the polars and numpy versions, every ``RVU_*`` environment variable, and
+the caller's parts (parameters, digests of input tables, model sha256s). A result is stored as JSON with
+the sha256 of each file it points to; a file that changed or vanished since makes it a miss, and so does
+anything unreadable. ``RVU_REUSE_RESULTS=0`` turns reuse off (every step computes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from rvu_pipelines.code_version import code_version
+from rvu_pipelines.hashing import sha256_file
+from rvu_pipelines.paths import config_dir, project_root, state_dir
+from rvu_pipelines.settings import env_flag
+
+log = logging.getLogger(__name__)
+
+REUSE_ENV = "RVU_REUSE_RESULTS"
+LAYER_DIRS = ("assets", "resources")
+
+
+def frame_digest(frame: pl.DataFrame) -> str:
+    """sha256 of a table's schema and row hashes (polars' hash is version-bound: the version is in every key)."""
+    digest = hashlib.sha256(json.dumps([[name, str(dtype)] for name, dtype in frame.schema.items()]).encode())
+    if frame.height:
+        for seed in (0, 1):  # two 64-bit row hashes: 128 bits per row
+            digest.update(frame.hash_rows(seed=seed).to_numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _tree_digest(paths: Sequence[Path], root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        relative = path.relative_to(root).as_posix().encode()
+        data = path.read_bytes()
+        digest.update(len(relative).to_bytes(8, "big") + relative + len(data).to_bytes(8, "big") + data)
+    return digest.hexdigest()
+
+
+def environment_digest() -> str:
+    """Everything outside the caller's parts that a result may depend on (module doc)."""
+    root = project_root()
+    layer = [p for d in LAYER_DIRS for p in (root / d).rglob("*.py") if "__pycache__" not in p.parts]
+    configs = [p for p in config_dir().rglob("*") if p.is_file()]
+    material = {
+        "code_version": code_version(),
+        "layer": _tree_digest(layer, root),
+        "configs": _tree_digest(configs, config_dir()),
+        "libraries": [pl.__version__, np.__version__],
+        "env": sorted((k, v) for k, v in os.environ.items() if k.startswith("RVU_")),
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ResultMemo:
+    """JSON results under ``root/<name>/<key>.json`` (default root: the state folder's ``result_memo``)."""
+
+    root: Path
+
+    @classmethod
+    def default(cls) -> ResultMemo:
+        return cls(state_dir() / "result_memo")
+
+    @staticmethod
+    def enabled() -> bool:
+        return env_flag(REUSE_ENV, default=True)
+
+    def key(self, parts: Mapping[str, Any]) -> str:
+        material = json.dumps({"environment": environment_digest(), "parts": parts}, sort_keys=True, default=str)
+        return hashlib.sha256(material.encode()).hexdigest()
+
+    def _path(self, name: str, key: str) -> Path:
+        return self.root / name / f"{key}.json"
+
+    def load(self, name: str, key: str) -> dict[str, Any] | None:
+        """The stored value, or None (no entry, unreadable, or a file it points to changed or vanished)."""
+        if not self.enabled():
+            return None
+        path = self._path(name, key)
+        try:
+            stored = json.loads(path.read_text())
+            for file, digest in stored["files"].items():
+                if not Path(file).is_file() or sha256_file(Path(file)) != digest:
+                    log.info("result memo %s: %s changed since it was stored; computing again", name, file)
+                    return None
+            return dict(stored["value"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def save(self, name: str, key: str, value: Mapping[str, Any], files: Sequence[Path] = ()) -> None:
+        """Store ``value`` (JSON-serialisable) with the sha256 of each file it relies on; atomic."""
+        path = self._path(name, key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        body = {"value": dict(value), "files": {str(Path(f).resolve()): sha256_file(Path(f)) for f in files}}
+        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temp.write_text(json.dumps(body, sort_keys=True, default=str))
+        os.replace(temp, path)
