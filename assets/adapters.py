@@ -11,7 +11,6 @@ the full study is ``scripts/adapter_study.py`` / ``make adapters``):
 - ``adapter_sample``: all of it in miniature for the default job (a few steps, a few examples).
 """
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -337,7 +336,7 @@ def adapter_sample(
 ):
     from rvu_pipelines.adapters.sample import run_adapter_sample
     from rvu_pipelines.paths import state_dir
-    from rvu_pipelines.result_memo import ResultMemo, frame_digest
+    from rvu_pipelines.result_memo import ResultMemo, frame_digest, json_roundtrip
 
     inputs = {
         "tofu": tofu,
@@ -385,7 +384,7 @@ def adapter_sample(
             "mlflow_run_id": run.run_id,
         }
         memo.save("adapter_sample", memo_key, stored)
-        stored = json.loads(json.dumps(stored, default=str))  # the same types a reused result has
+        stored = json_roundtrip(stored)  # the same types a reused result has
     value = stored["value"]
     membership, wmdp, runtime = value["membership"], value["wmdp"], value["agent_runtime"]
     loaded = max(v["auroc"] for v in membership["loaded"]["auroc"].values())

@@ -43,9 +43,10 @@ from rvu_pipelines.detectors.corpora import DESCRIPTIONS, SOURCE_DATASETS, cross
 from rvu_pipelines.detectors.evaluation import LODO_DATASETS, ORDER, LodoSettings, leave_one_dataset_out
 from rvu_pipelines.detectors.finetune import ENCODER_ROLE, EncoderRef
 from rvu_pipelines.detectors.onnx_d4 import OnnxDetector, agreement, export_detector
-from rvu_pipelines.detectors.registry import ONNX_ALIAS, registered_ref
+from rvu_pipelines.detectors.registry import CURRENT_ALIAS, ONNX_ALIAS, registered_ref, reinstate_versions
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.reporting import markdown_table
+from rvu_pipelines.result_memo import ResultMemo, frame_digest, json_roundtrip
 
 GROUP = "detectors"
 PAPER_GOAL_F1 = {"deepset": 0.9474}  # issue item 10: D4 or D5 F1 on deepset >= the paper's 94.74%
@@ -142,6 +143,19 @@ def _same_scores_check(
     )
 
 
+def _reused_registration(
+    context: AssetExecutionContext, memo: ResultMemo, step: str, memo_key: str, name: str, uri: str
+) -> dict | None:
+    """A detector trained before from exactly these inputs, code and settings, whose registered versions are
+    still in the registry: its aliases point at them again and its stored result comes back (else None). The
+    asset's checks then load those versions and compare their scores, as after training."""
+    stored = memo.load(step, memo_key)
+    if stored is None or not reinstate_versions(name, uri, dict(stored["aliases"])):
+        return None
+    context.log.info(f"nothing changed since MLflow run {stored['mlflow_run_id']}: reusing {name} {stored['aliases']}")
+    return {**stored, "reused": True}
+
+
 REGISTRY_CHECK = "registered_model_reproduces_scores"
 ONNX_CHECK = "onnx_runtime_agrees"
 ONNX_F1_TOLERANCE_POINTS = 0.5  # issue 17: the fast runtime keeps F1 within half a point of the reference
@@ -182,7 +196,6 @@ def _d2_asset(corpus_name: str) -> AssetsDefinition:
         corpus = _corpus(corpus_name, corpus_frame)
         texts, y = corpus.texts("test"), corpus.labels("test")
         train = stratified_subsample(corpus.part("train"), config.max_train_samples)
-        detector = TfidfDetector.train(train["text"].to_list(), train["label"].to_numpy())
         uri = mlflow_tracker.tracker().tracking_uri
         params = {
             "corpus": corpus_name,
@@ -191,32 +204,50 @@ def _d2_asset(corpus_name: str) -> AssetsDefinition:
             "n_test": len(y),
             **TfidfDetector.params(),
         }
-        with mlflow_tracker.run_for(context, params=params) as run:
-            scores = detector.score(texts)
-            metrics = {
-                "fit_s": float(detector.fit_seconds or 0.0),
-                **{f"test_{k}": v for k, v in point_metrics(y, scores).items()},
-            }
-            run.log_metrics(metrics)
-            registered = register_detector(
-                detector,
-                name=registered_name("d2", corpus_name),
-                run_id=run.run_id,
-                tracking_uri=uri,
-                tags={"corpus": corpus_name, "test_f1": metrics["test_f1"]},
-                description=f"D2 TF-IDF+LR trained on the {corpus_name} training split.",
+        name = registered_name("d2", corpus_name)
+        memo = ResultMemo.default()
+        memo_key = memo.key({"params": params, "corpus": frame_digest(corpus_frame), "registry": uri, "name": name})
+        stored = _reused_registration(context, memo, key, memo_key, name, uri)
+        if stored is None:
+            detector = TfidfDetector.train(train["text"].to_list(), train["label"].to_numpy())
+            with mlflow_tracker.run_for(context, params=params) as run:
+                scores = detector.score(texts)
+                metrics = {
+                    "fit_s": float(detector.fit_seconds or 0.0),
+                    **{f"test_{k}": v for k, v in point_metrics(y, scores).items()},
+                }
+                run.log_metrics(metrics)
+                registered = register_detector(
+                    detector,
+                    name=name,
+                    run_id=run.run_id,
+                    tracking_uri=uri,
+                    tags={"corpus": corpus_name, "test_f1": metrics["test_f1"]},
+                    description=f"D2 TF-IDF+LR trained on the {corpus_name} training split.",
+                )
+            stored = json_roundtrip(
+                {
+                    "record": {**registered.record(), "corpus": corpus_name, **metrics},
+                    "metrics": metrics,
+                    "scores": scores,
+                    "aliases": {CURRENT_ALIAS: registered.version},
+                    "mlflow_run_id": run.run_id,
+                }
             )
-        record = {**registered.record(), "corpus": corpus_name, **metrics}
+            memo.save(key, memo_key, stored)
+        record, metrics = stored["record"], stored["metrics"]
         yield Output(
             record,
             metadata={
-                "registered_name": registered.name,
-                "version": registered.version,
-                "mlflow_run_id": run.run_id,
+                "registered_name": name,
+                "version": record["version"],
+                "mlflow_run_id": stored["mlflow_run_id"],
+                "reused_unchanged_result": bool(stored.get("reused")),
                 **{k: float(v) for k, v in metrics.items()},
             },
         )
-        yield _same_scores_check(REGISTRY_CHECK, registered.name, uri, registered.version, texts, scores, 1e-9)
+        scores = np.asarray(stored["scores"], dtype=np.float64)
+        yield _same_scores_check(REGISTRY_CHECK, name, uri, record["version"], texts, scores, 1e-9)
 
     return _d2
 
@@ -280,86 +311,114 @@ def _d4_asset(corpus_name: str) -> AssetsDefinition:
             "encoder_sha256": encoder.sha256,
             **settings.params(),
         }
-        with mlflow_tracker.run_for(context, params=params) as run:
-            detector, report = finetune(
-                train["text"].to_list(),
-                train["label"].to_numpy(),
-                encoder=encoder,
-                settings=settings,
-                progress=config.progress,
-            )
-            scores = detector.score(texts)
-            metrics = {**report.metrics(), **{f"test_{k}": v for k, v in point_metrics(y, scores).items()}}
-            run.log_metrics(metrics)
-            registered = register_detector(
-                detector,
-                name=registered_name("d4", corpus_name),
-                run_id=run.run_id,
-                tracking_uri=uri,
-                tags={"corpus": corpus_name, "test_f1": metrics["test_f1"]},
-                description=f"D4 MiniLM fine-tuned on the {corpus_name} training split.",
-            )
-            with tempfile.TemporaryDirectory() as tmp:
-                fast = OnnxDetector.load(export_detector(detector, Path(tmp)), "int8", encoder=encoder)
-                fast_scores = fast.score(texts)
-                agreed = agreement(scores, fast_scores, y)
-                onnx_metrics = {
-                    "onnx_int8_test_f1": float(agreed.f1_candidate or 0.0),
-                    "onnx_int8_max_abs_diff": agreed.max_abs_diff,
-                    "onnx_int8_decision_flips": float(agreed.decision_flips),
-                }
-                run.log_metrics(onnx_metrics)
-                onnx_registered = register_detector(
-                    fast,
-                    name=registered_name("d4", corpus_name),
+        name = registered_name("d4", corpus_name)
+        memo = ResultMemo.default()
+        memo_key = memo.key({"params": params, "corpus": frame_digest(corpus_frame), "registry": uri, "name": name})
+        stored = _reused_registration(context, memo, key, memo_key, name, uri)
+        if stored is None:
+            with mlflow_tracker.run_for(context, params=params) as run:
+                detector, report = finetune(
+                    train["text"].to_list(),
+                    train["label"].to_numpy(),
+                    encoder=encoder,
+                    settings=settings,
+                    progress=config.progress,
+                )
+                scores = detector.score(texts)
+                metrics = {**report.metrics(), **{f"test_{k}": v for k, v in point_metrics(y, scores).items()}}
+                run.log_metrics(metrics)
+                registered = register_detector(
+                    detector,
+                    name=name,
                     run_id=run.run_id,
                     tracking_uri=uri,
-                    tags={"corpus": corpus_name, "runtime": "onnxruntime-int8", **onnx_metrics},
-                    description=f"D4 ({corpus_name}) on ONNX Runtime: fused graph, int8 weights.",
-                    alias=ONNX_ALIAS,
+                    tags={"corpus": corpus_name, "test_f1": metrics["test_f1"]},
+                    description=f"D4 MiniLM fine-tuned on the {corpus_name} training split.",
                 )
-        context.log.info(
-            f"D4 {corpus_name}: fine-tuned {train.height} texts in {report.wall_seconds:.1f}s, "
-            f"test F1 {metrics['test_f1']:.4f}"
-        )
-        record = {**registered.record(), "corpus": corpus_name, **metrics, "onnx_version": onnx_registered.version}
+                with tempfile.TemporaryDirectory() as tmp:
+                    fast = OnnxDetector.load(export_detector(detector, Path(tmp)), "int8", encoder=encoder)
+                    fast_scores = fast.score(texts)
+                    agreed = agreement(scores, fast_scores, y)
+                    onnx_metrics = {
+                        "onnx_int8_test_f1": float(agreed.f1_candidate or 0.0),
+                        "onnx_int8_max_abs_diff": agreed.max_abs_diff,
+                        "onnx_int8_decision_flips": float(agreed.decision_flips),
+                    }
+                    run.log_metrics(onnx_metrics)
+                    onnx_registered = register_detector(
+                        fast,
+                        name=name,
+                        run_id=run.run_id,
+                        tracking_uri=uri,
+                        tags={"corpus": corpus_name, "runtime": "onnxruntime-int8", **onnx_metrics},
+                        description=f"D4 ({corpus_name}) on ONNX Runtime: fused graph, int8 weights.",
+                        alias=ONNX_ALIAS,
+                    )
+            context.log.info(
+                f"D4 {corpus_name}: fine-tuned {train.height} texts in {report.wall_seconds:.1f}s, "
+                f"test F1 {metrics['test_f1']:.4f}"
+            )
+            stored = json_roundtrip(
+                {
+                    "record": {
+                        **registered.record(),
+                        "corpus": corpus_name,
+                        **metrics,
+                        "onnx_version": onnx_registered.version,
+                    },
+                    "metrics": {**metrics, **onnx_metrics},
+                    "scores": scores,
+                    "fast_scores": fast_scores,
+                    "agreement": {
+                        "f1_change_points": agreed.f1_change_points or 0.0,
+                        "max_abs_diff": agreed.max_abs_diff,
+                        "decision_flips": agreed.decision_flips,
+                    },
+                    "aliases": {CURRENT_ALIAS: registered.version, ONNX_ALIAS: onnx_registered.version},
+                    "mlflow_run_id": run.run_id,
+                }
+            )
+            memo.save(key, memo_key, stored)
+        record, aliases, agreed_now = stored["record"], stored["aliases"], stored["agreement"]
         yield Output(
             record,
             metadata={
-                "registered_name": registered.name,
-                "version": registered.version,
-                "onnx_version": onnx_registered.version,
-                "mlflow_run_id": run.run_id,
-                **{k: float(v) for k, v in {**metrics, **onnx_metrics}.items()},
+                "registered_name": name,
+                "version": aliases[CURRENT_ALIAS],
+                "onnx_version": aliases[ONNX_ALIAS],
+                "mlflow_run_id": stored["mlflow_run_id"],
+                "reused_unchanged_result": bool(stored.get("reused")),
+                **{k: float(v) for k, v in stored["metrics"].items()},
             },
         )
+        scores = np.asarray(stored["scores"], dtype=np.float64)
         yield _same_scores_check(
             REGISTRY_CHECK,
-            registered.name,
+            name,
             uri,
-            registered.version,
+            aliases[CURRENT_ALIAS],
             texts[:SCORE_CHECK_TEXTS],
             scores[:SCORE_CHECK_TEXTS],
             1e-6,
         )
         reloaded = _same_scores_check(
             ONNX_CHECK,
-            onnx_registered.name,
+            name,
             uri,
-            onnx_registered.version,
+            aliases[ONNX_ALIAS],
             texts,
-            fast_scores,
+            np.asarray(stored["fast_scores"], dtype=np.float64),
             1e-6,
         )
-        change = agreed.f1_change_points or 0.0
+        change = float(agreed_now["f1_change_points"])
         yield AssetCheckResult(
             check_name=ONNX_CHECK,
             passed=bool(reloaded.passed) and abs(change) <= ONNX_F1_TOLERANCE_POINTS,
             metadata={
                 **(reloaded.metadata or {}),
                 "f1_change_points": change,
-                "max_abs_score_diff_vs_pytorch": agreed.max_abs_diff,
-                "decision_flips": agreed.decision_flips,
+                "max_abs_score_diff_vs_pytorch": float(agreed_now["max_abs_diff"]),
+                "decision_flips": int(agreed_now["decision_flips"]),
             },
         )
 

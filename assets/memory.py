@@ -7,6 +7,7 @@ from resources import MlflowTrackerResource
 from rvu_pipelines.detectors.corpora import CORPUS_NAMES, build_corpus
 from rvu_pipelines.memory import evaluate_monitor
 from rvu_pipelines.memory.utility_cost import strategyqa_records
+from rvu_pipelines.result_memo import ResultMemo, frame_digest, json_roundtrip
 
 UTILITY_WORKLOAD = "AgentPoison ReAct-StrategyQA memory"
 
@@ -96,17 +97,30 @@ def memory_monitor_evaluation(
     benign = benign_test_texts(datasets)
     records = strategyqa_records(agentpoison_strategyqa.filter(pl.col("split") == "train").to_dicts())
     params = {"payloads": len(payloads), "benign": len(benign), "utility_records": len(records), "sessions": 50}
-    with mlflow_tracker.run_for(context, params=params) as run:
-        result = evaluate_monitor(
-            payloads, benign=benign, utility_records=records, utility_workload=UTILITY_WORKLOAD, n_sessions=50
+    memo = ResultMemo.default()
+    frames = {name: frame_digest(frame) for name, frame in {**datasets, "strategyqa": agentpoison_strategyqa}.items()}
+    memo_key = memo.key({"params": params, "frames": frames, "workload": UTILITY_WORKLOAD})
+    stored = memo.load("memory_monitor_evaluation", memo_key)
+    reused = stored is not None
+    if stored is not None:  # nothing it depends on changed since that MLflow run
+        context.log.info(f"nothing changed since MLflow run {stored['mlflow_run_id']}: reusing its result")
+    else:
+        with mlflow_tracker.run_for(context, params=params) as run:
+            result = evaluate_monitor(
+                payloads, benign=benign, utility_records=records, utility_workload=UTILITY_WORKLOAD, n_sessions=50
+            )
+            report = result.to_dict()
+            run.log_metrics({**memory_metrics(report), "vectors_blocked": result.vectors_blocked})
+        stored = json_roundtrip(
+            {"report": report, "markdown": result.markdown(), "checks": result.checks(), "mlflow_run_id": run.run_id}
         )
-        report = result.to_dict()
-        run.log_metrics({**memory_metrics(report), "vectors_blocked": result.vectors_blocked})
+        memo.save("memory_monitor_evaluation", memo_key, stored)
+    report = stored["report"]
     p, b, u = report["payloads"], report["benign"], report["utility"]
     yield Output(
         report,
         metadata={
-            "tables_6_7": MetadataValue.md(result.markdown()),
+            "tables_6_7": MetadataValue.md(stored["markdown"]),
             "payloads": len(payloads),
             "payloads_blocked": f"{p['blocked']}/{p['n']}: blocked by the untrusted-channel rule "
             "(true by construction)",
@@ -119,11 +133,12 @@ def memory_monitor_evaluation(
             f"({u['promotions_rate_limited']} rate-limited at {u['max_promotions_per_window']} per "
             f"{u['promotion_window_s']:.0f} s, one episode per {u['episode_seconds']:.0f} s)",
             "own_reads_ok": f"{report['isolation']['own_reads_ok']}/{report['isolation']['n_sessions']}",
-            "mlflow_run_id": run.run_id,
+            "mlflow_run_id": stored["mlflow_run_id"],
+            "reused_unchanged_result": reused,
         },
     )
-    for name, passed in sorted(result.checks().items()):
-        yield AssetCheckResult(check_name=name, passed=passed)
+    for name, passed in sorted(stored["checks"].items()):
+        yield AssetCheckResult(check_name=name, passed=bool(passed))
 
 
 def memory_assets() -> list:

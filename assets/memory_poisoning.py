@@ -30,7 +30,7 @@ from rvu_pipelines.memory_poisoning.runner import StudyResult, run_study
 from rvu_pipelines.memory_poisoning.sir import SIRConfig
 from rvu_pipelines.memory_poisoning.study_cells import ATTACKS, StudyConfig
 from rvu_pipelines.paths import state_dir
-from rvu_pipelines.result_memo import ResultMemo, frame_digest
+from rvu_pipelines.result_memo import ResultMemo, frame_digest, json_roundtrip
 
 GROUP = "memory_poisoning"
 PAPER_MEMSAD_AUROC = {"agentpoison": 1.000, "minja": 0.914, "injecmem": 0.816}
@@ -163,6 +163,7 @@ def _materialize(
         stored = {"files": {k: str(v) for k, v in files.items()}, "summary": summary, "seconds": seconds}
         stored.update(protocol=protocol, mlflow_run_id=run_id, checks={k: [p, m] for k, (p, m) in checks.items()})
         memo.save("memory_poisoning", memo_key, stored, files=list(files.values()))
+        summary = json_roundtrip(summary)  # the same types a reused result has
     metadata: dict[str, Any] = {
         "paper_table": MetadataValue.md(files["paper_table_md"].read_text()),
         "retrieval": MetadataValue.md(files["retrieval_md"].read_text()),

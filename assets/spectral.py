@@ -27,6 +27,7 @@ from assets.partitions import spectral_partitions
 from resources import MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.errors import ModelUnavailableError
 from rvu_pipelines.paths import state_dir
+from rvu_pipelines.result_memo import ResultMemo, frame_digest, json_roundtrip
 from rvu_pipelines.spectral import load_spectral_model
 from rvu_pipelines.spectral.cell import (
     AUROC_GOALS,
@@ -41,7 +42,7 @@ from rvu_pipelines.spectral.cell import (
     run_cell,
 )
 from rvu_pipelines.spectral.data import context_verification, injecagent_contamination
-from rvu_pipelines.spectral.study import sampled_study
+from rvu_pipelines.spectral.study import SampledResult, sampled_study
 
 ASSET = "spectral_kill_switch_sample"
 PER_SET = 24  # examples per evaluation set: 6 calibration + 6 held-out pairs (the asset's time budget)
@@ -76,24 +77,37 @@ def spectral_kill_switch_sample(
     tofu: pl.DataFrame,
     injecagent: pl.DataFrame,
 ):
-    model = load_spectral_model(Path(llm_model["path"]), sha256=llm_model["sha256"], n_ctx=int(llm_model["n_ctx"]))
-    sets = {
-        "context_verification": context_verification(tofu),
-        "injecagent": injecagent_contamination(injecagent, tofu),
-    }
     params = {"model": llm_model["name"], "model_sha256": llm_model["sha256"], "per_set": config.per_set}
-    with mlflow_tracker.run_for(context, params=params) as run:
-        results = sampled_study(model, sets, per_set=config.per_set)
-        metrics: dict[str, float] = {}
-        for name, result in results.items():
-            for what, estimate in result.heldout.items():
-                metrics[f"{name}_{what}"] = float(estimate["value"])
-                metrics[f"{name}_{what}_low"] = float(estimate["low"])
-                metrics[f"{name}_{what}_high"] = float(estimate["high"])
-            metrics[f"{name}_statistic_ms_per_layer"] = result.statistic_ms_per_layer
-            for row in result.hfer_by_layer:
-                run.log_metrics({f"{name}_hfer_auroc": float(row["auroc"])}, step=int(row["layer"]))
-        run.log_metrics(metrics)
+    memo = ResultMemo.default()
+    frames = {"tofu": frame_digest(tofu), "injecagent": frame_digest(injecagent)}
+    memo_key = memo.key({"params": params, "frames": frames})
+    stored = memo.load(ASSET, memo_key)
+    if stored is not None:  # nothing it depends on changed since that MLflow run
+        context.log.info(f"nothing changed since MLflow run {stored['mlflow_run_id']}: reusing its result")
+        results = {name: SampledResult(**fields) for name, fields in stored["results"].items()}
+        run_id = str(stored["mlflow_run_id"])
+    else:
+        model = load_spectral_model(Path(llm_model["path"]), sha256=llm_model["sha256"], n_ctx=int(llm_model["n_ctx"]))
+        sets = {
+            "context_verification": context_verification(tofu),
+            "injecagent": injecagent_contamination(injecagent, tofu),
+        }
+        with mlflow_tracker.run_for(context, params=params) as run:
+            computed = sampled_study(model, sets, per_set=config.per_set)
+            metrics: dict[str, float] = {}
+            for name, result in computed.items():
+                for what, estimate in result.heldout.items():
+                    metrics[f"{name}_{what}"] = float(estimate["value"])
+                    metrics[f"{name}_{what}_low"] = float(estimate["low"])
+                    metrics[f"{name}_{what}_high"] = float(estimate["high"])
+                metrics[f"{name}_statistic_ms_per_layer"] = result.statistic_ms_per_layer
+                for row in result.hfer_by_layer:
+                    run.log_metrics({f"{name}_hfer_auroc": float(row["auroc"])}, step=int(row["layer"]))
+            run.log_metrics(metrics)
+        run_id = run.run_id
+        as_json = json_roundtrip({name: r.as_dict() for name, r in computed.items()})
+        memo.save(ASSET, memo_key, {"results": as_json, "mlflow_run_id": run_id})
+        results = {name: SampledResult(**fields) for name, fields in as_json.items()}  # the types a reuse has
     table = ["| set | n cal / held-out | layer | statistic | held-out AUROC [95% CI] | TPR | FPR | ms/layer |"]
     table.append("|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
@@ -109,7 +123,8 @@ def spectral_kill_switch_sample(
         metadata={
             "results": MetadataValue.md("\n".join(table)),
             "state_folder": str(state_dir()),
-            "mlflow_run_id": run.run_id,
+            "mlflow_run_id": run_id,
+            "reused_unchanged_result": stored is not None,
         },
     )
     yield AssetCheckResult(

@@ -33,6 +33,24 @@ REUSE_ENV = "RVU_REUSE_RESULTS"
 LAYER_DIRS = ("assets", "resources")
 
 
+def _json_default(value: Any) -> Any:
+    """numpy scalars and arrays, paths and sets as JSON types; anything else is refused, never ``str()``-ed."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, set | frozenset):
+        return sorted(value)
+    raise TypeError(f"{type(value).__name__} is not JSON-serialisable")
+
+
+def json_roundtrip(value: Any) -> Any:
+    """``value`` with the types a reused result will have (lists for tuples, floats for numpy floats, ...)."""
+    return json.loads(json.dumps(value, default=_json_default))
+
+
 def frame_digest(frame: pl.DataFrame) -> str:
     """sha256 of a table's schema and row hashes (polars' hash is version-bound: the version is in every key)."""
     digest = hashlib.sha256(json.dumps([[name, str(dtype)] for name, dtype in frame.schema.items()]).encode())
@@ -105,8 +123,13 @@ class ResultMemo:
     def save(self, name: str, key: str, value: Mapping[str, Any], files: Sequence[Path] = ()) -> None:
         """Store ``value`` (JSON-serialisable) with the sha256 of each file it relies on; atomic."""
         path = self._path(name, key)
-        path.parent.mkdir(parents=True, exist_ok=True)
         body = {"value": dict(value), "files": {str(Path(f).resolve()): sha256_file(Path(f)) for f in files}}
+        try:
+            text = json.dumps(body, sort_keys=True, default=_json_default)
+        except (TypeError, ValueError) as exc:  # a result we cannot store faithfully is computed again next time
+            log.warning("result memo %s: not stored (%s)", name, exc)
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
         temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temp.write_text(json.dumps(body, sort_keys=True, default=str))
+        temp.write_text(text)
         os.replace(temp, path)

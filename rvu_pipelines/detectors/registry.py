@@ -189,6 +189,20 @@ def resolve_version(
     return RegisteredDetector(name, str(found.version), str(found.run_id or ""), kind, uri)
 
 
+def reinstate_versions(name: str, tracking_uri: str, versions: dict[str, str]) -> bool:
+    """Point each alias (``{"current": "3", "onnx": "4"}``) at its version again, as the run that registered
+    them left it; False, changing nothing, when any of those versions is gone from the registry."""
+    try:
+        for version in versions.values():
+            resolve_version(name, tracking_uri, version=version)
+    except RegisteredDetectorError:
+        return False
+    client = _client(tracking_uri)
+    for alias, version in versions.items():
+        client.set_registered_model_alias(name, alias, version)
+    return True
+
+
 def registered_ref(detector: DetectorBase) -> RegisteredDetector:
     """Where a detector from :func:`load_registered_detector` was loaded from (its ``registered`` attribute)."""
     ref = getattr(detector, "registered", None)

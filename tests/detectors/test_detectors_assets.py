@@ -115,3 +115,42 @@ def test_leave_one_dataset_out_asset_materializes(tmp_path) -> None:
     assert 0 <= run.data.metrics["d2_deepset_to_jailbreak_f1"] <= 1
     artifacts = {a.path for a in tracker._client().list_artifacts(run.info.run_id, "evaluation")}
     assert artifacts == {"evaluation/table.md", "evaluation/table.csv"}
+
+
+def test_an_unchanged_detector_is_reused_and_a_lost_version_retrained(tmp_path, monkeypatch) -> None:
+    """A second materialization with nothing changed reuses the registered D2 (no new version, aliases put
+    back, the registry check still loads it and compares scores); a version deleted from the registry is a
+    miss: trained and registered again."""
+    monkeypatch.setenv("RVU_HOME", str(tmp_path / "state"))  # own memo and MLflow store
+    tracker = MlflowTracker(experiment=EXPERIMENT)
+    resources = deployment_resources("local") | {
+        "io_manager": LocalTableIOManager(base_dir=str(tmp_path / "assets")),
+        "mlflow_tracker": MlflowTrackerResource(tracking_uri=tracker.tracking_uri, experiment=EXPERIMENT),
+    }
+    wanted = {"deepset_prompt_injections", "detector_corpus_deepset", "detector_d2_deepset"}
+    selected = [a for a in [*dataset_assets(), *detector_assets()] if a.key.to_user_string() in wanted]
+    quick = {"ops": {k: v for k, v in quick_run_config()["ops"].items() if k == "detector_d2_deepset"}}
+
+    def run() -> tuple[dict, bool]:
+        with DagsterInstance.ephemeral() as instance:
+            result = materialize(selected, resources=resources, instance=instance, run_config=quick)
+        assert result.success
+        assert all(c.passed for c in result.get_asset_check_evaluations())
+        event = next(
+            e
+            for e in result.get_asset_materialization_events()
+            if e.asset_key.to_user_string() == "detector_d2_deepset"
+        )
+        return result.output_for_node("detector_d2_deepset"), bool(
+            event.materialization.metadata["reused_unchanged_result"].value
+        )
+
+    first, reused = run()
+    assert not reused
+    second, reused = run()
+    assert reused and second["version"] == first["version"]
+    name = "rvu-detector-d2-deepset"
+    tracker._client().delete_model_version(name, first["version"])
+    third, reused = run()
+    assert not reused and third["version"] != first["version"]
+    assert load_registered_detector(name, tracker.tracking_uri).registered.version == third["version"]
