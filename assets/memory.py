@@ -93,18 +93,18 @@ def memory_monitor_evaluation(
         "trustair_jailbreaks": trustair_jailbreaks,
         "awesome_chatgpt_prompts": awesome_chatgpt_prompts,
     }
-    payloads = injection_test_payloads(datasets)
-    benign = benign_test_texts(datasets)
-    records = strategyqa_records(agentpoison_strategyqa.filter(pl.col("split") == "train").to_dicts())
-    params = {"payloads": len(payloads), "benign": len(benign), "utility_records": len(records), "sessions": 50}
     memo = ResultMemo.default()
     frames = {name: frame_digest(frame) for name, frame in {**datasets, "strategyqa": agentpoison_strategyqa}.items()}
-    memo_key = memo.key({"params": params, "frames": frames, "workload": UTILITY_WORKLOAD})
+    memo_key = memo.key({"frames": frames, "workload": UTILITY_WORKLOAD, "sessions": 50})
     stored = memo.load("memory_monitor_evaluation", memo_key)
     reused = stored is not None
     if stored is not None:  # nothing it depends on changed since that MLflow run
         context.log.info(f"nothing changed since MLflow run {stored['mlflow_run_id']}: reusing its result")
     else:
+        payloads = injection_test_payloads(datasets)
+        benign = benign_test_texts(datasets)
+        records = strategyqa_records(agentpoison_strategyqa.filter(pl.col("split") == "train").to_dicts())
+        params = {"payloads": len(payloads), "benign": len(benign), "utility_records": len(records), "sessions": 50}
         with mlflow_tracker.run_for(context, params=params) as run:
             result = evaluate_monitor(
                 payloads, benign=benign, utility_records=records, utility_workload=UTILITY_WORKLOAD, n_sessions=50
@@ -112,7 +112,13 @@ def memory_monitor_evaluation(
             report = result.to_dict()
             run.log_metrics({**memory_metrics(report), "vectors_blocked": result.vectors_blocked})
         stored = json_roundtrip(
-            {"report": report, "markdown": result.markdown(), "checks": result.checks(), "mlflow_run_id": run.run_id}
+            {
+                "report": report,
+                "markdown": result.markdown(),
+                "checks": result.checks(),
+                "mlflow_run_id": run.run_id,
+                "n_payloads": len(payloads),
+            }
         )
         memo.save("memory_monitor_evaluation", memo_key, stored)
     report = stored["report"]
@@ -121,7 +127,7 @@ def memory_monitor_evaluation(
         report,
         metadata={
             "tables_6_7": MetadataValue.md(stored["markdown"]),
-            "payloads": len(payloads),
+            "payloads": stored["n_payloads"],
             "payloads_blocked": f"{p['blocked']}/{p['n']}: blocked by the untrusted-channel rule "
             "(true by construction)",
             "benign_blocked_untrusted": f"{b['blocked_untrusted']}/{b['n']}: benign texts, same untrusted channels "
