@@ -2,15 +2,17 @@
 
 A memo key is sha256 over: the code version (``code_version``: the commit, or the package hash when the
 tree is dirty), the bytes of every ``.py`` file of the Dagster layer (``assets/``, ``resources/``) and
-every file in the config folder, the polars and numpy versions, every ``RVU_*`` environment variable, and
-the caller's parts (parameters, digests of input tables, model sha256s). A result is stored as JSON with
-the sha256 of each file it points to; a file that changed or vanished since makes it a miss, and so does
-anything unreadable. ``RVU_REUSE_RESULTS=0`` turns reuse off (every step computes).
+every file in the config folder, the name and version of every installed distribution, every ``RVU_*``
+environment variable, and the caller's parts (parameters, digests of input tables, model sha256s). A
+result is stored as JSON with the sha256 of each file it points to; a file that changed or vanished since
+makes it a miss, and so does anything unreadable. ``RVU_REUSE_RESULTS=0`` turns reuse off.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -52,7 +54,7 @@ def json_roundtrip(value: Any) -> Any:
 
 
 def frame_digest(frame: pl.DataFrame) -> str:
-    """sha256 of a table's schema and row hashes (polars' hash is version-bound: the version is in every key)."""
+    """sha256 of a table's schema and row hashes (polars' hash is version-bound: its version is in every key)."""
     digest = hashlib.sha256(json.dumps([[name, str(dtype)] for name, dtype in frame.schema.items()]).encode())
     if frame.height:
         for seed in (0, 1):  # two 64-bit row hashes: 128 bits per row
@@ -69,6 +71,13 @@ def _tree_digest(paths: Sequence[Path], root: Path) -> str:
     return digest.hexdigest()
 
 
+@functools.cache
+def installed_distributions() -> tuple[tuple[str, str], ...]:
+    """(name, version) of every installed distribution: an upgraded torch or llama-cpp-python is a change."""
+    found = {(str(d.metadata["Name"] or "").lower(), str(d.version)) for d in importlib.metadata.distributions()}
+    return tuple(sorted(found))
+
+
 def environment_digest() -> str:
     """Everything outside the caller's parts that a result may depend on (module doc)."""
     root = project_root()
@@ -78,7 +87,7 @@ def environment_digest() -> str:
         "code_version": code_version(),
         "layer": _tree_digest(layer, root),
         "configs": _tree_digest(configs, config_dir()),
-        "libraries": [pl.__version__, np.__version__],
+        "libraries": installed_distributions(),
         "env": sorted((k, v) for k, v in os.environ.items() if k.startswith("RVU_")),
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
