@@ -161,3 +161,33 @@ def test_disk_cache_is_bounded_least_recently_used_first(tmp_path: Path) -> None
     # a longer stored prefix than the limit, or one that is not a prefix of the prompt, is not used
     assert cache.best(NAMESPACE, [1, 2, 0], limit=2) == (0, None)
     assert cache.best(NAMESPACE, [1, 5, 0], limit=10) == (0, None)
+
+
+def _hammer(directory: str, seed: int, rounds: int) -> tuple[list[str], int]:
+    """Write and read the same few keys as fast as possible; report any state that came back wrong."""
+    rng = np.random.default_rng(seed)
+    cache = KVDiskCache(directory, capacity_bytes=6 * 70_000)  # small: eviction races with the reads
+    wrong, read = [], 0
+    for _ in range(rounds):
+        prefix = [1, 2, int(rng.integers(0, 4))]
+        state = bytes([prefix[-1]]) * 60_000  # the right state for a key is a pure function of its tokens
+        if rng.random() < 0.5:
+            cache.write(NAMESPACE, prefix, state)
+        else:
+            _, entry = cache.best(NAMESPACE, [*prefix, 9], limit=10)
+            got = cache.read_state(entry) if entry is not None else None
+            read += got is not None
+            if got is not None and got != state:
+                wrong.append(f"key {prefix}: {len(got)} bytes, first {got[:1]!r}")
+    return wrong, read
+
+
+def test_processes_sharing_the_disk_tier_never_read_a_torn_or_foreign_state(tmp_path: Path) -> None:
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
+        results = pool.starmap(_hammer, [(str(tmp_path), seed, 150) for seed in range(3)])
+    assert [wrong for wrong, _ in results] == [[], [], []]
+    assert sum(read for _, read in results) > 50  # the readers did read while others wrote and evicted
+    assert not list(tmp_path.glob(".*.tmp"))  # every temp file was renamed into place
+    assert KVDiskCache(tmp_path).size_bytes() <= 6 * 70_000
