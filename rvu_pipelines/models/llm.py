@@ -19,7 +19,7 @@ from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.hashing import sha256_bytes, sha256_file
 from rvu_pipelines.models.kv_prefixes import CHUNK_TOKENS, KVDiskCache, KVNamespace, KVPrefixStore
 from rvu_pipelines.models.llama_runtime import LlamaRuntimeSettings, llama_build_fingerprint, open_llama
-from rvu_pipelines.paths import cache_dir
+from rvu_pipelines.paths import state_dir
 from rvu_pipelines.settings import env_value
 
 Message = dict[str, str]
@@ -96,7 +96,7 @@ def kv_disk_cache(directory: Path | str | None = None) -> KVDiskCache | None:
         ) from exc
     if capacity <= 0:
         return None
-    folder = directory or env_value(KV_CACHE_DIR_ENV) or cache_dir("kv_prefixes")
+    folder = directory or env_value(KV_CACHE_DIR_ENV) or state_dir() / "cache" / "kv_prefixes"  # made 0700 on write
     return KVDiskCache(Path(folder), capacity)
 
 
