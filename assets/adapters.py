@@ -336,7 +336,7 @@ def adapter_sample(
 ):
     from rvu_pipelines.adapters.sample import run_adapter_sample
     from rvu_pipelines.paths import state_dir
-    from rvu_pipelines.result_memo import ResultMemo, frame_digest, json_roundtrip
+    from rvu_pipelines.result_memo import ResultMemo, frame_digest, reuse_message
 
     inputs = {
         "tofu": tofu,
@@ -345,19 +345,19 @@ def adapter_sample(
         "awesome": awesome_chatgpt_prompts,
         "wmdp": wmdp_cyber,
     }
-    memo = ResultMemo.default()
-    memo_key = memo.key(
+    memo = ResultMemo.default().entry(
+        "adapter_sample",
         {
             "llm_sha256": llm_model["sha256"],
             "embedder_sha256": embedder_model["sha256"],
             "frames": {name: frame_digest(frame) for name, frame in inputs.items()},
             "lab": {"n_probes": 8, "max_new_tokens": 16},
-        }
+        },
     )
-    stored = memo.load("adapter_sample", memo_key)
+    stored = memo.load()
     reused = stored is not None
     if stored is not None:  # nothing it depends on changed since that MLflow run
-        context.log.info(f"nothing changed since MLflow run {stored['mlflow_run_id']}: reusing its result")
+        context.log.info(reuse_message(stored))
     else:
         frames = _probe_frames(
             tofu, deepset_prompt_injections, trustair_jailbreaks, awesome_chatgpt_prompts, wmdp_cyber=wmdp_cyber
@@ -370,21 +370,21 @@ def adapter_sample(
             run.log_metrics(
                 {"combined_auroc": sample.gate.layers["combined"].auroc, "wmdp_accuracy": sample.wmdp["accuracy"]}
             )
-        stored = {
-            "value": {
-                "gate": sample.gate.to_dict(),
-                "influence": sample.influence,
-                "membership": sample.membership,
-                "wmdp": sample.wmdp,
-                "agent_runtime": sample.runtime,
-            },
-            "report": gate_markdown(sample.gate, sample.influence, frame),
-            "seconds": {k: round(v, 1) for k, v in sample.seconds.items()},
-            "n_scores": len(sample.scores),
-            "mlflow_run_id": run.run_id,
-        }
-        memo.save("adapter_sample", memo_key, stored)
-        stored = json_roundtrip(stored)  # the same types a reused result has
+        stored = memo.save(
+            {
+                "value": {
+                    "gate": sample.gate.to_dict(),
+                    "influence": sample.influence,
+                    "membership": sample.membership,
+                    "wmdp": sample.wmdp,
+                    "agent_runtime": sample.runtime,
+                },
+                "report": gate_markdown(sample.gate, sample.influence, frame),
+                "seconds": {k: round(v, 1) for k, v in sample.seconds.items()},
+                "n_scores": len(sample.scores),
+                "mlflow_run_id": run.run_id,
+            }
+        )
     value = stored["value"]
     membership, wmdp, runtime = value["membership"], value["wmdp"], value["agent_runtime"]
     loaded = max(v["auroc"] for v in membership["loaded"]["auroc"].values())

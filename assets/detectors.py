@@ -46,7 +46,7 @@ from rvu_pipelines.detectors.onnx_d4 import OnnxDetector, agreement, export_dete
 from rvu_pipelines.detectors.registry import CURRENT_ALIAS, ONNX_ALIAS, registered_ref, reinstate_versions
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.reporting import markdown_table
-from rvu_pipelines.result_memo import ResultMemo, frame_digest, json_roundtrip
+from rvu_pipelines.result_memo import MemoEntry, ResultMemo, frame_digest, reuse_message
 
 GROUP = "detectors"
 PAPER_GOAL_F1 = {"deepset": 0.9474}  # issue item 10: D4 or D5 F1 on deepset >= the paper's 94.74%
@@ -143,17 +143,20 @@ def _same_scores_check(
     )
 
 
-def _reused_registration(
-    context: AssetExecutionContext, memo: ResultMemo, step: str, memo_key: str, name: str, uri: str
-) -> dict | None:
+def _reused_registration(context: AssetExecutionContext, memo: MemoEntry, name: str, uri: str) -> dict | None:
     """A detector trained before from exactly these inputs, code and settings, whose registered versions are
     still in the registry: its aliases point at them again and its stored result comes back (else None). The
     asset's checks then load those versions and compare their scores, as after training."""
-    stored = memo.load(step, memo_key)
+    stored = memo.load()
     if stored is None or not reinstate_versions(name, uri, dict(stored["aliases"])):
         return None
-    context.log.info(f"nothing changed since MLflow run {stored['mlflow_run_id']}: reusing {name} {stored['aliases']}")
+    context.log.info(f"{reuse_message(stored)}: {name} versions {stored['aliases']}")
     return {**stored, "reused": True}
+
+
+def _registration_parts(params: dict, corpus_frame: pl.DataFrame, uri: str, name: str) -> dict:
+    """What a trained-and-registered detector depends on besides the code (the memo adds that)."""
+    return {"params": params, "corpus": frame_digest(corpus_frame), "registry": uri, "name": name}
 
 
 REGISTRY_CHECK = "registered_model_reproduces_scores"
@@ -205,9 +208,8 @@ def _d2_asset(corpus_name: str) -> AssetsDefinition:
             **TfidfDetector.params(),
         }
         name = registered_name("d2", corpus_name)
-        memo = ResultMemo.default()
-        memo_key = memo.key({"params": params, "corpus": frame_digest(corpus_frame), "registry": uri, "name": name})
-        stored = _reused_registration(context, memo, key, memo_key, name, uri)
+        memo = ResultMemo.default().entry(key, _registration_parts(params, corpus_frame, uri, name))
+        stored = _reused_registration(context, memo, name, uri)
         if stored is None:
             detector = TfidfDetector.train(train["text"].to_list(), train["label"].to_numpy())
             with mlflow_tracker.run_for(context, params=params) as run:
@@ -225,7 +227,7 @@ def _d2_asset(corpus_name: str) -> AssetsDefinition:
                     tags={"corpus": corpus_name, "test_f1": metrics["test_f1"]},
                     description=f"D2 TF-IDF+LR trained on the {corpus_name} training split.",
                 )
-            stored = json_roundtrip(
+            stored = memo.save(
                 {
                     "record": {**registered.record(), "corpus": corpus_name, **metrics},
                     "metrics": metrics,
@@ -234,7 +236,6 @@ def _d2_asset(corpus_name: str) -> AssetsDefinition:
                     "mlflow_run_id": run.run_id,
                 }
             )
-            memo.save(key, memo_key, stored)
         record, metrics = stored["record"], stored["metrics"]
         yield Output(
             record,
@@ -312,9 +313,8 @@ def _d4_asset(corpus_name: str) -> AssetsDefinition:
             **settings.params(),
         }
         name = registered_name("d4", corpus_name)
-        memo = ResultMemo.default()
-        memo_key = memo.key({"params": params, "corpus": frame_digest(corpus_frame), "registry": uri, "name": name})
-        stored = _reused_registration(context, memo, key, memo_key, name, uri)
+        memo = ResultMemo.default().entry(key, _registration_parts(params, corpus_frame, uri, name))
+        stored = _reused_registration(context, memo, name, uri)
         if stored is None:
             with mlflow_tracker.run_for(context, params=params) as run:
                 detector, report = finetune(
@@ -358,7 +358,7 @@ def _d4_asset(corpus_name: str) -> AssetsDefinition:
                 f"D4 {corpus_name}: fine-tuned {train.height} texts in {report.wall_seconds:.1f}s, "
                 f"test F1 {metrics['test_f1']:.4f}"
             )
-            stored = json_roundtrip(
+            stored = memo.save(
                 {
                     "record": {
                         **registered.record(),
@@ -378,7 +378,6 @@ def _d4_asset(corpus_name: str) -> AssetsDefinition:
                     "mlflow_run_id": run.run_id,
                 }
             )
-            memo.save(key, memo_key, stored)
         record, aliases, agreed_now = stored["record"], stored["aliases"], stored["agreement"]
         yield Output(
             record,

@@ -7,7 +7,7 @@ from resources import MlflowTrackerResource
 from rvu_pipelines.detectors.corpora import CORPUS_NAMES, build_corpus
 from rvu_pipelines.memory import evaluate_monitor
 from rvu_pipelines.memory.utility_cost import strategyqa_records
-from rvu_pipelines.result_memo import ResultMemo, frame_digest, json_roundtrip
+from rvu_pipelines.result_memo import ResultMemo, frame_digest, reuse_message
 
 UTILITY_WORKLOAD = "AgentPoison ReAct-StrategyQA memory"
 
@@ -93,13 +93,14 @@ def memory_monitor_evaluation(
         "trustair_jailbreaks": trustair_jailbreaks,
         "awesome_chatgpt_prompts": awesome_chatgpt_prompts,
     }
-    memo = ResultMemo.default()
     frames = {name: frame_digest(frame) for name, frame in {**datasets, "strategyqa": agentpoison_strategyqa}.items()}
-    memo_key = memo.key({"frames": frames, "workload": UTILITY_WORKLOAD, "sessions": 50})
-    stored = memo.load("memory_monitor_evaluation", memo_key)
+    memo = ResultMemo.default().entry(
+        "memory_monitor_evaluation", {"frames": frames, "workload": UTILITY_WORKLOAD, "sessions": 50}
+    )
+    stored = memo.load()
     reused = stored is not None
     if stored is not None:  # nothing it depends on changed since that MLflow run
-        context.log.info(f"nothing changed since MLflow run {stored['mlflow_run_id']}: reusing its result")
+        context.log.info(reuse_message(stored))
     else:
         payloads = injection_test_payloads(datasets)
         benign = benign_test_texts(datasets)
@@ -111,7 +112,7 @@ def memory_monitor_evaluation(
             )
             report = result.to_dict()
             run.log_metrics({**memory_metrics(report), "vectors_blocked": result.vectors_blocked})
-        stored = json_roundtrip(
+        stored = memo.save(
             {
                 "report": report,
                 "markdown": result.markdown(),
@@ -120,7 +121,6 @@ def memory_monitor_evaluation(
                 "n_payloads": len(payloads),
             }
         )
-        memo.save("memory_monitor_evaluation", memo_key, stored)
     report = stored["report"]
     p, b, u = report["payloads"], report["benign"], report["utility"]
     yield Output(

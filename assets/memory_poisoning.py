@@ -30,7 +30,7 @@ from rvu_pipelines.memory_poisoning.runner import StudyResult, run_study
 from rvu_pipelines.memory_poisoning.sir import SIRConfig
 from rvu_pipelines.memory_poisoning.study_cells import ATTACKS, StudyConfig
 from rvu_pipelines.paths import state_dir
-from rvu_pipelines.result_memo import ResultMemo, frame_digest, json_roundtrip
+from rvu_pipelines.result_memo import ResultMemo, frame_digest, reuse_message
 
 GROUP = "memory_poisoning"
 PAPER_MEMSAD_AUROC = {"agentpoison": 1.000, "minja": 0.914, "injecmem": 0.816}
@@ -120,8 +120,8 @@ def _materialize(
         "llm": llm_model["name"] if use_llm else "none (hybrid without perplexity)",
         "attacks": ",".join(kwargs.get("attacks", ATTACKS)),
     }
-    memo = ResultMemo.default()
-    memo_key = memo.key(
+    memo = ResultMemo.default().entry(
+        "memory_poisoning",
         {
             "asset": context.asset_key.to_user_string(),
             "params": params,
@@ -130,19 +130,12 @@ def _materialize(
             "llm_sha256": llm_model["sha256"] if use_llm else None,
             "frames": {name: frame_digest(frame) for name, frame in sorted(frames.items())},
             "out_dir": str(out_dir),
-        }
+        },
     )
-    reused = memo.load("memory_poisoning", memo_key)
-    if reused is not None:  # nothing it depends on changed: the stored result, its files checked by sha256
-        context.log.info(f"nothing changed since MLflow run {reused['mlflow_run_id']}: reusing its result")
-        files = {name: Path(path) for name, path in reused["files"].items()}
-        summary, seconds, protocol, run_id = (
-            reused["summary"],
-            reused["seconds"],
-            reused["protocol"],
-            reused["mlflow_run_id"],
-        )
-        checks = {name: (bool(passed), meta) for name, (passed, meta) in reused["checks"].items()}
+    stored = memo.load()
+    reused = stored is not None
+    if stored is not None:  # nothing it depends on changed: the stored result, its files checked by sha256
+        context.log.info(reuse_message(stored))
     else:
         with mlflow_tracker.run_for(context, params=params) as run:
             result = run_study(
@@ -157,21 +150,28 @@ def _materialize(
             run.log_metrics(result.metrics())
             for path in result.files.values():
                 run.log_artifact(path)
-        files, summary, run_id = dict(result.files), result.summary(), run.run_id
-        seconds, protocol = round(sum(result.timings.values()), 1), {k: float(v) for k, v in result.protocol.items()}
-        checks = study_checks(result)
-        stored = {"files": {k: str(v) for k, v in files.items()}, "summary": summary, "seconds": seconds}
-        stored.update(protocol=protocol, mlflow_run_id=run_id, checks={k: [p, m] for k, (p, m) in checks.items()})
-        memo.save("memory_poisoning", memo_key, stored, files=list(files.values()))
-        summary = json_roundtrip(summary)  # the same types a reused result has
+        stored = memo.save(
+            {
+                "files": {k: str(v) for k, v in result.files.items()},
+                "summary": result.summary(),
+                "seconds": round(sum(result.timings.values()), 1),
+                "protocol": {k: float(v) for k, v in result.protocol.items()},
+                "mlflow_run_id": run.run_id,
+                "checks": study_checks(result),
+            },
+            files=list(result.files.values()),
+        )
+    files = {name: Path(path) for name, path in stored["files"].items()}
+    checks = {name: (bool(passed), meta) for name, (passed, meta) in stored["checks"].items()}
+    summary = stored["summary"]
     metadata: dict[str, Any] = {
         "paper_table": MetadataValue.md(files["paper_table_md"].read_text()),
         "retrieval": MetadataValue.md(files["retrieval_md"].read_text()),
         "roc": MetadataValue.path(str(files["roc_png"])),
-        "mlflow_run_id": run_id,
-        "seconds": seconds,
-        "reused_unchanged_result": reused is not None,
-        **protocol,
+        "mlflow_run_id": stored["mlflow_run_id"],
+        "seconds": stored["seconds"],
+        "reused_unchanged_result": reused,
+        **stored["protocol"],
     }
     yield Output(summary, metadata=metadata)
     return checks

@@ -27,7 +27,7 @@ from assets.partitions import spectral_partitions
 from resources import MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.errors import ModelUnavailableError
 from rvu_pipelines.paths import state_dir
-from rvu_pipelines.result_memo import ResultMemo, frame_digest, json_roundtrip
+from rvu_pipelines.result_memo import ResultMemo, frame_digest, reuse_message
 from rvu_pipelines.spectral import load_spectral_model
 from rvu_pipelines.spectral.cell import (
     AUROC_GOALS,
@@ -78,14 +78,12 @@ def spectral_kill_switch_sample(
     injecagent: pl.DataFrame,
 ):
     params = {"model": llm_model["name"], "model_sha256": llm_model["sha256"], "per_set": config.per_set}
-    memo = ResultMemo.default()
     frames = {"tofu": frame_digest(tofu), "injecagent": frame_digest(injecagent)}
-    memo_key = memo.key({"params": params, "frames": frames})
-    stored = memo.load(ASSET, memo_key)
+    memo = ResultMemo.default().entry(ASSET, {"params": params, "frames": frames})
+    stored = memo.load()
+    reused = stored is not None
     if stored is not None:  # nothing it depends on changed since that MLflow run
-        context.log.info(f"nothing changed since MLflow run {stored['mlflow_run_id']}: reusing its result")
-        results = {name: SampledResult(**fields) for name, fields in stored["results"].items()}
-        run_id = str(stored["mlflow_run_id"])
+        context.log.info(reuse_message(stored))
     else:
         model = load_spectral_model(Path(llm_model["path"]), sha256=llm_model["sha256"], n_ctx=int(llm_model["n_ctx"]))
         sets = {
@@ -104,10 +102,8 @@ def spectral_kill_switch_sample(
                 for row in result.hfer_by_layer:
                     run.log_metrics({f"{name}_hfer_auroc": float(row["auroc"])}, step=int(row["layer"]))
             run.log_metrics(metrics)
-        run_id = run.run_id
-        as_json = json_roundtrip({name: r.as_dict() for name, r in computed.items()})
-        memo.save(ASSET, memo_key, {"results": as_json, "mlflow_run_id": run_id})
-        results = {name: SampledResult(**fields) for name, fields in as_json.items()}  # the types a reuse has
+        stored = memo.save({"results": {n: r.as_dict() for n, r in computed.items()}, "mlflow_run_id": run.run_id})
+    results = {name: SampledResult(**fields) for name, fields in stored["results"].items()}
     table = ["| set | n cal / held-out | layer | statistic | held-out AUROC [95% CI] | TPR | FPR | ms/layer |"]
     table.append("|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
@@ -123,8 +119,8 @@ def spectral_kill_switch_sample(
         metadata={
             "results": MetadataValue.md("\n".join(table)),
             "state_folder": str(state_dir()),
-            "mlflow_run_id": run_id,
-            "reused_unchanged_result": stored is not None,
+            "mlflow_run_id": stored["mlflow_run_id"],
+            "reused_unchanged_result": reused,
         },
     )
     yield AssetCheckResult(

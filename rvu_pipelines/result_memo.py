@@ -129,6 +129,10 @@ class ResultMemo:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
+    def entry(self, name: str, parts: Mapping[str, Any]) -> MemoEntry:
+        """The entry of step ``name`` for these parts (the key is computed once, here)."""
+        return MemoEntry(self, name, self.key(parts))
+
     def save(self, name: str, key: str, value: Mapping[str, Any], files: Sequence[Path] = ()) -> None:
         """Store ``value`` (JSON-serialisable) with the sha256 of each file it relies on; atomic."""
         path = self._path(name, key)
@@ -142,3 +146,29 @@ class ResultMemo:
         temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         temp.write_text(text)
         os.replace(temp, path)
+
+
+@dataclass(frozen=True)
+class MemoEntry:
+    """One step's memo slot: ``load()`` before computing, ``save()`` after."""
+
+    memo: ResultMemo
+    name: str
+    key: str
+
+    def load(self) -> dict[str, Any] | None:
+        return self.memo.load(self.name, self.key)
+
+    def save(self, value: Mapping[str, Any], files: Sequence[Path] = ()) -> dict[str, Any]:
+        """Store ``value``; returns it with the types a later ``load()`` gives (lists for tuples, floats for
+        numpy floats), so a step goes on with the same value whether it computed or reused it."""
+        self.memo.save(self.name, self.key, value, files)
+        try:
+            return dict(json_roundtrip(value))
+        except (TypeError, ValueError):  # not storable (save said so): the value as computed
+            return dict(value)
+
+
+def reuse_message(stored: Mapping[str, Any]) -> str:
+    """The log line of a reused result (every stored result names the MLflow run that computed it)."""
+    return f"nothing changed since MLflow run {stored['mlflow_run_id']}: reusing its result"

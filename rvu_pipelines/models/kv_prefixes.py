@@ -127,19 +127,25 @@ class KVDiskCache:
                 entries[path.stem] = header
         self._entries, self._listed_mtime = entries, mtime
 
-    def _read_header(self, path: Path) -> _DiskEntry | None:
+    @staticmethod
+    def _read(path: Path, with_state: bool) -> tuple[dict[str, Any], np.ndarray, bytes] | None:
+        """(header, tokens, state bytes or b"") of a file, or None when it is missing or not one of ours."""
         try:
             with open(path, "rb") as handle:
                 if handle.read(len(_MAGIC)) != _MAGIC:
                     return None
                 (length,) = struct.unpack("<I", handle.read(4))
                 header = json.loads(handle.read(length))
-                tokens = np.frombuffer(handle.read(4 * int(header["n_tokens"])), dtype="<i4").astype(np.int64)
+                n_tokens = int(header["n_tokens"])
+                tokens = np.frombuffer(handle.read(4 * n_tokens), dtype="<i4").astype(np.int64)
+                state = handle.read() if with_state else b""
         except (OSError, ValueError, KeyError, struct.error):
             return None
-        if tokens.size != int(header["n_tokens"]):
-            return None
-        return _DiskEntry(path, str(header["namespace"]), tokens)
+        return (header, tokens, state) if tokens.size == n_tokens else None
+
+    def _read_header(self, path: Path) -> _DiskEntry | None:
+        read = self._read(path, with_state=False)
+        return None if read is None else _DiskEntry(path, str(read[0].get("namespace")), read[1])
 
     def best(self, namespace: KVNamespace, tokens: Sequence[int], limit: int) -> tuple[int, _DiskEntry | None]:
         """The stored prefix sharing the most tokens (at most ``limit``) with ``tokens`` in ``namespace``."""
@@ -157,16 +163,11 @@ class KVDiskCache:
 
     def read_state(self, entry: _DiskEntry) -> bytes | None:
         """The state bytes, or None when the file vanished, is truncated or fails its checksum."""
-        try:
-            with open(entry.path, "rb") as handle:
-                handle.read(len(_MAGIC))
-                (length,) = struct.unpack("<I", handle.read(4))
-                header = json.loads(handle.read(length))
-                handle.read(4 * int(header["n_tokens"]))
-                state = handle.read()
-        except (OSError, ValueError, KeyError, struct.error):
+        read = self._read(entry.path, with_state=True)
+        if read is None:
             return None
-        if len(state) != int(header["state_bytes"]) or sha256_bytes(state) != header["state_sha256"]:
+        header, _, state = read
+        if len(state) != int(header.get("state_bytes", -1)) or sha256_bytes(state) != header.get("state_sha256"):
             log.warning("KV prefix file %s is damaged (size or sha256 mismatch); ignoring it", entry.path)
             return None
         try:
@@ -313,10 +314,9 @@ class KVPrefixStore:
         source: _KVSnapshot | None = None
         source_common = live_common
         for snapshot in self._snapshots.values():
-            shared = aligned(min(common_prefix(snapshot.tokens, tokens), limit), chunk)
-            if shared >= reuse + self.min_tokens:
-                reuse, source = shared, snapshot
-                source_common = common_prefix(snapshot.tokens, tokens)
+            common = common_prefix(snapshot.tokens, tokens)
+            if aligned(min(common, limit), chunk) >= reuse + self.min_tokens:
+                reuse, source, source_common = aligned(min(common, limit), chunk), snapshot, common
         from_disk = False
         if self.disk is not None and self._namespace is not None:
             disk_len, entry = self.disk.best(self._namespace(), tokens, limit)
@@ -342,8 +342,6 @@ class KVPrefixStore:
                     self._snapshots.pop(source.tokens, None)
                 reuse = 0
         _truncate(llm, reuse)
-        if reuse == 0:
-            llm.n_tokens = 0
         self.reused_tokens += reuse
         source_end = len(source.tokens) if source is not None else live_prompt.size
         if self.disk is not None and reuse >= self.min_tokens and source_common < source_end:
