@@ -9,7 +9,7 @@ RVU_DATA_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data),$(abspath $(CURDIR)
 export RVU_DATA_MIRROR
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run scale-up scale-down scale-status doctor detectors memory-poisoning spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-llama bench-llm-throughput bench-memsad bench-spectral regress clean
+.PHONY: setup run scale-up scale-down scale-status doctor detectors memory-poisoning spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-report bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-llama bench-llm-throughput bench-memsad bench-spectral regress clean
 
 setup:
 	@bash scripts/setup.sh
@@ -85,7 +85,14 @@ dev: setup
 mlflow-ui: setup
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/.rvu/mlflow.db -h 127.0.0.1 -p 5000
 
+# every bench below, then bench-report's one table of all their ratios (run by the recipe: last even under -j)
 bench: bench-closure bench-monitor bench-detectors bench-agent bench-llama bench-llm-throughput bench-memsad bench-spectral bench-stores
+	$(BIN)/python benchmarks/bench_report.py
+
+# every bench's headline ratios in one table, from the JSON each leaves in .rvu/bench/ (`make bench`'s last step);
+# also writes .rvu/bench/performance.md, README's performance table
+bench-report: setup
+	$(BIN)/python benchmarks/bench_report.py
 
 bench-closure: setup
 	$(BIN)/python benchmarks/bench_closure.py

@@ -17,6 +17,8 @@ import os
 import statistics
 import time
 
+from bench_results import Row, add_results_dir_argument, record
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 GOAL_MS = 5.0
@@ -61,10 +63,25 @@ def load_d4(corpus):
         return detector, f"fine-tuned here on deepset train ({time.perf_counter() - started:.0f} s)"
 
 
+def headline_rows(rows: list[tuple], reference: str, candidate: str) -> list[Row]:
+    """D4's float PyTorch reference vs ONNX Runtime int8, batched and single p50 per corpus; the goals on deepset."""
+    found = {(name, corpus): (batched, single) for name, corpus, _, batched, single in rows}
+    out = []
+    for corpus in ("deepset", "jailbreak"):
+        base, new = found[(reference, corpus)], found[(candidate, corpus)]
+        for i, what in enumerate(("batched ms/sample", "single-call p50 ms")):
+            out.append(Row(f"D4 {what}, {corpus} test", reference, base[i], candidate, new[i], "ms", False))
+    batched, single = found[(candidate, "deepset")]
+    out.append(Row("D4 batched ms/sample, deepset test", "goal", GOAL_MS, candidate, batched, "ms", False))
+    out.append(Row("D4 single-call p50 ms, deepset test", "goal", SINGLE_GOAL_MS, candidate, single, "ms", False))
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--single", type=int, default=50, help="texts timed one by one")
+    add_results_dir_argument(parser)
     args = parser.parse_args()
 
     import torch
@@ -158,6 +175,7 @@ def main() -> int:
                 f"{100 * result.f1_candidate:.2f} | {result.f1_change_points:+.2f} | {result.max_abs_diff:.2e} | "
                 f"{result.decision_flips} |"
             )
+    record(__file__, headline_rows(rows, d4_variants[0][0], d4_variants[3][0]), args.results_dir)
     return 0
 
 

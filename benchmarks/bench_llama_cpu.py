@@ -26,6 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_results import Row, add_results_dir_argument, record  # noqa: E402
+
 
 def _child(args: argparse.Namespace) -> None:
     import llama_cpp
@@ -78,6 +80,7 @@ def main() -> None:
     parser.add_argument("--model", default=None)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--extra-bufts", default="0", help=argparse.SUPPRESS)
+    add_results_dir_argument(parser)
     args = parser.parse_args()
     if args.child:
         _child(args)
@@ -154,6 +157,7 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|")
     reference_text = base[0]["text"] if base else ""
+    rows = []
     for build, bufts in configs:
         runs = samples[(build, bufts)]
         if not runs:
@@ -169,9 +173,24 @@ def main() -> None:
             f"{statistics.median(gen):.0f} ({min(gen):.0f}-{max(gen):.0f}) | "
             f"{statistics.median(gen) / base_gen:.2f}x | {'yes' if same else 'no'} |"
         )
+        if (build, bufts) != ("portable (installed)", "0"):
+            label = f"{build}, extra buffer types {'on' if bufts == '1' else 'off'}"
+            for what, base_tps, tps in (("prompt", base_prompt, prompt), ("generation", base_gen, gen)):
+                rows.append(
+                    Row(
+                        f"llama.cpp {what} tok/s (median), {args.threads} threads",
+                        "portable, extra buffer types off (default)",
+                        base_tps,
+                        label,
+                        statistics.median(tps),
+                        "tok/s",
+                        True,
+                    )
+                )
     print()
     for build, line in info.items():
         print(f"{build}: {line}")
+    record(__file__, rows, args.results_dir)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_agent_speed import AGENT_RULES, scenario_messages, tool_schema  # noqa: E402
+from bench_results import Row, add_results_dir_argument, record  # noqa: E402
 
 from rvu_pipelines.models import LlamaCppChatModel, ModelStore, load_model_config  # noqa: E402
 from rvu_pipelines.models.kv_prefixes import CHUNK_TOKENS  # noqa: E402
@@ -82,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--scenarios", type=int, default=4, help="harness calls per round")
     parser.add_argument("--max-tokens", type=int, default=48)
+    add_results_dir_argument(parser)
     args = parser.parse_args(argv)
     resolved = ModelStore().resolve("llm", load_model_config().profile("tiny")["llm"])
     path, threads = resolved.path, args.threads
@@ -153,6 +155,21 @@ def main(argv: list[str] | None = None) -> int:
         f"ratios, harness / llama-bench's tests (different shapes: the agent's context is longer): prompt "
         f"{h_pp / median(results['pp512']):.2f}, generation {h_tg / median(results['tg128']):.2f}"
     )
+    own_label = f"llama.cpp's own ({project})"
+    harness_label = "harness (LlamaCppChatModel.chat, cold)"
+    rows = [
+        Row("prompt tok/s, agent shape (~730 tokens)", own_label, raw_pp, harness_label, h_pp, "tok/s", True),
+        Row(
+            f"generation tok/s, agent shape ({args.max_tokens} after ~730)",
+            own_label,
+            raw_tg,
+            harness_label,
+            h_tg,
+            "tok/s",
+            True,
+        ),
+    ]
+    record(__file__, rows, args.results_dir, argv)
     return 0
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from bench_results import Row, add_results_dir_argument, record
 
 from rvu_pipelines.memory import (
     Action,
@@ -51,6 +52,9 @@ from rvu_pipelines.memory.model import Op
 N_SESSIONS = 50
 N_NODES = 10_000
 SEED_CLAIM = "< 1 ms per check (seed §9.6)"
+GOAL_BATCHED_PER_S = 1_000_000
+GOAL_SINGLE_P99_US = 20.0
+SEED_CLAIM_US = 1000.0
 
 
 @dataclass
@@ -312,6 +316,55 @@ def theorem_traces(n_traces: int, seed: int = 42, length: int = 40) -> dict[str,
     }
 
 
+def headline_rows(rows: list[dict], batch: int) -> list[Row]:
+    """Single audited calls vs one batch at each size; at the largest, the goals and the seed's claim."""
+    out = [
+        Row(
+            f"decisions/s, {r['items']:,} items",
+            "submit, one call each (audited)",
+            r["single"]["decisions_per_s"],
+            f"submit_batch ({batch:,})",
+            r["batch"]["submit_batch_decisions_per_s"],
+            "decisions/s",
+            True,
+        )
+        for r in rows
+    ]
+    if rows:
+        last = max(rows, key=lambda r: r["items"])
+        size = f"{last['items']:,} items"
+        out += [
+            Row(
+                f"check_batch decisions/s, {size}",
+                "goal",
+                GOAL_BATCHED_PER_S,
+                f"check_batch ({batch:,})",
+                last["batch"]["check_batch_decisions_per_s"],
+                "decisions/s",
+                True,
+            ),
+            Row(
+                f"single check p99, {size}",
+                "goal",
+                GOAL_SINGLE_P99_US,
+                "submit, audited",
+                last["single"]["p99_us"],
+                "µs",
+                False,
+            ),
+            Row(
+                f"single check amortised (incl. seal), {size}",
+                "seed claim < 1 ms (§9.6)",
+                SEED_CLAIM_US,
+                "submit, audited",
+                last["single"]["amortised_us"],
+                "µs",
+                False,
+            ),
+        ]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000,100000,1000000")
@@ -319,6 +372,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1_000_000, help="actions in the large batch")
     parser.add_argument("--traces", type=int, default=20_000, help="random Theorem 1 traces to check")
     parser.add_argument("--json", default=None, help="also write the results here")
+    add_results_dir_argument(parser)
     args = parser.parse_args()
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     print(
@@ -391,6 +445,7 @@ def main() -> None:
             json.dump(
                 {"seed_claim": SEED_CLAIM, "rows": rows, "theorem_traces": traces}, handle, indent=2, sort_keys=True
             )
+    record(__file__, headline_rows(rows, args.batch), args.results_dir)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_results import Row, add_results_dir_argument, record  # noqa: E402
+
 from rvu_pipelines.scale.postgres_server import free_port  # noqa: E402
 from rvu_pipelines.scale.profile import Ports, ScaleProfile, embedded_environment  # noqa: E402
 
@@ -191,6 +193,7 @@ def main() -> int:
     parser.add_argument("--defenses", nargs="+", default=["vanilla", "fath", "rvg", "rvu_v2"])
     parser.add_argument("--detector-samples", type=int, default=200, help="train and test subsample per corpus")
     parser.add_argument("--skip-detectors", action="store_true")
+    add_results_dir_argument(parser)
     args = parser.parse_args()
     n = args.detector_samples
     workloads = [
@@ -230,6 +233,7 @@ def main() -> int:
     cells = ", ".join(workloads[0].partitions)
     print(f"\nattack: {cells} (the job's default config); detectors: detectors_job on {n}-sample subsamples")
     print(f"{'configuration':48s} {'workload':10s} {'wall s':>8s} {'embedded/this':>14s}  results")
+    rows = []
     for name, result in results.items():
         for workload in workloads:
             if workload.name not in result:
@@ -238,10 +242,14 @@ def main() -> int:
             base_seconds, base_metrics = base[workload.name]
             same = "same as embedded" if metrics == base_metrics else f"DIFFERENT: {json.dumps(metrics)[:400]}"
             print(f"{name:48s} {workload.name:10s} {seconds:8.1f} {base_seconds / seconds:13.2f}x  {same}")
+            if name != configurations[0].name:
+                what = f"{workload.name} wall time" + ("" if metrics == base_metrics else " (results DIFFER)")
+                rows.append(Row(what, configurations[0].name, base_seconds, name, seconds, "s", False))
         if result["connections"] is not None:
             print(f"{'':48s} peak PostgreSQL client connections: {result['connections']}")
     for workload in workloads:
         print(f"embedded {workload.name}: {json.dumps(base[workload.name][1])[:1500]}")
+    record(__file__, rows, args.results_dir)
     return 0
 
 

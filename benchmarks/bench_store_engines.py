@@ -30,6 +30,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_results import Row, add_results_dir_argument  # noqa: E402
+from bench_results import record as record_rows  # noqa: E402 (`record` names E8's records below)
+
 from rvu_pipelines.provenance import open_store, write_incident  # noqa: E402
 from rvu_pipelines.recovery import pipeline  # noqa: E402
 from rvu_pipelines.recovery.reproductions import e8_records  # noqa: E402
@@ -68,7 +71,7 @@ def timed(fn: Any, repeats: int = 3) -> float:
     return statistics.median(times)
 
 
-def bench_bulk(server: LocalPostgres, workdir: Path, n: int) -> None:
+def bench_bulk(server: LocalPostgres, workdir: Path, n: int) -> list[Row]:
     graph = synthetic_graph(n)
     with open_store(workdir / "bulk.duckdb") as duck:
         started = time.perf_counter()
@@ -93,6 +96,10 @@ def bench_bulk(server: LocalPostgres, workdir: Path, n: int) -> None:
         f"   graph read (median of 3): DuckDB {duck_read:6.3f} s   PostgreSQL {pg_read:6.3f} s   "
         f"ratio {pg_read / duck_read:.1f}x   same graph: {same}"
     )
+    return [  # as printed: PostgreSQL / DuckDB
+        Row(f"bulk load, {n:,} entries", "PostgreSQL COPY", pg_load, "DuckDB", duck_load, "s", False),
+        Row(f"graph read (median of 3), {n:,} entries", "PostgreSQL", pg_read, "DuckDB", duck_read, "s", False),
+    ]
 
 
 def numbered_incident(k: int) -> list[dict[str, Any]]:
@@ -129,7 +136,7 @@ def peak_connections(server: LocalPostgres, stop: threading.Event, peak: list[in
             time.sleep(0.05)
 
 
-def bench_recovery(server: LocalPostgres, workdir: Path, incidents: int, workers: int) -> None:
+def bench_recovery(server: LocalPostgres, workdir: Path, incidents: int, workers: int) -> list[Row]:
     files = [str(write_incident(numbered_incident(k), workdir / f"incident{k}.jsonl")) for k in range(incidents)]
     key_dir = str(workdir / "keys")
     started = time.perf_counter()
@@ -165,6 +172,17 @@ def bench_recovery(server: LocalPostgres, workdir: Path, incidents: int, workers
         f"({chain.events} events)"
     )
     print(f"   peak client connections during the parallel run: {peak[0]} (workers: {workers})")
+    return [  # as printed: DuckDB / PostgreSQL
+        Row(
+            f"recovery of {incidents} incidents",
+            "DuckDB, one process, sequential",
+            duck_seconds,
+            f"PostgreSQL, {workers} worker processes",
+            pg_seconds,
+            "s",
+            False,
+        )
+    ]
 
 
 def main() -> int:
@@ -172,6 +190,7 @@ def main() -> int:
     parser.add_argument("--entries", type=int, default=1_000_000)
     parser.add_argument("--incidents", type=int, default=10)
     parser.add_argument("--workers", type=int, default=4)
+    add_results_dir_argument(parser)
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="rvu-bench-store-"))
     workdir.chmod(0o711)
@@ -179,11 +198,12 @@ def main() -> int:
     try:
         server.start()
         print(f"PostgreSQL on 127.0.0.1:{server.port} (fsync off), DuckDB files under {workdir}")
-        bench_bulk(server, workdir, args.entries)
-        bench_recovery(server, workdir, args.incidents, args.workers)
+        rows = bench_bulk(server, workdir, args.entries)
+        rows += bench_recovery(server, workdir, args.incidents, args.workers)
     finally:
         server.stop("immediate")
         shutil.rmtree(workdir, ignore_errors=True)
+    record_rows(__file__, rows, args.results_dir)
     return 0
 
 
