@@ -1,10 +1,11 @@
 """Benchmark the LLM speed layer: cold vs KV-prefix-reused vs cached time per agent scenario.
 
 Usage:  .venv/bin/python benchmarks/bench_agent_speed.py [--n 8] [--max-tokens 48] [--no-interleaved]
-            [--json out.json]
+            [--suites workspace ...] [--json out.json]
 
-N agent prompts share a long prefix (system prompt + tool schema, ~500 tokens, as an agent sends it)
-and differ in a ~100-token scenario part (user task + a tool result carrying an injection). Each is
+N agent prompts share a long prefix (system prompt + tool schema, ~578 tokens as the tiny profile's banking /
+slack prompts are, as an agent sends it) and differ in a ~160-token scenario part (user task + a tool result
+carrying an injection, with the chat template). Each is
 answered, at temperature 0 with the tiny model from its package:
 
 * cold      LlamaCppChatModel(prefix_reuse="off"): the context is reset before every call;
@@ -15,7 +16,10 @@ answered, at temperature 0 with the tiny model from its package:
 "interleaved" then sends the N scenarios under two different system prompts alternately (an agent
 and a defense's own LLM calls, or two defenses) with prefix_reuse "last" (llama-cpp-python's reuse
 of the previous call's prefix only) and "ram" (KV snapshots per prefix): the measurement behind the
-"ram" default. Every mode must give the same text; the run fails if not.
+"ram" default. "fresh processes" runs the scenarios in a new interpreter with prefix_reuse="disk" twice on one KV
+folder: the second starts warm from what the first left. ``--suites`` repeats cold vs that second process with the
+system prompt the harness really sends for an AgentDojo suite (workspace: ~1,560 tokens, the paper profile's).
+Every mode must give the same text; the run fails if not.
 
 Goals (issue 5 item 5): >= 3x from prefix reuse; a cached re-run of a whole cell under 1 s.
 """
@@ -31,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,9 +140,25 @@ def run_pass(model: ChatModel, prompts: list[list[Message]], max_tokens: int) ->
     return Timed(seconds, cpu, tokens, texts)
 
 
-def fresh_process(kv_dir: Path, args: argparse.Namespace) -> dict:
+AGENTDOJO_VERSION = "v1.2.2"  # configs/benchmarks.yaml
+SUITE_SCENARIOS = 4
+
+
+def system_prompt(name: str) -> str:
+    """The agent's system message: ``synthetic`` (the rules + 5-tool schema above, ~578 tokens, the size of the
+    tiny profile's banking / slack prompts) or the prompt the harness really sends for an AgentDojo suite."""
+    if name == "synthetic":
+        return AGENT_RULES + tool_schema()
+    from rvu_pipelines.agents.llm_element import DEFAULT_SYSTEM_PROMPT, render_system
+    from rvu_pipelines.scenarios.agentdojo_tasks import suites
+
+    suite = suites(AGENTDOJO_VERSION)[name]
+    return render_system(DEFAULT_SYSTEM_PROMPT, {tool.name: tool for tool in suite.tools})
+
+
+def fresh_process(kv_dir: Path, args: argparse.Namespace, system: str = "synthetic", n: int | None = None) -> dict:
     """The scenarios in a new interpreter with prefix_reuse="disk" on ``kv_dir``; its timings and texts."""
-    command = [sys.executable, __file__, "--fresh-worker", str(kv_dir), "--n", str(args.n)]
+    command = [sys.executable, __file__, "--fresh-worker", str(kv_dir), "--n", str(n or args.n), "--system", system]
     command += ["--max-tokens", str(args.max_tokens)] + (["--threads", str(args.threads)] if args.threads else [])
     out = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -154,7 +175,7 @@ def fresh_worker(args: argparse.Namespace) -> int:
         model_sha256=resolved.sha256,
         kv_cache_dir=args.fresh_worker,
     )
-    prompts = [scenario_messages(AGENT_RULES + tool_schema(), i) for i in range(args.n)]
+    prompts = [scenario_messages(system_prompt(args.system), i) for i in range(args.n)]
     timed = run_pass(model, prompts, args.max_tokens)
     store = model.prefix_store
     restores = store.disk_restores if store is not None else 0
@@ -166,6 +187,34 @@ def mean(xs: list[float]) -> float:
     return statistics.fmean(xs) if xs else 0.0
 
 
+def suite_prompt_speed(
+    suite: str, model: Callable[[str], ChatModel], args: argparse.Namespace
+) -> tuple[list[Row], bool]:
+    """A real AgentDojo suite's system prompt: cold in this process vs a second fresh process that restores the
+    prefix the first one left on disk; the rows, and whether every text was the same."""
+    n = min(args.n, SUITE_SCENARIOS)
+    prompts = [scenario_messages(system_prompt(suite), i) for i in range(n)]
+    cold = run_pass(model("off"), prompts, args.max_tokens)
+    with tempfile.TemporaryDirectory() as kv_dir:
+        first, second = (fresh_process(Path(kv_dir), args, suite, n) for _ in range(2))
+    cold_mean, warm_mean = mean(cold.seconds), mean(second["seconds"])
+    print(
+        f"\nAgentDojo {suite} system prompt ({mean([float(t) for t in cold.prompt_tokens]):.0f} prompt tokens, "
+        f"{n} scenarios): cold {cold_mean:.2f} s/scenario; 2nd process from disk {warm_mean:.2f} s/scenario "
+        f"= {cold_mean / warm_mean:.1f}x (first call {cold.seconds[0] / second['seconds'][0]:.1f}x)"
+    )
+    row = Row(
+        f"LLM s per scenario, AgentDojo {suite} prompt ({n} scenarios), a new process",
+        "cold (prefix_reuse=off)",
+        cold_mean,
+        "prefix_reuse=disk, 2nd process",
+        warm_mean,
+        "s",
+        False,
+    )
+    return [row], first["texts"] == second["texts"] == cold.texts
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=8, help="scenarios (default 8)")
@@ -173,7 +222,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-interleaved", action="store_true", help="skip the two-prefix last-vs-ram run")
     parser.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: all cores)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument(
+        "--suites",
+        nargs="*",
+        default=["workspace"],
+        help="AgentDojo suites whose real system prompt is also timed cold vs a 2nd process from disk (default: "
+        "workspace, the paper profile's ~1,560-token prompt); none to skip",
+    )
     parser.add_argument("--fresh-worker", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--system", default="synthetic", help=argparse.SUPPRESS)
     add_results_dir_argument(parser)
     args = parser.parse_args(argv)
     if args.fresh_worker is not None:
@@ -350,6 +407,12 @@ def main(argv: list[str] | None = None) -> int:
             False,
         )
     )
+    figures["identical_text"] = identical
+
+    for suite in args.suites:
+        suite_rows, same = suite_prompt_speed(suite, model, args)
+        rows += suite_rows
+        identical = identical and same
     figures["identical_text"] = identical
 
     print(f"\nsame text in every mode: {'yes' if identical else 'NO'}")
