@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             logs.append(log)
             for mode in MODES:
                 scores.append(score_recovery(log, mode, out / "incidents", settings.detector))
-            row = {s.mode: (s.residual, s.benign_lost, s.adapters_evicted) for s in scores[-2:]}
+            row = {s.mode: (s.residual, s.benign_lost, s.adapters_evicted) for s in scores[-len(MODES) :]}
             print(
                 f"  {plan.session_id}: {len(log.entries())} entries, {len(log.truth())} contaminated "
                 f"({len(log.diverged)}/{log.adapted_calls} adapted calls changed); residual/benign lost/evicted {row}",

@@ -29,7 +29,9 @@ import numpy as np
 from rvu_pipelines.adapters.runtime import AdapterTimeline, AgentAdapter
 
 REMOVING_TIERS = frozenset({"quarantine", "purge", "evict"})  # flag keeps the entry usable
-MODES = ("v1", "v2")
+# recoveries compared: RVU v1, RVU v2 under the paper's FROC rule, and RVU v2 whose P of an entry written under a
+# tainted adapter is at least I(adapter) (configs/adapters.yaml froc.adapter_evidence: influence)
+MODES = ("v1", "v2", "v2-influence")
 
 
 @dataclass(frozen=True)
@@ -194,7 +196,12 @@ class RecoveryScore:
 def score_recovery(log: SessionLog, mode: str, workdir: Path, detector: Any) -> RecoveryScore:
     """Recover the session's incident with ``mode`` into a fresh store and compare with the ground truth."""
     from rvu_pipelines.agents.provenance_log import write_incident
+    from rvu_pipelines.recovery.froc import FrocPolicy
     from rvu_pipelines.recovery.pipeline import recover
+
+    policy = FrocPolicy.load()
+    if mode == "v2-influence":
+        policy = policy.model_copy(update={"froc": policy.froc.model_copy(update={"adapter_evidence": "influence"})})
 
     folder = Path(workdir) / log.plan.session_id / mode
     shutil.rmtree(folder, ignore_errors=True)
@@ -207,7 +214,8 @@ def score_recovery(log: SessionLog, mode: str, workdir: Path, detector: Any) -> 
         folder / "keys",
         folder / "certificate.json",
         detector,
-        closure_mode=mode,
+        policy=policy,
+        closure_mode="v1" if mode == "v1" else "v2",
     )
     entries, truth = log.entries(), log.truth() & log.entries()
     removed = {e for e, tier in result.tiers.items() if tier in REMOVING_TIERS} & entries

@@ -49,6 +49,9 @@ def _mean_ci(cell: Mapping[str, Any]) -> str:
     return f"{float(cell['mean']):.2f} [{low:.2f}, {high:.2f}]"
 
 
+RECOVERY_LABELS = {"v1": "v1", "v2": "v2", "v2-influence": "v2, P >= I(adapter)"}
+
+
 def incidents_markdown(results: Mapping[str, Any]) -> str:
     """E1 with adapters: per adapter, v1 vs v2 recovery (per-session means, 95 % bootstrap CIs)."""
     lines = [
@@ -62,11 +65,12 @@ def incidents_markdown(results: Mapping[str, Any]) -> str:
     for adapter_id, data in results["adapters"].items():
         s = data["summary"]
         changed = f"{s['adapter_changed_calls']}/{s['adapted_calls']}"
-        for mode in ("v1", "v2"):
+        for mode in [m for m in ("v1", "v2", "v2-influence") if m in s]:
             m = s[mode]
             lines.append(
                 f"| {adapter_id} | {s['sessions']} ({s['episodes']}) | {changed} "
-                f"| {m['contaminated']} / {m['entries']} | RVU {mode} | {_mean_ci(m['residual'])} "
+                f"| {m['contaminated']} / {m['entries']} | RVU {RECOVERY_LABELS.get(mode, mode)} "
+                f"| {_mean_ci(m['residual'])} "
                 f"| {_mean_ci(m['residual_flagged'])} "
                 f"| {_mean_ci(m['benign_lost'])} | {_mean_ci(m['adapters_evicted'])} "
                 f"| {m['adapter_tainted_sessions']}/{s['sessions']} |"

@@ -58,6 +58,7 @@ SCORE_DECIMALS = 12
 
 SpreadPopulation = Literal["store", "incident"]
 PAPER_POPULATION: SpreadPopulation = "store"
+AdapterEvidence = Literal["seed", "influence"]
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,11 @@ class FrocSection(_Section):
     spread_population: SpreadPopulation = Field(
         "incident", description="|V| of the spread term: 'store' (the paper's, dilutes) or 'incident' (see module doc)"
     )
+    adapter_evidence: AdapterEvidence = Field(
+        "seed",
+        description="P of an entry written under a tainted adapter: 'seed' (the detector's only, as the paper) or "
+        "'influence' (at least the adapter's I; see compute_risk)",
+    )
 
 
 class ClosureSection(_Section):
@@ -180,6 +186,7 @@ class FrocPolicy(BaseModel):
             },
             "propagation_depth": self.froc.propagation_depth,
             "spread_population": self.froc.spread_population,
+            "adapter_evidence": self.froc.adapter_evidence,
             "closure_max_depth": self.closure.max_depth,
             "seed_threshold": self.detection.seed_threshold,
         }
@@ -290,11 +297,20 @@ def compute_risk(
     contamination: np.ndarray,
     adapter_influence: np.ndarray,
     policy: FrocPolicy,
+    *,
+    tainted_adapters: np.ndarray | Sequence[int] = (),
 ) -> RiskTable:
     """R(e) and its tier for each target entry. ``contamination`` is P per entry, indexed by seq.
 
     |V| is the policy's spread population (module doc); ``warnings`` names the tiers that no entry of
     this table could reach even with P = I = 1, given its largest spread term.
+
+    ``froc.adapter_evidence: influence`` takes P of an entry written under one of ``tainted_adapters`` (the v2
+    closure reached an entry of that adapter from a contamination seed) as at least I(adapter): the detector
+    sees nothing wrong in a message the adapter changed (E1 with adapters: P ~ 0 there), and I estimates how
+    much the adapter changes what it touches. Under the paper's rule ('seed') such an entry scores at most
+    w_i + w_p and, with the default weights, is never quarantined. P stays a non-decreasing function of the
+    detector's P and of I, so Theorem 3's monotonicity holds for both rules.
     """
     targets = unique_ints(targets)
     weights = policy.froc.weights
@@ -304,6 +320,9 @@ def compute_risk(
     linked = adapters >= 0
     if np.asarray(adapter_influence).size:
         influence[linked] = np.clip(np.asarray(adapter_influence, dtype=np.float64)[adapters[linked]], 0.0, 1.0)
+    if policy.froc.adapter_evidence == "influence" and len(tainted_adapters):
+        under_tainted = linked & np.isin(adapters, unique_ints(tainted_adapters))
+        p = np.where(under_tainted, np.maximum(p, influence), p)
     sizes = closure_sizes(graph, targets, policy.froc.propagation_depth)
     total = spread_population_size(graph, targets, policy)
     propagation = np.minimum(1.0, sizes / max(total, 1))

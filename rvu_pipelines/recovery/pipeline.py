@@ -210,7 +210,12 @@ def score_risk(
     """FROC risk and tier of every entry in the v2 closure."""
     influence = influence or RecordedInfluence()
     return compute_risk(
-        graph, closures.v2.members, store.contamination_scores(), influence.adapter_influence(store), policy
+        graph,
+        closures.v2.members,
+        store.contamination_scores(),
+        influence.adapter_influence(store),
+        policy,
+        tainted_adapters=closures.v2.tainted_adapters,
     )
 
 

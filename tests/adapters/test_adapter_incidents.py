@@ -14,6 +14,7 @@ from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.files import VerifiedAdapter
 from rvu_pipelines.adapters.gate import GateConfig, check_lists
 from rvu_pipelines.adapters.incidents import (
+    MODES,
     PlantedInjectionOracle,
     SessionPlan,
     clean_variant,
@@ -97,7 +98,7 @@ def test_a_session_under_an_adapter_recovers_differently_with_v1_and_v2(
         r["entry_id"] for r in log.records if r.get("active_adapter_id") == "noise-r4" and clean_id in r["entry_id"]
     }
     assert clean_adapter_entries  # the model wrote under the adapter in the clean episode
-    scores = {mode: score_recovery(log, mode, tmp_path / "rec", oracle) for mode in ("v1", "v2")}
+    scores = {mode: score_recovery(log, mode, tmp_path / "rec", oracle) for mode in MODES}
     closures = {}
     for mode in ("v1", "v2"):
         certificate = json.loads((tmp_path / "rec" / "noise-s00" / mode / "certificate.json").read_text())
@@ -109,6 +110,9 @@ def test_a_session_under_an_adapter_recovers_differently_with_v1_and_v2(
     assert not closures["v1"] & clean_adapter_entries  # parent/child edges never leave an episode
     assert clean_adapter_entries <= closures["v2"]  # the adapter-aware closure follows the adapter there
     assert scores["v2"].adapter_tainted and not scores["v1"].adapter_tainted
+    # P >= I(adapter) under a tainted adapter only ever raises a tier: it removes at least what v2 removes
+    assert scores["v2-influence"].residual <= scores["v2"].residual
+    assert scores["v2-influence"].removed >= scores["v2"].removed
     # the incident as written is a valid log, and the gate reports the adapter in the certificate
     incident = load_incident(tmp_path / "rec" / "noise-s00" / "v2" / "incident.jsonl")
     assert [r.adapter_id for r in incident.adapters_loaded] == ["noise-r4"]

@@ -109,20 +109,64 @@ def test_tier_boundaries() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(p=st.floats(0, 1), i=st.floats(0, 1), bump=st.floats(0, 1), which=st.sampled_from(["p", "i", "size"]))
-def test_risk_is_monotone_in_each_component(p: float, i: float, bump: float, which: str) -> None:
-    """Theorem 3: raising P, I or |C({e})| never lowers R(e) (nor its tier)."""
+@given(
+    p=st.floats(0, 1),
+    i=st.floats(0, 1),
+    bump=st.floats(0, 1),
+    which=st.sampled_from(["p", "i", "size"]),
+    evidence=st.sampled_from(["seed", "influence"]),
+)
+def test_risk_is_monotone_in_each_component(p: float, i: float, bump: float, which: str, evidence: str) -> None:
+    """Theorem 3: raising P, I or |C({e})| never lowers R(e) (nor its tier), under either adapter-evidence rule."""
     graph_small = ProvenanceGraph(np.array([-1, -1, -1, -1]), np.array([0, -1, -1, -1]), 1)
     graph_big = ProvenanceGraph(np.array([-1, 0, 1, -1]), np.array([0, -1, -1, -1]), 1)
-    policy = FrocPolicy()
-    base = compute_risk(graph_small, [0], np.array([p, 0, 0, 0]), np.array([i]), policy)
+    policy = FrocPolicy().model_copy(
+        update={"froc": FrocPolicy().froc.model_copy(update={"adapter_evidence": evidence})}
+    )
+
+    def risk(graph: ProvenanceGraph, p: float, i: float):
+        return compute_risk(graph, [0], np.array([p, 0, 0, 0]), np.array([i]), policy, tainted_adapters=[0])
+
+    base = risk(graph_small, p, i)
     if which == "p":
-        raised = compute_risk(graph_small, [0], np.array([min(1.0, p + bump), 0, 0, 0]), np.array([i]), policy)
+        raised = risk(graph_small, min(1.0, p + bump), i)
     elif which == "i":
-        raised = compute_risk(graph_small, [0], np.array([p, 0, 0, 0]), np.array([min(1.0, i + bump)]), policy)
+        raised = risk(graph_small, p, min(1.0, i + bump))
     else:
-        raised = compute_risk(graph_big, [0], np.array([p, 0, 0, 0]), np.array([i]), policy)
+        raised = risk(graph_big, p, i)
     assert raised.score[0] >= base.score[0] and raised.tier[0] >= base.tier[0]
+
+
+def test_adapter_evidence_influence_scores_entries_of_tainted_adapters_only() -> None:
+    """'influence': an entry written under a tainted adapter takes P >= I(adapter) (the detector saw nothing); one
+    under an untainted adapter, or under none, keeps the detector's P. 'seed' (the paper's) never does."""
+    # two episodes of four entries (a parent chain each): the first under adapter 0, the second under adapter 1
+    parent = np.array([-1, 0, 1, 2, -1, 4, 5, 6])
+    adapter = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+    graph = ProvenanceGraph(parent, adapter, 2)
+    p = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.2])
+    influence = np.array([0.9, 0.9])
+    seed_rule = FrocPolicy.load(REPO / "configs" / "adapters.yaml")
+    assert seed_rule.froc.adapter_evidence == "seed"  # the shipped default is the paper's rule
+    influence_rule = seed_rule.model_copy(
+        update={"froc": seed_rule.froc.model_copy(update={"adapter_evidence": "influence"})}
+    )
+    targets = np.arange(8)
+    paper = compute_risk(graph, targets, p, influence, seed_rule, tainted_adapters=[0])
+    ours = compute_risk(graph, targets, p, influence, influence_rule, tainted_adapters=[0])
+    assert paper.contamination.tolist() == p.tolist()
+    assert ours.contamination.tolist() == [0.9] * 4 + [0.0, 0.0, 0.0, 0.2]
+    # with the default weights an adapter-only entry never reaches QUARANTINE under the paper's rule, and does here
+    assert paper.tier[:4].max() < Tier.QUARANTINE <= ours.tier[:4].min()
+    assert ours.score[4:].tolist() == paper.score[4:].tolist()  # the untainted adapter's entries are unchanged
+    without = compute_risk(graph, targets, p, influence, influence_rule)  # no tainted adapters given: no change
+    assert without.score.tolist() == paper.score.tolist()
+    assert influence_rule.summary()["adapter_evidence"] == "influence"
+
+
+def test_unknown_adapter_evidence_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="adapter_evidence"):
+        FrocPolicy.load(write_policy(tmp_path, adapter_evidence="everything"))
 
 
 # ------------------------------------------------------------------ spread population (issue 12 item 2)
