@@ -49,11 +49,13 @@ def _mean_ci(cell: Mapping[str, Any]) -> str:
     return f"{float(cell['mean']):.2f} [{low:.2f}, {high:.2f}]"
 
 
+# incidents.MODES, in table order, with their labels
 RECOVERY_LABELS = {"v1": "v1", "v2": "v2", "v2-influence": "v2, P >= I(adapter)"}
 
 
 def incidents_markdown(results: Mapping[str, Any]) -> str:
-    """E1 with adapters: per adapter, v1 vs v2 recovery (per-session means, 95 % bootstrap CIs)."""
+    """E1 with adapters: per adapter, each recovery run (v1, v2, v2 with P >= I(adapter); per-session means, 95 %
+    bootstrap CIs)."""
     lines = [
         f"E1 with a harmful adapter loaded part-way ({results['benchmark']}, detector {results['detector']}); "
         "per-session mean [95 % bootstrap CI]:",
@@ -65,7 +67,7 @@ def incidents_markdown(results: Mapping[str, Any]) -> str:
     for adapter_id, data in results["adapters"].items():
         s = data["summary"]
         changed = f"{s['adapter_changed_calls']}/{s['adapted_calls']}"
-        for mode in [m for m in ("v1", "v2", "v2-influence") if m in s]:
+        for mode in [m for m in RECOVERY_LABELS if m in s]:
             m = s[mode]
             lines.append(
                 f"| {adapter_id} | {s['sessions']} ({s['episodes']}) | {changed} "

@@ -279,3 +279,9 @@ def replace_sha(adapter: Any) -> Any:
 class _EmptyStore:
     def adapters(self) -> list[Any]:
         return []
+
+
+def test_every_recovery_mode_has_a_row_label() -> None:
+    from rvu_pipelines.adapters.report import RECOVERY_LABELS
+
+    assert tuple(RECOVERY_LABELS) == MODES  # the E1 table shows every recovery the script runs, in its order
