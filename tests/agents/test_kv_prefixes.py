@@ -184,9 +184,13 @@ def _hammer(directory: str, seed: int, rounds: int) -> tuple[list[str], int]:
 
 def test_processes_sharing_the_disk_tier_never_read_a_torn_or_foreign_state(tmp_path: Path) -> None:
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
-    with multiprocessing.get_context("spawn").Pool(3) as pool:
-        results = pool.starmap(_hammer, [(str(tmp_path), seed, 150) for seed in range(3)])
+    # an executor, not multiprocessing.Pool: Pool's __exit__ ends its workers with SIGTERM, and where SIGTERM is
+    # ignored (inherited by a background CI job) it waits for them forever; the executor's workers exit on a
+    # sentinel, and a worker that dies fails the test instead of hanging it
+    with ProcessPoolExecutor(3, mp_context=multiprocessing.get_context("spawn")) as pool:
+        results = list(pool.map(_hammer, [str(tmp_path)] * 3, range(3), [150] * 3, timeout=300))
     assert [wrong for wrong, _ in results] == [[], [], []]
     assert sum(read for _, read in results) > 50  # the readers did read while others wrote and evicted
     assert not list(tmp_path.glob(".*.tmp"))  # every temp file was renamed into place
