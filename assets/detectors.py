@@ -7,6 +7,7 @@ Thin wrappers over rvu_pipelines.detectors; every MLflow run is one asset materi
 import base64
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -43,7 +44,13 @@ from rvu_pipelines.detectors.corpora import DESCRIPTIONS, SOURCE_DATASETS, cross
 from rvu_pipelines.detectors.evaluation import LODO_DATASETS, ORDER, LodoSettings, leave_one_dataset_out
 from rvu_pipelines.detectors.finetune import ENCODER_ROLE, EncoderRef
 from rvu_pipelines.detectors.onnx_d4 import OnnxDetector, agreement, export_detector
-from rvu_pipelines.detectors.registry import CURRENT_ALIAS, ONNX_ALIAS, registered_ref, reinstate_versions
+from rvu_pipelines.detectors.registry import (
+    CURRENT_ALIAS,
+    ONNX_ALIAS,
+    RegisteredDetector,
+    registered_ref,
+    reinstate_versions,
+)
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.reporting import markdown_table
 from rvu_pipelines.result_memo import MemoEntry, ResultMemo, frame_digest, reuse_message
@@ -159,6 +166,31 @@ def _registration_parts(params: dict, corpus_frame: pl.DataFrame, uri: str, name
     return {"params": params, "corpus": frame_digest(corpus_frame), "registry": uri, "name": name}
 
 
+def _register_reference(
+    detector: Any, name: str, run_id: str, uri: str, corpus_name: str, metrics: dict, what: str
+) -> RegisteredDetector:
+    """Register the trained (reference) model as the next version of ``name``, alias 'current'."""
+    return register_detector(
+        detector,
+        name=name,
+        run_id=run_id,
+        tracking_uri=uri,
+        tags={"corpus": corpus_name, "test_f1": metrics["test_f1"]},
+        description=f"{what} {corpus_name} training split.",
+    )
+
+
+def _registration_metadata(name: str, version: Any, stored: dict, metrics: dict) -> dict:
+    """The Output metadata of a trained-or-reused detector (``stored``: the memo's result)."""
+    return {
+        "registered_name": name,
+        "version": version,
+        "mlflow_run_id": stored["mlflow_run_id"],
+        "reused_unchanged_result": bool(stored.get("reused")),
+        **{k: float(v) for k, v in metrics.items()},
+    }
+
+
 REGISTRY_CHECK = "registered_model_reproduces_scores"
 ONNX_CHECK = "onnx_runtime_agrees"
 ONNX_F1_TOLERANCE_POINTS = 0.5  # issue 17: the fast runtime keeps F1 within half a point of the reference
@@ -219,13 +251,8 @@ def _d2_asset(corpus_name: str) -> AssetsDefinition:
                     **{f"test_{k}": v for k, v in point_metrics(y, scores).items()},
                 }
                 run.log_metrics(metrics)
-                registered = register_detector(
-                    detector,
-                    name=name,
-                    run_id=run.run_id,
-                    tracking_uri=uri,
-                    tags={"corpus": corpus_name, "test_f1": metrics["test_f1"]},
-                    description=f"D2 TF-IDF+LR trained on the {corpus_name} training split.",
+                registered = _register_reference(
+                    detector, name, run.run_id, uri, corpus_name, metrics, "D2 TF-IDF+LR trained on the"
                 )
             stored = memo.save(
                 {
@@ -237,16 +264,7 @@ def _d2_asset(corpus_name: str) -> AssetsDefinition:
                 }
             )
         record, metrics = stored["record"], stored["metrics"]
-        yield Output(
-            record,
-            metadata={
-                "registered_name": name,
-                "version": record["version"],
-                "mlflow_run_id": stored["mlflow_run_id"],
-                "reused_unchanged_result": bool(stored.get("reused")),
-                **{k: float(v) for k, v in metrics.items()},
-            },
-        )
+        yield Output(record, metadata=_registration_metadata(name, record["version"], stored, metrics))
         scores = np.asarray(stored["scores"], dtype=np.float64)
         yield _same_scores_check(REGISTRY_CHECK, name, uri, record["version"], texts, scores, 1e-9)
 
@@ -327,13 +345,8 @@ def _d4_asset(corpus_name: str) -> AssetsDefinition:
                 scores = detector.score(texts)
                 metrics = {**report.metrics(), **{f"test_{k}": v for k, v in point_metrics(y, scores).items()}}
                 run.log_metrics(metrics)
-                registered = register_detector(
-                    detector,
-                    name=name,
-                    run_id=run.run_id,
-                    tracking_uri=uri,
-                    tags={"corpus": corpus_name, "test_f1": metrics["test_f1"]},
-                    description=f"D4 MiniLM fine-tuned on the {corpus_name} training split.",
+                registered = _register_reference(
+                    detector, name, run.run_id, uri, corpus_name, metrics, "D4 MiniLM fine-tuned on the"
                 )
                 with tempfile.TemporaryDirectory() as tmp:
                     fast = OnnxDetector.load(export_detector(detector, Path(tmp)), "int8", encoder=encoder)
@@ -379,17 +392,8 @@ def _d4_asset(corpus_name: str) -> AssetsDefinition:
                 }
             )
         record, aliases, agreed_now = stored["record"], stored["aliases"], stored["agreement"]
-        yield Output(
-            record,
-            metadata={
-                "registered_name": name,
-                "version": aliases[CURRENT_ALIAS],
-                "onnx_version": aliases[ONNX_ALIAS],
-                "mlflow_run_id": stored["mlflow_run_id"],
-                "reused_unchanged_result": bool(stored.get("reused")),
-                **{k: float(v) for k, v in stored["metrics"].items()},
-            },
-        )
+        metadata = _registration_metadata(name, aliases[CURRENT_ALIAS], stored, stored["metrics"])
+        yield Output(record, metadata={**metadata, "onnx_version": aliases[ONNX_ALIAS]})
         scores = np.asarray(stored["scores"], dtype=np.float64)
         yield _same_scores_check(
             REGISTRY_CHECK,

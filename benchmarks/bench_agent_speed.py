@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             resolved.path, n_ctx=n_ctx, n_threads=args.threads, name=resolved.name, prefix_reuse=mode
         )  # type: ignore[arg-type]
 
-    agent_system = AGENT_RULES + tool_schema()
+    agent_system = system_prompt("synthetic")
     prompts = [scenario_messages(agent_system, i) for i in range(args.n)]
     probe = model("off")
     tokenize = probe._llm.tokenize

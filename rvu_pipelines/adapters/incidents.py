@@ -199,9 +199,8 @@ def score_recovery(log: SessionLog, mode: str, workdir: Path, detector: Any) -> 
     from rvu_pipelines.recovery.froc import FrocPolicy
     from rvu_pipelines.recovery.pipeline import recover
 
-    policy = FrocPolicy.load()
-    if mode == "v2-influence":
-        policy = policy.model_copy(update={"froc": policy.froc.model_copy(update={"adapter_evidence": "influence"})})
+    # v1 and v2 take the configured policy (recover loads it); v2-influence the same policy with the other rule
+    policy = FrocPolicy.load().with_adapter_evidence("influence") if mode == "v2-influence" else None
 
     folder = Path(workdir) / log.plan.session_id / mode
     shutil.rmtree(folder, ignore_errors=True)

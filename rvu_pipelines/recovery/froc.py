@@ -159,7 +159,14 @@ class FrocPolicy(BaseModel):
 
     def with_spread_population(self, population: SpreadPopulation) -> FrocPolicy:
         """The same policy with another |V| (E3 pins the paper's ``store``)."""
-        return self.model_copy(update={"froc": self.froc.model_copy(update={"spread_population": population})})
+        return self._with_froc(spread_population=population)
+
+    def with_adapter_evidence(self, evidence: AdapterEvidence) -> FrocPolicy:
+        """The same policy with another rule for entries written under a tainted adapter (see compute_risk)."""
+        return self._with_froc(adapter_evidence=evidence)
+
+    def _with_froc(self, **changes: Any) -> FrocPolicy:
+        return self.model_copy(update={"froc": self.froc.model_copy(update=changes)})
 
     def tiers_for(self, scores: np.ndarray) -> np.ndarray:
         """The tier (as ``Tier`` ints) of each score: the highest threshold it reaches."""

@@ -120,9 +120,7 @@ def test_risk_is_monotone_in_each_component(p: float, i: float, bump: float, whi
     """Theorem 3: raising P, I or |C({e})| never lowers R(e) (nor its tier), under either adapter-evidence rule."""
     graph_small = ProvenanceGraph(np.array([-1, -1, -1, -1]), np.array([0, -1, -1, -1]), 1)
     graph_big = ProvenanceGraph(np.array([-1, 0, 1, -1]), np.array([0, -1, -1, -1]), 1)
-    policy = FrocPolicy().model_copy(
-        update={"froc": FrocPolicy().froc.model_copy(update={"adapter_evidence": evidence})}
-    )
+    policy = FrocPolicy().with_adapter_evidence(evidence)  # type: ignore[arg-type]
 
     def risk(graph: ProvenanceGraph, p: float, i: float):
         return compute_risk(graph, [0], np.array([p, 0, 0, 0]), np.array([i]), policy, tainted_adapters=[0])
@@ -148,9 +146,7 @@ def test_adapter_evidence_influence_scores_entries_of_tainted_adapters_only() ->
     influence = np.array([0.9, 0.9])
     seed_rule = FrocPolicy.load(REPO / "configs" / "adapters.yaml")
     assert seed_rule.froc.adapter_evidence == "seed"  # the shipped default is the paper's rule
-    influence_rule = seed_rule.model_copy(
-        update={"froc": seed_rule.froc.model_copy(update={"adapter_evidence": "influence"})}
-    )
+    influence_rule = seed_rule.with_adapter_evidence("influence")
     targets = np.arange(8)
     paper = compute_risk(graph, targets, p, influence, seed_rule, tainted_adapters=[0])
     ours = compute_risk(graph, targets, p, influence, influence_rule, tainted_adapters=[0])
