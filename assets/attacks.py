@@ -74,7 +74,12 @@ class HarnessConfig(Config):
     )
 
 
-NIGHTLY_TAG = ("rvu/sweep", "nightly")  # nightly_regression_job's tag: its Table 1 always re-runs
+NIGHTLY_TAG = ("rvu/sweep", "nightly")  # nightly_regression_job's tag: its episodes always re-run
+
+
+def _rerun(context: AssetExecutionContext, config: HarnessConfig) -> bool:
+    """Re-run every episode: asked for, or the nightly sweep (also when launched by hand from the UI)."""
+    return config.rerun or context.run.tags.get(NIGHTLY_TAG[0]) == NIGHTLY_TAG[1]
 
 
 class AttackCellConfig(HarnessConfig):
@@ -272,7 +277,7 @@ def attack_table_1(
     mlflow_tracker: MlflowTrackerResource,
 ):
     harness = open_harness(config, llm_model, llm, model_store)
-    if config.rerun or context.run.tags.get(NIGHTLY_TAG[0]) == NIGHTLY_TAG[1]:
+    if _rerun(context, config):
         runs = regression_sweep(harness, DEFENSES, progress=config.progress)  # every episode, current code
     else:
         runs = harness.run_table(CANONICAL, DEFENSES, progress=config.progress)  # same-code rows are reused
@@ -288,8 +293,9 @@ def attack_table_1(
     group_name=GROUP,
     kinds={"llama_cpp", "agentdojo", "mlflow"},
     description="A fixed-seed sample (config `per_benchmark`, seed 42) of every benchmark — InjecAgent dh/ds, "
-    "BIPIA email/table/code, AgentDojo — under all eight defenses; one MLflow run per cell. Full benchmarks are "
-    "`attack_cell` partitions.",
+    "BIPIA email/table/code, AgentDojo — under all eight defenses; one MLflow run per cell. Runs in the nightly "
+    "sweep (~2 min of LLM inference on 2 cores), not in the default job. Full benchmarks are `attack_cell` "
+    "partitions.",
 )
 def attack_benchmark_samples(
     context: AssetExecutionContext,
@@ -304,7 +310,7 @@ def attack_benchmark_samples(
         run
         for benchmark in BENCHMARKS
         for run in harness.run_table(
-            benchmark, DEFENSES, limit=config.per_benchmark, progress=config.progress, rerun=config.rerun
+            benchmark, DEFENSES, limit=config.per_benchmark, progress=config.progress, rerun=_rerun(context, config)
         )
     ]
     run_ids = [_log_cell(context, mlflow_tracker, harness, run, llm_model) for run in runs]

@@ -11,7 +11,7 @@ the SIR plot) and checks what the paper claims, so a regression shows as a faile
 """
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 from dagster import (
@@ -26,11 +26,13 @@ from dagster import (
 
 from assets.partitions import poisoning_partitions
 from resources import EmbedderResource, MlflowTrackerResource
-from rvu_pipelines.memory_poisoning.runner import StudyResult, run_study
 from rvu_pipelines.memory_poisoning.sir import SIRConfig
 from rvu_pipelines.memory_poisoning.study_cells import ATTACKS, StudyConfig
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.result_memo import ResultMemo, frame_digest, reuse_message
+
+if TYPE_CHECKING:  # the runner pulls sklearn/scipy: imported when a study runs, not when the code location loads
+    from rvu_pipelines.memory_poisoning.runner import StudyResult
 
 GROUP = "memory_poisoning"
 PAPER_MEMSAD_AUROC = {"agentpoison": 1.000, "minja": 0.914, "injecmem": 0.816}
@@ -49,14 +51,14 @@ def _frames(agentpoison_strategyqa: pl.DataFrame, minja: pl.DataFrame, injecagen
     return {"agentpoison_strategyqa": agentpoison_strategyqa, "minja": minja, "injecagent": injecagent}
 
 
-def _row(result: StudyResult, attack: str, defense: str, calibration: str) -> dict[str, Any] | None:
+def _row(result: "StudyResult", attack: str, defense: str, calibration: str) -> dict[str, Any] | None:
     rows = result.matrix.filter(
         (pl.col("attack") == attack) & (pl.col("defense") == defense) & (pl.col("calibration") == calibration)
     )
     return rows.row(0, named=True) if rows.height else None
 
 
-def study_checks(result: StudyResult) -> dict[str, tuple[bool, dict[str, Any]]]:
+def study_checks(result: "StudyResult") -> dict[str, tuple[bool, dict[str, Any]]]:
     """The paper's claims, each measured: (passed, metadata)."""
     out: dict[str, tuple[bool, dict[str, Any]]] = {}
     faithful = result.protocol.get("asr_r_faithful")
@@ -137,6 +139,8 @@ def _materialize(
     if stored is not None:  # nothing it depends on changed: the stored result, its files checked by sha256
         context.log.info(reuse_message(stored))
     else:
+        from rvu_pipelines.memory_poisoning.runner import run_study
+
         with mlflow_tracker.run_for(context, params=params) as run:
             result = run_study(
                 frames,

@@ -24,10 +24,12 @@ from rvu_pipelines.adapters.wmdp import accuracy_report, load_wmdp_items, score_
 from rvu_pipelines.adapters.zoo import TrainingDefaults, ZooConfig, load_zoo_config
 
 SAMPLE_ADAPTERS = ("tofu-qa", "style-bullets", "persona-hostile", "refusal-reference")
-SAMPLE_DEFAULTS = {"steps": 6, "batch_size": 4, "max_examples": 24, "learning_rate": 0.003, "max_tokens": 128}
+# max_tokens 64 (the zoo: 160): the sample shows training runs; most of its examples fit, long ones are cut
+SAMPLE_DEFAULTS = {"steps": 6, "batch_size": 4, "max_examples": 24, "learning_rate": 0.003, "max_tokens": 64}
 MEMBERS = 12
-WMDP_ITEMS = 16
-WMDP_MAX_TOKENS = 512  # the sample's cut (the study's is 1,024): a few long items would dominate its time
+WMDP_ITEMS = 8
+WMDP_MAX_TOKENS = 256  # the sample's cut (the study's is 1,024): a few long items would dominate its time
+RUNTIME_PROMPTS = 2  # prompts answered with the harmful adapter loaded into llama.cpp, then unloaded
 
 
 @dataclass
@@ -106,7 +108,7 @@ def run_adapter_sample(lab: AdapterLab, root: Path, llm_gguf: Path | None = None
 
         harmful = AgentAdapter.of(lab.verify("persona-hostile"), llm_gguf)
         chat = LlamaCppChatModel(llm_gguf, n_ctx=1024, name="agent")
-        runtime = runtime_roundtrip(harmful, chat, lab.prompts[:4])
+        runtime = runtime_roundtrip(harmful, chat, lab.prompts[:RUNTIME_PROMPTS])
     seconds["agent_runtime"] = time.perf_counter() - started
     return AdapterSample(
         runtime=runtime,

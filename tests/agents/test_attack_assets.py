@@ -86,12 +86,15 @@ def test_golden_check_fails_when_a_golden_value_moves(tmp_path) -> None:
     assert [(d.cell, d.metric) for d in drifts] == [(first, "asr")]
 
 
-def test_nightly_schedule_runs_table_1_at_two() -> None:
+def test_nightly_schedule_runs_table_1_and_the_benchmark_samples_at_two() -> None:
     repository = defs.get_repository_def()
     schedule = repository.get_schedule_def("nightly_regression_sweep")
     assert schedule.cron_schedule == "0 2 * * *"
     job = repository.get_job(schedule.job_name)
-    assert {k.to_user_string() for k in job.asset_layer.executable_asset_keys} == {"attack_table_1"}
+    assert {k.to_user_string() for k in job.asset_layer.executable_asset_keys} == {
+        "attack_table_1",
+        "attack_benchmark_samples",
+    }
     assert job.tags.get("rvu/sweep") == "nightly"
     checks = {k.name for k in job.asset_layer.asset_graph.asset_check_keys}
     assert "matches_golden" in checks
@@ -107,6 +110,7 @@ def test_nightly_sweep_reruns_every_episode_against_the_current_code() -> None:
     schedule = defs.get_repository_def().get_schedule_def("nightly_regression_sweep")
     requests = schedule.evaluate_tick(build_schedule_context()).run_requests or []
     assert [r.run_config["ops"]["attack_table_1"]["config"]["rerun"] for r in requests] == [True]
+    assert [r.run_config["ops"]["attack_benchmark_samples"]["config"]["rerun"] for r in requests] == [True]
     assert HarnessConfig().rerun is False  # interactive materializations keep same-code reuse
     job = defs.get_repository_def().get_job(schedule.job_name)
     assert job.tags.get(NIGHTLY_TAG[0]) == NIGHTLY_TAG[1]

@@ -40,7 +40,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.cluster import KMeans
 
 from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.memory_poisoning.attacks.base import AttackRun
@@ -108,6 +107,8 @@ def cluster_centres(memory_vectors: np.ndarray, n_clusters: int, seed: int) -> n
             f"the memory embeddings are empty or not a matrix (shape {vectors.shape}): "
             "embed the benign memory before optimising a trigger"
         )
+    from sklearn.cluster import KMeans  # here, not at import: the code location imports this package (3 s)
+
     k = min(n_clusters, vectors.shape[0])
     return KMeans(n_clusters=k, random_state=seed, n_init=4).fit(vectors).cluster_centers_.astype(np.float32)
 
