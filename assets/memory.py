@@ -27,22 +27,15 @@ CHECKS = [
 ]
 
 
-def _test_texts(datasets: dict[str, pl.DataFrame], label: int) -> list[str]:
-    texts: set[str] = set()
+def test_texts_by_label(datasets: dict[str, pl.DataFrame]) -> tuple[list[str], list[str]]:
+    """(injection payloads, benign texts): every test text of the detector corpora with that label, deduplicated
+    and sorted. Each corpus is built once for both labels (its near-duplicate split is most of the cost)."""
+    texts: dict[int, set[str]] = {0: set(), 1: set()}
     for name in CORPUS_NAMES:
         test = build_corpus(name, datasets).part("test")
-        texts.update(test.filter(pl.col("label") == label)["text"].to_list())
-    return sorted(texts)
-
-
-def injection_test_payloads(datasets: dict[str, pl.DataFrame]) -> list[str]:
-    """Every injection-labelled test payload of the detector corpora, deduplicated and sorted."""
-    return _test_texts(datasets, 1)
-
-
-def benign_test_texts(datasets: dict[str, pl.DataFrame]) -> list[str]:
-    """Every benign (label 0) test text of the same corpora, deduplicated and sorted."""
-    return _test_texts(datasets, 0)
+        for label, found in texts.items():
+            found.update(test.filter(pl.col("label") == label)["text"].to_list())
+    return sorted(texts[1]), sorted(texts[0])
 
 
 def memory_metrics(report: dict) -> dict[str, float]:
@@ -102,8 +95,7 @@ def memory_monitor_evaluation(
     if stored is not None:  # nothing it depends on changed since that MLflow run
         context.log.info(reuse_message(stored))
     else:
-        payloads = injection_test_payloads(datasets)
-        benign = benign_test_texts(datasets)
+        payloads, benign = test_texts_by_label(datasets)
         records = strategyqa_records(agentpoison_strategyqa.filter(pl.col("split") == "train").to_dicts())
         params = {"payloads": len(payloads), "benign": len(benign), "utility_records": len(records), "sessions": 50}
         with mlflow_tracker.run_for(context, params=params) as run:

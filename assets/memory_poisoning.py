@@ -1,7 +1,7 @@
 """Seed 003 (MEMSAD) as assets: memory-poisoning attacks, write-time detection, adaptive attacks, SIR.
 
 - ``memory_poisoning_sample``: the default job's sampled study (|M| = 200, 100 test questions, a short
-  trigger search, three MINJA victims, a small SIR) so ``make run`` shows every part within its budget;
+  trigger search, two MINJA victims, a small SIR) so ``make run`` shows every part within its budget;
 - ``memory_poisoning_cell``: partitioned by attack class x memory regime, the matrix for one attack;
 - ``memory_poisoning_study``: the full study at |M| = 1,000 (the paper's table, adaptive attacks and the
   hybrid check, the SIR figure); its own job (``make memory-poisoning``).
@@ -233,7 +233,7 @@ def _study_asset(name: str, description: str, config: StudyConfig, sir: SIRConfi
 
 memory_poisoning_sample = _study_asset(
     "memory_poisoning_sample",
-    "Seed 003 sampled for the default job: AgentPoison (short trigger search), MINJA (3 victims) and InjecMEM "
+    "Seed 003 sampled for the default job: AgentPoison (short trigger search), MINJA (2 victims) and InjecMEM "
     "against a |M| = 200 StrategyQA memory, MEMSAD, the paper's baselines, spectral signatures, TrustRAG and the "
     "hybrid check (without its LLM-perplexity feature, to stay in the job's budget); synonym / HotFlip adaptive "
     "attacks; a 6-agent SIR run. Checks record the paper's claims.",

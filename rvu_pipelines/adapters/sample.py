@@ -25,7 +25,7 @@ from rvu_pipelines.adapters.zoo import TrainingDefaults, ZooConfig, load_zoo_con
 
 SAMPLE_ADAPTERS = ("tofu-qa", "style-bullets", "persona-hostile", "refusal-reference")
 # max_tokens 64 (the zoo: 160): the sample shows training runs; most of its examples fit, long ones are cut
-SAMPLE_DEFAULTS = {"steps": 6, "batch_size": 4, "max_examples": 24, "learning_rate": 0.003, "max_tokens": 64}
+SAMPLE_DEFAULTS = {"steps": 4, "batch_size": 4, "max_examples": 24, "learning_rate": 0.003, "max_tokens": 64}
 MEMBERS = 12
 WMDP_ITEMS = 8
 WMDP_MAX_TOKENS = 256  # the sample's cut (the study's is 1,024): a few long items would dominate its time

@@ -61,13 +61,13 @@ class StudyConfig:
 
     @classmethod
     def sampled(cls) -> StudyConfig:
-        """The default job's version: |M| = 200, 100 test questions, a short trigger search, 3 MINJA victims,
+        """The default job's version: |M| = 200, 100 test questions, a short trigger search, 2 MINJA victims,
         the synonym attack on 1 poison (each adaptive rewrite costs ~10 s of embedding on 2 cores)."""
         return cls(
             regime="small",
             n_queries=100,
             trigger=agentpoison.TriggerConfig(length=4, iterations=8, candidates=8),
-            minja_victims=("camera", "chair", "cookies"),
+            minja_victims=("camera", "chair"),
             adaptive_poisons=1,
             adaptive_methods=("synonym",),
         )
