@@ -27,7 +27,7 @@ CHECKS = [
 ]
 
 
-def test_texts_by_label(datasets: dict[str, pl.DataFrame]) -> tuple[list[str], list[str]]:
+def corpus_test_texts(datasets: dict[str, pl.DataFrame]) -> tuple[list[str], list[str]]:
     """(injection payloads, benign texts): every test text of the detector corpora with that label, deduplicated
     and sorted. Each corpus is built once for both labels (its near-duplicate split is most of the cost)."""
     texts: dict[int, set[str]] = {0: set(), 1: set()}
@@ -95,7 +95,7 @@ def memory_monitor_evaluation(
     if stored is not None:  # nothing it depends on changed since that MLflow run
         context.log.info(reuse_message(stored))
     else:
-        payloads, benign = test_texts_by_label(datasets)
+        payloads, benign = corpus_test_texts(datasets)
         records = strategyqa_records(agentpoison_strategyqa.filter(pl.col("split") == "train").to_dicts())
         params = {"payloads": len(payloads), "benign": len(benign), "utility_records": len(records), "sessions": 50}
         with mlflow_tracker.run_for(context, params=params) as run:

@@ -66,7 +66,7 @@ def load_dequantized(gguf_path: str | Path, *, sha256: str = "", attn_implementa
     """A fresh (model, tokenizer) pair of the GGUF's weights in float32 on CPU, in eval mode.
 
     Every call builds a new model, so a caller may wrap it (peft) or change it without touching anyone
-    else's copy; with ``sha256`` the converted safetensors make that a ~2 s load."""
+    else's copy; with ``sha256`` the converted safetensors make that a sub-second load."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
