@@ -10,6 +10,7 @@ from assets.datasets import dataset_assets
 from assets.models import model_assets
 from resources import LocalTableIOManager, MlflowTrackerResource
 from resources.deployments import deployment_resources
+from rvu_pipelines.adapters.sample import WMDP_ITEMS
 from rvu_pipelines.tracking import MlflowTracker
 
 EXPERIMENT = "adapter-assets-test"
@@ -32,6 +33,6 @@ def test_adapter_sample_materializes_with_checks_and_mlflow(tmp_path) -> None:
     report = result.output_for_node("adapter_sample")
     assert set(report["gate"]["layers"]) == {"projection", "safe_lora", "ood", "combined"}
     assert report["membership"]["status"] == "run" and report["membership"]["verdict"] in {"clean", "residual"}
-    assert report["wmdp"]["n"] == 16
+    assert report["wmdp"]["n"] == WMDP_ITEMS
     runs = [r for r in tracker.latest_runs() if r.data.tags.get("asset_key") == "adapter_sample"]
     assert runs and runs[0].data.metrics["train_seconds"] > 0
