@@ -38,6 +38,7 @@ spectral: setup
 # and influence over it, membership loaded vs evicted, WMDP-cyber on all 1,987 items, E1 sessions with a harmful
 # adapter loaded part-way (RVU v1 vs v2), the tool-use adapter's utility/ASR; ~3 h on 2 cores from scratch
 adapters: setup
+	$(BIN)/python scripts/adapter_study.py --plan
 	$(BIN)/python scripts/adapter_study.py --membership --wmdp --out .rvu/adapter_study
 	$(BIN)/python scripts/adapter_incidents.py --out .rvu/adapter_study
 	$(BIN)/python scripts/tool_use_eval.py --out .rvu/adapter_study

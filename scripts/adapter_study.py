@@ -3,6 +3,7 @@
     .venv/bin/python scripts/adapter_study.py                 # train what is missing, score all, print tables
     .venv/bin/python scripts/adapter_study.py --only tofu-qa persona-hostile --no-score
     .venv/bin/python scripts/adapter_study.py --threads 1     # beside other CPU work
+    .venv/bin/python scripts/adapter_study.py --plan          # which adapters would be trained again, and why
 
 Adapters go to <RVU_HOME>/adapters/<id>/ (reused when their data and settings are unchanged); scores and the
 gate table to --out (default <RVU_HOME>/adapter_study/).
@@ -67,6 +68,23 @@ def _membership(lab: AdapterLab, out: Path) -> None:
     print(f"verdict after eviction: {section['verdict']}", flush=True)
 
 
+def _print_plan(only: list[str] | None) -> int:
+    """What a training pass would do, in seconds instead of the hours a stale zoo costs to find out."""
+    from rvu_pipelines.adapters.zoo import catalog_frames, load_zoo_config, training_plan
+    from rvu_pipelines.models import ModelStore, load_model_config
+
+    llm = ModelStore().resolve("llm", load_model_config().profile("tiny")["llm"])
+    rows = [
+        r
+        for r in training_plan(load_zoo_config(), catalog_frames(), llm.sha256)
+        if only is None or r["adapter_id"] in only
+    ]
+    for row in rows:
+        print(f"  {row['adapter_id']:32s} {row['action']:6s} {row['why']}", flush=True)
+    print(f"{sum(r['action'] == 'train' for r in rows)} to train, {sum(r['action'] == 'reuse' for r in rows)} reused")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="*", default=None, help="adapter ids (default: the whole zoo + reference)")
@@ -82,7 +100,12 @@ def main(argv: list[str] | None = None) -> int:
         "--wmdp-sample", type=int, default=None, help="E7's base accuracy on a seeded sample (0: skip it; default: all)"
     )
     parser.add_argument("--membership", action="store_true", help="E6: memorise-forget loaded vs evicted")
+    parser.add_argument(
+        "--plan", action="store_true", help="only say which adapters would be reused or trained, and why (no model)"
+    )
     args = parser.parse_args(argv)
+    if args.plan:
+        return _print_plan(args.only)
 
     import torch
     from tqdm.auto import tqdm

@@ -199,21 +199,46 @@ def _manifest_fields(
     }
 
 
-def _is_current(folder: Path, settings: LoraSettings, data: TrainingSet, base: BaseModelInfo) -> AdapterManifest | None:
+def stale_reasons(folder: Path, settings: LoraSettings, data: TrainingSet, base_sha256: str) -> list[str]:
+    """Why the adapter in ``folder`` would be trained again (empty: it is reused as it is). One sentence per
+    difference between its manifest and what the config asks for now, so a long study says up front what it redoes."""
     try:
         manifest = read_manifest(folder)
-    except AdapterRefused:
-        return None
+    except AdapterRefused as exc:
+        return ["never trained here" if not folder.is_dir() else f"no usable manifest ({exc.reason})"]
+    reasons = []
+    if manifest.base_model.sha256 != base_sha256:
+        reasons.append(f"trained on another base model ({manifest.base_model.sha256[:12]})")
+    if manifest.training_data is None or manifest.training_data.sha256 != data.sha256:
+        reasons.append("its training data changed")
     weights = _weight_settings(settings)
-    same = (
-        manifest.base_model.sha256 == base.sha256
-        and manifest.training_data is not None
-        and manifest.training_data.sha256 == data.sha256
-        and {key: getattr(manifest, key) for key in weights} == weights
-        and (manifest.layers or None) == (list(settings.layers) if settings.layers else None)
-        and (folder / manifest.file).is_file()
-    )
-    return manifest if same else None
+    changed = sorted(key for key, value in weights.items() if getattr(manifest, key) != value)
+    missing = [key for key in changed if getattr(manifest, key) is None]
+    if missing:
+        reasons.append(f"its manifest predates the field(s) {', '.join(missing)} of the reuse key")
+    if set(changed) - set(missing):
+        reasons.append(f"settings changed: {', '.join(sorted(set(changed) - set(missing)))}")
+    if (manifest.layers or None) != (list(settings.layers) if settings.layers else None):
+        reasons.append("its layers changed")
+    if not (folder / manifest.file).is_file():
+        reasons.append(f"its weights file {manifest.file} is missing")
+    return reasons
+
+
+def _is_current(folder: Path, settings: LoraSettings, data: TrainingSet, base: BaseModelInfo) -> AdapterManifest | None:
+    return None if stale_reasons(folder, settings, data, base.sha256) else read_manifest(folder)
+
+
+def training_plan(
+    config: ZooConfig, frames: Frames, base_sha256: str, *, root: Path | None = None
+) -> list[dict[str, Any]]:
+    """Per zoo entry: reused or trained, and why — what ``train_zoo_entry`` would do, without loading a model."""
+    rows = []
+    for entry in config.entries:
+        data = training_set(config, entry, frames)
+        reasons = stale_reasons((root or zoo_root()) / entry.id, config.settings(entry), data, base_sha256)
+        rows.append({"adapter_id": entry.id, "action": "train" if reasons else "reuse", "why": "; ".join(reasons)})
+    return rows
 
 
 def train_zoo_entry(

@@ -154,7 +154,14 @@ def test_bad_manifest_names_the_field(base, folder: Path) -> None:
 
 
 def test_zoo_trainer_reuses_unchanged_adapters_and_retrains_changed_ones(base, tmp_path: Path) -> None:
-    from rvu_pipelines.adapters.zoo import catalog_frames, load_zoo_config, train_zoo_entry
+    from rvu_pipelines.adapters.zoo import (
+        catalog_frames,
+        load_zoo_config,
+        stale_reasons,
+        train_zoo_entry,
+        training_plan,
+        training_set,
+    )
 
     model, tokenizer, info = base
     zoo = load_zoo_config()
@@ -168,9 +175,28 @@ def test_zoo_trainer_reuses_unchanged_adapters_and_retrains_changed_ones(base, t
     again, retrained = train_zoo_entry(tiny, entry, model, tokenizer, info, frames, root=tmp_path)
     assert retrained is None and again.sha256 == first.sha256  # same data and settings: reused
     assert (again.batch_size, again.max_tokens) == (2, tiny.settings(entry).max_tokens)
+    # the plan (no model) says the same, and why
+    plan = {r["adapter_id"]: r for r in training_plan(tiny, frames, info.sha256, root=tmp_path)}
+    assert plan["style-json"] == {"adapter_id": "style-json", "action": "reuse", "why": ""}
+    assert plan["tofu-qa"]["action"] == "train" and plan["tofu-qa"]["why"] == "never trained here"
+    settings, data = tiny.settings(entry), training_set(tiny, entry, frames)
+    assert stale_reasons(tmp_path / "style-json", settings, data, "0" * 64)[0].startswith("trained on another base")
+    # a manifest written before a field joined the reuse key is stale, and says so (not "settings changed")
+    manifest_path = tmp_path / "style-json" / MANIFEST_NAME
+    saved = manifest_path.read_text()
+    old = json.loads(saved)
+    del old["batch_size"], old["max_tokens"]
+    manifest_path.write_text(json.dumps(old))
+    assert stale_reasons(tmp_path / "style-json", settings, data, info.sha256) == [
+        "its manifest predates the field(s) batch_size, max_tokens of the reuse key"
+    ]
+    manifest_path.write_text(saved)
     # anything that changes the weights retrains; each change differs from the one before in one field only
-    for change in ({"seed": 9}, {"seed": 9, "max_tokens": 64}):
+    for change, differs in (({"seed": 9}, "seed"), ({"seed": 9, "max_tokens": 64}, "max_tokens")):
         changed = entry.model_copy(update=change)
+        changed_data = training_set(tiny, changed, frames)  # a token limit is part of the data digest too
+        reasons = stale_reasons(tmp_path / "style-json", tiny.settings(changed), changed_data, info.sha256)
+        assert f"settings changed: {differs}" in reasons, reasons
         _, trained_again = train_zoo_entry(tiny, changed, model, tokenizer, info, frames, root=tmp_path)
         assert trained_again is not None, change
     verify_adapter(tmp_path / "style-json", info)
