@@ -202,31 +202,38 @@ def _manifest_fields(
 def stale_reasons(folder: Path, settings: LoraSettings, data: TrainingSet, base_sha256: str) -> list[str]:
     """Why the adapter in ``folder`` would be trained again (empty: it is reused as it is). One sentence per
     difference between its manifest and what the config asks for now, so a long study says up front what it redoes."""
+    return _reuse_check(folder, settings, data, base_sha256)[1]
+
+
+def _reuse_check(
+    folder: Path, settings: LoraSettings, data: TrainingSet, base_sha256: str
+) -> tuple[AdapterManifest | None, list[str]]:
+    """The folder's manifest (None if unreadable) and the reasons it cannot be reused: the manifest is read once."""
     try:
         manifest = read_manifest(folder)
     except AdapterRefused as exc:
-        return ["never trained here" if not folder.is_dir() else f"no usable manifest ({exc.reason})"]
+        return None, ["never trained here" if not folder.is_dir() else f"no usable manifest ({exc.reason})"]
     reasons = []
     if manifest.base_model.sha256 != base_sha256:
         reasons.append(f"trained on another base model ({manifest.base_model.sha256[:12]})")
     if manifest.training_data is None or manifest.training_data.sha256 != data.sha256:
         reasons.append("its training data changed")
-    weights = _weight_settings(settings)
-    changed = sorted(key for key, value in weights.items() if getattr(manifest, key) != value)
+    changed = sorted(key for key, value in _weight_settings(settings).items() if getattr(manifest, key) != value)
     missing = [key for key in changed if getattr(manifest, key) is None]
     if missing:
         reasons.append(f"its manifest predates the field(s) {', '.join(missing)} of the reuse key")
-    if set(changed) - set(missing):
-        reasons.append(f"settings changed: {', '.join(sorted(set(changed) - set(missing)))}")
+    if len(missing) < len(changed):
+        reasons.append(f"settings changed: {', '.join(key for key in changed if key not in missing)}")
     if (manifest.layers or None) != (list(settings.layers) if settings.layers else None):
         reasons.append("its layers changed")
     if not (folder / manifest.file).is_file():
         reasons.append(f"its weights file {manifest.file} is missing")
-    return reasons
+    return manifest, reasons
 
 
 def _is_current(folder: Path, settings: LoraSettings, data: TrainingSet, base: BaseModelInfo) -> AdapterManifest | None:
-    return None if stale_reasons(folder, settings, data, base.sha256) else read_manifest(folder)
+    manifest, reasons = _reuse_check(folder, settings, data, base.sha256)
+    return None if reasons else manifest
 
 
 def training_plan(
