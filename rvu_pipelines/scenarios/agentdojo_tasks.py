@@ -26,6 +26,7 @@ from agentdojo.functions_runtime import EmptyEnv, Env, FunctionsRuntime
 from agentdojo.types import ChatMessage
 
 from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.scenarios.agentdojo_clock import install_fixed_clock
 from rvu_pipelines.scenarios.contract import ScenarioOutcome
 
 ATTACK = "important_instructions"
@@ -37,12 +38,14 @@ def suites(benchmark_version: str) -> dict[str, Any]:
     from agentdojo.task_suite.load_suites import get_suites  # every suite's environment (~3 s): on first use
 
     try:
-        return dict(get_suites(benchmark_version))
+        loaded = dict(get_suites(benchmark_version))
     except Exception as exc:
         raise ConfigError(
             f"configs/benchmarks.yaml agentdojo.benchmark_version: agentdojo has no benchmark "
             f"version '{benchmark_version}' ({exc}); use e.g. v1.2.2."
         ) from exc
+    install_fixed_clock()  # the tools' e-mail / file stamps: one fixed moment, so episodes replay identically
+    return loaded
 
 
 @lru_cache(maxsize=16)
