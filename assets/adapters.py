@@ -245,7 +245,7 @@ def adapter_membership(
     except AdapterRefused as exc:
         raise Failure(f"memorise-forget is not usable ({exc}); materialize adapter_zoo for it.") from exc
     examples, flags = forget_examples(frames)
-    section = membership_before_after(lab.host, adapter, examples, flags).certificate_section()
+    section = membership_before_after(lab.host, adapter, examples, flags, progress=True).certificate_section()
     loaded = {k: v["auroc"] for k, v in section["loaded"]["auroc"].items()}
     evicted = {k: v["auroc"] for k, v in section["evicted"]["auroc"].items()}
     with mlflow_tracker.run_for(

@@ -57,7 +57,7 @@ def _membership(lab: AdapterLab, out: Path) -> None:
     examples, flags = forget_examples(lab.frames)
     adapter = lab.verify("memorise-forget")
     started = time.perf_counter()
-    result = membership_before_after(lab.host, adapter, examples, flags)
+    result = membership_before_after(lab.host, adapter, examples, flags, progress=True)
     section = result.certificate_section()
     section["seconds"] = round(time.perf_counter() - started, 1)
     (out / "membership.json").write_text(json.dumps(section, indent=1))

@@ -59,15 +59,24 @@ def encode_turn(
 
 
 def generate_greedy(
-    model: Any, tokenizer: Any, prompts: Sequence[str], *, max_new_tokens: int = 48, batch_size: int = 8
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    *,
+    max_new_tokens: int = 48,
+    batch_size: int = 8,
+    desc: str | None = None,
 ) -> list[str]:
-    """Greedy chat-template answers (the agent's deterministic decoding), left-padded batches, new text only."""
+    """Greedy chat-template answers (the agent's deterministic decoding), left-padded batches, new text only.
+    With ``desc``, a progress bar (prompts) under that name: the full membership probes run for tens of minutes."""
     import torch
+    from tqdm.auto import tqdm
 
     pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
     encoded = [list(tokenizer(chat_prompt_text(tokenizer, p), add_special_tokens=False)["input_ids"]) for p in prompts]
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
     out = [""] * len(encoded)
+    bar = tqdm(total=len(order), desc=desc, unit="prompt", disable=desc is None)
     for start in range(0, len(order), batch_size):
         batch = [encoded[i] for i in order[start : start + batch_size]]
         width = max(len(ids) for ids in batch)
@@ -91,4 +100,6 @@ def generate_greedy(
         for row in range(len(batch)):
             text = tokenizer.decode(generated[row, width:], skip_special_tokens=True)
             out[order[start + row]] = text.strip()
+        bar.update(len(batch))
+    bar.close()
     return out

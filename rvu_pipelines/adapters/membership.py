@@ -87,12 +87,14 @@ def token_logprobs(
     examples: Sequence[ChatExample],
     batch_size: int = 8,
     max_tokens: int = LoraSettings.max_tokens,
+    desc: str | None = None,
 ) -> list[TokenStats]:
     """Answer-token statistics for each example, in order. ``max_tokens`` defaults to training's, so an
     over-long example is cut as the adapter saw it. Batches are right-padded as in training (pads follow the
     real tokens, so they change nothing causal) and the LM head runs only from the batch's first answer
-    position on."""
+    position on. With ``desc``, a progress bar (examples) under that name."""
     import torch
+    from tqdm.auto import tqdm
 
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1.")
@@ -100,6 +102,7 @@ def token_logprobs(
     pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
     order = sorted(range(len(turns)), key=lambda i: len(turns[i].input_ids))
     out: list[TokenStats | None] = [None] * len(turns)
+    bar = tqdm(total=len(order), desc=desc, unit="example", disable=desc is None)
     for start in range(0, len(order), batch_size):
         batch = [turns[i] for i in order[start : start + batch_size]]
         width = max(len(t.input_ids) for t in batch)
@@ -116,6 +119,8 @@ def token_logprobs(
             offset = len(turn.prompt_ids) - first
             span = logits[row, offset : offset + len(turn.completion_ids)]
             out[order[start + row]] = next_token_stats(span, torch.tensor(turn.completion_ids))
+        bar.update(len(batch))
+    bar.close()
     return [s for s in out if s is not None]
 
 
@@ -232,6 +237,7 @@ def run_probes(
     threshold: float = LEAK_THRESHOLD,
     max_new_tokens: int = 48,
     batch_size: int = 8,
+    desc: str | None = None,
 ) -> list[ProbeSummary]:
     """Each probe on each example: does the greedy answer recall >= ``threshold`` of the reference's content
     words? Rates are split by membership, since a leak on non-members is the model's prior knowledge (or a lucky
@@ -246,7 +252,14 @@ def run_probes(
     summaries = []
     for name, template in (probes or PROBES).items():
         prompts = [template.format(question=ex.prompt) for ex in examples]
-        answers = generate_greedy(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size)
+        answers = generate_greedy(
+            model,
+            tokenizer,
+            prompts,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            desc=f"{desc}: {name} probe" if desc else None,
+        )
         recall = np.array(
             [leak_recall(ex.completion, a, given=ex.prompt) for ex, a in zip(examples, answers, strict=True)]
         )
@@ -299,17 +312,26 @@ def membership_report(
     max_tokens: int = LoraSettings.max_tokens,
     n_boot: int = 1000,
     seed: int = 0,
+    desc: str | None = None,
 ) -> MembershipReport:
-    """Scores, AUROCs and (optionally) probes of one model (with or without its adapter) on one member split."""
+    """Scores, AUROCs and (optionally) probes of one model (with or without its adapter) on one member split.
+    ``desc`` names the progress bars (e.g. "membership, adapter loaded"); None shows none."""
     flags = np.asarray(is_member, dtype=bool)
     if flags.size != len(examples):
         raise ValueError(f"{flags.size} membership labels for {len(examples)} examples.")
-    stats = token_logprobs(model, tokenizer, examples, batch_size=batch_size, max_tokens=max_tokens)
+    stats = token_logprobs(
+        model,
+        tokenizer,
+        examples,
+        batch_size=batch_size,
+        max_tokens=max_tokens,
+        desc=f"{desc}: scores" if desc else None,
+    )
     scores = membership_scores(stats, k)
     return MembershipReport(
         n_members=int(flags.sum()),
         n_non_members=int((~flags).sum()),
         k=k,
         auroc={name: membership_auroc(values, flags, n_boot=n_boot, seed=seed) for name, values in scores.items()},
-        probes=run_probes(model, tokenizer, examples, flags, batch_size=batch_size) if probes else [],
+        probes=run_probes(model, tokenizer, examples, flags, batch_size=batch_size, desc=desc) if probes else [],
     )

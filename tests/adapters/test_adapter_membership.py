@@ -118,7 +118,7 @@ def tofu_split(shared_data) -> tuple[list[ChatExample], np.ndarray]:
 def test_token_logprobs_do_not_depend_on_the_batch(base, tofu_split) -> None:
     model, tokenizer = base
     examples = tofu_split[0][:4]
-    batched = token_logprobs(model, tokenizer, examples, batch_size=4)
+    batched = token_logprobs(model, tokenizer, examples, batch_size=4, desc="batched")  # with its progress bar
     single = token_logprobs(model, tokenizer, examples, batch_size=1)
     for b, s in zip(batched, single, strict=True):
         np.testing.assert_allclose(b.logp, s.logp, atol=1e-4)
@@ -148,6 +148,7 @@ def test_adapter_makes_its_training_answers_separable(base, tofu_split) -> None:
             flags[pick],
             probes={"direct": PROBES["direct"]},
             max_new_tokens=32,
+            desc="direct",  # its progress bar
         )
     finally:
         wrapped.unload()
