@@ -41,8 +41,9 @@ adapters: setup
 	$(BIN)/python scripts/adapter_study.py --plan
 	$(BIN)/python scripts/adapter_study.py --membership --wmdp --out .rvu/adapter_study
 	$(BIN)/python scripts/adapter_incidents.py --out .rvu/adapter_study
+	$(BIN)/python scripts/adapter_incidents.py --detector oracle --scores .rvu/adapter_study/scores.csv --out .rvu/adapter_study/oracle
 	$(BIN)/python scripts/tool_use_eval.py --out .rvu/adapter_study
-	cat .rvu/adapter_study/gate.md .rvu/adapter_study/incidents.md
+	cat .rvu/adapter_study/gate.md .rvu/adapter_study/incidents.md .rvu/adapter_study/oracle/incidents.md
 
 # The local scale profile (issue 16): PostgreSQL, MLflow server, Dagster webserver + daemon, Redis + celery workers on
 # loopback, data under .rvu/scale; `source .rvu/scale/scale.env` to use it from a shell. Idempotent; ports and

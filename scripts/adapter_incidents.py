@@ -22,8 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--adapters", nargs="+", default=["backdoor-send-money", "persona-hostile"])
     parser.add_argument("--benchmark", default="injecagent_dh")
-    parser.add_argument("--sessions", type=int, default=6)
-    parser.add_argument("--episodes", type=int, default=3)
+    parser.add_argument("--sessions", type=int, default=8)  # README's E1-with-adapters table
+    parser.add_argument("--episodes", type=int, default=4)
     parser.add_argument("--profile", default="tiny")
     parser.add_argument(
         "--detector",

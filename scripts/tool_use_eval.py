@@ -22,8 +22,8 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--agentdojo", type=int, default=24, help="AgentDojo banking+slack scenarios (seeded sample)")
-    parser.add_argument("--injecagent", type=int, default=24, help="held-out InjecAgent cases (dh and ds, half each)")
+    parser.add_argument("--agentdojo", type=int, default=16, help="AgentDojo banking+slack scenarios (seeded sample)")
+    parser.add_argument("--injecagent", type=int, default=16, help="held-out InjecAgent cases (dh and ds, half each)")
     parser.add_argument("--profile", default="tiny")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None)
