@@ -303,7 +303,7 @@ def wmdp_cyber_evaluation(
     else:
         host = AdapterHost(model, tokenizer)
         report["memorise_wmdp"] = wmdp_before_after(
-            host, adapter, items, memorised_wmdp_indices(items, _frames(wmdp_cyber=wmdp_cyber))
+            host, adapter, items, memorised_wmdp_indices(items, _frames(wmdp_cyber=wmdp_cyber)), progress=True
         )
     base_all = report["base_all"]
     with mlflow_tracker.run_for(context, params={"items": len(items)}) as run:

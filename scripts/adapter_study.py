@@ -45,7 +45,7 @@ def _wmdp(lab: AdapterLab, out: Path, sample: int | None) -> None:
     else:
         memorised = memorised_wmdp_indices(items, lab.frames)
         started = time.perf_counter()
-        result["memorise_wmdp"] = wmdp_before_after(lab.host, adapter, items, memorised)
+        result["memorise_wmdp"] = wmdp_before_after(lab.host, adapter, items, memorised, progress=True)
         print(json.dumps(result["memorise_wmdp"], indent=1), flush=True)
         print(f"memorise-wmdp base / loaded / evicted in {time.perf_counter() - started:.0f} s", flush=True)
     (out / "wmdp.json").write_text(json.dumps(result, indent=1))

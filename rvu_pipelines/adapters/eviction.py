@@ -128,15 +128,24 @@ def wmdp_before_after(
     seed: int = 0,
     max_tokens: int = 1024,
     batch_size: int = 8,
+    progress: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Accuracy (with Wilson CI) on the memorised items and on a control sample of the others
-    (``memorised_and_control``): base, loaded, evicted."""
+    (``memorised_and_control``): base, loaded, evicted. ``progress``: a bar per state (~5 min each on 2 cores)."""
     chosen, flags = memorised_and_control(len(items), memorised, control=control, seed=seed)
     subset = [items[i] for i in chosen]
     out: dict[str, dict[str, Any]] = {}
 
-    def measure(model: Any) -> dict[str, Any]:
-        scores = score_wmdp(model, host.tokenizer, subset, batch_size=batch_size, max_tokens=max_tokens, progress=False)
+    def measure(model: Any, state: str) -> dict[str, Any]:
+        scores = score_wmdp(
+            model,
+            host.tokenizer,
+            subset,
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+            progress=progress,
+            desc=f"WMDP-cyber {adapter.adapter_id}, {state} ({len(subset)} items)",
+        )
         correct = np.asarray(scores.correct, dtype=bool)
         key = np.asarray(scores.answer)
         return {
@@ -144,10 +153,10 @@ def wmdp_before_after(
             "control": accuracy_report(correct[~flags], answers=key[~flags]).to_dict(),
         }
 
-    out["base"] = measure(host.model)
+    out["base"] = measure(host.model, "base")
     with host.loaded(adapter) as model:
-        out["loaded"] = measure(model)
-    out["evicted"] = measure(host.model)
+        out["loaded"] = measure(model, "adapter loaded")
+    out["evicted"] = measure(host.model, "evicted")
     return out
 
 

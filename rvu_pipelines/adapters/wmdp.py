@@ -190,8 +190,10 @@ def score_wmdp(
     batch_size: int = 8,
     max_tokens: int = 1024,
     progress: bool = True,
+    desc: str | None = None,
 ) -> WmdpScores:
-    """Log-likelihood of " A".." D" after each prompt; the prediction is the argmax (ties: the first letter)."""
+    """Log-likelihood of " A".." D" after each prompt; the prediction is the argmax (ties: the first letter).
+    ``desc`` names the progress bar (default "WMDP-cyber (n items)")."""
     from tqdm.auto import tqdm
 
     if batch_size < 1:
@@ -215,7 +217,7 @@ def score_wmdp(
             rows.extend((i, [j], p + c[:-1], [c]) for j, c in enumerate(conts))
     rows.sort(key=lambda r: len(r[2]), reverse=True)  # long first: similar lengths share a batch
     loglik = np.zeros((len(items), len(LETTERS)), dtype=np.float64)
-    bar = tqdm(total=len(rows), desc=f"WMDP-cyber ({len(items)} items)", unit="row", disable=not progress)
+    bar = tqdm(total=len(rows), desc=desc or f"WMDP-cyber ({len(items)} items)", unit="row", disable=not progress)
     try:
         for start in range(0, len(rows), batch_size):
             batch = rows[start : start + batch_size]

@@ -250,7 +250,7 @@ def test_wmdp_before_after_scores_memorised_items_and_a_control_in_three_states(
     model, tokenizer, info = base
     items = load_wmdp_items(limit=8, seed=0)
     host = AdapterHost(model, tokenizer)
-    report = wmdp_before_after(host, verify_adapter(folder, info), items, [0, 1, 2], max_tokens=256)
+    report = wmdp_before_after(host, verify_adapter(folder, info), items, [0, 1, 2], max_tokens=256, progress=True)
     assert set(report) == {"base", "loaded", "evicted"}
     for state in report.values():
         assert (state["memorised"]["n"], state["control"]["n"]) == (3, 3)
