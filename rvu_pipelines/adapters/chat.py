@@ -76,30 +76,29 @@ def generate_greedy(
     encoded = [list(tokenizer(chat_prompt_text(tokenizer, p), add_special_tokens=False)["input_ids"]) for p in prompts]
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
     out = [""] * len(encoded)
-    bar = tqdm(total=len(order), desc=desc, unit="prompt", disable=desc is None)
-    for start in range(0, len(order), batch_size):
-        batch = [encoded[i] for i in order[start : start + batch_size]]
-        width = max(len(ids) for ids in batch)
-        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, seq in enumerate(batch):
-            ids[row, width - len(seq) :] = torch.tensor(seq)
-            mask[row, width - len(seq) :] = 1
-        with torch.inference_mode():
-            generated = model.generate(
-                input_ids=ids,
-                attention_mask=mask,
-                do_sample=False,
-                max_new_tokens=max_new_tokens,
-                pad_token_id=pad_id,
-                eos_token_id=tokenizer.eos_token_id,
-                temperature=None,
-                top_p=None,
-                top_k=None,
-            )
-        for row in range(len(batch)):
-            text = tokenizer.decode(generated[row, width:], skip_special_tokens=True)
-            out[order[start + row]] = text.strip()
-        bar.update(len(batch))
-    bar.close()
+    with tqdm(total=len(order), desc=desc, unit="prompt", disable=desc is None) as bar:
+        for start in range(0, len(order), batch_size):
+            batch = [encoded[i] for i in order[start : start + batch_size]]
+            width = max(len(ids) for ids in batch)
+            ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, seq in enumerate(batch):
+                ids[row, width - len(seq) :] = torch.tensor(seq)
+                mask[row, width - len(seq) :] = 1
+            with torch.inference_mode():
+                generated = model.generate(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    do_sample=False,
+                    max_new_tokens=max_new_tokens,
+                    pad_token_id=pad_id,
+                    eos_token_id=tokenizer.eos_token_id,
+                    temperature=None,
+                    top_p=None,
+                    top_k=None,
+                )
+            for row in range(len(batch)):
+                text = tokenizer.decode(generated[row, width:], skip_special_tokens=True)
+                out[order[start + row]] = text.strip()
+            bar.update(len(batch))
     return out

@@ -102,25 +102,24 @@ def token_logprobs(
     pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
     order = sorted(range(len(turns)), key=lambda i: len(turns[i].input_ids))
     out: list[TokenStats | None] = [None] * len(turns)
-    bar = tqdm(total=len(order), desc=desc, unit="example", disable=desc is None)
-    for start in range(0, len(order), batch_size):
-        batch = [turns[i] for i in order[start : start + batch_size]]
-        width = max(len(t.input_ids) for t in batch)
-        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, turn in enumerate(batch):
-            ids[row, : len(turn.input_ids)] = torch.tensor(turn.input_ids)
-            mask[row, : len(turn.input_ids)] = 1
-        first = min(len(t.prompt_ids) for t in batch)
-        keep = width - (first - 1)  # kept logits[j] predicts the token at position first + j
-        with torch.inference_mode():
-            logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=keep, use_cache=False).logits
-        for row, turn in enumerate(batch):
-            offset = len(turn.prompt_ids) - first
-            span = logits[row, offset : offset + len(turn.completion_ids)]
-            out[order[start + row]] = next_token_stats(span, torch.tensor(turn.completion_ids))
-        bar.update(len(batch))
-    bar.close()
+    with tqdm(total=len(order), desc=desc, unit="example", disable=desc is None) as bar:
+        for start in range(0, len(order), batch_size):
+            batch = [turns[i] for i in order[start : start + batch_size]]
+            width = max(len(t.input_ids) for t in batch)
+            ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, turn in enumerate(batch):
+                ids[row, : len(turn.input_ids)] = torch.tensor(turn.input_ids)
+                mask[row, : len(turn.input_ids)] = 1
+            first = min(len(t.prompt_ids) for t in batch)
+            keep = width - (first - 1)  # kept logits[j] predicts the token at position first + j
+            with torch.inference_mode():
+                logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=keep, use_cache=False).logits
+            for row, turn in enumerate(batch):
+                offset = len(turn.prompt_ids) - first
+                span = logits[row, offset : offset + len(turn.completion_ids)]
+                out[order[start + row]] = next_token_stats(span, torch.tensor(turn.completion_ids))
+            bar.update(len(batch))
     return [s for s in out if s is not None]
 
 
