@@ -13,6 +13,7 @@ MLflow run, a certificate) and pass it to ``verify(expected_head=...)`` to close
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring as _json_str  # C-accelerated JSON string quoting
@@ -24,13 +25,24 @@ import numpy as np
 from rvu_pipelines.errors import AuditIntegrityError
 from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.memory.model import Channel, NodeKind, decision_of
+from rvu_pipelines.text_rules import digest_bytes
 
 GENESIS_PREV = "0" * 64
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _json_utf8(text: str) -> bytes:
+    """JSON text as UTF-8; a lone surrogate (only possible inside a string literal) is written as its JSON
+    escape, so a record about a value no store can hold can still be chained and read back."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return _LONE_SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text).encode()
 
 
 def canonical_json(payload: Mapping[str, Any]) -> bytes:
     """Sorted keys, no whitespace: the byte form that is hashed, so it must be deterministic."""
-    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return _json_utf8(json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
 
 
 def record_hash(seq: int, kind: str, prev: str, body: bytes) -> str:
@@ -99,7 +111,7 @@ def decode_decision(row: list[Any]) -> dict[str, Any]:
 
 
 def _value_digest(value: str | None) -> str | None:
-    return None if value is None else sha256_bytes(value.encode())
+    return None if value is None else sha256_bytes(digest_bytes(value))
 
 
 def _q(text: str | None) -> str:
@@ -109,7 +121,7 @@ def _q(text: str | None) -> str:
 def _encode_decision(e: tuple[Any, ...]) -> tuple[str, bytes]:
     """A decision as a positional JSON array (see audit.DECISION_FIELDS): cheap to build and hash."""
     _, _op, code, session, ns, key, channel, claimed, deps, value, node, extra = e
-    return "decision", (
+    return "decision", _json_utf8(
         "[{:d},{},{},{},{},{},[{}],{},{},{}]".format(
             code,
             _json_str(session),
@@ -118,11 +130,11 @@ def _encode_decision(e: tuple[Any, ...]) -> tuple[str, bytes]:
             "null" if channel is None else channel,
             _q(claimed),
             ",".join(map(str, deps)),
-            "null" if value is None else f'"{sha256_bytes(value.encode())}"',
+            "null" if value is None else f'"{sha256_bytes(digest_bytes(value))}"',
             "null" if node is None else node,
             "null" if extra is None else canonical_json(extra).decode(),
         )
-    ).encode()
+    )
 
 
 def _encode_belief(e: tuple[Any, ...]) -> tuple[str, bytes]:
@@ -330,14 +342,23 @@ class AuditLog:
         return record
 
     def seal(self) -> int:
-        """Serialise and chain every pending entry; returns how many were sealed."""
+        """Serialise and chain every pending entry; returns how many were sealed.
+
+        An entry leaves the pending list only once it is chained: if encoding one fails, it and every
+        entry after it stay pending, in order, and the error propagates; no decision is dropped."""
         pending = self._pending
         if not pending:
             return 0
         self._pending = []
         chain = self._chain
-        for entry in pending:
-            chain(*entry[0](entry))
+        done = 0
+        try:
+            for entry in pending:
+                chain(*entry[0](entry))
+                done += 1
+        except BaseException:
+            self._pending = pending[done:] + self._pending
+            raise
         self._write_if_flush_on_seal()
         return len(pending)
 

@@ -40,6 +40,7 @@ from rvu_pipelines.memory.model import (
 )
 from rvu_pipelines.memory.rules import _BATCH_CODES, _KEY_BITS, SHARED_CODE
 from rvu_pipelines.memory.user_channel import ContentCheck, UserChannel
+from rvu_pipelines.text_rules import text_problem
 
 # ---------------------------------------------------------------- helpers for the batch path
 
@@ -568,8 +569,15 @@ class BatchPath:
             joined = "\x00".join(strs)
         except TypeError:
             raise MemoryMonitorError("Every WRITE in a batch needs a str value.") from None
+        try:
+            encoded = joined.encode()
+        except UnicodeEncodeError:  # refuse the whole batch before anything is decided or committed
+            row, problem = next((int(writes[i]), p) for i, v in enumerate(strs) if (p := text_problem(v)) is not None)
+            raise MemoryMonitorError(
+                f"WRITE at batch row {row}: its value {problem}. Nothing in the batch was decided or committed."
+            ) from None
         lengths = np.fromiter(map(len, strs), np.int64, len(strs))
-        return len(picked), sha256_bytes(lengths.tobytes() + joined.encode())
+        return len(picked), sha256_bytes(lengths.tobytes() + encoded)
 
     def submit_many(self, actions: Sequence[Action]) -> BatchDecisions:
         return self.submit_batch(self.encode(actions))

@@ -72,7 +72,7 @@ class Rule(IntEnum):
     R8_TAINT_PROPAGATION = 8
     R9_NAMESPACE = 9
     USER_CHANNEL_POLICY = 10  # §9.5 mitigations (rate limit, declined diff); a policy, not a seed rule
-    WRITE_CHECK = 11  # a pluggable write-time content check (e.g. MEMSAD, seed 003); a policy, not a seed rule
+    WRITE_CHECK = 11  # write-time content checks: the platform's text rule and a pluggable one (e.g. MEMSAD, seed 003)
 
 
 class Reason(IntEnum):
@@ -90,6 +90,7 @@ class Reason(IntEnum):
     RATE_LIMITED = 9
     USER_DECLINED = 10
     CONTENT_REJECTED = 11  # the monitor's write-time content check flagged the value (Rule.WRITE_CHECK)
+    INVALID_TEXT = 12  # the value is not storable text (rvu_pipelines.text_rules; Rule.WRITE_CHECK)
 
 
 class NodeKind(IntEnum):

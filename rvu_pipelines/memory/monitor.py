@@ -17,6 +17,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Sequence
 
+from rvu_pipelines.bounded_io import truncate_for_message
 from rvu_pipelines.errors import (
     GenesisClosedError,
     MemoryMonitorError,
@@ -31,6 +32,7 @@ from rvu_pipelines.memory.model import BeliefNode, Channel, MemoryItem, NodeKind
 from rvu_pipelines.memory.rules import _KEY_BITS, _TRUSTED, SHARED_CODE, SingleCallPath
 from rvu_pipelines.memory.store import InMemoryStore, MemoryStore
 from rvu_pipelines.memory.user_channel import ContentCheck, UserChannel
+from rvu_pipelines.text_rules import text_problem
 
 
 class ReferenceMonitor(SingleCallPath, BatchPath):
@@ -118,8 +120,8 @@ class ReferenceMonitor(SingleCallPath, BatchPath):
                 raise ProvenanceError(f"install expects MemoryItem with a Channel label, got {item!r}.")
             self._check_name(item.namespace, "namespace")
             self._check_name(item.key, "key")
-            if type(item.value) is not str:
-                raise MemoryMonitorError(f"Item {item.namespace}/{item.key}: value must be str.")
+            if (problem := text_problem(item.value)) is not None:
+                raise MemoryMonitorError(f"Item {item.namespace}/{item.key}: its value {problem}; nothing installed.")
         for item in items:
             slot = self._put(
                 item.namespace, item.key, item.value, int(item.channel), int(item.tainted), int(item.immutable)
@@ -147,7 +149,9 @@ class ReferenceMonitor(SingleCallPath, BatchPath):
     @staticmethod
     def _check_name(name: object, what: str) -> None:
         if type(name) is not str or not name:
-            raise NamespaceError(f"A memory {what} must be a non-empty string, got {name!r}.")
+            raise NamespaceError(f"A memory {what} must be a non-empty string, got {truncate_for_message(name)}.")
+        if (problem := text_problem(name)) is not None:
+            raise NamespaceError(f"A memory {what} must be valid text: {problem}. Nothing was recorded.")
 
     def _check_session(self, session: object) -> None:
         self._check_name(session, "session")
@@ -397,21 +401,30 @@ class ReferenceMonitor(SingleCallPath, BatchPath):
         return sha256_bytes(b"".join(parts))
 
     def flush(self) -> None:
-        """Persist changed items to the store and the sealed audit records to its sink."""
-        if self._dirty:
-            slots = sorted(self._dirty)
-            ns_names, key_names = self._ns_names, self._key_names
-            items = [self._item(ns_names[self._slot_ns[s]], key_names[self._slot_key[s]], s) for s in slots]
-            self.store.upsert(sorted(items, key=lambda i: (i.namespace, i.key)))
-            self._dirty.clear()
-        if self.audit is not None:
-            self.audit.flush()
+        """Persist changed items to the store and the sealed audit records to its sink.
+
+        The audit records are flushed even when the store refuses the items (the items stay dirty, to be
+        written by the next flush), so a failing store never costs the record of what was decided."""
+        try:
+            if self._dirty:
+                slots = sorted(self._dirty)
+                ns_names, key_names = self._ns_names, self._key_names
+                items = [self._item(ns_names[self._slot_ns[s]], key_names[self._slot_key[s]], s) for s in slots]
+                self.store.upsert(sorted(items, key=lambda i: (i.namespace, i.key)))
+                self._dirty.clear()
+        finally:
+            if self.audit is not None:
+                self.audit.flush()
 
     def close(self) -> None:
-        self.flush()
-        if self.audit is not None:
-            self.audit.close()
-        self.store.close()
+        try:
+            self.flush()
+        finally:
+            try:
+                if self.audit is not None:
+                    self.audit.close()
+            finally:
+                self.store.close()
 
     def __enter__(self) -> ReferenceMonitor:
         return self

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from rvu_pipelines.bounded_io import truncate_for_message
 from rvu_pipelines.errors import MemoryMonitorError, ProvenanceError
 from rvu_pipelines.memory.audit import AuditLog, _encode_decision
 from rvu_pipelines.memory.model import (
@@ -47,6 +48,7 @@ from rvu_pipelines.memory.model import (
     pack_decision,
 )
 from rvu_pipelines.memory.user_channel import ContentCheck, ContentVerdict, UserChannel
+from rvu_pipelines.text_rules import lone_surrogate_at
 
 SHARED_CODE = 0
 _B0, _B1, _B2, _B3, _B4, _B5, _B6, _B7, _B8, _B9, _B10, _B11 = (1 << r for r in range(12))
@@ -138,6 +140,8 @@ class SingleCallPath:
     _sessions_ok: set[str]
     _immutable_keys: set[str]
     _index: dict[str, dict[str, int]]
+    _key_code: dict[str, int]
+    _ns_code: dict[str, int]
     _slot_value: list[str]
     _slot_taint: bytearray
     _slot_ns: array
@@ -171,12 +175,14 @@ class SingleCallPath:
             raise self._provenance_error(channel)
         ns = session
         if namespace is not None:
-            self._check_name(namespace, "namespace")
+            self._check_known_name(namespace, self._ns_code, "namespace")
             ns = namespace
         if type(key) is not str or not key or type(value) is not str:
             raise MemoryMonitorError(
-                f"WRITE needs a non-empty str key and a str value, got {key!r}, {type(value).__name__}."
+                f"WRITE needs a non-empty str key and a str value, got {truncate_for_message(key)}, "
+                f"{type(value).__name__}."
             )
+        self._check_known_name(key, self._key_code, "key")
         mask = _B3 if key in self._immutable_keys else 0
         if deps:
             taint, inherited = self._deps_taint(deps)
@@ -187,7 +193,11 @@ class SingleCallPath:
         if ns != session:
             mask |= _B9
         extra: dict[str, Any] | None = None
-        if channel is _USER and self.user_channel is not None:
+        if not value.isascii() and (bad := lone_surrogate_at(value)) is not None:
+            # never stored, never shown to a review or a detector: no store or log could hold it
+            code = pack_decision(Op.WRITE, False, Rule.WRITE_CHECK, Reason.INVALID_TEXT, mask | _B11)
+            extra = {"invalid_text": {"defect": "lone_surrogate", "position": bad}}
+        elif channel is _USER and self.user_channel is not None:
             code, extra = self._user_write(session, ns, key, value, mask)
         elif mask:
             code = _WRITE_CODES[mask]
@@ -240,6 +250,11 @@ class SingleCallPath:
             code = WRITE_OK
         return code, extra
 
+    def _check_known_name(self, name: object, known: dict[str, int], what: str) -> None:
+        """Names seen before passed the check when they were interned; only a new one is checked."""
+        if type(name) is not str or name not in known:
+            self._check_name(name, what)
+
     def _write_check_verdict(self, value: str) -> ContentVerdict | None:
         """The write-time content check's verdict on a write the rules would accept (None: no check).
 
@@ -251,6 +266,9 @@ class SingleCallPath:
         """READ(k, σ): Rule 9 scopes σ to visible(session); Rule 1 adds a node carrying m.τ."""
         if session not in self._sessions_ok:
             self._check_session(session)
+        self._check_known_name(key, self._key_code, "key")
+        if namespace is not None:
+            self._check_known_name(namespace, self._ns_code, "namespace")
         ns = session if namespace is None else namespace
         value = node = None
         if ns != session and ns != self.shared:
@@ -275,6 +293,9 @@ class SingleCallPath:
         """PROMOTE(k, σ_src, σ_shared): Rule 6 if the authorizer is trusted and τ(m) = 0, else Rule 7."""
         if session not in self._sessions_ok:
             self._check_session(session)
+        self._check_known_name(key, self._key_code, "key")
+        if source is not None:
+            self._check_known_name(source, self._ns_code, "namespace")
         if type(authorizer) is not Channel:
             raise self._provenance_error(authorizer)
         src = session if source is None else source

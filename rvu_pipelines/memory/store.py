@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from rvu_pipelines.memory.model import Channel, MemoryItem
 from rvu_pipelines.paths import state_dir
+from rvu_pipelines.text_rules import check_text
 
 
 def default_memory_db() -> Path:
@@ -80,8 +81,12 @@ class DuckDBStore:
         ]
 
     def upsert(self, items: Sequence[MemoryItem]) -> None:
+        """Insert or replace ``items`` in one statement; a value no store can hold refuses them all first."""
         if not items:
             return
+        for item in items:
+            for what, text in (("namespace", item.namespace), ("key", item.key), ("value", item.value)):
+                check_text(text, f"memory item {item.namespace!a}/{item.key!a}: {what}")
         import polars as pl
 
         frame = pl.DataFrame(

@@ -7,21 +7,22 @@ that print alike. Integers stay integers; NaN and infinities are refused.
 
 Values read from outside (:func:`strict_loads`) are also refused when a later stage could not hold
 them: numbers that overflow a 64-bit float, integers outside DuckDB's BIGINT range, nesting deeper
-than :data:`MAX_DEPTH`, and lone UTF-16 surrogates (``"\\ud800"``), which no UTF-8 encoder accepts.
+than :data:`MAX_DEPTH`, and lone UTF-16 surrogates (``"\\ud800"``), which no UTF-8 encoder accepts
+(:mod:`rvu_pipelines.text_rules`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from rvu_pipelines.text_rules import lone_surrogate_at
 
 FLOAT_DECIMALS = 6
 MAX_DEPTH = 64
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _QUOTE_LIMIT = 60
 
 
@@ -31,11 +32,11 @@ def _quote(text: str) -> str:
 
 
 def _check_string(value: str) -> None:
-    match = _LONE_SURROGATE.search(value)
-    if match:
+    position = lone_surrogate_at(value)
+    if position is not None:
         raise ValueError(
-            f"string {_quote(value)} holds a lone UTF-16 surrogate \\u{ord(match.group()):04x} at position "
-            f"{match.start()}, which is not valid Unicode; write the character itself or a full surrogate pair"
+            f"string {_quote(value)} holds a lone UTF-16 surrogate \\u{ord(value[position]):04x} at position "
+            f"{position}, which is not valid Unicode; write the character itself or a full surrogate pair"
         )
 
 
