@@ -32,11 +32,13 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.bounded_io import read_input_file, truncate_for_message
 from rvu_pipelines.errors import IncidentValidationError
 from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.paths import config_dir, project_root
 from rvu_pipelines.provenance.canonical import canonical_bytes, canonical_dumps, strict_loads
+from rvu_pipelines.text_rules import InvalidTextError, text_problem
 
 SCHEMA_RELATIVE_PATH = Path("schemas") / "incident_log.schema.json"
 LIFECYCLE_ACTION_TYPES = {
@@ -470,8 +472,17 @@ def incident_line(record: Mapping[str, Any]) -> str:
 
 
 def write_incident(records: Iterable[Mapping[str, Any]], path: Path | str) -> Path:
-    """Write records as a JSONL incident log (one object per line, trailing newline)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(incident_line(record) + "\n" for record in records), encoding="utf-8")
-    return path
+    """Write records as a JSONL incident log (one object per line, trailing newline).
+
+    Every line is checked and serialised before the file is touched, and the file is replaced in one
+    step, so a record that cannot be written (a lone surrogate) raises with the old file intact."""
+    lines = []
+    for number, record in enumerate(records, start=1):
+        for field_name, value in sorted(record.items()):
+            if isinstance(value, str) and (problem := text_problem(value)) is not None:
+                raise InvalidTextError(
+                    f"incident record {number} (entry {record.get('entry_id')!a}), field '{field_name}', cannot be "
+                    f"written to {path}: {problem}. Nothing was written."
+                )
+        lines.append(incident_line(record) + "\n")
+    return write_atomically(path, "".join(lines))

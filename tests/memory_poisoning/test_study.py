@@ -15,7 +15,7 @@ from rvu_pipelines.memory.model import Channel, Reason, Rule
 from rvu_pipelines.memory.monitor import ReferenceMonitor
 from rvu_pipelines.memory_poisoning.attacks.agentpoison import TriggerConfig
 from rvu_pipelines.memory_poisoning.defenses.memsad import MemsadDetector
-from rvu_pipelines.memory_poisoning.incident import flagged_poisons, write_poisoning_incident
+from rvu_pipelines.memory_poisoning.incident import flagged_poisons, write_entry_id, write_poisoning_incident
 from rvu_pipelines.memory_poisoning.monitor_check import DetectorWriteCheck
 from rvu_pipelines.memory_poisoning.retrieval import build_memory
 from rvu_pipelines.memory_poisoning.runner import StudyResult
@@ -96,7 +96,7 @@ def test_a_poisoning_incident_is_recovered_and_certified(cells, embedder, tmp_pa
     retrievals = [r for r in log.records if r.action_type == "memory_retrieval"]
     assert retrievals and any(r.parent_id and r.parent_id.startswith("write:agentpoison") for r in retrievals)
     result = recover(path, tmp_path / "s.duckdb", None, tmp_path / "keys", tmp_path / "cert.json")
-    poison_ids = {f"write:{k}".replace("/", "_") for k in flagged}
+    poison_ids = {write_entry_id(k) for k in flagged}
     assert poison_ids <= set(result.seeds)
     # every retrieval of a poison is in the closure, and no genesis (benign) write is a seed
     poisoned_reads = [r.entry_id for r in retrievals if r.parent_id in poison_ids]
