@@ -121,20 +121,22 @@ def _q(text: str | None) -> str:
 def _encode_decision(e: tuple[Any, ...]) -> tuple[str, bytes]:
     """A decision as a positional JSON array (see audit.DECISION_FIELDS): cheap to build and hash."""
     _, _op, code, session, ns, key, channel, claimed, deps, value, node, extra = e
-    return "decision", _json_utf8(
-        "[{:d},{},{},{},{},{},[{}],{},{},{}]".format(
-            code,
-            _json_str(session),
-            _q(ns),
-            _q(key),
-            "null" if channel is None else channel,
-            _q(claimed),
-            ",".join(map(str, deps)),
-            "null" if value is None else f'"{sha256_bytes(digest_bytes(value))}"',
-            "null" if node is None else node,
-            "null" if extra is None else canonical_json(extra).decode(),
-        )
+    text = "[{:d},{},{},{},{},{},[{}],{},{},{}]".format(
+        code,
+        _json_str(session),
+        _q(ns),
+        _q(key),
+        "null" if channel is None else channel,
+        _q(claimed),
+        ",".join(map(str, deps)),
+        "null" if value is None else f'"{sha256_bytes(value.encode("utf-8", "surrogatepass"))}"',
+        "null" if node is None else node,
+        "null" if extra is None else canonical_json(extra).decode(),
     )
+    try:
+        return "decision", text.encode()
+    except UnicodeEncodeError:  # a claim holding a lone surrogate: logged as its JSON escape
+        return "decision", _json_utf8(text)
 
 
 def _encode_belief(e: tuple[Any, ...]) -> tuple[str, bytes]:

@@ -182,7 +182,8 @@ class SingleCallPath:
                 f"WRITE needs a non-empty str key and a str value, got {truncate_for_message(key)}, "
                 f"{type(value).__name__}."
             )
-        self._check_known_name(key, self._key_code, "key")
+        if key not in self._key_code:  # a known key passed the name check when it was interned
+            self._check_name(key, "key")
         mask = _B3 if key in self._immutable_keys else 0
         if deps:
             taint, inherited = self._deps_taint(deps)
