@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import Any
 
 from rvu_pipelines.errors import RvuError
+from rvu_pipelines.models.chat_tokens import control_strings
 from rvu_pipelines.models.llm import AdapterHostingModel, ChatCompletion, ChatModel, Message, adapter_key_of
 from rvu_pipelines.paths import state_dir
 
@@ -60,9 +61,12 @@ def response_key(
     """sha256 hex of the canonical JSON (sorted keys, no spaces) of every input that determines the output.
 
     ``model_id`` should be the weights' sha256, not a display name, so a swapped GGUF never hits.
-    ``stop=None`` and ``stop=[]`` mean the same to every backend and give the same key.
+    ``stop=None`` and ``stop=[]`` mean the same to every backend and give the same key. A message list
+    holding chat control-token text is keyed apart (``content_tokens``): its content reaches the model as
+    plain text, where answers for the same messages tokenized with the control tokens parsed must not be
+    replayed; every other key is unchanged.
     """
-    payload = {
+    payload: dict[str, Any] = {
         "v": KEY_VERSION,
         "model_id": str(model_id),
         "messages": [dict(m) for m in messages],
@@ -71,6 +75,8 @@ def response_key(
         "seed": int(seed),
         "stop": [str(s) for s in (stop or [])],
     }
+    if any(isinstance(m.get("content"), str) and control_strings(m["content"]) for m in messages):
+        payload["content_tokens"] = "plain"
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 

@@ -17,6 +17,14 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.hashing import sha256_bytes, sha256_file
+from rvu_pipelines.models.chat_tokens import (
+    PLAIN_CONTENT_HEADER,
+    PLAIN_CONTENT_VALUE,
+    ChatTokenizer,
+    ControlTokenError,
+    control_strings,
+    neutralise_control_strings,
+)
 from rvu_pipelines.models.kv_prefixes import CHUNK_TOKENS, KVDiskCache, KVNamespace, KVPrefixStore
 from rvu_pipelines.models.llama_runtime import LlamaRuntimeSettings, llama_build_fingerprint, open_llama
 from rvu_pipelines.paths import state_dir
@@ -124,6 +132,11 @@ def _prefix_llama_class() -> type:
 class LlamaCppChatModel:
     """A GGUF model run in-process by llama-cpp-python.
 
+    The prompt is built by ``models.chat_tokens``: only the chat template's own text becomes control
+    tokens, every message's content is tokenized as plain text, so a tool output or a retrieved document
+    holding ``<|im_end|>\\n<|im_start|>user`` cannot forge a turn (benign prompts get the same ids as
+    llama-cpp-python's ``create_chat_completion`` gave them).
+
     ``prefix_reuse`` says how the KV state of a shared prompt prefix is reused across calls (all reuse
     is chunk-aligned, ``models.kv_prefixes``, so text and logits equal a cold evaluation's bit for bit):
     "off" resets the context before every call (the cold baseline); "last" reuses what the previous
@@ -191,6 +204,7 @@ class LlamaCppChatModel:
         self._llm.prefix_store = self.prefix_store
         self._namespace_base: tuple[str, str] | None = None
         self._adapters: Any = None  # LlamaAdapterSlots, made on the first adapter load
+        self._chat_tokens: ChatTokenizer | None = None  # made on the first chat (reads the whole vocabulary)
 
     # LoRA adapters (models.llama_adapters): loaded into the open model, never a second copy of the weights
 
@@ -252,17 +266,25 @@ class LlamaCppChatModel:
         import llama_cpp
 
         with self._lock:
+            if self._chat_tokens is None:
+                self._chat_tokens = ChatTokenizer(self._llm, model_name=self.name)
+            prompt = self._chat_tokens.prompt(messages)  # content is plain text: it cannot forge a turn
             if self.prefix_reuse == "off":
                 self._llm.reset()  # cold: no KV state from an earlier call is reused
             context = self._llm._ctx.ctx
             llama_cpp.llama_perf_context_reset(context)
             started = time.perf_counter()
-            response = self._llm.create_chat_completion(
-                messages=messages,  # type: ignore[arg-type]
+            response = self._llm.create_completion(  # the sampling create_chat_completion used, on our tokens
+                prompt=prompt.tokens,
                 max_tokens=max_tokens,
                 temperature=temperature,
+                top_p=0.95,
+                top_k=40,
+                min_p=0.05,
+                typical_p=1.0,
                 seed=seed,
-                stop=stop or [],
+                stop=[*(stop or []), *prompt.stop],
+                stopping_criteria=prompt.stopping_criteria,
                 repeat_penalty=1.0,  # plain greedy at temperature 0: no repetition penalty
             )
             wall = time.perf_counter() - started
@@ -273,7 +295,7 @@ class LlamaCppChatModel:
         if prompt_s + generation_s <= 0:  # timings unavailable: attribute the wall time to generation
             prompt_s, generation_s = 0.0, wall
         return ChatCompletion(
-            text=choice["message"]["content"] or "",
+            text=choice["text"] or "",
             model=self.name,
             # tokens actually evaluated this call (a reused KV prefix is not re-evaluated)
             prompt_tokens=int(perf.n_p_eval) or int(usage["prompt_tokens"]),
@@ -284,8 +306,26 @@ class LlamaCppChatModel:
         )
 
 
+ControlTokenPolicy = Literal["auto", "neutralise", "refuse", "keep"]
+CONTROL_TOKEN_POLICIES: tuple[str, ...] = ("auto", "neutralise", "refuse", "keep")
+
+
 class OpenAICompatibleChatModel:
-    """Any server speaking the OpenAI chat-completions API (llama.cpp server, vLLM, ...)."""
+    """Any server speaking the OpenAI chat-completions API (llama.cpp server, vLLM, ...).
+
+    **What is guaranteed about control tokens.** The server renders the chat template and tokenizes the
+    prompt; this client cannot see its tokenizer, so it cannot guarantee that message content stays plain
+    text there. The servers the platform runs itself (``models.llama_server``: the scale profile's) build
+    the prompt with ``models.chat_tokens`` and say so in a response header, and then content is plain text
+    by construction, as in-process. For any other server the client can only screen content:
+    ``control_tokens`` says what happens to well-known chat control-token strings (ChatML, Llama-2/3,
+    Mistral, Gemma, Phi-3, DeepSeek, any ``<|name|>``) in non-system messages before they are sent:
+    "neutralise" breaks each one with a space, "refuse" raises ``ControlTokenError``, "keep" sends them
+    as they are, and "auto" (the default) keeps them for a server that declares plain-text content
+    tokenization and neutralises them otherwise. Screening is defense in depth, not a guarantee: a
+    model with control strings outside that list is not covered, and system messages (written by the
+    platform) are sent as they are.
+    """
 
     def __init__(
         self,
@@ -295,14 +335,62 @@ class OpenAICompatibleChatModel:
         api_key_env: str = "OPENAI_API_KEY",
         timeout_s: float = 300.0,
         extra_body: dict[str, object] | None = None,
+        control_tokens: ControlTokenPolicy = "auto",
     ) -> None:
         """``extra_body`` carries server-specific sampling fields, e.g. {"repeat_penalty": 1.0} for
         llama.cpp's server, whose default 1.1 penalty makes temperature 0 differ from plain greedy."""
+        if control_tokens not in CONTROL_TOKEN_POLICIES:
+            raise ConfigError(
+                f"OpenAICompatibleChatModel: control_tokens={control_tokens!r} is not one of "
+                f"{', '.join(CONTROL_TOKEN_POLICIES)}."
+            )
         self.name = model
         self.extra_body = dict(extra_body or {})
         self.base_url = base_url.rstrip("/")
         self.api_key_env = api_key_env
         self.timeout_s = timeout_s
+        self.control_tokens: ControlTokenPolicy = control_tokens
+        self._server_plain_content: bool | None = None  # "auto": what the server declared (asked once)
+
+    def _headers(self) -> dict[str, str]:
+        key = os.environ.get(self.api_key_env)
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def server_tokenizes_content_as_text(self) -> bool:
+        """Whether the server declares (``PLAIN_CONTENT_HEADER`` on ``/models``) that it tokenizes message
+        content as plain text; asked once, and asked again after a failed request."""
+        import requests
+
+        if self._server_plain_content is None:
+            try:
+                response = requests.get(f"{self.base_url}/models", headers=self._headers(), timeout=self.timeout_s)
+            except requests.RequestException:
+                return False
+            declared = response.headers.get(PLAIN_CONTENT_HEADER, "")
+            self._server_plain_content = response.ok and declared.lower() == PLAIN_CONTENT_VALUE
+        return self._server_plain_content
+
+    def screened(self, messages: list[Message]) -> list[Message]:
+        """``messages`` as they will be sent under ``control_tokens`` (system messages untouched)."""
+        policy = self.control_tokens
+        if policy == "auto":
+            policy = "keep" if self.server_tokenizes_content_as_text() else "neutralise"
+        if policy == "keep":
+            return messages
+        screened: list[Message] = []
+        for index, message in enumerate(messages):
+            content = message.get("content")
+            if message.get("role") == "system" or not isinstance(content, str) or not control_strings(content):
+                screened.append(message)
+            elif policy == "refuse":
+                found = ", ".join(sorted(set(control_strings(content))))
+                raise ControlTokenError(
+                    f"{self.name}: message {index} ({message.get('role')}) holds chat control-token text "
+                    f"({found}); refused (control_tokens='refuse')."
+                )
+            else:
+                screened.append({**message, "content": neutralise_control_strings(content)})
+        return screened
 
     def chat(
         self,
@@ -315,14 +403,11 @@ class OpenAICompatibleChatModel:
     ) -> ChatCompletion:
         import requests
 
-        headers = {}
-        key = os.environ.get(self.api_key_env)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
+        headers = self._headers()
         body = {
             **self.extra_body,
             "model": self.name,
-            "messages": messages,
+            "messages": self.screened(messages),
             "max_tokens": max_tokens,
             "temperature": temperature,
             "seed": seed,
