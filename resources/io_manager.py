@@ -4,6 +4,7 @@ from pathlib import Path
 import polars as pl
 from dagster import ConfigurableIOManager, InputContext, OutputContext
 
+from rvu_pipelines.atomic_write import atomic_path, write_atomically
 from rvu_pipelines.paths import state_dir
 
 
@@ -29,13 +30,11 @@ class LocalTableIOManager(ConfigurableIOManager):
             return
         if isinstance(obj, pl.DataFrame):
             path = self._path(context, ".parquet")
-            tmp = path.with_suffix(".parquet.tmp")
-            obj.write_parquet(tmp)
+            with atomic_path(path) as temp:
+                obj.write_parquet(temp)
         else:
             path = self._path(context, ".json")
-            tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(obj, indent=1, sort_keys=True, default=str))
-        tmp.replace(path)
+            write_atomically(path, json.dumps(obj, indent=1, sort_keys=True, default=str))
         context.add_output_metadata({"path": str(path)})
 
     def load_input(self, context: InputContext) -> object:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.code_version import code_version
 from rvu_pipelines.hashing import sha256_file
 from rvu_pipelines.paths import config_dir, project_root, state_dir
@@ -142,10 +143,7 @@ class ResultMemo:
         except (TypeError, ValueError) as exc:  # a result we cannot store faithfully is computed again next time
             log.warning("result memo %s: not stored (%s)", name, exc)
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temp.write_text(text)
-        os.replace(temp, path)
+        write_atomically(path, text, fsync=False)  # a memo lost to a power cut is only computed again
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,11 @@ uploaded again under another name or id is refused before it loads.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.provenance.incident import IncidentLog
 
@@ -50,8 +50,5 @@ def record_evictions(incident: IncidentLog, evicted_adapter_ids: Iterable[str], 
             current[sha] = {"adapter_id": adapter_id, "incident": incident.incident_id}
             added.append(sha)
     if added:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(json.dumps(current, indent=1, sort_keys=True))
-        os.replace(partial, path)  # a reader never sees half a file
+        write_atomically(path, json.dumps(current, indent=1, sort_keys=True))  # a reader never sees half a file
     return added

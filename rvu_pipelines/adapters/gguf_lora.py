@@ -36,7 +36,6 @@ adapter's effect on the logits agrees, and the same file written without the per
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -44,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from rvu_pipelines.atomic_write import atomic_path
 
 ARCHITECTURE = "llama"
 _PEFT_NAME = re.compile(
@@ -179,23 +180,21 @@ def write_gguf_arrays(
     if bad:
         raise ValueError(f"GGUF LoRA tensor names must end in .lora_a or .lora_b: {bad[:3]}.")
     out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
-    writer = gguf.GGUFWriter(str(partial), arch=architecture)
-    try:
-        writer.add_type(gguf.GGUFType.ADAPTER)
-        writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
-        writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(alpha))
-        if name:
-            writer.add_name(name)
-        for key in sorted(arrays):
-            writer.add_tensor(key, np.ascontiguousarray(arrays[key], dtype=np.float32))
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-    finally:
-        writer.close()
-    partial.replace(out)
+    with atomic_path(out) as partial:
+        writer = gguf.GGUFWriter(str(partial), arch=architecture)
+        try:
+            writer.add_type(gguf.GGUFType.ADAPTER)
+            writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
+            writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(alpha))
+            if name:
+                writer.add_name(name)
+            for key in sorted(arrays):
+                writer.add_tensor(key, np.ascontiguousarray(arrays[key], dtype=np.float32))
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_tensors_to_file()
+        finally:
+            writer.close()
     return out
 
 

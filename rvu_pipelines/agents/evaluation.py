@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ import numpy as np
 import polars as pl
 from tqdm.auto import tqdm
 
+from rvu_pipelines.atomic_write import atomic_path
 from rvu_pipelines.code_version import code_version as current_code_version
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scenarios.contract import Scenario
@@ -107,10 +107,8 @@ def _read_rows(path: Path) -> pl.DataFrame | None:
 
 def _write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     """Atomic: a crash mid-write leaves the previous complete file, never a torn one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".parquet.tmp")
-    pl.DataFrame(rows, infer_schema_length=None).write_parquet(tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as temp:
+        pl.DataFrame(rows, infer_schema_length=None).write_parquet(temp)
 
 
 class LlmStats:

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from rvu_pipelines.atomic_write import atomic_writer
 from rvu_pipelines.hashing import sha256_bytes
 
 log = logging.getLogger(__name__)
@@ -88,8 +89,9 @@ class _DiskEntry:
 class KVDiskCache:
     """KV prefix states in files ``<sha256(namespace, tokens)>.kv``: header, tokens, state bytes.
 
-    Safe to share between processes: a file appears by ``os.replace`` of a finished temp file, every
-    read checks the state's sha256, and a file another process evicted meanwhile is simply a miss.
+    Safe to share between processes: a file appears by ``os.replace`` of a finished temp file each writer
+    made for itself (:mod:`rvu_pipelines.atomic_write`), every read checks the state's sha256, and a file
+    another process evicted meanwhile is simply a miss.
     """
 
     def __init__(self, directory: Path | str, capacity_bytes: int = 1 << 30) -> None:
@@ -191,12 +193,12 @@ class KVDiskCache:
             },
             sort_keys=True,
         ).encode()
-        temp = target.with_name(f".{key}.{os.getpid()}.tmp")
-        with open(temp, "wb") as handle:
+        # each writer has its own temp file (mkstemp), so processes writing the same key never mix bytes;
+        # no fsync: a file a power cut tore fails its sha256 and is a miss
+        with atomic_writer(target, fsync=False) as handle:
             handle.write(_MAGIC + struct.pack("<I", len(header)) + header)
             handle.write(np.asarray(tokens, dtype="<i4").tobytes())
             handle.write(state)
-        os.replace(temp, target)
         self.writes += 1
         self.evict()
         return target

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.errors import RvuError
 from rvu_pipelines.models.llama_runtime import (
     BUILD_TARGET_ENV,
@@ -258,9 +259,9 @@ def ensure_llama_runs(
     result = run_probe(model_path, settings=settings, n_threads=n_threads)
     if not result.ok:
         raise NativeCrashError(result)
-    staging = marker.with_suffix(f".{os.getpid()}.tmp")  # several processes may probe at once
-    staging.write_text(json.dumps({k: v for k, v in asdict(result).items() if k != "log"}, indent=2, sort_keys=True))
-    os.replace(staging, marker)
+    # several processes may probe at once: each writes its own temp file and the last rename wins
+    remembered = {k: v for k, v in asdict(result).items() if k != "log"}
+    write_atomically(marker, json.dumps(remembered, indent=2, sort_keys=True), fsync=False)
     return result
 
 

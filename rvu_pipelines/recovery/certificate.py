@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.bounded_io import read_input_file, truncate_for_message
 from rvu_pipelines.errors import InputFileError, RvuError
 from rvu_pipelines.hashing import sha256_bytes
@@ -139,13 +140,9 @@ def certificate_bytes(certificate: Mapping[str, Any]) -> bytes:
 
 
 def write_certificate(certificate: Mapping[str, Any], path: Path | str) -> Path:
-    """Write atomically (temp file + rename) so a reader never sees half a certificate."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(path.name + ".tmp")
-    temp.write_bytes(certificate_bytes(certificate))
-    os.replace(temp, path)
-    return path
+    """Write atomically so a reader never sees half a certificate, and a link planted at ``path`` or
+    beside it is replaced, never written through."""
+    return write_atomically(path, certificate_bytes(certificate))
 
 
 def check_writable(path: Path | str) -> Path:

@@ -22,6 +22,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.bounded_io import read_input_file
 from rvu_pipelines.errors import InputFileError, SigningKeyError
 from rvu_pipelines.hashing import sha256_bytes
@@ -62,6 +63,11 @@ class SigningKey:
 
 
 FINGERPRINT_PATTERN = re.compile(r"sha256:[0-9a-f]{64}")
+TRUST_FILE_MAX_BYTES = 1 << 20
+TRUST_FILE_LIMIT_REASON = (
+    "a trust file holds only fingerprints, 72 bytes a line, so 1 MiB is over 14,000 keys; a larger file is not "
+    "a trust file: check the path"
+)
 
 
 def public_key_fingerprint(public_raw: bytes) -> str:
@@ -109,10 +115,8 @@ def _write_private_key(path: Path, pem: bytes) -> bool:
 
 
 def _write_public_key(folder: Path, public: Ed25519PublicKey) -> None:
-    """Write the public key atomically, so a reader never pins half a file."""
-    temp = folder / (PUBLIC_KEY_FILE + ".tmp")
-    temp.write_bytes(_public_pem(public))
-    os.replace(temp, folder / PUBLIC_KEY_FILE)
+    """Write the public key atomically, so a reader never pins half a file (and a planted link is replaced)."""
+    write_atomically(folder / PUBLIC_KEY_FILE, _public_pem(public))
 
 
 def _read_private_key(private_path: Path) -> Ed25519PrivateKey:
@@ -246,7 +250,9 @@ def public_key_info(key_dir: Path | str) -> tuple[str, bytes] | None:
 
 def read_trust_file(path: Path | str) -> list[str]:
     """Fingerprints in a trust file: one per line, ``#`` starts a comment; InputFileError naming a bad line."""
-    data = read_input_file(path, what="trust file", max_bytes=1 << 20)
+    data = read_input_file(
+        path, what="trust file", max_bytes=TRUST_FILE_MAX_BYTES, limit_reason=TRUST_FILE_LIMIT_REASON
+    )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 import faiss
 import numpy as np
 
+from rvu_pipelines.atomic_write import atomic_path
 from rvu_pipelines.errors import StoreError
 from rvu_pipelines.provenance.intsets import unique_ints
 from rvu_pipelines.provenance.store import ProvenanceStore
@@ -150,12 +150,8 @@ class VectorIndex:
         """Write atomically: a crash leaves either the old file or the new one, never half of one."""
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temp = self.path.with_name(self.path.name + ".tmp")
-        faiss.write_index(self._index, str(temp))
-        with open(temp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(temp, self.path)
+        with atomic_path(self.path) as temp:
+            faiss.write_index(self._index, str(temp))
 
     def reconcile(self, store: ProvenanceStore) -> ReconcileReport:
         """Make the index hold exactly the vectors the store allows; save if anything changed."""

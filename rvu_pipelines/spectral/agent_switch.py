@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.detectors.base import check_threshold
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.spectral.detector import DEFAULT_CALIBRATION_SETS, DEFAULT_CALIBRATION_SIZE, HferDetector
@@ -212,10 +212,7 @@ def _calibrate_and_keep(spec: SwitchSpec, path: Path) -> KillSwitch:
         ],
     }
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomically(path, json.dumps(document, indent=2, sort_keys=True) + "\n", fsync=False)
     except OSError as exc:  # a read-only cache folder only costs the next process the calibration
         logger.warning("Could not keep the calibrated switch in %s: %s", path, exc)
     return switch
