@@ -6,7 +6,6 @@ Exit codes follow cli.py's policy: 0 ok, 1 verification failed or recovery refus
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import NoReturn
 
 import click
@@ -56,10 +55,12 @@ def recover(incident: str, cert_out: str | None, state: str | None, max_depth: i
     from rvu_pipelines.adapters.recovery_gate import default_gate
     from rvu_pipelines.provenance.incident import load_incident
     from rvu_pipelines.recovery import recover as run_recovery
+    from rvu_pipelines.recovery.pipeline import check_against_new_store
     from rvu_pipelines.recovery.state import RecoveryPaths
 
     paths = RecoveryPaths.default(state)
     log = load_incident(incident)  # validated once, first: a bad file changes nothing; recovery uses this copy
+    check_against_new_store(log, paths.store)  # what a new store would refuse, refused before the embedder loads
     incident_id = log.incident_id
     result = run_recovery(
         log,
@@ -99,8 +100,11 @@ def recover(incident: str, cert_out: str | None, state: str | None, max_depth: i
     console.print(f"certificate {escape(str(result.certificate_path))}", highlight=False)
 
 
-def _explicit_pins(pins: tuple[str, ...], trust_files: tuple[str, ...]) -> list[str]:
-    """Fingerprints from --pin and --trust-file; a malformed one is a usage error."""
+def _explicit_pins(pins: tuple[str, ...], trust_files: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """Fingerprints from --pin and --trust-file, and where they came from. A malformed pin, or a trust file
+    without a single fingerprint, is an input error: a trust root is never left to a fallback because the
+    file meant to name it was empty or half-written."""
+    from rvu_pipelines.errors import InputFileError
     from rvu_pipelines.recovery.signing_keys import normalize_fingerprint, read_trust_file
 
     found: list[str] = []
@@ -109,9 +113,18 @@ def _explicit_pins(pins: tuple[str, ...], trust_files: tuple[str, ...]) -> list[
             found.append(normalize_fingerprint(pin))
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--pin") from None
+    sources = ["--pin"] if pins else []
     for path in trust_files:
-        found.extend(read_trust_file(path))
-    return found
+        listed = read_trust_file(path)
+        if not listed:
+            raise InputFileError(
+                f"trust file {path}: holds no fingerprint (only blank or # comment lines), so it trusts nobody, "
+                "and --trust-file never falls back to this machine's own key. Add the signer's fingerprint "
+                "(sha256:..., one per line; the signer runs `rvu keys show`), or pass the trust file you meant."
+            )
+        found.extend(listed)
+        sources.append(f"trust file {path}")
+    return found, sources
 
 
 def _machine_pins(state: str | None) -> tuple[list[str], list[str]]:
@@ -148,7 +161,8 @@ def _machine_pins(state: str | None) -> tuple[list[str], list[str]]:
     "trust_files",
     multiple=True,
     type=click.Path(dir_okay=False),
-    help="File of trusted fingerprints, one per line, # comments (repeatable).",
+    help="File of trusted fingerprints, one per line, # comments (repeatable); a file without any fingerprint is "
+    "an error.",
 )
 @click.option(
     "--integrity-only",
@@ -164,9 +178,8 @@ def verify(
     when no key is pinned; 2 for an unreadable file or bad option."""
     from rvu_pipelines.recovery.certificate import check_certificate
 
-    explicit = _explicit_pins(pins, trust_files)
     if integrity_only:
-        if explicit:
+        if pins or trust_files:
             raise click.UsageError("--integrity-only checks no signer; drop it, or drop --pin / --trust-file.")
         verdict = check_certificate(certificate)
         if not verdict.ok:
@@ -177,7 +190,8 @@ def verify(
             highlight=False,
         )
         sys.exit(0)
-    trusted, sources = (explicit, ["--pin / --trust-file"]) if explicit else _machine_pins(state)
+    # --pin / --trust-file replace this machine's pins, never add to them: only what was named is trusted
+    trusted, sources = _explicit_pins(pins, trust_files) if pins or trust_files else _machine_pins(state)
     if not trusted:
         verdict = check_certificate(certificate)
         if not verdict.ok:
@@ -247,11 +261,12 @@ def keys_show(state: str | None) -> None:
 @click.option("--state", type=click.Path(file_okay=False), default=None, help=STATE_HELP)
 def keys_export(path: str, state: str | None) -> None:
     """Write the public key (PEM) to PATH, for auditors on other machines."""
+    from rvu_pipelines.atomic_write import write_atomically
     from rvu_pipelines.errors import InputFileError
 
     fingerprint, pem = _public_key(state)
     try:
-        Path(path).write_bytes(pem)
+        write_atomically(path, pem)  # a link at PATH or beside it is replaced, never written through
     except OSError as exc:
         raise InputFileError(f"Cannot write the public key to {path}: {exc.strerror or exc}.") from None
     click.echo(f"wrote public key {fingerprint} to {path}")

@@ -9,20 +9,24 @@ Triage moves a file only after its copy is safely written, so nothing is lost if
 and the same content dropped twice maps to the same incident id (one recovery, not two).
 
 Files come from outside and may be hostile, so each is triaged on its own: whatever one file is or
-holds (a FIFO, a device, a file over RVU_MAX_INPUT_MB, bytes that break any later stage), it ends in
-dead_letter/ with the reason, and the files after it are still triaged. A file that cannot even be
-moved (the disk is full) stays in the inbox with its error in the outcome, to be tried again.
+holds (a FIFO, a device, a symbolic link to a file elsewhere, a file over RVU_MAX_INPUT_MB, bytes that
+break any later stage), it ends in dead_letter/ with the reason, and the files after it are still
+triaged. A file that cannot even be moved (the disk is full) stays in the inbox with its error in the
+outcome, to be tried again. Only a regular file inside inbox/ is read: links are moved, never followed,
+and triage refuses to run while inbox/, accepted/ or dead_letter/ is itself a link.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rvu_pipelines.bounded_io import read_input_file, truncate_for_message
+from rvu_pipelines.atomic_write import write_atomically
+from rvu_pipelines.bounded_io import link_target, read_input_file, truncate_for_message
 from rvu_pipelines.errors import ConfigError, IncidentValidationError, InputFileError
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.provenance.incident import MAX_ISSUES, parse_incident
@@ -48,9 +52,39 @@ class IncidentFolders:
     def dead_letter(self) -> Path:
         return self.root / "dead_letter"
 
+    @property
+    def folders(self) -> tuple[Path, Path, Path]:
+        return self.inbox, self.accepted, self.dead_letter
+
     def ensure(self) -> IncidentFolders:
-        for folder in (self.inbox, self.accepted, self.dead_letter):
-            folder.mkdir(parents=True, exist_ok=True)
+        """Create the folders that are missing, then :meth:`check` them."""
+        for folder in self.folders:
+            if not os.path.lexists(folder):  # a dangling link is not created through: check() refuses it
+                try:
+                    folder.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise ConfigError(f"Cannot create the incident folder {folder}: {exc.strerror or exc}.") from None
+        return self.check()
+
+    def check(self) -> IncidentFolders:
+        """ConfigError unless inbox/, accepted/ and dead_letter/ are real folders inside the root: through a
+        link, every copy and move triage makes would land in whatever folder the link names."""
+        for folder in self.folders:
+            try:
+                info = os.lstat(folder)
+            except OSError as exc:
+                raise ConfigError(f"Incident folder {folder} cannot be used: {exc.strerror or exc}.") from None
+            if stat.S_ISLNK(info.st_mode):
+                raise ConfigError(
+                    f"Incident folder {folder} is a symbolic link (to {link_target(folder)}); files triage moves or "
+                    f"writes there would land outside {self.root}, so nothing was triaged. Replace it with a real "
+                    f"folder (rm {folder} && mkdir {folder}), or point {INCIDENT_DIR_ENV} at the folder you mean."
+                )
+            if not stat.S_ISDIR(info.st_mode):
+                raise ConfigError(
+                    f"Incident folder {folder} is not a folder; move it away so it can be created (nothing was "
+                    "triaged)."
+                )
         return self
 
     def accepted_path(self, incident_id: str) -> Path:
@@ -87,12 +121,6 @@ class TriageOutcome:
         return self.incident_id is not None
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-
-
 def _free_name(folder: Path, name: str) -> Path:
     candidate, n = folder / name, 1
     while os.path.lexists(candidate):  # a dangling symlink counts as taken too
@@ -124,7 +152,7 @@ def _dead_letter(folders: IncidentFolders, path: Path, error: Exception) -> Tria
     """Move ``path`` (whatever it is: never opened here) beside a report saying why."""
     report = _report(path.name, error)
     target = _free_name(folders.dead_letter, path.name)
-    _write_atomically(
+    write_atomically(
         target.with_name(target.name + ".error.json"), json.dumps(report, indent=1, sort_keys=True).encode()
     )
     os.replace(path, target)  # renames a FIFO, device node or symlink without opening it
@@ -133,12 +161,12 @@ def _dead_letter(folders: IncidentFolders, path: Path, error: Exception) -> Tria
 
 def _accept(folders: IncidentFolders, path: Path) -> TriageOutcome:
     """Read (bounded, never blocking) and validate ``path``; keep a content-addressed copy if it is valid."""
-    data = read_input_file(path, what="incident log")
+    data = read_input_file(path, what="incident log", follow_links=False)  # a link is dead-lettered, not followed
     incident = parse_incident(data, path.name)
     accepted = folders.accepted_path(incident.incident_id)
     if not accepted.with_suffix(".sha256").exists():  # the .sha256 is written last: its presence means done
-        _write_atomically(accepted, data)
-        _write_atomically(accepted.with_suffix(".sha256"), incident.sha256.encode())
+        write_atomically(accepted, data)
+        write_atomically(accepted.with_suffix(".sha256"), incident.sha256.encode())
     path.unlink()
     return TriageOutcome(path.name, incident.incident_id, incident.sha256)
 
@@ -159,5 +187,9 @@ def _triage_one(folders: IncidentFolders, path: Path) -> TriageOutcome:
 
 
 def triage_inbox(folders: IncidentFolders) -> list[TriageOutcome]:
-    """Triage each new file on its own: accept it (content-addressed copy) or dead-letter it with a report."""
+    """Triage each new file on its own: accept it (content-addressed copy) or dead-letter it with a report.
+
+    Only regular files are read; a symbolic link is dead-lettered itself (moved, never followed).
+    """
+    folders.check()
     return [_triage_one(folders, path) for path in sorted(folders.inbox.glob("*.jsonl"))]

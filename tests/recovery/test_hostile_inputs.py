@@ -125,9 +125,57 @@ def test_fifo_device_folder_and_dangling_link_are_dead_lettered_without_being_re
     assert_drained(folders, outcomes)
     assert [outcome.accepted for outcome in outcomes] == [False] * 4 + [True]
     assert "a FIFO" in dead_letter_report(folders, "a_fifo.jsonl")["message"]
-    assert "a device" in dead_letter_report(folders, "b_zero.jsonl")["message"]
+    assert "symbolic link" in dead_letter_report(folders, "b_zero.jsonl")["message"]
     assert all(dead_letter_report(folders, o.source)["error"] == "InputFileError" for o in outcomes[:4])
     assert (folders.dead_letter / "b_zero.jsonl").is_symlink()
+
+
+def test_a_link_to_a_log_elsewhere_is_dead_lettered_without_being_read(folders: IncidentFolders, tmp_path) -> None:
+    """A valid log outside the inbox, linked into it: the link itself is moved to dead_letter/ (never followed,
+    so the platform reads nothing outside the inbox) and the good file beside it is accepted."""
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    elsewhere.write_bytes(good_log())
+    (folders.inbox / "a_link.jsonl").symlink_to(elsewhere)
+    (folders.inbox / "b_good.jsonl").write_bytes(good_log().replace(b"ep-e2", b"ep-other"))
+    outcomes = triage_inbox(folders)
+    assert_drained(folders, outcomes)
+    assert [outcome.accepted for outcome in outcomes] == [False, True]
+    report = dead_letter_report(folders, "a_link.jsonl")
+    assert report["error"] == "InputFileError" and "symbolic link" in report["message"]
+    assert str(elsewhere) in report["message"]
+    moved = folders.dead_letter / "a_link.jsonl"
+    assert moved.is_symlink() and os.readlink(moved) == str(elsewhere)
+    assert elsewhere.read_bytes() == good_log() and len(list(folders.accepted.glob("*.jsonl"))) == 1
+
+
+@pytest.mark.parametrize("name", ["inbox", "accepted", "dead_letter"])
+def test_an_incident_folder_that_is_a_link_stops_triage(tmp_path, name: str) -> None:
+    """inbox/, accepted/ or dead_letter/ as a link would carry every copy and move outside the root: a clear
+    configuration error, and nothing is moved or written."""
+    root, outside = tmp_path / "incidents", tmp_path / "outside"
+    outside.mkdir()
+    folders = incident_folders(root)
+    (root / name).rmdir()
+    (root / name).symlink_to(outside)
+    (folders.inbox / "good.jsonl").write_bytes(good_log())  # through the link when the inbox is the link
+    before = sorted(path.name for path in outside.iterdir())
+    with pytest.raises(ConfigError, match=f"{name} is a symbolic link") as refused:
+        incident_folders(root)
+    assert str(outside) in str(refused.value) and "RVU_INCIDENT_DIR" in str(refused.value)
+    with pytest.raises(ConfigError, match="nothing was triaged"):
+        triage_inbox(folders)
+    assert sorted(path.name for path in outside.iterdir()) == before
+    assert [path.name for path in folders.inbox.iterdir()] == ["good.jsonl"]
+
+
+def test_a_file_where_an_incident_folder_belongs_is_a_config_error(tmp_path) -> None:
+    root = tmp_path / "incidents"
+    root.mkdir()
+    (root / "accepted").write_text("")
+    with pytest.raises(ConfigError, match="accepted is not a folder"):
+        incident_folders(root)
+    with pytest.raises(ConfigError, match="Cannot create the incident folder"):
+        incident_folders(root / "accepted" / "below-a-file")
 
 
 def test_oversize_log_is_dead_lettered_with_the_limit(folders: IncidentFolders, monkeypatch) -> None:

@@ -84,16 +84,31 @@ inbox_file = st.one_of(mutated_log(), mutated_log(), st.binary(max_size=2000), s
 
 
 @settings(max_examples=60, deadline=None)
-@given(files=st.lists(inbox_file, min_size=1, max_size=4))
-def test_triage_drains_the_inbox_whatever_it_holds(files: list[bytes]) -> None:
+@given(files=st.lists(inbox_file, min_size=1, max_size=4), linked=st.lists(st.booleans(), min_size=4, max_size=4))
+def test_triage_drains_the_inbox_whatever_it_holds(files: list[bytes], linked: list[bool]) -> None:
+    """Each file is accepted xor dead-lettered; a link beside it (to a valid log outside the inbox) is always
+    dead-lettered as the link itself, and never makes the platform read the file it names."""
     with tempfile.TemporaryDirectory() as tmp:
-        folders = incident_folders(Path(tmp))
+        folders = incident_folders(Path(tmp) / "incidents")
+        outside = Path(tmp) / "outside.jsonl"
+        outside.write_bytes(b"\n".join(GOOD_LINES) + b"\n")
+        names = []
         for index, data in enumerate(files):
             (folders.inbox / f"{index:02d}.jsonl").write_bytes(data)
+            names.append(f"{index:02d}.jsonl")
+            if linked[index]:
+                (folders.inbox / f"{index:02d}-link.jsonl").symlink_to(outside)
+                names.append(f"{index:02d}-link.jsonl")
         outcomes = triage_inbox(folders)
         assert list(folders.inbox.iterdir()) == []
-        assert [outcome.source for outcome in outcomes] == [f"{index:02d}.jsonl" for index in range(len(files))]
-        for outcome, data in zip(outcomes, files, strict=True):
+        assert [outcome.source for outcome in outcomes] == sorted(names)
+        contents = dict(zip([f"{index:02d}.jsonl" for index in range(len(files))], files, strict=True))
+        for outcome in outcomes:
+            if outcome.source.endswith("-link.jsonl"):
+                assert not outcome.accepted and outcome.dead_letter is not None
+                assert Path(outcome.dead_letter).is_symlink() and "symbolic link" in (outcome.error or "")
+                continue
+            data = contents[outcome.source]
             try:
                 parse_incident(data, outcome.source)
                 valid = True
@@ -104,3 +119,4 @@ def test_triage_drains_the_inbox_whatever_it_holds(files: list[bytes]) -> None:
                 report = json.loads(Path(outcome.dead_letter + ".error.json").read_text())
                 assert report["error"] == "IncidentValidationError" and report["problems"]
                 assert Path(outcome.dead_letter).read_bytes() == data  # dead-lettered as dropped, byte for byte
+        assert outside.read_bytes() == b"\n".join(GOOD_LINES) + b"\n"

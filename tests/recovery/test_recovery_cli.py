@@ -93,3 +93,39 @@ def test_recover_and_restore_use_the_postgres_store_named_by_the_environment(
     assert restored.returncode == 0, restored.stdout + restored.stderr
     with open_store(postgres_location, read_only=True) as store:
         assert not store.entry(entry_id).quarantined
+
+
+def test_links_planted_at_and_beside_the_certificate_path_are_replaced_never_written_through(tmp_path) -> None:
+    """``cert.json.tmp`` and ``cert.json`` itself planted as links to other files: recovery leaves both victims
+    as they were and writes cert.json as a new regular file, with no temporary file left behind."""
+    out = tmp_path / "out"
+    out.mkdir()
+    beside, at = tmp_path / "victim-beside.txt", tmp_path / "victim-at.txt"
+    beside.write_text("beside\n")
+    at.write_text("at\n")
+    (out / "cert.json.tmp").symlink_to(Path("..") / beside.name)
+    (out / "cert.json").symlink_to(at)
+    cert = out / "cert.json"
+    done = _rvu(tmp_path / "home", "recover", str(EXAMPLES / "incident_example.jsonl"), "--cert-out", str(cert))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert beside.read_text() == "beside\n" and at.read_text() == "at\n"
+    assert not cert.is_symlink() and cert.is_file() and json.loads(cert.read_text())["signature"]
+    assert sorted(path.name for path in out.iterdir()) == ["cert.json", "cert.json.tmp"]  # the planted link stays
+    assert _rvu(tmp_path / "home", "verify", str(cert)).returncode == 0
+
+
+def test_a_log_a_new_store_refuses_leaves_no_key_and_no_store(tmp_path) -> None:
+    """A parent the file does not define cannot be in a store that does not exist yet: refused with file, line
+    and field before the signing key or the store file is created."""
+    from rvu_pipelines.provenance import write_incident
+    from rvu_pipelines.recovery.reproductions import e2_records
+
+    records = e2_records()
+    records[2]["parent_id"] = "not-in-this-file"
+    incident = write_incident(records, tmp_path / "orphan.jsonl")
+    state = tmp_path / "state"
+    done = _rvu(tmp_path / "home", "recover", str(incident), "--state", str(state))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "orphan.jsonl:3: field 'parent_id'" in done.stdout and "not-in-this-file" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
+    assert not list(state.rglob("*.pem")) and not list(state.rglob("*.duckdb*"))

@@ -255,3 +255,39 @@ def test_unreachable_tiers_reach_the_result(tmp_path: Path) -> None:
     assert len(result.risk_notes) == 1 and "evict cannot be reached" in result.risk_notes[0]
     default = recover(incident, tmp_path / "d.duckdb", None, tmp_path / "k", tmp_path / "d.json")
     assert default.risk_notes == []
+
+
+def test_a_log_a_new_store_refuses_creates_neither_key_nor_store(tmp_path: Path) -> None:
+    records = e2_records()
+    records[2]["parent_id"] = "not-in-this-file"
+    incident = write_incident(records, tmp_path / "orphan.jsonl")
+    with pytest.raises(IncidentValidationError) as refused:
+        recover(incident, tmp_path / "state" / "s.duckdb", None, tmp_path / "state" / "keys", tmp_path / "c.json")
+    assert [(issue.line, issue.field) for issue in refused.value.issues] == [(3, "parent_id")]
+    assert not (tmp_path / "state").exists() and not (tmp_path / "c.json").exists()
+
+
+def test_a_refusal_at_ingest_removes_what_this_run_created_and_nothing_else(tmp_path: Path, monkeypatch) -> None:
+    """An ingest refused by the store (an engine's own rule, say) after the key and store were made: both are
+    removed when this run made them, and kept byte for byte when they were there before."""
+    from rvu_pipelines.recovery.pipeline import PreparedIngest
+
+    incident = write_incident(e2_records(), tmp_path / "e2.jsonl")
+
+    def refuse(self: PreparedIngest, store: object) -> None:
+        raise StoreError("refused by the store engine")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(PreparedIngest, "write", refuse)
+        with pytest.raises(StoreError, match="refused"):
+            recover(incident, tmp_path / "new" / "s.duckdb", None, tmp_path / "new" / "keys", tmp_path / "c.json")
+    assert sorted(path.name for path in (tmp_path / "new").iterdir()) == []
+
+    state = tmp_path / "old"
+    recover(incident, state / "s.duckdb", None, state / "keys", state / "first.json")
+    before = {path: path.read_bytes() for path in state.rglob("*") if path.is_file()}
+    with monkeypatch.context() as patched:
+        patched.setattr(PreparedIngest, "write", refuse)
+        with pytest.raises(StoreError, match="refused"):
+            recover(incident, state / "s.duckdb", None, state / "keys", state / "second.json")
+    assert {path: path.read_bytes() for path in state.rglob("*") if path.is_file()} == before

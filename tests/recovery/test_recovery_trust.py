@@ -106,6 +106,44 @@ def test_pin_trust_alias_and_trust_files(recovered, tmp_path: Path) -> None:
     assert_clean_exit(conflicting, 2)
 
 
+@pytest.mark.parametrize("content", ["", "\n\n", "# nobody yet\n   # sha256:0000\n"])
+def test_a_trust_file_without_a_fingerprint_is_an_error_not_a_fallback(recovered, content: str, tmp_path: Path) -> None:
+    """On the signing machine itself, where the machine's key would verify the certificate, an empty or
+    comments-only --trust-file trusts nobody: exit 2 naming the file and the fix, never exit 0."""
+    trust = tmp_path / "auditors.txt"
+    trust.write_text(content)
+    done = rvu(recovered["home"], "verify", "--trust-file", str(trust), str(recovered["cert"]))
+    assert_clean_exit(done, 2)
+    assert str(trust) in done.output and "holds no fingerprint" in done.output and "rvu keys show" in done.output
+    fingerprint = trusted_fingerprint(recovered["state"] / "keys")
+    both = rvu(
+        recovered["home"], "verify", "--pin", str(fingerprint), "--trust-file", str(trust), str(recovered["cert"])
+    )
+    assert_clean_exit(both, 2)
+
+
+def test_named_pins_replace_the_machines_pins(recovered, tmp_path: Path) -> None:
+    """With --pin or --trust-file only those keys are trusted, also on the machine whose own key signed."""
+    trust = tmp_path / "other.txt"
+    trust.write_text(f"{PINNED}\n")
+    for option, value in (("--pin", PINNED), ("--trust-file", str(trust))):
+        done = rvu(recovered["home"], "verify", option, value, str(recovered["cert"]))
+        assert_clean_exit(done, 1)
+        assert "untrusted key" in done.output and "this machine's key" not in done.output
+
+
+def test_an_oversized_trust_file_names_its_fixed_limit(recovered, tmp_path: Path, monkeypatch) -> None:
+    """The trust file's limit is fixed, so the refusal says so and why, and does not send the user to
+    RVU_MAX_INPUT_MB (which would change nothing)."""
+    trust = tmp_path / "huge.txt"
+    trust.write_text(f"{PINNED}\n" * 20_000)
+    monkeypatch.setenv("RVU_MAX_INPUT_MB", "512")
+    done = rvu(recovered["home"], "verify", "--trust-file", str(trust), str(recovered["cert"]))
+    assert_clean_exit(done, 2)
+    assert "fixed 1.0 MiB limit for a trust file" in done.output and "fingerprints" in done.output
+    assert "RVU_MAX_INPUT_MB" not in done.output
+
+
 def test_default_trust_file_in_the_state_folder(recovered, tmp_path: Path) -> None:
     home = tmp_path / "auditor"
     (home / "recovery").mkdir(parents=True)
@@ -182,6 +220,20 @@ def test_keys_show_and_export_print_the_public_half_only(tmp_path: Path) -> None
     assert_clean_exit(exported, 0)
     assert (tmp_path / "pub.pem").read_bytes() == key.public_pem
     assert trusted_fingerprint_of_pem(tmp_path / "pub.pem") == key.fingerprint
+
+
+def test_keys_export_replaces_a_planted_link_instead_of_writing_through_it(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    key = load_or_create_signing_key(home / "recovery" / "keys")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "pub.pem").symlink_to(victim)
+    (out / "pub.pem.tmp").symlink_to(victim)
+    assert_clean_exit(rvu(home, "keys", "export", str(out / "pub.pem")), 0)
+    assert victim.read_text() == "precious\n"
+    assert not (out / "pub.pem").is_symlink() and (out / "pub.pem").read_bytes() == key.public_pem
 
 
 def trusted_fingerprint_of_pem(path: Path) -> str | None:
