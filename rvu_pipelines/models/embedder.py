@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +23,18 @@ class SentenceEmbedder:
         dimension = self._model.get_embedding_dimension()
         assert dimension is not None, f"{self.name} does not report its embedding dimension"
         return int(dimension)
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's own (fast) tokenizer: what a caller windowing long texts must count tokens with."""
+        return self._model.tokenizer
+
+    @property
+    def max_tokens(self) -> int:
+        """Tokens the encoder reads per text (special tokens included); the rest of a longer text is dropped."""
+        length = self._model.max_seq_length
+        assert length is not None, f"{self.name} does not report how many tokens it reads"
+        return int(length)
 
     def encode(self, texts: list[str], *, show_progress: bool = False) -> np.ndarray:
         vectors = self._model.encode(
