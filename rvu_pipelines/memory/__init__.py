@@ -45,12 +45,17 @@ from rvu_pipelines.memory.utility_cost import MemoryRecord, UtilityResult, strat
 
 
 def open_memory(
-    path: Path | str | None = None, *, user_channel: UserChannel | None = None, shared_namespace: str = "shared"
+    path: Path | str | None = None,
+    *,
+    user_channel: UserChannel | None = None,
+    shared_namespace: str = "shared",
+    write_check: ContentCheck | None = None,
 ) -> ReferenceMonitor:
     """A monitor over one DuckDB file holding the items and the audit log (default: the state dir).
 
     M_0 is loaded from the file and the audit chain continues where it ended; ``close()`` (or a
-    ``with`` block) flushes both and closes the file.
+    ``with`` block) flushes both and closes the file. ``write_check`` is an enforced content check on
+    every write the rules accept (e.g. ``memory_poisoning.monitor_check.DetectorWriteCheck``).
     """
     store = DuckDBStore(path if path is not None else default_memory_db())
     return ReferenceMonitor(
@@ -58,6 +63,7 @@ def open_memory(
         audit=AuditLog(DuckDBAuditSink(connection=store.connection)),
         shared_namespace=shared_namespace,
         user_channel=user_channel,
+        write_check=write_check,
     )
 
 

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rvu_pipelines.errors import MemoryMonitorError, MemoryPoisoningInputError
-from rvu_pipelines.memory import AuditLog, Channel, Decision, DuckDBAuditSink, DuckDBStore, ReferenceMonitor, Rule
+from rvu_pipelines.memory import Channel, Decision, ReferenceMonitor, Rule, open_memory
 from rvu_pipelines.memory_poisoning.corpus import strategyqa_corpus
 from rvu_pipelines.memory_poisoning.defenses import MemsadDetector, WriteContext
 from rvu_pipelines.memory_poisoning.monitor_check import (
@@ -215,8 +215,7 @@ VALUES = st.one_of(
 
 
 def _monitor(path: Path, check: DetectorWriteCheck | None) -> ReferenceMonitor:
-    store = DuckDBStore(path)
-    return ReferenceMonitor(store, audit=AuditLog(DuckDBAuditSink(connection=store.connection)), write_check=check)
+    return open_memory(path, write_check=check)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
