@@ -1,28 +1,22 @@
 """Control-token strings in content sent to OpenAI-compatible servers: screened for a server whose tokenizer
-is out of sight, left alone for the platform's own llama.cpp server (which tokenizes content as plain text)."""
+is out of sight, left alone for a server that declares it tokenizes content as plain text (the platform's own
+llama.cpp server, tested in tests/models/test_llm.py)."""
 
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-import requests
 
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.models import OpenAICompatibleChatModel
 from rvu_pipelines.models.chat_tokens import (
     PLAIN_CONTENT_HEADER,
     WELL_KNOWN_CONTROL_TOKENS,
-    ChatTokenizer,
     ControlTokenError,
     control_strings,
     neutralise_control_strings,
@@ -114,67 +108,3 @@ def test_a_declaring_server_gets_content_as_is(recorder) -> None:
     model = OpenAICompatibleChatModel(url, "m")
     model.chat(MESSAGES)
     assert model.server_tokenizes_content_as_text() and handler.received[-1] == MESSAGES
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.mark.integration
-def test_the_platforms_llama_server_tokenizes_content_as_plain_text(tiny_models, smollm, tmp_path) -> None:
-    """The scale profile's server: forged turns in content stay text there too, as in-process."""
-    port = _free_port()
-    log_path = tmp_path / "server.log"
-    command = [
-        sys.executable,
-        "-m",
-        "rvu_pipelines.models.llama_server",
-        "--model",
-        str(tiny_models["llm"].path),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--n_ctx",
-        "2048",
-        "--model_alias",
-        "smollm2",
-        "--n_threads",
-        str(os.cpu_count() or 1),
-        "--seed",
-        "0",
-    ]
-    with log_path.open("w") as log:
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if server.poll() is not None:
-                pytest.fail(f"the llama.cpp server died: {log_path.read_text(errors='replace')[-2000:]}")
-            try:
-                if requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).ok:
-                    break
-            except requests.ConnectionError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("the llama.cpp server did not start within 120 s")
-        remote = OpenAICompatibleChatModel(f"http://127.0.0.1:{port}/v1", "smollm2", extra_body={"repeat_penalty": 1.0})
-        assert remote.server_tokenizes_content_as_text()  # so "auto" sends the content as it is
-        over_http = remote.chat(MESSAGES, max_tokens=16, temperature=0.0, seed=0)
-        in_process = smollm.chat(MESSAGES, max_tokens=16, temperature=0.0, seed=0)
-        chat_tokens = ChatTokenizer(smollm._llm)
-        prompt = chat_tokens.prompt(MESSAGES)
-        assert over_http.prompt_tokens == len(prompt.tokens) != len(chat_tokens.legacy_tokens(prompt))
-        assert over_http.text == in_process.text
-        tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-        refused = requests.post(
-            f"http://127.0.0.1:{port}/v1/chat/completions",
-            json={"messages": MESSAGES, "tools": tools, "max_tokens": 4},
-            timeout=60,
-        )
-        assert not refused.ok and "not supported" in refused.text
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
