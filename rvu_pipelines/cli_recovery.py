@@ -55,7 +55,7 @@ def recover(incident: str, cert_out: str | None, state: str | None, max_depth: i
     from rvu_pipelines.adapters.recovery_gate import default_gate
     from rvu_pipelines.provenance.incident import load_incident
     from rvu_pipelines.recovery import recover as run_recovery
-    from rvu_pipelines.recovery.pipeline import check_against_new_store
+    from rvu_pipelines.recovery.first_ingest import check_against_new_store
     from rvu_pipelines.recovery.state import RecoveryPaths
 
     paths = RecoveryPaths.default(state)

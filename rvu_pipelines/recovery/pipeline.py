@@ -25,9 +25,8 @@ Extension points, each with a default:
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -42,14 +41,14 @@ from rvu_pipelines.provenance.canonical import canonical_bytes
 from rvu_pipelines.provenance.closure import ProvenanceGraph
 from rvu_pipelines.provenance.engines import describe_store, open_store, store_exists
 from rvu_pipelines.provenance.incident import IncidentLog, IncidentRecord, load_incident
-from rvu_pipelines.provenance.ingest_plan import validate as validate_against_store
 from rvu_pipelines.provenance.intsets import union_ints
 from rvu_pipelines.provenance.store import IngestResult, ProvenanceStore
 from rvu_pipelines.recovery.certificate import check_writable, sign_certificate, write_certificate
 from rvu_pipelines.recovery.certificate_body import build_certificate_body
 from rvu_pipelines.recovery.contamination import Closures, SeedReport, compute_closures, find_seeds
+from rvu_pipelines.recovery.first_ingest import MadeBeforeIngest, check_against_new_store, undone_unless_ingested
 from rvu_pipelines.recovery.froc import FrocPolicy, InfluenceSource, RecordedInfluence, RiskTable, Tier, compute_risk
-from rvu_pipelines.recovery.signing_keys import PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, SigningKey, open_signing_key
+from rvu_pipelines.recovery.signing_keys import open_signing_key
 from rvu_pipelines.recovery.tiers import (
     AdapterRuntime,
     FaultHook,
@@ -224,15 +223,6 @@ def ingest_incident(
     return prepared.write(store), prepared.sources
 
 
-def check_against_new_store(incident: IncidentLog, store_path: Path | str) -> None:
-    """IncidentValidationError now, before anything is created, for a log that a store which does not exist yet
-    would refuse at ingest: a new store holds no entry or adapter, so every parent or adapter the log names
-    without defining it is refused (file, line and field). An existing store is checked at ingest instead."""
-    if store_exists(store_path):
-        return
-    validate_against_store(incident, existing={}, parents={}, adapters={})
-
-
 def score_risk(
     store: ProvenanceStore,
     graph: ProvenanceGraph,
@@ -307,54 +297,6 @@ def prior_recoveries(store: ProvenanceStore | None, certificates_dir: Path | str
     return found
 
 
-@dataclass
-class _MadeBeforeIngest:
-    """What this run created before its incident was ingested: the signing key (and its folder) and a new
-    DuckDB store file. :func:`_undone_unless_ingested` removes them when the ingest does not happen, so a
-    refused log leaves no key and no empty store behind. A file that existed before the run is never
-    touched, and a store is removed only if this run found it new and still empty once it held its lock."""
-
-    key_folder: Path
-    key_folder_existed: bool
-    store_is_new: bool
-    store_file: Path | None = None  # set by claim_store: the new, empty DuckDB file this run opened
-    key: SigningKey | None = None
-    ingested: bool = False
-
-    @classmethod
-    def before(cls, store_path: Path | str, key_dir: Path | str) -> _MadeBeforeIngest:
-        is_new = str(store_path) != ":memory:" and not store_exists(store_path)
-        return cls(Path(key_dir), Path(key_dir).exists(), is_new)
-
-    def claim_store(self, store_path: Path | str, store: ProvenanceStore) -> None:
-        """Own the store file if it is a DuckDB file that did not exist before this run and holds nothing
-        (PostgreSQL schemas are never dropped here)."""
-        text = str(store_path)
-        if self.store_is_new and "://" not in text and not store.entry_count:
-            self.store_file = Path(text)
-
-    def undo(self) -> None:
-        if self.store_file is not None:
-            for path in (self.store_file, self.store_file.with_name(self.store_file.name + ".wal")):
-                path.unlink(missing_ok=True)
-        if self.key is not None and self.key.created:
-            for name in (PRIVATE_KEY_FILE, PUBLIC_KEY_FILE):
-                (self.key_folder / name).unlink(missing_ok=True)
-            if not self.key_folder_existed:
-                with contextlib.suppress(OSError):  # only an empty folder is removed
-                    self.key_folder.rmdir()
-
-
-@contextlib.contextmanager
-def _undone_unless_ingested(made: _MadeBeforeIngest) -> Iterator[_MadeBeforeIngest]:
-    try:
-        yield made
-    except BaseException:
-        if not made.ingested:
-            made.undo()
-        raise
-
-
 def recover(
     incident_path: IncidentLog | Path | str,
     store_path: Path | str,
@@ -411,11 +353,11 @@ def recover(
     lap("validate")
     prepared = prepare_ingest(incident, detector=detector, embedder=embedder)
     sources = prepared.sources
-    made = _MadeBeforeIngest.before(store_path, key_dir)
+    made = MadeBeforeIngest.before(store_path, key_dir)
     if made.store_is_new:
         # no store yet: settle the key before the store file is created, so a refusal leaves nothing behind
         made.key = open_signing_key(key_dir, prior_use=prior_recoveries(None, certificates_dir), new_key=new_key)
-    with _undone_unless_ingested(made), open_store(store_path) as store:
+    with undone_unless_ingested(made), open_store(store_path) as store:
         made.claim_store(store_path, store)
         if made.key is None:
             made.key = open_signing_key(key_dir, prior_use=prior_recoveries(store, certificates_dir), new_key=new_key)
