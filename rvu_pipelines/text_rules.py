@@ -62,6 +62,12 @@ def check_text(value: object, what: str) -> str:
     return value  # type: ignore[return-value]  # text_problem returned None, so value is a str
 
 
+def escape_lone_surrogates(json_text: str) -> str:
+    """JSON text with each lone surrogate (only possible inside a string literal) written as its ``\\uXXXX``
+    escape: valid UTF-8 that ``json.loads`` reads back to the same string."""
+    return _LONE_SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", json_text)
+
+
 def digest_bytes(value: str) -> bytes:
     """UTF-8 bytes of any str, a lone surrogate included (``surrogatepass``): what audit digests hash, so
     the record of a refused value can always be written."""

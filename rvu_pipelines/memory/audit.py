@@ -13,7 +13,6 @@ MLflow run, a certificate) and pass it to ``verify(expected_head=...)`` to close
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring as _json_str  # C-accelerated JSON string quoting
@@ -25,10 +24,9 @@ import numpy as np
 from rvu_pipelines.errors import AuditIntegrityError
 from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.memory.model import Channel, NodeKind, decision_of
-from rvu_pipelines.text_rules import digest_bytes
+from rvu_pipelines.text_rules import digest_bytes, escape_lone_surrogates
 
 GENESIS_PREV = "0" * 64
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _json_utf8(text: str) -> bytes:
@@ -37,7 +35,7 @@ def _json_utf8(text: str) -> bytes:
     try:
         return text.encode()
     except UnicodeEncodeError:
-        return _LONE_SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text).encode()
+        return escape_lone_surrogates(text).encode()
 
 
 def canonical_json(payload: Mapping[str, Any]) -> bytes:
