@@ -13,7 +13,11 @@ SEED_WEIGHTS = (0.4, 0.6)  # (D2, D4)
 
 
 class EnsembleDetector(DetectorBase):
-    """Sum of weight x member score; weights are non-negative and sum to 1, so scores stay in [0, 1]."""
+    """Sum of weight x member score; weights are non-negative and sum to 1, so scores stay in [0, 1].
+
+    Not windowed itself: each member gets the whole text and windows it as its own model needs (a window
+    here would be windowed again by the members, and the weighted sum would no longer be that of the
+    members' text scores)."""
 
     def __init__(self, members: Sequence[tuple[InjectionDetector, float]], name: str = "D5 Ensemble") -> None:
         weights = np.array([w for _, w in members], dtype=np.float64)

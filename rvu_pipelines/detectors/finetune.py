@@ -29,15 +29,16 @@ the base encoder and refuses one with a different digest.
 from __future__ import annotations
 
 import json
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 
-from rvu_pipelines.detectors.base import DetectorBase
+from rvu_pipelines.detectors.base import DetectorBase, Span, tokenizer_window_spans
 from rvu_pipelines.errors import ChecksumMismatchError, DetectorError
 
 FORMAT = "rvu-d4-finetuned/1"
@@ -49,7 +50,14 @@ SEED_EPOCHS = {"deepset": 3, "jailbreak": 3, "combined": 2, "jackhhao": 3}
 
 @dataclass(frozen=True)
 class FinetuneSettings:
-    """Seed 002 §11.3 hyperparameters, adapted to a 6-layer encoder with a fresh head (see the module doc)."""
+    """Seed 002 §11.3 hyperparameters, adapted to a 6-layer encoder with a fresh head (see the module doc).
+
+    ``max_length`` is the model's window in tokens ([CLS] and [SEP] included): longer texts are scored
+    window by window (see :class:`FinetunedDetector`). ``logit_offset`` is a calibration, not a training
+    setting: it is subtracted from the injection logit margin ``logit1 - logit0`` before the sigmoid, so
+    that score 0.5 is the calibrated operating threshold; 0 for an uncalibrated model (scores are then
+    the softmax of the two logits).
+    """
 
     epochs: int = 3
     batch_size: int = 8
@@ -62,12 +70,15 @@ class FinetuneSettings:
     dropout: float = 0.1
     group_by_length: bool = True
     seed: int = 42
+    logit_offset: float = 0.0
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 1 or self.max_length < 8 or self.trainable_layers < 0:
             raise DetectorError(
                 f"Invalid fine-tuning settings {self}: epochs, batch_size >= 1, max_length >= 8, trainable_layers >= 0."
             )
+        if not math.isfinite(self.logit_offset):
+            raise DetectorError(f"Invalid logit_offset {self.logit_offset}: a finite number (0 when uncalibrated).")
 
     def params(self) -> dict[str, object]:
         return {f"d4_{k}": v for k, v in asdict(self).items()}
@@ -209,8 +220,13 @@ class FinetuneReport:
 
 
 class FinetunedDetector(DetectorBase):
-    """D4: P(injection) from the fine-tuned encoder; texts are scored in length-sorted batches so
-    padding stays small (order of the output = order of the input)."""
+    """D4: P(injection) from the fine-tuned encoder, ``sigmoid(logit1 - logit0 - settings.logit_offset)``.
+
+    A text longer than the model's window (``settings.max_length`` tokens with [CLS]/[SEP]) is scored in
+    windows of ``max_length - 2`` tokens, half a window apart, each the original substring at word
+    boundaries; its score is the aggregate of its windows' scores, max by default (see
+    :class:`DetectorBase`). Windows are scored in length-sorted batches so padding stays small (order of
+    the output = order of the input)."""
 
     name = "D4 MiniLM fine-tuned"
 
@@ -223,20 +239,35 @@ class FinetunedDetector(DetectorBase):
         self.encoder = encoder
         self.batch_size = batch_size
 
+    def _window_spans(self, text: str) -> list[Span]:
+        return tokenizer_window_spans(self.tokenizer, text, self.settings.max_length)
+
     def _score(self, texts: list[str]) -> np.ndarray:
         import torch
 
         encoded = self.tokenizer(texts, truncation=True, max_length=self.settings.max_length)["input_ids"]
         order = np.argsort([len(ids) for ids in encoded], kind="stable")
         out = np.empty(len(texts), dtype=np.float64)
+        offset = self.settings.logit_offset
         self.model.eval()
         with torch.inference_mode():
             for start in range(0, len(order), self.batch_size):
                 rows = order[start : start + self.batch_size]
                 batch = self.tokenizer.pad({"input_ids": [encoded[i] for i in rows]}, return_tensors="pt")
                 logits = self.model(batch["input_ids"], batch["attention_mask"]).float()
-                out[rows] = torch.softmax(logits, dim=-1)[:, 1].numpy()
+                if offset == 0.0:
+                    out[rows] = torch.softmax(logits, dim=-1)[:, 1].numpy()
+                else:
+                    out[rows] = offset_probability(logits.numpy(), offset)
         return out
+
+    def with_logit_offset(self, offset: float) -> FinetunedDetector:
+        """A copy sharing the model whose scores are ``sigmoid(logit1 - logit0 - offset)``."""
+        import copy
+
+        clone = copy.copy(self)
+        clone.settings = replace(self.settings, logit_offset=float(offset))
+        return clone
 
     def quantized(self) -> FinetunedDetector:
         """A copy with int8 dynamic quantization of every Linear layer, for CPU latency only: scores move
@@ -304,6 +335,14 @@ class FinetunedDetector(DetectorBase):
         return cls(model, _tokenizer(base), settings, base)
 
 
+def offset_probability(logits: np.ndarray, offset: float) -> np.ndarray:
+    """``sigmoid(logit1 - logit0 - offset)`` of two-class logits, in float64 (softmax[:, 1] at offset 0)."""
+    from scipy.special import expit
+
+    margin = np.asarray(logits, dtype=np.float64)
+    return np.asarray(expit(margin[:, 1] - margin[:, 0] - float(offset)), dtype=np.float64)
+
+
 def _trainable_keys(model: Any) -> set[str]:
     return {name for name, p in model.named_parameters() if p.requires_grad}
 
@@ -365,11 +404,15 @@ def finetune(
     encoder: EncoderRef | None = None,
     settings: FinetuneSettings | None = None,
     progress: bool = True,
+    feature_cache: MutableMapping[str, Any] | None = None,
 ) -> tuple[FinetunedDetector, FinetuneReport]:
     """Fine-tune D4 on one training split; deterministic for a given seed, data and thread count.
 
     The frozen lower layers are a fixed feature extractor (eval mode, no dropout), so their output
     is computed once per text and each epoch runs only the trainable top layers and the head.
+    ``feature_cache`` (text -> that output) carries it across calls that share the encoder, the number of
+    trainable layers and ``max_length`` (e.g. the folds of a leave-one-source-out selection); the caller keys
+    one cache per such setting.
     """
     import torch
     from tqdm.auto import tqdm
@@ -385,7 +428,13 @@ def finetune(
     tokenizer = _tokenizer(base)
     model = _build_model(base, settings)
     encoded = tokenizer(list(texts), truncation=True, max_length=settings.max_length)["input_ids"]
-    features = _frozen_features(model, tokenizer, encoded)
+    if feature_cache is None:
+        features = _frozen_features(model, tokenizer, encoded)
+    else:
+        missing = [i for i, text in enumerate(texts) if text not in feature_cache]
+        computed = _frozen_features(model, tokenizer, [encoded[i] for i in missing]) if missing else []
+        feature_cache.update({texts[i]: row for i, row in zip(missing, computed, strict=True)})
+        features = [feature_cache[text] for text in texts]
     head = [p for n, p in model.named_parameters() if p.requires_grad and n.startswith("head.")]
     body = [p for n, p in model.named_parameters() if p.requires_grad and not n.startswith("head.")]
     optimizer = torch.optim.AdamW(

@@ -169,7 +169,9 @@ GROUPS: tuple[PatternGroup, ...] = (
 
 
 class HeuristicDetector(DetectorBase):
-    """D1: max group weight over matching patterns; ``explain`` lists which patterns fired."""
+    """D1: max group weight over matching patterns; ``explain`` lists which patterns fired. A regex reads
+    the whole text, so D1 is not windowed (one window per text; over-long and blank texts as in
+    :class:`DetectorBase`)."""
 
     name = "D1 Heuristic"
 

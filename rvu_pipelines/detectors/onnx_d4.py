@@ -16,19 +16,20 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from rvu_pipelines.detectors.base import DEFAULT_THRESHOLD, DetectorBase
+from rvu_pipelines.detectors.base import DEFAULT_THRESHOLD, DetectorBase, Span, tokenizer_window_spans
 from rvu_pipelines.detectors.finetune import (
     EncoderRef,
     FinetunedDetector,
     FinetuneSettings,
     _tokenizer,
     base_encoder_for,
+    offset_probability,
 )
 from rvu_pipelines.errors import ChecksumMismatchError, DetectorError
 from rvu_pipelines.hashing import sha256_file
@@ -138,9 +139,10 @@ def export_detector(detector: FinetunedDetector, folder: Path) -> Path:
 
 
 class OnnxDetector(DetectorBase):
-    """D4 scored by ONNX Runtime: same tokenizer, truncation and length-sorted batches as the PyTorch model.
+    """D4 scored by ONNX Runtime: same tokenizer, windows, logit offset and length-sorted batches as the
+    PyTorch model (:class:`~rvu_pipelines.detectors.finetune.FinetunedDetector`).
 
-    Batch size (``batch_size=None``): the int8 graph scores one text per call, because dynamic quantisation takes
+    Batch size (``batch_size=None``): the int8 graph scores one window per call, because dynamic quantisation takes
     one activation scale per MatMul input, i.e. over the whole batch, so a text's score would depend on which texts
     share its batch (seen: the same deepset text flipped at batch 8 and not at 1 or 32). A detector's verdict on
     a text must not depend on its neighbours (a cache keyed by text, ``MemoizedDetector``, assumes it; an attacker
@@ -206,19 +208,31 @@ class OnnxDetector(DetectorBase):
         settings = FinetuneSettings(**record["settings"])
         return cls(session, _tokenizer(base), settings, variant, batch_size=batch_size, folder=folder)
 
+    def _window_spans(self, text: str) -> list[Span]:
+        return tokenizer_window_spans(self.tokenizer, text, self.settings.max_length)
+
     def _score(self, texts: list[str]) -> np.ndarray:
         from scipy.special import softmax
 
         encoded = self.tokenizer(texts, truncation=True, max_length=self.settings.max_length)["input_ids"]
         order = np.argsort([len(ids) for ids in encoded], kind="stable")
         out = np.empty(len(texts), dtype=np.float64)
+        offset = self.settings.logit_offset
         for start in range(0, len(order), self.batch_size):
             rows = order[start : start + self.batch_size]
             batch = self.tokenizer.pad({"input_ids": [encoded[i] for i in rows]}, return_tensors="np")
             feed = {name: batch[name].astype(np.int64) for name in ("input_ids", "attention_mask")}
             (logits,) = self.session.run(["logits"], feed)
-            out[rows] = softmax(logits, axis=1)[:, 1]
+            out[rows] = softmax(logits, axis=1)[:, 1] if offset == 0.0 else offset_probability(logits, offset)
         return out
+
+    def with_logit_offset(self, offset: float) -> OnnxDetector:
+        """A copy sharing the session whose scores are ``sigmoid(logit1 - logit0 - offset)``."""
+        import copy
+
+        clone = copy.copy(self)
+        clone.settings = replace(self.settings, logit_offset=float(offset))
+        return clone
 
 
 @dataclass(frozen=True)

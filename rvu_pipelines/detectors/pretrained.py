@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rvu_pipelines.detectors.base import DetectorBase
+from rvu_pipelines.detectors.base import DetectorBase, Span, fitted_spans, tokenizer_window_spans
 from rvu_pipelines.errors import (
     ChecksumMismatchError,
     DetectorError,
@@ -147,7 +147,12 @@ def _read_verified(path: Path, expected: str) -> bytes:
 
 class NanoGuardDetector(DetectorBase):
     """NanoGuard's classifier, scored exactly as its scanner does: BOS + BPE ids, padded to the full
-    sequence length (its attention has no padding mask, so the padding is part of the model)."""
+    sequence length (its attention has no padding mask, so the padding is part of the model).
+
+    A text of more than ``sequence_len - 1`` BPE tokens (511: the BOS takes one of the 512 places) is
+    scored in windows of that many tokens, half a window apart (substrings of the text at the tokens'
+    character offsets, each re-encoding to at most 511 tokens), and its score is the aggregate of its
+    windows' scores, max by default (see :class:`DetectorBase`)."""
 
     name = "D3 NanoGuard (zero-shot)"
 
@@ -181,6 +186,19 @@ class NanoGuardDetector(DetectorBase):
     def token_ids(self, text: str) -> list[int]:
         return ([self.bos_id] + self.encoding.encode_ordinary(text))[: self.config.sequence_len]
 
+    def _window_spans(self, text: str) -> list[Span]:
+        size = self.config.sequence_len - 1
+        ids = self.encoding.encode_ordinary(text)
+        if len(ids) <= size:
+            return [(0, len(text))]
+        _, starts = self.encoding.decode_with_offsets(ids)
+        offsets = list(zip(starts, [*starts[1:], len(text)], strict=True))
+
+        def count(windows: list[str]) -> list[int]:
+            return [len(self.encoding.encode_ordinary(window)) for window in windows]
+
+        return fitted_spans(text, offsets, size, size // 2, count)
+
     def _score(self, texts: list[str]) -> np.ndarray:
         import torch
 
@@ -205,7 +223,10 @@ class NanoGuardDetector(DetectorBase):
 
 class HubClassifierDetector(DetectorBase):
     """A transformers sequence classifier whose labels name an injection class (e.g. protectai's
-    SAFE / INJECTION); loaded from a hub repo at a revision, or a local folder."""
+    SAFE / INJECTION); loaded from a hub repo at a revision, or a local folder. A text longer than
+    ``max_length`` tokens (special tokens included) is scored in windows of ``max_length`` minus the special
+    tokens, half a window apart, at word boundaries; its score is the aggregate of its windows' scores,
+    max by default (see :class:`DetectorBase`)."""
 
     def __init__(
         self,
@@ -248,6 +269,9 @@ class HubClassifierDetector(DetectorBase):
             "labels": labels,
             "trained_on_deepset": "unknown",
         }
+
+    def _window_spans(self, text: str) -> list[Span]:
+        return tokenizer_window_spans(self.tokenizer, text, self.max_length)
 
     def _score(self, texts: list[str]) -> np.ndarray:
         import torch

@@ -1,11 +1,17 @@
 """D2: character n-gram TF-IDF + class-balanced logistic regression, with seed 002's settings (§5.2, §11.3).
 
+A bag of n-grams has no window, but a long benign text dilutes an injection's n-grams until the model no
+longer sees them; a text of more than ``WINDOW_WORDS`` whitespace-separated words is therefore scored in
+windows of that many words, ``WINDOW_STRIDE`` apart, and its score is the aggregate of its windows' scores
+(max by default; see :class:`~rvu_pipelines.detectors.base.DetectorBase`).
+
 Saved only in skops format and loaded only after skops reports no type outside its default safe set,
 so a tampered model file cannot run code (no pickle).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from rvu_pipelines.detectors.base import DetectorBase
+from rvu_pipelines.detectors.base import DetectorBase, Span
 from rvu_pipelines.errors import DetectorError, UnsafePickleError
+from rvu_pipelines.text_windows import char_spans
 
 # Seed 002 §11.3: char n-grams (1, 4), max 15,000 features, sublinear TF, no lowercasing (§5.1:
 # "whitespace normalization only"); L-BFGS, balanced class weights, C = 1.0, random_state 42.
@@ -32,6 +39,9 @@ LOGREG_SETTINGS: dict[str, Any] = {
     "random_state": 42,
     "max_iter": 1000,
 }
+WINDOW_WORDS = 128
+WINDOW_STRIDE = 64
+_WORD = re.compile(r"\S+")
 
 
 def build_pipeline() -> Any:
@@ -43,7 +53,7 @@ def build_pipeline() -> Any:
 
 
 class TfidfDetector(DetectorBase):
-    """D2 around a fitted scikit-learn pipeline (``tfidf`` -> ``logreg``)."""
+    """D2 around a fitted scikit-learn pipeline (``tfidf`` -> ``logreg``), windowed by words (module doc)."""
 
     name = "D2 TF-IDF+LR"
 
@@ -66,6 +76,12 @@ class TfidfDetector(DetectorBase):
         start = time.perf_counter()
         pipeline.fit(list(texts), y)
         return cls(pipeline, fit_seconds=time.perf_counter() - start)
+
+    def _window_spans(self, text: str) -> list[Span]:
+        words = [match.span() for match in _WORD.finditer(text)]
+        if len(words) <= WINDOW_WORDS:
+            return [(0, len(text))]
+        return char_spans(words, WINDOW_WORDS, WINDOW_STRIDE)
 
     def _score(self, texts: list[str]) -> np.ndarray:
         return self.pipeline.predict_proba(texts)[:, 1]

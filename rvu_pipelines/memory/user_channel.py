@@ -10,6 +10,7 @@ and the content verdict land in that decision's audit record.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import time
 from collections import deque
@@ -164,7 +165,13 @@ class RegexContentCheck:
 
 
 class ScoreContentCheck:
-    """Adapts any scorer (text -> probability of injection), e.g. a registered detector, to ContentCheck."""
+    """Adapts any scorer (text -> probability of injection), e.g. a registered detector, to ContentCheck.
+
+    A scorer that fails (raises, or returns NaN) never stops the monitor: the text is flagged
+    with score 1.0 and ``matched=("detector_error",)``, so the failure shows in the audit record.
+    """
+
+    ERROR_MATCH = "detector_error"
 
     def __init__(self, name: str, score: Callable[[str], float], threshold: float = 0.5) -> None:
         self.name = name
@@ -172,7 +179,12 @@ class ScoreContentCheck:
         self.threshold = threshold
 
     def check(self, text: str) -> ContentVerdict:
-        value = float(self._score(text))
+        try:
+            value = float(self._score(text))
+        except Exception:  # any scorer failure is a flag, never a crash of the write path
+            value = math.nan
+        if math.isnan(value):
+            return ContentVerdict(self.name, 1.0, True, (self.ERROR_MATCH,))
         return ContentVerdict(self.name, value, value >= self.threshold)
 
 

@@ -9,6 +9,7 @@ records what it did in an
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,7 +131,10 @@ class DetectorFilter(PromptInjectionDetector):
     """AgentDojo's PromptInjectionDetector driven by any ``InjectionDetector`` at a threshold.
 
     Scores the new tool outputs in one batch; a flagged output's text is replaced by a notice (the
-    original is kept in the trace for the provenance log). Messages are copied, never mutated.
+    original is kept in the trace for the provenance log). Messages are copied, never mutated. A
+    detector that fails on an output (a ``DetectorError`` or any other exception) flags it, score 1.0,
+    and the episode goes on: the batch is retried one output at a time, so only the outputs the detector
+    cannot score are replaced; each failure is logged and counted in ``errors``.
     """
 
     def __init__(self, detector: Any, threshold: float, trace: EpisodeTrace) -> None:
@@ -138,10 +142,30 @@ class DetectorFilter(PromptInjectionDetector):
         self.detector = detector
         self.threshold = float(threshold)
         self.trace = trace
+        self.errors = 0
 
     def detect(self, tool_output: str) -> tuple[bool, float]:
-        score = float(self.detector.score([tool_output])[0])
+        score = self._scores([tool_output])[0]
         return score >= self.threshold, score
+
+    def _scores(self, texts: list[str]) -> list[float]:
+        try:
+            scores = [float(s) for s in self.detector.score(texts)]
+            if len(scores) != len(texts) or any(score != score for score in scores):  # a count mismatch, or NaN
+                raise ValueError(f"{len(scores)} scores (NaN or a wrong count) for {len(texts)} tool outputs")
+            return scores
+        except Exception as exc:  # a detector failure flags the output; it never stops the episode
+            if len(texts) > 1:
+                return [self._scores([text])[0] for text in texts]
+            self.errors += 1
+            name = getattr(self.detector, "name", type(self.detector).__name__)
+            logging.getLogger(__name__).warning(
+                "classifier defense: %s failed on a tool output (%s: %s); the output is flagged",
+                name,
+                type(exc).__name__,
+                str(exc)[:200],
+            )
+            return [1.0]
 
     def query(
         self,
@@ -154,9 +178,9 @@ class DetectorFilter(PromptInjectionDetector):
         indices = [i for i in _trailing_tool_indices(messages) if _text(messages[i]).strip()]
         if not indices:
             return query, runtime, env, messages, extra_args
-        scores = self.detector.score([_text(messages[i]) for i in indices])
+        scores = self._scores([_text(messages[i]) for i in indices])
         updated = list(messages)
-        for index, score in zip(indices, [float(s) for s in scores], strict=True):
+        for index, score in zip(indices, scores, strict=True):
             if score >= self.threshold:
                 self.trace.original_outputs.setdefault(index, _text(messages[index]))
                 self.trace.filtered[index] = score
