@@ -13,9 +13,16 @@ from assets.partitions import (
     spectral_partitions,
 )
 
-# The detectors a newcomer's MLflow registry should hold after `make run`: D2 and D4 trained on deepset
-# (about a minute together). The three-corpus study with its evaluations stays in detectors_job.
-DEFAULT_DETECTORS = AssetSelection.assets("detector_corpus_deepset", "detector_d2_deepset", "detector_d4_deepset")
+# The detectors a newcomer's MLflow registry should hold after `make run`: D2 and D4 trained on deepset, and the
+# production detector the classifier defense, the monitor and recovery use by alias. The three-corpus study
+# with its evaluations stays in detectors_job.
+DEFAULT_DETECTORS = AssetSelection.assets(
+    "detector_corpus_deepset",
+    "detector_corpus_jailbreak",
+    "detector_d2_deepset",
+    "detector_d4_deepset",
+    "production_detector",
+)
 
 # Studies too long for `make run` (their sampled siblings are in the default job) and their partitioned cells.
 FULL_STUDIES = AssetSelection.assets(

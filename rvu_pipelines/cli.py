@@ -171,7 +171,8 @@ def models_check(profile: str | None) -> None:
     "--detector",
     default="nanoguard",
     show_default=True,
-    help="Classifier defense's detector: nanoguard, heuristic or registered:<name>.",
+    help="Classifier defense's detector: production, nanoguard, heuristic, exfiltration or "
+    "registered:<name>[@<alias>].",
 )
 @click.option(
     "--defense",

@@ -18,14 +18,9 @@ import numpy as np
 
 from rvu_pipelines.agents.evaluation import CellRun, CellSpec, run_cell
 from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
-from rvu_pipelines.detectors import (
-    HeuristicDetector,
-    InjectionDetector,
-    NanoGuardDetector,
-    load_pretrained_detector,
-    load_registered_detector,
-)
+from rvu_pipelines.detectors import InjectionDetector, NanoGuardDetector
 from rvu_pipelines.detectors.base import MemoizedDetector
+from rvu_pipelines.detectors.resolve import resolve_detector
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.models.llm import AdapterHostingModel, ChatCompletion, ChatModel, Message, adapter_key_of
 from rvu_pipelines.paths import state_dir
@@ -35,7 +30,6 @@ from rvu_pipelines.tracking import default_tracking_uri
 if TYPE_CHECKING:  # annotations only: the defenses import AgentDojo (~8 s), the code location imports this
     from rvu_pipelines.agents.defenses import DefenseSettings
 
-DETECTOR_CHOICES = ("nanoguard", "heuristic", "registered:<name>")
 AGENT_N_CTX = 8192  # SmolLM2 and Qwen2.5 both take 8k; AgentDojo tool schemas need more than a 2k smoke context
 
 
@@ -110,23 +104,9 @@ def version_of(detector: object) -> str:
 
 
 def load_detector(choice: str) -> tuple[InjectionDetector, str]:
-    """The classifier defense's detector and a version string for cache keys.
-
-    ``nanoguard`` (D3 offline, the default: the paper's PromptGuard role), ``heuristic`` (D1),
-    or ``registered:<name>`` (a D2/D4 model registered in MLflow, alias 'current').
-    """
-    if choice == "heuristic":
-        heuristic = HeuristicDetector()
-        return heuristic, f"heuristic:{heuristic.name}"
-    if choice == "nanoguard":
-        loaded = load_pretrained_detector("nanoguard")
-        return loaded.detector, f"nanoguard:{loaded.record.get('sha256', loaded.record.get('model'))}"
-    if choice.startswith("registered:"):
-        registered = load_registered_detector(choice.split(":", 1)[1], default_tracking_uri())
-        return registered, f"{choice}@{registered.registered.version}"  # type: ignore[attr-defined]
-    raise ConfigError(
-        f"Invalid detector '{choice}' for the classifier defense; allowed values: {', '.join(DETECTOR_CHOICES)}."
-    )
+    """The classifier defense's detector and a version string for cache keys (see
+    :mod:`rvu_pipelines.detectors.resolve` for the choices; registered ones come from the default registry)."""
+    return resolve_detector(choice, default_tracking_uri())
 
 
 @dataclass

@@ -35,6 +35,7 @@ CURRENT_ALIAS = "current"
 ONNX_ALIAS = "onnx"
 MODEL_ARTIFACT = "model"
 KIND_KEY = "rvu_detector"
+NAME_KEY = "rvu_detector_name"  # the detector's display name, restored on load
 KINDS = {"d2": "d2-tfidf-skops", "d4": "d4-finetuned-safetensors", "d4_onnx": "d4-onnxruntime"}
 _D4_CODE = Path(__file__).with_name("mlflow_d4_model.py")
 _D4_ONNX_CODE = Path(__file__).with_name("mlflow_d4_onnx_model.py")
@@ -94,7 +95,7 @@ def _save_model_folder(detector: DetectorBase, folder: Path) -> str:
             str(folder),
             serialization_format="skops",
             pip_requirements=_requirements("scikit-learn", "skops"),
-            metadata={KIND_KEY: KINDS["d2"]},
+            metadata={KIND_KEY: KINDS["d2"], NAME_KEY: detector.name},
         )
         return "d2"
     if isinstance(detector, FinetunedDetector):
@@ -106,7 +107,7 @@ def _save_model_folder(detector: DetectorBase, folder: Path) -> str:
             python_model=str(_D4_CODE),
             artifacts={"detector": str(weights)},
             pip_requirements=_requirements("torch", "transformers", "safetensors", "mlflow"),
-            metadata={KIND_KEY: KINDS["d4"], "encoder": detector.encoder.record()},
+            metadata={KIND_KEY: KINDS["d4"], NAME_KEY: detector.name, "encoder": detector.encoder.record()},
         )
         return "d4"
     if isinstance(detector, OnnxDetector) and detector.folder is not None:
@@ -118,7 +119,7 @@ def _save_model_folder(detector: DetectorBase, folder: Path) -> str:
             artifacts={"detector": str(detector.folder)},
             model_config={"variant": detector.variant},
             pip_requirements=_requirements("onnxruntime", "transformers", "tokenizers", "mlflow"),
-            metadata={KIND_KEY: KINDS["d4_onnx"], "variant": detector.variant},
+            metadata={KIND_KEY: KINDS["d4_onnx"], NAME_KEY: detector.name, "variant": detector.variant},
         )
         return "d4_onnx"
     raise RegisteredDetectorError(
@@ -256,5 +257,7 @@ def load_registered_detector(
                 f"{ref.model_uri} is not an RVU detector (metadata {KIND_KEY}={kind!r}); "
                 f"expected one of {sorted(KINDS.values())}."
             )
+    detector.name = str((spec.get("metadata") or {}).get(NAME_KEY) or detector.name)
     detector.registered = ref  # type: ignore[attr-defined]  # read back by registered_ref()
+    detector.version = f"{ref.name}/{ref.version}"  # type: ignore[attr-defined]  # the certificate's detector version
     return detector
