@@ -183,9 +183,12 @@ def incident_recovery(
     with mlflow_tracker.run_for(context, params={"incident": incident_id, **policy.summary()}) as run:
         from rvu_pipelines.adapters.blocklist import record_evictions  # runtime only: keeps the code location light
         from rvu_pipelines.adapters.recovery_gate import default_gate
+        from rvu_pipelines.detectors.resolve import resolve_detector
         from rvu_pipelines.provenance.incident import load_incident
 
         log = load_incident(source)
+        signal, signal_version = resolve_detector(recovery.detector, mlflow_tracker.tracker().tracking_uri)
+        run.log_params({"detector": signal_version})
         result = recover(
             log,
             recovery.store_path,
@@ -195,6 +198,7 @@ def incident_recovery(
             policy=policy,
             embedder=vectors,
             gate=default_gate(),
+            detector=signal,
         )
         blocklisted = record_evictions(log, result.evicted_adapters)
         if blocklisted:

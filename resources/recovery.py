@@ -17,6 +17,12 @@ class RecoveryResource(ConfigurableResource):
     root: str | None = Field(default=None, description="State folder; default .rvu/recovery")
     incident_dir: str | None = Field(default=None, description="Incident folder root; default RVU_INCIDENT_DIR")
     policy_path: str | None = Field(default=None, description="FROC policy YAML; default configs/adapters.yaml")
+    detector: str = Field(
+        default="exfiltration",
+        description="Contamination signal on action records: exfiltration (the exfiltration heuristic), production "
+        "(the calibrated injection detector, rvu-injection-detector@production), nanoguard, heuristic or "
+        "registered:<name>[@<alias>]; registered ones are read from the MLflow tracker's registry.",
+    )
 
     def paths(self) -> RecoveryPaths:
         return RecoveryPaths.default(self.root)

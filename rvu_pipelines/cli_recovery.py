@@ -49,19 +49,31 @@ STATE_HELP = "Recovery state folder (default .rvu/recovery)."
     help="Start a new signing key although earlier recoveries exist (their key was lost); earlier certificates "
     "then verify only against the old key's fingerprint.",
 )
-def recover(incident: str, cert_out: str | None, state: str | None, max_depth: int | None, new_key: bool) -> None:
+@click.option(
+    "--detector",
+    default="exfiltration",
+    show_default=True,
+    help="Contamination signal on the action records: exfiltration (the exfiltration heuristic), production "
+    "(the calibrated injection detector in the MLflow registry), nanoguard, heuristic or registered:<name>[@<alias>].",
+)
+def recover(
+    incident: str, cert_out: str | None, state: str | None, max_depth: int | None, new_key: bool, detector: str
+) -> None:
     """Recover from an incident log without Dagster: ingest, closure, risk, tiers, signed certificate."""
     from rvu_pipelines.adapters.blocklist import record_evictions
     from rvu_pipelines.adapters.recovery_gate import default_gate
+    from rvu_pipelines.detectors.resolve import resolve_detector
     from rvu_pipelines.provenance.incident import load_incident
     from rvu_pipelines.recovery import recover as run_recovery
     from rvu_pipelines.recovery.first_ingest import check_against_new_store
     from rvu_pipelines.recovery.state import RecoveryPaths
+    from rvu_pipelines.tracking import default_tracking_uri
 
     paths = RecoveryPaths.default(state)
     log = load_incident(incident)  # validated once, first: a bad file changes nothing; recovery uses this copy
     check_against_new_store(log, paths.store)  # what a new store would refuse, refused before the embedder loads
     incident_id = log.incident_id
+    signal, _ = resolve_detector(detector, default_tracking_uri())
     result = run_recovery(
         log,
         paths.store,
@@ -73,6 +85,7 @@ def recover(incident: str, cert_out: str | None, state: str | None, max_depth: i
         certificates_dir=paths.certificates,
         new_key=new_key,
         gate=default_gate(),
+        detector=signal,
     )
     blocked = record_evictions(log, result.evicted_adapters)
     if blocked:

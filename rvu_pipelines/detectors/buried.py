@@ -39,24 +39,31 @@ def _rng(seed: int, *key: object) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(digest[:8], "big"))
 
 
+def _count(tokenizer: Any, text: str) -> int:
+    return len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+
+
 def cut_to_tokens(tokenizer: Any, text: str, n_tokens: int) -> str:
     """The prefix of ``text`` holding its first ``n_tokens`` tokens (without special tokens)."""
-    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)["offset_mapping"]
     if len(offsets) <= n_tokens:
         return text
     return text[: offsets[n_tokens - 1][1]]
 
 
 def long_document(tokenizer: Any, documents: Sequence[str], n_tokens: int, rng: np.random.Generator) -> str:
-    """Benign documents in a random order, joined by blank lines until ``n_tokens`` tokens, then cut there."""
+    """Benign documents in a random order (a short pool repeats), joined by blank lines until ``n_tokens``
+    tokens, then cut there."""
     order = rng.permutation(len(documents))
     parts: list[str] = []
     count = 0
-    for i in np.concatenate([order] * (1 + n_tokens // 8)):  # short pools repeat; a 8k document needs many
-        parts.append(documents[int(i)])
-        count += len(tokenizer(documents[int(i)], add_special_tokens=False)["input_ids"]) + 1
+    position = 0
+    while count < n_tokens:
+        parts.append(documents[int(order[position % len(order)])])
+        position += 1
+        count += _count(tokenizer, parts[-1])
         if count >= n_tokens:
-            break
+            count = _count(tokenizer, "\n\n".join(parts))  # joining may merge tokens at the seams
     return cut_to_tokens(tokenizer, "\n\n".join(parts), n_tokens)
 
 

@@ -9,6 +9,8 @@ calibrated detector, 0.5 = 1 % FPR on benign tool outputs), ``nanoguard`` (D3, p
 
 from __future__ import annotations
 
+from typing import Any
+
 from rvu_pipelines.detectors.base import InjectionDetector
 from rvu_pipelines.errors import ConfigError
 
@@ -58,3 +60,12 @@ def resolve_detector(choice: str, tracking_uri: str | None = None) -> tuple[Inje
         ref = detector.registered  # type: ignore[attr-defined]
         return detector, f"registered:{ref.name}@{alias}={ref.version}"
     raise ConfigError(f"Invalid detector '{choice}'; allowed values: {', '.join(DETECTOR_CHOICES)}.")
+
+
+def content_check_for(choice: str = PRODUCTION_CHOICE, tracking_uri: str | None = None, threshold: float = 0.5) -> Any:
+    """The memory monitor's USER-channel content check backed by the detector ``choice`` names (default: the
+    production detector), for ``UserChannel(content_check=...)``; flagged at ``threshold``."""
+    from rvu_pipelines.memory.user_channel import ScoreContentCheck
+
+    detector, version = resolve_detector(choice, tracking_uri)
+    return ScoreContentCheck(version, lambda text: float(detector.score([text])[0]), threshold)
