@@ -683,7 +683,10 @@ def quick_run_config(max_train_samples: int = 40, max_test_samples: int = 20, ep
 
 
 def detector_assets() -> list[AssetsDefinition]:
-    """Corpora, D2/D4 per corpus (trained + registered), one evaluation per corpus, and leave one data set out."""
+    """Corpora, D2/D4 per corpus (trained + registered), one evaluation per corpus, leave one data set out, and the
+    production detector."""
+    from assets.production_detector import production_detector  # imports this module's neighbours only
+
     return [
         *(
             factory(name)
@@ -691,4 +694,5 @@ def detector_assets() -> list[AssetsDefinition]:
             for name in CORPUS_NAMES
         ),
         _lodo_asset(),
+        production_detector,
     ]

@@ -21,7 +21,7 @@ DEFAULT_DETECTORS = AssetSelection.assets(
     "detector_corpus_jailbreak",
     "detector_d2_deepset",
     "detector_d4_deepset",
-    "production_detector",
+    "detector_production",
 )
 
 # Studies too long for `make run` (their sampled siblings are in the default job) and their partitioned cells.

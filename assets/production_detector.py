@@ -32,7 +32,7 @@ from rvu_pipelines.detectors.registry import load_registered_detector, reinstate
 from rvu_pipelines.result_memo import ResultMemo, frame_digest, reuse_message
 
 GROUP = "detectors"
-KEY = "production_detector"
+KEY = "detector_production"
 LOADS_CHECK = "production_alias_loads_and_scores"
 CHECK_TEXTS = 32
 
@@ -105,6 +105,7 @@ def production_detector(
     stored = memo.load()
     if stored is not None and reinstate_versions(PRODUCTION_NAME, uri, dict(stored["aliases"])):
         context.log.info(f"{reuse_message(stored)}: {PRODUCTION_NAME} versions {stored['aliases']}")
+        stored = {**stored, "reused": True}
     else:
         with mlflow_tracker.run_for(context, params=params) as run:
             production = train_production(
@@ -136,6 +137,7 @@ def production_detector(
             "production_version": stored["aliases"][PRODUCTION_ALIAS],
             "reference_version": stored["aliases"][REFERENCE_ALIAS],
             "mlflow_run_id": stored["mlflow_run_id"],
+            "reused_unchanged_result": bool(stored.get("reused")),
             **metrics,
         },
     )

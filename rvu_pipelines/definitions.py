@@ -15,7 +15,6 @@ from assets.jobs import JOBS
 from assets.memory import memory_assets
 from assets.memory_poisoning import memory_poisoning_assets
 from assets.models import model_assets
-from assets.production_detector import production_detector
 from assets.recovery import recovery_assets
 from assets.spectral import spectral_assets
 from resources.deployments import deployment_resources
@@ -28,7 +27,6 @@ ALL_ASSETS = [
     *memory_assets(),
     *memory_poisoning_assets(),
     *detector_assets(),
-    production_detector,
     *attack_assets(),
     *spectral_assets(),
     *adapter_assets(),

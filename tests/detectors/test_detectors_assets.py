@@ -1,6 +1,7 @@
 """The deepset chain of detector assets materialized in-process on real data (small training and test
 subsamples): blocking checks pass, the table and ROC image land in Dagster metadata and MLflow, one
-MLflow run per asset, D2/D4 registered and loadable by name; the full graph has all 13 assets."""
+MLflow run per asset, D2/D4 registered and loadable by name; the full graph has all 14 assets; the production
+detector materializes, registers by alias and is reused unchanged."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def test_detector_graph_is_complete() -> None:
         f"detector_{kind}_{corpus}"
         for kind in ("corpus", "d2", "d4", "evaluation")
         for corpus in ("deepset", "jailbreak", "combined")
-    } | {"detector_leave_one_dataset_out"}
+    } | {"detector_leave_one_dataset_out", "detector_production"}
     assert all(len(node.description) > 20 for node in nodes)
 
 
@@ -154,3 +155,41 @@ def test_an_unchanged_detector_is_reused_and_a_lost_version_retrained(tmp_path, 
     third, reused = run()
     assert not reused and third["version"] != first["version"]
     assert load_registered_detector(name, tracker.tracking_uri).registered.version == third["version"]
+
+
+def test_production_detector_materializes_registers_and_is_reused(tmp_path) -> None:
+    from rvu_pipelines.detectors.production import PRODUCTION_ALIAS, PRODUCTION_NAME
+
+    tracker = MlflowTracker(experiment=EXPERIMENT)
+    resources = deployment_resources("local") | {
+        "io_manager": LocalTableIOManager(base_dir=str(tmp_path / "assets")),
+        "mlflow_tracker": MlflowTrackerResource(tracking_uri=tracker.tracking_uri, experiment=EXPERIMENT),
+    }
+    names = ("deepset_prompt_injections", "trustair_jailbreaks", "awesome_chatgpt_prompts")
+    selected = [a for a in dataset_assets() if a.key.to_user_string() in names]
+    selected += [
+        a
+        for a in detector_assets()
+        if a.key.to_user_string() in ("detector_corpus_deepset", "detector_corpus_jailbreak", "detector_production")
+    ]
+    config = {"ops": {"detector_production": {"config": {"max_per_class": 16, "trainable_layers": 0, "epochs": 1}}}}
+    versions = []
+    for _ in range(2):  # the second run changes nothing: the stored result and the registered versions are reused
+        with DagsterInstance.ephemeral() as instance:
+            result = materialize(selected, resources=resources, instance=instance, run_config=config)
+        assert result.success
+        [check] = [
+            c for c in result.get_asset_check_evaluations() if c.check_name == "production_alias_loads_and_scores"
+        ]
+        assert check.passed and check.metadata["max_abs_diff"].value <= 1e-6
+        [event] = [
+            e
+            for e in result.get_asset_materialization_events()
+            if e.asset_key.to_user_string() == "detector_production"
+        ]
+        metadata = event.materialization.metadata
+        versions.append(metadata["production_version"].value)
+    assert versions[0] == versions[1] and metadata["reused_unchanged_result"].value is True
+    loaded = load_registered_detector(PRODUCTION_NAME, tracker.tracking_uri, alias=PRODUCTION_ALIAS)
+    assert loaded.name == PRODUCTION_NAME and loaded.registered.version == versions[0]
+    assert 0.0 < metadata["calibration_threshold"].value < 1.0 and metadata["calibration_n_benign"].value > 50

@@ -37,15 +37,23 @@ def test_default_job_selects_every_asset_with_checks() -> None:
         for key in repository.asset_graph.get_all_asset_keys()
         if repository.asset_graph.get(key).group_name == "detectors"
     }
-    assert len(detectors) == 13  # trained and evaluated by detectors_job (~30 min), incl. the LODO table
+    assert len(detectors) == 14  # trained and evaluated by detectors_job (~30 min), incl. the LODO table
     assert {key.to_user_string() for key in partitioned} >= {"attack_cell"}  # benchmark × defense cells
-    # D2 and D4 on deepset are trained and registered by the default job, so MLflow has models after `make run`
+    # D2 and D4 on deepset and the production detector are trained and registered by the default job, so MLflow has
+    # models after `make run` and the consumers find rvu-injection-detector@production
     default_detectors = {
         key
         for key in detectors
-        if key.to_user_string() in ("detector_corpus_deepset", "detector_d2_deepset", "detector_d4_deepset")
+        if key.to_user_string()
+        in (
+            "detector_corpus_deepset",
+            "detector_corpus_jailbreak",
+            "detector_d2_deepset",
+            "detector_d4_deepset",
+            "detector_production",
+        )
     }
-    assert len(default_detectors) == 3
+    assert len(default_detectors) == 5
     # full studies run in their own jobs; their sampled siblings (e.g. memory_poisoning_sample) are in the default job
     full_studies = {
         AssetKey(name)
