@@ -9,7 +9,7 @@ RVU_DATA_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data),$(abspath $(CURDIR)
 export RVU_DATA_MIRROR
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run scale-up scale-down scale-status doctor detectors memory-poisoning spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-report bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-llama bench-llm-throughput bench-memsad bench-spectral regress clean
+.PHONY: setup run scale-up scale-down scale-status doctor detectors detector-validity memory-poisoning spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-report bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-llama bench-llm-throughput bench-memsad bench-spectral regress clean
 
 setup:
 	@bash scripts/setup.sh
@@ -22,6 +22,11 @@ run: setup
 # Seed 002 §5-6: train, register (MLflow) and evaluate D1-D5 on the three corpora (~30 min on 2 cores)
 detectors: setup
 	$(BIN)/dg launch --job detectors_job -m rvu_pipelines.definitions
+
+# Detectors off their training distribution: D1-D5, the production detector (leave-one-source-out selection) and a
+# length control on held-out sources, the over-defense set, benign tool outputs, buried injections, German, latency
+detector-validity: setup
+	$(BIN)/python scripts/detector_validity.py --out .rvu/detectors
 
 # Seed 003 in full (|M| = 1,000): attack-defense matrix with CIs, adaptive attacks + hybrid check, SIR figure
 memory-poisoning: setup

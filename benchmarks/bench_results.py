@@ -12,7 +12,6 @@ import json
 import math
 import numbers
 import os
-import platform
 import shlex
 import sys
 import tempfile
@@ -20,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+
+from rvu_pipelines.machine import machine
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_RESULTS_DIR = REPO / ".rvu" / "bench"
@@ -65,19 +66,6 @@ class BenchResult:
     @property
     def when(self) -> datetime:
         return datetime.fromisoformat(self.timestamp)
-
-
-def machine() -> dict[str, str | int | None]:
-    """The CPU the numbers belong to: ratios move with the core count and the model."""
-    model = platform.processor() or None
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpus": os.cpu_count(), "cpu": model, "arch": platform.machine(), "python": platform.python_version()}
 
 
 def command_line(script: str | Path, argv: Sequence[str]) -> str:

@@ -18,8 +18,6 @@ with the command, commit, date and machine.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shlex
 import sys
 import tempfile
@@ -63,20 +61,9 @@ from rvu_pipelines.detectors.validity import (
     language_table,
     validity_markdown,
 )
+from rvu_pipelines.machine import machine_line
 
 EXPERIMENT = "rvu-detector-validity"
-
-
-def machine() -> str:
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores"
 
 
 def say(message: str) -> None:
@@ -179,7 +166,7 @@ def main(argv: list[str]) -> int:
     command = "RVU_DATA_MIRROR=../shared/data .venv/bin/python scripts/detector_validity.py " + shlex.join(argv)
     stamp = (
         f"command: `{command.strip()}`; commit {code_version()}; {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; "
-        f"machine: {machine()}; wall {(time.perf_counter() - started) / 60:.1f} min"
+        f"machine: {machine_line()}; wall {(time.perf_counter() - started) / 60:.1f} min"
     )
     lodo_md = "| setting | held out | n | AUROC [95 % CI] |\n|---|---|---|---|\n" + "\n".join(
         f"| {r['trainable_layers']} layers | {r['held_out']} | {r['n']} | {r['auroc']:.3f} "

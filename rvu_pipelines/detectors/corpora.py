@@ -206,7 +206,7 @@ def _finish(name: str, frame: pl.DataFrame) -> Corpus:
     return Corpus(name, frame, DESCRIPTIONS[name])
 
 
-def _require(frame: pl.DataFrame, dataset: str, columns: Iterable[str]) -> None:
+def require_columns(frame: pl.DataFrame, dataset: str, columns: Iterable[str]) -> None:
     missing = sorted(set(columns) - set(frame.columns))
     if missing:
         raise DetectorError(
@@ -216,13 +216,13 @@ def _require(frame: pl.DataFrame, dataset: str, columns: Iterable[str]) -> None:
 
 
 def deepset_rows(deepset: pl.DataFrame) -> pl.DataFrame:
-    _require(deepset, "deepset_prompt_injections", ("text", "label", "split"))
+    require_columns(deepset, "deepset_prompt_injections", ("text", "label", "split"))
     return _rows("deepset", deepset["text"], deepset["label"]).with_columns(deepset["split"].alias("split"))
 
 
 def jailbreak_rows(trustair: pl.DataFrame, awesome: pl.DataFrame) -> pl.DataFrame:
-    _require(trustair, "trustair_jailbreaks", ("prompt", "jailbreak"))
-    _require(awesome, "awesome_chatgpt_prompts", ("prompt",))
+    require_columns(trustair, "trustair_jailbreaks", ("prompt", "jailbreak"))
+    require_columns(awesome, "awesome_chatgpt_prompts", ("prompt",))
     positives = trustair.filter(pl.col("jailbreak"))["prompt"]
     return pl.concat(
         [_rows("trustair", positives, [1] * positives.len()), _rows("awesome", awesome["prompt"], [0] * awesome.height)]

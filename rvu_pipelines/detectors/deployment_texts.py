@@ -54,6 +54,7 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
+from rvu_pipelines.detectors.corpora import require_columns
 from rvu_pipelines.errors import DatasetUnavailableError, DetectorError
 
 SOURCES: tuple[str, ...] = ("agentdojo", "bipia", "injecagent")
@@ -185,15 +186,6 @@ def _natural(task_id: str) -> tuple[str, int]:
     return (head, int(num)) if num.isdigit() else (task_id, -1)
 
 
-def _require(frame: pl.DataFrame, dataset: str, columns: Iterable[str]) -> None:
-    missing = sorted(set(columns) - set(frame.columns))
-    if missing:
-        raise DetectorError(
-            f"The {dataset} frame lacks columns {missing}; pass the platform's {dataset} data set "
-            f"(rvu_pipelines.data.load_dataset), which has {sorted(frame.columns)}."
-        )
-
-
 # ---------------------------------------------------------------- BIPIA
 
 
@@ -202,7 +194,7 @@ def bipia_texts(frame: pl.DataFrame) -> _Parts:
     from rvu_pipelines.scenarios.bipia import POSITIONS, attack_key, insert_attack
     from rvu_pipelines.scenarios.common import stable_choice
 
-    _require(frame, "bipia", _BIPIA_COLUMNS)
+    require_columns(frame, "bipia", _BIPIA_COLUMNS)
     tasks = frame.filter(pl.col("record_type") == "task").sort("task", "split", "index")
     attacks = frame.filter(pl.col("record_type") == "attack").sort("task", "split", "category", "index")
 
@@ -264,7 +256,7 @@ def injecagent_texts(frame: pl.DataFrame) -> _Parts:
     """
     from rvu_pipelines.scenarios.injecagent import _unquote
 
-    _require(frame, "injecagent", _INJECAGENT_COLUMNS)
+    require_columns(frame, "injecagent", _INJECAGENT_COLUMNS)
     cases = list(frame.sort("setting", "case_index").iter_rows(named=True))
 
     templates: dict[tuple[str, str], str] = {}  # (user tool, template) -> benign id

@@ -441,22 +441,20 @@ def register_production(
         "Prompt-injection detector trained on every corpus in the data mirror plus the deployment's benign tool "
         "outputs and hard negatives; scores are calibrated so 0.5 flags at most 1 % of benign tool outputs."
     )
-    reference = register_detector(
-        production.reference,
-        name=PRODUCTION_NAME,
-        run_id=run_id,
-        tracking_uri=tracking_uri,
-        tags=tags,
-        description=description,
-        alias=REFERENCE_ALIAS,
-    )
-    served_ref = register_detector(
-        served.detector,
-        name=PRODUCTION_NAME,
-        run_id=run_id,
-        tracking_uri=tracking_uri,
-        tags=tags,
-        description=description,
-        alias=PRODUCTION_ALIAS,
-    )
-    return {"production": served_ref.record(), "reference": reference.record(), **tags}
+    registered = {
+        role: register_detector(
+            model,
+            name=PRODUCTION_NAME,
+            run_id=run_id,
+            tracking_uri=tracking_uri,
+            tags=tags,
+            description=description,
+            alias=alias,
+        )
+        for role, model, alias in (
+            ("reference", production.reference, REFERENCE_ALIAS),
+            ("production", served.detector, PRODUCTION_ALIAS),
+        )
+    }
+    out: dict[str, object] = {role: ref.record() for role, ref in registered.items()}
+    return out | tags

@@ -58,3 +58,25 @@ def tiny_d2(tiny_train) -> TfidfDetector:
     """D2 on the 32-text subsample: a small vocabulary, so skops saves and loads it in well under a second."""
     texts, labels = tiny_train
     return TfidfDetector.train(texts, labels)
+
+
+@pytest.fixture
+def tiny_hub_classifier(tmp_path, encoder):
+    """A tiny randomly initialised BERT sequence classifier (labels SAFE / INJECTION) saved in a local folder, with
+    the encoder's tokenizer: the hub classifier's code path without the hub."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=37,
+        id2label={0: "SAFE", 1: "INJECTION"},
+        label2id={"SAFE": 0, "INJECTION": 1},
+    )
+    BertForSequenceClassification(config).save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(str(encoder.path)).save_pretrained(tmp_path)
+    return tmp_path

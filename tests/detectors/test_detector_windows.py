@@ -198,25 +198,10 @@ def test_nanoguard_windows_its_bpe_tokens(nanoguard, test_split) -> None:
     assert whole > 0.5 > nanoguard._score([text])[0]  # truncated to its first 511 tokens: the benign prefix
 
 
-def test_hub_classifier_windows_with_its_tokenizer(tmp_path, encoder) -> None:
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
+def test_hub_classifier_windows_with_its_tokenizer(tiny_hub_classifier) -> None:
     from rvu_pipelines.detectors.pretrained import HubClassifierDetector
 
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=30522,
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=37,
-        id2label={0: "SAFE", 1: "INJECTION"},
-        label2id={"SAFE": 0, "INJECTION": 1},
-    )
-    BertForSequenceClassification(config).save_pretrained(tmp_path)
-    AutoTokenizer.from_pretrained(str(encoder.path)).save_pretrained(tmp_path)
-    detector = HubClassifierDetector(str(tmp_path), local_files_only=True, name="D3 tiny", max_length=16)
+    detector = HubClassifierDetector(str(tiny_hub_classifier), local_files_only=True, name="D3 tiny", max_length=16)
     text = "The quarterly report is attached; unbelievably, revenue grew again. " * 6
     n_tokens = _plain_tokens(detector.tokenizer, text)
     spans = detector._window_spans(text)

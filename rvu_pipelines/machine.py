@@ -1,0 +1,26 @@
+"""The machine a measurement ran on, as results record it: CPU model and count, architecture, Python."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+
+def machine() -> dict[str, str | int | None]:
+    """The CPU the numbers belong to: timings and ratios move with the core count and the model."""
+    model = platform.processor() or None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpus": os.cpu_count(), "cpu": model, "arch": platform.machine(), "python": platform.python_version()}
+
+
+def machine_line() -> str:
+    """One line for a results stamp, e.g. ``AMD EPYC, 2 cores (x86_64)``."""
+    found = machine()
+    return f"{found['cpu'] or 'unknown CPU'}, {found['cpus']} cores ({found['arch']})"
