@@ -83,6 +83,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quick", action="store_true", help="small samples and one epoch: a smoke run, not results")
     parser.add_argument("--pairs", default="512=100,2048=100,8192=30", help="buried pairs per length")
     parser.add_argument("--max-per-class", type=int, default=1200, help="production training examples per source/label")
+    parser.add_argument(
+        "--lodo-documents", type=int, default=300, help="held-out documents per source and label in the selection"
+    )
     parser.add_argument("--no-mlflow", action="store_true", help="do not log the rows to MLflow")
     parser.add_argument("--out", type=Path, help="folder for detector_validity.md")
     args = parser.parse_args(argv)
@@ -117,8 +120,11 @@ def main(argv: list[str]) -> int:
     candidates = [FinetuneSettings(**{**c.__dict__, **d4_overrides}) for c in CANDIDATES]
     examples = training_examples(corpora, deployment, overdefense, tokenizer, recipe)
     lodo_documents = evaluation_documents(corpora, deployment, ("train", "calib", "test"))
-    if args.quick:
-        lodo_documents = lodo_documents.group_by("source", "label", maintain_order=True).head(12)
+    per_cell = 12 if args.quick else args.lodo_documents  # a seeded sample per source and label
+    lodo_documents = pl.concat(
+        part.sample(min(per_cell, part.height), seed=42)
+        for part in lodo_documents.partition_by("source", "label", maintain_order=True)
+    ).sort("source", "split", "id")
     lodo = select_settings(
         examples,
         lodo_documents,
