@@ -40,7 +40,7 @@ CHECK_TEXTS = 32
 class ProductionDetectorConfig(Config):
     """How much the recipe trains on; the defaults are the recipe's (the evaluation script selects them)."""
 
-    max_per_class: int | None = Field(default=1200, description="Training examples per source and label.")
+    max_per_class: int | None = Field(default=300, description="Training examples per source and label.")
     trainable_layers: int = Field(default=1, description="Top encoder layers trained (0 = the head only).")
     epochs: int = 3
     progress: bool = False

@@ -81,10 +81,10 @@ def parse_pairs(value: str) -> dict[int, int]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small samples and one epoch: a smoke run, not results")
-    parser.add_argument("--pairs", default="512=100,2048=100,8192=30", help="buried pairs per length")
-    parser.add_argument("--max-per-class", type=int, default=1200, help="production training examples per source/label")
+    parser.add_argument("--pairs", default="512=40,2048=40,8192=10", help="buried pairs per length")
+    parser.add_argument("--max-per-class", type=int, default=300, help="production training examples per source/label")
     parser.add_argument(
-        "--lodo-documents", type=int, default=300, help="held-out documents per source and label in the selection"
+        "--lodo-documents", type=int, default=150, help="held-out documents per source and label in the selection"
     )
     parser.add_argument("--no-mlflow", action="store_true", help="do not log the rows to MLflow")
     parser.add_argument("--out", type=Path, help="folder for detector_validity.md")
