@@ -58,7 +58,7 @@ EXAMPLE_COLUMNS = {"id": pl.String, "text": pl.String, "label": pl.Int8, "source
 class RecipeSettings:
     """What the recipe trains and how much data it takes; ``finetune`` is the model's own settings."""
 
-    finetune: FinetuneSettings = field(default_factory=lambda: FinetuneSettings(trainable_layers=1, epochs=3))
+    finetune: FinetuneSettings = field(default_factory=lambda: FinetuneSettings(trainable_layers=1, epochs=2))
     max_per_class: int | None = 300  # training examples per source and label
     windows_per_document: int = 2  # benign windows drawn from each training document
     contexts_per_payload: int = 6  # positives built from each training payload
@@ -80,7 +80,7 @@ class RecipeSettings:
         return flat | self.finetune.params()
 
 
-CANDIDATES: tuple[FinetuneSettings, ...] = (  # what leave-one-source-out chooses between (2 cores: ~1 h for both)
+CANDIDATES: tuple[FinetuneSettings, ...] = (  # what leave-one-source-out chooses between
     FinetuneSettings(trainable_layers=0, epochs=3),
     FinetuneSettings(trainable_layers=1, epochs=2),
 )
