@@ -47,10 +47,6 @@ class ProductionDetectorConfig(Config):
     progress: bool = False
 
 
-def _corpus(name: str, frame: pl.DataFrame) -> Corpus:
-    return Corpus(name, frame)
-
-
 @asset(
     name=KEY,
     group_name=GROUP,
@@ -82,7 +78,7 @@ def production_detector(
     mlflow_tracker: MlflowTrackerResource,
     model_store: ModelStoreResource,
 ):
-    corpora = {"deepset": _corpus("deepset", deepset_frame), "jailbreak": _corpus("jailbreak", jailbreak_frame)}
+    corpora = {"deepset": Corpus("deepset", deepset_frame), "jailbreak": Corpus("jailbreak", jailbreak_frame)}
     deployment = load_deployment_texts()
     hard_negatives = build_overdefense_set().frame
     settings = RecipeSettings(

@@ -128,6 +128,8 @@ def evaluate_validity(
     log: Callable[[str], None] | None = None,
 ) -> pl.DataFrame:
     """One row per detector (see the module doc for the columns)."""
+    from sklearn.metrics import f1_score, roc_auc_score
+
     say = log or (lambda _m: None)
     rows = []
     for spec in specs:
@@ -137,8 +139,6 @@ def evaluate_validity(
         home = spec.in_dist if spec.in_dist is not None else data.in_dist
         y = home["label"].to_numpy().astype(np.int64)
         predicted = (detector.score(home["text"].to_list()) >= DEFAULT_THRESHOLD).astype(np.int64)
-        from sklearn.metrics import f1_score
-
         row["in_dist_n"] = int(y.size)
         row["in_dist_f1"] = float(f1_score(y, predicted, zero_division=0))
         row["in_dist_f1_ci_low"], row["in_dist_f1_ci_high"] = bootstrap_f1(y, predicted, n_resamples)
@@ -151,8 +151,6 @@ def evaluate_validity(
                 part = held.filter(pl.col("source") == source)
                 yy = part["label"].to_numpy().astype(np.int64)
                 scores = detector.score(part["text"].to_list())
-                from sklearn.metrics import roc_auc_score
-
                 low, high = bootstrap_auroc(yy, scores, n_resamples)
                 folds.append(
                     {
