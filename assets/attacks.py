@@ -30,6 +30,7 @@ from dagster import (
 from pydantic import Field
 
 from assets.partitions import cell_partitions
+from assets.production_detector import KEY as PRODUCTION_ASSET  # the classifier defense's default detector
 from resources import LLMResource, MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.agents.evaluation import CellRun, attack_table, plot_attack_table, table_markdown
 from rvu_pipelines.agents.harness import AGENT_N_CTX, Harness
@@ -44,6 +45,7 @@ from rvu_pipelines.agents.regression import (
     table_code_version,
 )
 from rvu_pipelines.code_version import code_version
+from rvu_pipelines.detectors.resolve import PRODUCTION_CHOICE
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.scenarios.axes import BENCHMARKS, CANONICAL, DEFENSES
@@ -53,9 +55,10 @@ GROUP = "attacks"
 
 class HarnessConfig(Config):
     detector: str = Field(
-        default="nanoguard",
-        description="The classifier defense's detector: nanoguard (D3, "
-        "the paper's PromptGuard role), heuristic (D1) or registered:<MLflow model name>.",
+        default=PRODUCTION_CHOICE,
+        description="The classifier defense's detector: production (rvu-injection-detector@production from the "
+        "tracker's registry, calibrated to 1 % FPR on benign tool outputs; the asset detector_production), "
+        "nanoguard (D3, the paper's PromptGuard role), heuristic (D1) or registered:<name>[@<alias>].",
     )
     max_iters: int | None = Field(
         default=None,
@@ -94,7 +97,16 @@ class SamplesConfig(HarnessConfig):
     per_benchmark: int = Field(default=2, description="Fixed-seed sample size of each benchmark.")
 
 
-def open_harness(config: HarnessConfig, llm_model: dict, llm: LLMResource, model_store: ModelStoreResource) -> Harness:
+def open_harness(
+    config: HarnessConfig,
+    llm_model: dict,
+    llm: LLMResource,
+    model_store: ModelStoreResource,
+    mlflow_tracker: MlflowTrackerResource,
+) -> Harness:
+    """The harness of one attack asset; registered detectors come from the tracker resource's registry, the one
+    ``detector_production`` registered into."""
+
     def build():  # only when a prompt misses the response cache
         return llm.build(
             Path(llm_model["path"]), n_ctx=max(AGENT_N_CTX, int(llm_model["n_ctx"])), name=llm_model["name"]
@@ -105,6 +117,7 @@ def open_harness(config: HarnessConfig, llm_model: dict, llm: LLMResource, model
         profile=model_store.profile_name(),
         model_id=llm_model["sha256"],
         detector=config.detector,
+        tracking_uri=mlflow_tracker.tracker(GROUP).tracking_uri,
         max_iters=config.max_iters,
         max_tokens=config.max_tokens,
     )
@@ -182,6 +195,7 @@ def _table_output(context: AssetExecutionContext, runs: list[CellRun], run_ids: 
 
 @asset(
     group_name=GROUP,
+    deps=[PRODUCTION_ASSET],
     partitions_def=cell_partitions,
     kinds={"llama_cpp", "agentdojo", "mlflow"},
     description="One cell of the attack table: a fixed-seed sample (config `limit`; null = all) of one benchmark "
@@ -203,7 +217,7 @@ def attack_cell(
         if isinstance(key, MultiPartitionKey)
         else dict(zip(("benchmark", "defense"), str(key).split("|"), strict=True))
     )
-    harness = open_harness(config, llm_model, llm, model_store)
+    harness = open_harness(config, llm_model, llm, model_store, mlflow_tracker)
     run = harness.run_cell(
         keys["benchmark"], keys["defense"], limit=config.limit, progress=config.progress, rerun=config.rerun
     )
@@ -253,6 +267,7 @@ def _golden_check(table: pl.DataFrame, profile: str, path: Path | None = None) -
 
 @asset(
     group_name=GROUP,
+    deps=[PRODUCTION_ASSET],
     kinds={"llama_cpp", "agentdojo", "mlflow"},
     description="Seed 000 Table 1 (E1): the 10 canonical scenarios (configs/benchmarks.yaml) under all eight "
     "defenses on the profile's LLM — ASR, security, utility with 95% CIs, latency, certificates emitted and "
@@ -276,7 +291,7 @@ def attack_table_1(
     model_store: ModelStoreResource,
     mlflow_tracker: MlflowTrackerResource,
 ):
-    harness = open_harness(config, llm_model, llm, model_store)
+    harness = open_harness(config, llm_model, llm, model_store, mlflow_tracker)
     if _rerun(context, config):
         runs = regression_sweep(harness, DEFENSES, progress=config.progress)  # every episode, current code
     else:
@@ -291,6 +306,7 @@ def attack_table_1(
 
 @asset(
     group_name=GROUP,
+    deps=[PRODUCTION_ASSET],
     kinds={"llama_cpp", "agentdojo", "mlflow"},
     description="A fixed-seed sample (config `per_benchmark`, seed 42) of every benchmark — InjecAgent dh/ds, "
     "BIPIA email/table/code, AgentDojo — under all eight defenses; one MLflow run per cell. Runs in the nightly "
@@ -305,7 +321,7 @@ def attack_benchmark_samples(
     model_store: ModelStoreResource,
     mlflow_tracker: MlflowTrackerResource,
 ):
-    harness = open_harness(config, llm_model, llm, model_store)
+    harness = open_harness(config, llm_model, llm, model_store, mlflow_tracker)
     runs = [
         run
         for benchmark in BENCHMARKS

@@ -1,11 +1,15 @@
 """The memory reference monitor (seed 002 §3-4) evaluated as an asset: Tables 6-7 on real payloads."""
 
 import polars as pl
-from dagster import AssetCheckResult, AssetCheckSpec, AssetExecutionContext, MetadataValue, Output, asset
+from dagster import AssetCheckResult, AssetCheckSpec, AssetExecutionContext, Config, MetadataValue, Output, asset
+from pydantic import Field
 
+from assets.production_detector import KEY as PRODUCTION_ASSET
 from resources import MlflowTrackerResource
 from rvu_pipelines.detectors.corpora import CORPUS_NAMES, build_corpus
+from rvu_pipelines.detectors.resolve import PRODUCTION_CHOICE, content_check_for
 from rvu_pipelines.memory import evaluate_monitor
+from rvu_pipelines.memory.user_channel import ContentCheck, RegexContentCheck
 from rvu_pipelines.memory.utility_cost import strategyqa_records
 from rvu_pipelines.result_memo import ResultMemo, frame_digest, reuse_message
 
@@ -25,6 +29,23 @@ CHECKS = [
     "audit_tamper_detected",
     "benign_user_writes_accepted",
 ]
+
+
+REGEX_CHECK = "regex"
+
+
+class MonitorEvaluationConfig(Config):
+    content_check: str = Field(
+        default=PRODUCTION_CHOICE,
+        description="The USER channel's advisory content check: production (rvu-injection-detector@production from "
+        "the tracker's registry, flagged at its calibrated 0.5), regex (the library's small pattern list), "
+        "nanoguard, heuristic or registered:<name>[@<alias>].",
+    )
+
+
+def user_content_check(choice: str, tracking_uri: str) -> ContentCheck:
+    """The content check ``choice`` names; registered detectors come from ``tracking_uri``'s registry."""
+    return RegexContentCheck() if choice == REGEX_CHECK else content_check_for(choice, tracking_uri)
 
 
 def corpus_test_texts(datasets: dict[str, pl.DataFrame]) -> tuple[list[str], list[str]]:
@@ -63,11 +84,13 @@ def memory_metrics(report: dict) -> dict[str, float]:
 
 @asset(
     group_name="memory",
+    deps=[PRODUCTION_ASSET],
     kinds={"duckdb", "mlflow"},
     description="Seed 002 Tables 6-7: every injection-labelled test payload of the detector corpora sent through "
     "untrusted channels (blocked by the channel rule whatever the text, so the count is true by construction), "
     "the benign test texts of the same corpora through the same channels (blocked too, by design) and through "
-    "the USER channel (accepted), the utility cost on the AgentPoison ReAct-StrategyQA memory (records that "
+    "the USER channel (accepted; the content check, by default the production detector, flags without blocking), "
+    "the utility cost on the AgentPoison ReAct-StrategyQA memory (records that "
     "need a USER endorsement / promotion), attack vectors A1-A7, 50 sessions with 2,450 ordered pair checks "
     "and own reads, SOUL.md sha256, Theorem 1 Parts I-III over the whole execution, and the hash-chained "
     "audit log (with a tamper test).",
@@ -75,6 +98,7 @@ def memory_metrics(report: dict) -> dict[str, float]:
 )
 def memory_monitor_evaluation(
     context: AssetExecutionContext,
+    config: MonitorEvaluationConfig,
     mlflow_tracker: MlflowTrackerResource,
     deepset_prompt_injections: pl.DataFrame,
     trustair_jailbreaks: pl.DataFrame,
@@ -87,8 +111,10 @@ def memory_monitor_evaluation(
         "awesome_chatgpt_prompts": awesome_chatgpt_prompts,
     }
     frames = {name: frame_digest(frame) for name, frame in {**datasets, "strategyqa": agentpoison_strategyqa}.items()}
+    content_check = user_content_check(config.content_check, mlflow_tracker.tracker("memory").tracking_uri)
     memo = ResultMemo.default().entry(
-        "memory_monitor_evaluation", {"frames": frames, "workload": UTILITY_WORKLOAD, "sessions": 50}
+        "memory_monitor_evaluation",
+        {"frames": frames, "workload": UTILITY_WORKLOAD, "sessions": 50, "content_check": content_check.name},
     )
     stored = memo.load()
     reused = stored is not None
@@ -97,10 +123,21 @@ def memory_monitor_evaluation(
     else:
         payloads, benign = corpus_test_texts(datasets)
         records = strategyqa_records(agentpoison_strategyqa.filter(pl.col("split") == "train").to_dicts())
-        params = {"payloads": len(payloads), "benign": len(benign), "utility_records": len(records), "sessions": 50}
+        params = {
+            "payloads": len(payloads),
+            "benign": len(benign),
+            "utility_records": len(records),
+            "sessions": 50,
+            "content_check": content_check.name,
+        }
         with mlflow_tracker.run_for(context, params=params) as run:
             result = evaluate_monitor(
-                payloads, benign=benign, utility_records=records, utility_workload=UTILITY_WORKLOAD, n_sessions=50
+                payloads,
+                benign=benign,
+                utility_records=records,
+                utility_workload=UTILITY_WORKLOAD,
+                n_sessions=50,
+                content_check=content_check,
             )
             report = result.to_dict()
             run.log_metrics({**memory_metrics(report), "vectors_blocked": result.vectors_blocked})
@@ -125,7 +162,8 @@ def memory_monitor_evaluation(
             "benign_blocked_untrusted": f"{b['blocked_untrusted']}/{b['n']}: benign texts, same untrusted channels "
             "(blocked by design)",
             "benign_accepted_user": f"{b['accepted_user']}/{b['n']}: the same texts through the USER channel "
-            f"({b['flagged_on_user_channel']} flagged by the advisory content check)",
+            f"({b['flagged_on_user_channel']} flagged by the advisory content check {content_check.name})",
+            "content_check": content_check.name,
             "utility_cost": f"{u['need_user']}/{u['writes']} legitimate memory writes of the {UTILITY_WORKLOAD} run "
             f"need a USER endorsement; {u['promotions_needed']} need a USER promotion to reach shared memory "
             f"({u['promotions_rate_limited']} rate-limited at {u['max_promotions_per_window']} per "

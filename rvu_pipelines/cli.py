@@ -169,10 +169,10 @@ def models_check(profile: str | None) -> None:
 )
 @click.option(
     "--detector",
-    default="nanoguard",
+    default="production",
     show_default=True,
-    help="Classifier defense's detector: production, nanoguard, heuristic, exfiltration or "
-    "registered:<name>[@<alias>].",
+    help="Classifier defense's detector: production (rvu-injection-detector@production, registered by "
+    "`make run`), nanoguard, heuristic, exfiltration or registered:<name>[@<alias>].",
 )
 @click.option(
     "--defense",

@@ -20,7 +20,7 @@ from rvu_pipelines.agents.evaluation import CellRun, CellSpec, run_cell
 from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
 from rvu_pipelines.detectors import InjectionDetector, NanoGuardDetector
 from rvu_pipelines.detectors.base import MemoizedDetector
-from rvu_pipelines.detectors.resolve import resolve_detector
+from rvu_pipelines.detectors.resolve import PRODUCTION_CHOICE, resolve_detector
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.models.llm import AdapterHostingModel, ChatCompletion, ChatModel, Message, adapter_key_of
 from rvu_pipelines.paths import state_dir
@@ -87,12 +87,15 @@ class LazyChatModel:
         return list(self._model.active_adapters()) if isinstance(self._model, AdapterHostingModel) else []
 
 
-def detector_for(choice: str) -> tuple[InjectionDetector, str]:
+def detector_for(choice: str, tracking_uri: str | None = None) -> tuple[InjectionDetector, str]:
     """The classifier defense's detector and its version string, loading nothing heavy up front:
-    NanoGuard's weights ship in a pinned package, so the package version identifies them."""
+    NanoGuard's weights ship in a pinned package, so the package version identifies them.
+
+    ``tracking_uri``: the MLflow registry registered detectors come from (the tracker resource's, resolved at
+    the edge); None uses the platform default."""
     if choice == "nanoguard":
         return LazyDetector(choice, NanoGuardDetector.name), f"nanoguard:{version('metatronnanoguard')}"
-    return load_detector(choice)
+    return load_detector(choice, tracking_uri)
 
 
 def version_of(detector: object) -> str:
@@ -103,10 +106,11 @@ def version_of(detector: object) -> str:
     return f"name:{getattr(detector, 'name', type(detector).__name__)}"
 
 
-def load_detector(choice: str) -> tuple[InjectionDetector, str]:
+def load_detector(choice: str, tracking_uri: str | None = None) -> tuple[InjectionDetector, str]:
     """The classifier defense's detector and a version string for cache keys (see
-    :mod:`rvu_pipelines.detectors.resolve` for the choices; registered ones come from the default registry)."""
-    return resolve_detector(choice, default_tracking_uri())
+    :mod:`rvu_pipelines.detectors.resolve` for the choices; registered ones come from ``tracking_uri``'s
+    registry, by default the platform's)."""
+    return resolve_detector(choice, tracking_uri or default_tracking_uri())
 
 
 @dataclass
@@ -127,7 +131,8 @@ class Harness:
         *,
         profile: str,
         model_id: str,
-        detector: str = "nanoguard",
+        detector: str = PRODUCTION_CHOICE,
+        tracking_uri: str | None = None,
         root: Path | None = None,
         cache_path: Path | None = None,
         max_iters: int | None = None,
@@ -136,7 +141,9 @@ class Harness:
     ) -> Harness:
         """``chat_model``: a ChatModel, or ``(factory, name)`` to build it only when a prompt misses the cache.
 
-        ``max_iters`` / ``max_tokens``: None keeps DefenseSettings' default; ``settings``: other DefenseSettings.
+        ``detector``: the classifier defense's detector (default: the calibrated production detector, read from
+        ``tracking_uri``'s registry); ``max_iters`` / ``max_tokens``: None keeps DefenseSettings' default;
+        ``settings``: other DefenseSettings.
         """
         from rvu_pipelines.agents.defenses import DefenseSettings  # runtime only: imports AgentDojo (~8 s)
 
@@ -144,7 +151,7 @@ class Harness:
             chat_model = LazyChatModel(*chat_model)
         root = Path(root) if root else state_dir() / "attacks"
         cache = ResponseCache(cache_path or state_dir() / "llm_cache.sqlite")
-        detector_obj, detector_version = detector_for(detector)
+        detector_obj, detector_version = detector_for(detector, tracking_uri)
         limits: dict[str, Any] = {
             k: v for k, v in (("max_iters", max_iters), ("max_tokens", max_tokens)) if v is not None
         }

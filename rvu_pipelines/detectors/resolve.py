@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from rvu_pipelines.detectors.base import InjectionDetector
-from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.errors import ConfigError, RegisteredDetectorError
 
 PRODUCTION_CHOICE = "production"
 DETECTOR_CHOICES: tuple[str, ...] = (
@@ -56,7 +56,16 @@ def resolve_detector(choice: str, tracking_uri: str | None = None) -> tuple[Inje
             alias = alias or CURRENT_ALIAS
         if not name:
             raise ConfigError(f"Invalid detector '{choice}': name the registered model, e.g. registered:<name>.")
-        detector = load_registered_detector(name, tracking_uri, alias=alias)
+        try:
+            detector = load_registered_detector(name, tracking_uri, alias=alias)
+        except RegisteredDetectorError as exc:
+            if choice != PRODUCTION_CHOICE:
+                raise
+            raise RegisteredDetectorError(
+                f"{exc} The production detector is trained and registered by the asset 'detector_production' "
+                "(part of `make run`'s default job); materialize it, or choose another detector "
+                "(nanoguard, heuristic)."
+            ) from exc
         ref = detector.registered  # type: ignore[attr-defined]
         return detector, f"registered:{ref.name}@{alias}={ref.version}"
     raise ConfigError(f"Invalid detector '{choice}'; allowed values: {', '.join(DETECTOR_CHOICES)}.")

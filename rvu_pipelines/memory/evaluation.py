@@ -40,7 +40,7 @@ from rvu_pipelines.memory.model import UNTRUSTED_CHANNELS, Channel, MemoryItem
 from rvu_pipelines.memory.monitor import ReferenceMonitor
 from rvu_pipelines.memory.store import InMemoryStore, MemoryStore
 from rvu_pipelines.memory.theorem import TheoremChecker, TheoremReport
-from rvu_pipelines.memory.user_channel import UserChannel, UserChannelConfig
+from rvu_pipelines.memory.user_channel import ContentCheck, UserChannel, UserChannelConfig
 from rvu_pipelines.memory.utility_cost import MemoryRecord, UtilityResult, utility_cost
 
 
@@ -330,6 +330,7 @@ def evaluate_monitor(
     store: MemoryStore | None = None,
     audit: AuditLog | None = None,
     user_channel: UserChannel | None = None,
+    content_check: ContentCheck | None = None,
     shared: str = "shared",
 ) -> MonitorEvaluation:
     """Run the §5.3 defence evaluation over ``payloads`` and return the Table 6-7 numbers.
@@ -337,13 +338,22 @@ def evaluate_monitor(
     ``benign`` texts go through the same untrusted channels (and then the USER channel) in the same
     run; ``utility_records`` (an agent's memory records) are replayed by ``utility_cost`` on a
     monitor of their own. ``store``/``audit`` default to in-memory; pass a ``DuckDBStore``/
-    ``AuditLog.open(path)`` to keep the run. The USER channel gets a ``UserChannel`` with the regex
-    content check and a logical clock, so the run is deterministic.
+    ``AuditLog.open(path)`` to keep the run. The USER channel gets a ``UserChannel`` with
+    ``content_check`` (default: the regex check) and a logical clock, so the run is deterministic.
     """
     if n_sessions < 2:
         raise MemoryMonitorError(f"n_sessions must be at least 2 (isolation needs pairs), got {n_sessions}.")
     tick = iter(range(1 << 62))
-    uc = user_channel or UserChannel(UserChannelConfig(), clock=lambda: float(next(tick)))
+
+    def clock() -> float:  # logical time: the run is deterministic
+        return float(next(tick))
+
+    if user_channel is not None:
+        uc = user_channel
+    elif content_check is not None:
+        uc = UserChannel(UserChannelConfig(), content_check=content_check, clock=clock)
+    else:
+        uc = UserChannel(UserChannelConfig(), clock=clock)
     monitor = ReferenceMonitor(
         store if store is not None else InMemoryStore(),
         audit=audit if audit is not None else AuditLog(),

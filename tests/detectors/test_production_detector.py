@@ -120,9 +120,10 @@ def test_the_alias_production_is_what_every_consumer_loads(registered, served, m
     assert loaded.name == PRODUCTION_NAME and loaded_version.endswith(f"={version}")
     np.testing.assert_allclose(loaded.score(texts), expected, atol=1e-6)
 
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # the classifier defense reads the platform's registry
-    defense_detector, defense_version = detector_for("production")
+    defense_detector, defense_version = detector_for("production", uri)  # the attack assets pass the tracker's
     assert defense_version == loaded_version
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # without one, the platform's default registry
+    assert detector_for("production")[1] == loaded_version
     element = DetectorFilter(defense_detector, 0.5, EpisodeTrace())
     for text, score in zip(texts, expected, strict=True):
         assert element.detect(text) == (score >= 0.5, pytest.approx(score, abs=1e-6))
@@ -157,3 +158,20 @@ def test_rvu_recover_uses_the_production_detector_by_alias(registered, tmp_path)
         env={**env, "RVU_HOME": str(tmp_path / "home2")},
     )
     assert missing.returncode != 0 and "No registered detector 'nope'" in missing.stdout + missing.stderr
+
+
+def test_production_is_the_classifier_defense_default_and_its_absence_says_how_to_make_it(tmp_path) -> None:
+    import inspect
+
+    from assets.attacks import HarnessConfig
+    from rvu_pipelines.agents.harness import Harness
+    from rvu_pipelines.cli import regress
+    from rvu_pipelines.detectors.resolve import resolve_detector
+    from rvu_pipelines.errors import RegisteredDetectorError
+
+    assert HarnessConfig().detector == "production"
+    assert inspect.signature(Harness.open).parameters["detector"].default == "production"
+    assert next(p for p in regress.params if p.name == "detector").default == "production"
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    with pytest.raises(RegisteredDetectorError, match="detector_production"):
+        resolve_detector("production", empty)

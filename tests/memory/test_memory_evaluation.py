@@ -107,6 +107,22 @@ def test_benign_writes_through_the_untrusted_channel_are_blocked_and_through_use
     assert "benign_user_writes_accepted" not in evaluate_monitor(PAYLOADS[:1], n_sessions=2).checks()
 
 
+def test_the_given_content_check_is_the_one_the_user_channel_runs() -> None:
+    """The evaluation takes the platform's configured check (the asset passes the production detector's); a check
+    that flags every text flags every benign USER write, and still blocks none."""
+    from assets.memory import REGEX_CHECK, MonitorEvaluationConfig, user_content_check
+    from rvu_pipelines.memory.user_channel import RegexContentCheck, ScoreContentCheck
+
+    everything = ScoreContentCheck("flags-everything", lambda text: 1.0)
+    result = evaluate_monitor(PAYLOADS[:2], benign=BENIGN, n_sessions=2, content_check=everything)
+    b = result.benign
+    assert b is not None and b.flagged_on_user_channel == b.accepted_user == len(BENIGN)
+    default = evaluate_monitor(PAYLOADS[:2], benign=BENIGN, n_sessions=2)
+    assert default.benign is not None and default.benign.flagged_on_user_channel < len(BENIGN)  # the regex check
+    assert MonitorEvaluationConfig().content_check == "production"
+    assert isinstance(user_content_check(REGEX_CHECK, "sqlite:///unused.db"), RegexContentCheck)
+
+
 def test_utility_cost_counts_the_writes_that_need_the_user() -> None:
     records = [
         MemoryRecord("1", "Is water wet?", "True", "Water", "a liquid"),  # searched: WEB in the context
