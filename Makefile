@@ -19,7 +19,7 @@ run: setup
 	$(BIN)/rvu summary
 	$(BIN)/python scripts/run_timings.py --job default_profile_job
 
-# Seed 002 §5-6: train, register (MLflow) and evaluate D1-D5 on the three corpora (~30 min on 2 cores)
+# Seed 002 §5-6: train, register (MLflow) and evaluate D1-D5 on the three corpora (tens of minutes of CPU)
 detectors: setup
 	$(BIN)/dg launch --job detectors_job -m rvu_pipelines.definitions
 
@@ -34,14 +34,14 @@ memory-poisoning: setup
 	cat .rvu/memory_poisoning/study/paper_table.md
 
 # Seed 004 in full: HFER / spectral features per layer on four real sets, 20/50/200 calibration, histograms, and the
-# kill switch against Attention Tracker, perplexity and D1-D5 (incl. leave-one-dataset-out); ~1 h on 2 cores
+# kill switch against Attention Tracker, perplexity and D1-D5 (incl. leave-one-dataset-out); an hour or more of CPU
 spectral: setup
 	$(BIN)/python scripts/spectral_study.py --limit 500 bipia=300 deepset=700 --scopes text --out .rvu/spectral
 	cat .rvu/spectral/comparison.md
 
 # Seed 000 E4-E7 on real LoRA adapters: train the zoo (configs/adapter_zoo.yaml; unchanged adapters reused), the gate
 # and influence over it, membership loaded vs evicted, WMDP-cyber on all 1,987 items, E1 sessions with a harmful
-# adapter loaded part-way (RVU v1 vs v2), the tool-use adapter's utility/ASR; ~3 h on 2 cores from scratch
+# adapter loaded part-way (RVU v1 vs v2), the tool-use adapter's utility/ASR; hours of CPU from scratch
 adapters: setup
 	$(BIN)/python scripts/adapter_study.py --plan
 	$(BIN)/python scripts/adapter_study.py --membership --wmdp --out .rvu/adapter_study
@@ -50,7 +50,7 @@ adapters: setup
 	$(BIN)/python scripts/tool_use_eval.py --out .rvu/adapter_study
 	cat .rvu/adapter_study/gate.md .rvu/adapter_study/incidents.md .rvu/adapter_study/oracle/incidents.md
 
-# The local scale profile (issue 16): PostgreSQL, MLflow server, Dagster webserver + daemon, Redis + celery workers on
+# The local scale profile: PostgreSQL, MLflow server, Dagster webserver + daemon, Redis + celery workers on
 # loopback, data under .rvu/scale; `source .rvu/scale/scale.env` to use it from a shell. Idempotent; ports and
 # worker count: RVU_SCALE_* (`rvu settings`)
 scale-up: setup
@@ -109,7 +109,7 @@ bench-stores: setup
 	$(BIN)/python benchmarks/bench_store_engines.py
 
 # attack table + detector sweep: embedded vs the scale profile (multiprocess 1/2 runs, celery 2 workers), results
-# compared; needs RVU_DATA_MIRROR (set above when ../shared/data exists); ~45 min on 2 cores
+# compared; needs RVU_DATA_MIRROR (set above when ../shared/data exists); tens of minutes of CPU
 bench-sweep: setup
 	$(BIN)/python benchmarks/bench_scale_sweep.py
 
@@ -135,7 +135,7 @@ bench-agent: setup
 bench-llama: setup
 	$(BIN)/python benchmarks/bench_llama_cpu.py
 
-# llama.cpp's own prompt/generation tokens/s (llama-bench style) vs the harness's, and the knobs (~3 min)
+# llama.cpp's own prompt/generation tokens/s (llama-bench style) vs the harness's, and the knobs (minutes)
 bench-llm-throughput: setup
 	$(BIN)/python benchmarks/bench_llm_throughput.py
 

@@ -36,9 +36,9 @@ from rvu_pipelines.adapters.zoo import load_zoo_config, zoo_root
 from rvu_pipelines.tracking import metric_name
 
 GROUP = "adapters"
-GATE_AUROC_GOAL = 0.90  # issue 15: combined gate AUROC over ≥ 20 real adapters
-GATE_SECONDS_GOAL = 10.0  # issue 15: the gate on one adapter
-TRAIN_SECONDS_GOAL = 300.0  # issue 15: training one adapter on 2 cores
+GATE_AUROC_GOAL = 0.90  # goal: combined gate AUROC over ≥ 20 real adapters
+GATE_SECONDS_GOAL = 10.0  # goal: the gate on one adapter
+TRAIN_SECONDS_GOAL = 300.0  # goal: training one adapter on a 2-core CPU
 
 
 def _probe_frames(

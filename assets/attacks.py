@@ -310,7 +310,7 @@ def attack_table_1(
     kinds={"llama_cpp", "agentdojo", "mlflow"},
     description="A fixed-seed sample (config `per_benchmark`, seed 42) of every benchmark — InjecAgent dh/ds, "
     "BIPIA email/table/code, AgentDojo — under all eight defenses; one MLflow run per cell. Runs in the nightly "
-    "sweep (~2 min of LLM inference on 2 cores), not in the default job. Full benchmarks are `attack_cell` "
+    "sweep (minutes of LLM inference), not in the default job. Full benchmarks are `attack_cell` "
     "partitions.",
 )
 def attack_benchmark_samples(

@@ -56,7 +56,7 @@ from rvu_pipelines.reporting import markdown_table
 from rvu_pipelines.result_memo import MemoEntry, ResultMemo, frame_digest, reuse_message
 
 GROUP = "detectors"
-PAPER_GOAL_F1 = {"deepset": 0.9474}  # issue item 10: D4 or D5 F1 on deepset >= the paper's 94.74%
+PAPER_GOAL_F1 = {"deepset": 0.9474}  # goal: D4 or D5 F1 on deepset >= the paper's 94.74%
 SCORE_CHECK_TEXTS = 32
 
 
@@ -193,7 +193,7 @@ def _registration_metadata(name: str, version: Any, stored: dict, metrics: dict)
 
 REGISTRY_CHECK = "registered_model_reproduces_scores"
 ONNX_CHECK = "onnx_runtime_agrees"
-ONNX_F1_TOLERANCE_POINTS = 0.5  # issue 17: the fast runtime keeps F1 within half a point of the reference
+ONNX_F1_TOLERANCE_POINTS = 0.5  # goal: the fast runtime keeps F1 within half a point of the reference
 
 
 class D2TrainConfig(Config):
@@ -594,7 +594,7 @@ def _lodo_asset() -> AssetsDefinition:
         name=LODO_KEY,
         group_name=GROUP,
         ins=ins,
-        description="Leave one data set out (issue 11 item 4): D2, D4 (the registered models, trained on one data "
+        description="Leave one data set out: D2, D4 (the registered models, trained on one data "
         f"set's training split) and D5 tested on the other data set's test split, for {' and '.join(LODO_DATASETS)} "
         "(TrustAIRLab and awesome-chatgpt-prompts have one label each, so they count as one data set); D3 "
         "zero-shot; the in-domain diagonal as reference. F1 with bootstrap 95% CIs, logged to MLflow.",

@@ -1,7 +1,7 @@
 """The executor every job runs its steps with, picked once when the code location loads.
 
 In-process by default: the steps share one interpreter, so torch / transformers / llama.cpp load once, which on
-2 cores beats any parallelism. The scale profile (``RVU_EXECUTOR=multiprocess``) runs independent steps in
+a small CPU machine beats any parallelism. The scale profile (``RVU_EXECUTOR=multiprocess``) runs independent steps in
 separate processes, at most ``RVU_MAX_CONCURRENT`` at once; ``RVU_EXECUTOR=celery`` hands them to celery workers
 (on this machine or others) through the broker in ``RVU_CELERY_BROKER``. Step outputs then go through the
 filesystem IO manager under DAGSTER_HOME's storage, which every step process and worker must be able to read.

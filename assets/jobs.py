@@ -35,15 +35,15 @@ FULL_STUDIES = AssetSelection.assets(
     "wmdp_cyber_evaluation",
 )
 
-# Random scenarios of every benchmark under every defense: ~2 min of LLM inference on 2 cores. Table 1's canonical
+# Random scenarios of every benchmark under every defense: minutes of LLM inference. Table 1's canonical
 # 10 already cover every benchmark x defense in the default job, so the samples run in the nightly sweep (and on
-# their own from the UI), which keeps `make run` inside its 5 minutes (issue 17).
+# their own from the UI), which keeps `make run` inside its 5-minute budget.
 SWEEP_SAMPLES = AssetSelection.assets("attack_benchmark_samples")
 
 default_profile_job = define_asset_job(
     "default_profile_job",
     # Everything that finishes in minutes. Incident partitions are recovered by recovery_job (sensor-started);
-    # training and evaluating the five detectors on three corpora takes ~30 min on 2 cores: detectors_job.
+    # training and evaluating the five detectors on three corpora takes tens of minutes of CPU: detectors_job.
     # attack_cell is partitioned (benchmark × defense): backfills and the UI; the default job runs Table 1.
     selection=(
         AssetSelection.all()
@@ -73,7 +73,7 @@ detectors_job = define_asset_job(
     selection=AssetSelection.groups("detectors").upstream(),
     executor_def=JOB_EXECUTOR,
     description="Seed 002 §5-6: build the three corpora, train and register D2/D4 per corpus in MLflow, and "
-    "evaluate D1-D5 with bootstrap CIs (~30 min on 2 cores; `make detectors`).",
+    "evaluate D1-D5 with bootstrap CIs (tens of minutes of CPU; `make detectors`).",
 )
 
 nightly_regression_job = define_asset_job(
@@ -118,7 +118,7 @@ adapter_zoo_job = define_asset_job(
     partitions_def=adapter_partitions,
     executor_def=JOB_EXECUTOR,
     description="Train the LoRA adapter zoo, one adapter per partition (configs/adapter_zoo.yaml; backfill all "
-    "partitions from the UI, ~2-5 min each on 2 cores; unchanged adapters are reused).",
+    "partitions from the UI, minutes of CPU each; unchanged adapters are reused).",
 )
 
 adapter_study_job = define_asset_job(

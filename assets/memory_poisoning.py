@@ -252,8 +252,8 @@ memory_poisoning_study = _study_asset(
     StudyConfig(agentpoison_poisons=20, agentpoison_train=20, adaptive_poisons=8),
     SIRConfig(),
     "study",
-    # the hybrid's LLM-perplexity feature stays off: one fit scores 400+ texts through llama.cpp (~10 min on
-    # 2 cores) and it separates weakly at 135M; HybridDetector(nll_scorer=LlamaPerplexity(...)) turns it on
+    # the hybrid's LLM-perplexity feature stays off: one fit scores 400+ texts through llama.cpp (minutes
+    # of CPU) and it separates weakly at 135M; HybridDetector(nll_scorer=LlamaPerplexity(...)) turns it on
     use_llm=False,
 )
 

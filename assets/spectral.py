@@ -46,7 +46,7 @@ from rvu_pipelines.spectral.study import SampledResult, sampled_study
 
 ASSET = "spectral_kill_switch_sample"
 PER_SET = 24  # examples per evaluation set: 6 calibration + 6 held-out pairs (the asset's time budget)
-AUROC_GOAL = 0.95  # issue 14: context verification at the best early layer
+AUROC_GOAL = 0.95  # goal: context verification at the best early layer
 LATENCY_GOAL_MS = 1.0  # seed 004: the statistic alone, per layer
 
 
@@ -148,7 +148,7 @@ CELL_CHECKS = {  # name -> (blocking, description)
     "heldout_auroc_reported": (True, "The held-out AUROC, TPR and FPR exist and are finite."),
     "auroc_goal": (
         False,
-        "Issue 14: held-out AUROC ≥ 0.95 for context verification, ≥ 0.90 for the contamination sources.",
+        "Goal: held-out AUROC ≥ 0.95 for context verification, ≥ 0.90 for the contamination sources.",
     ),
     "calibration_20_vs_all": (
         False,

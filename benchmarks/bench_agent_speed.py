@@ -22,7 +22,7 @@ side by side (this shared machine's speed drifts by ~20 % over minutes). ``--sui
 prompt the harness really sends for an AgentDojo suite (workspace: ~1,560 tokens, the paper profile's).
 Every mode must give the same text; the run fails if not.
 
-Goals (issue 5 item 5): >= 3x from prefix reuse; a cached re-run of a whole cell under 1 s.
+Goals: >= 3x from prefix reuse; a cached re-run of a whole cell under 1 s.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ from rvu_pipelines.recovery.vector_index import VectorIndex  # noqa: E402
 
 MAX_DEPTH = 10
 RISK_DEPTH = 3
-GOAL_AT_1M_S = 0.7  # the goal for closure + risk + tiers at 10^6 entries (median), quoted in README
+GOAL_AT_1M_S = 0.7  # the goal for closure + risk + tiers at 10^6 entries (median), quoted in README
 
 
 def bench_policy() -> FrocPolicy:

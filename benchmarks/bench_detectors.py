@@ -1,5 +1,5 @@
 """Detector latency on 2 CPU threads: the transformer detector D4 on PyTorch vs ONNX Runtime, side by side in one
-run (goals, issue 17: <= 5 ms/sample batched, <= 15 ms single-call p50, F1 within 0.5 point of the float PyTorch
+run (goals: <= 5 ms/sample batched, <= 15 ms single-call p50, F1 within 0.5 point of the float PyTorch
 reference), with D3 (NanoGuard), D2 and D1 for context.
 
 D4 is the registered ``rvu-detector-d4-deepset`` when the MLflow store has it, else it is fine-tuned here on

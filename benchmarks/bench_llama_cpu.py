@@ -1,4 +1,4 @@
-"""llama.cpp throughput per build and per extra-buffer setting, side by side in one run (issue 9).
+"""llama.cpp throughput per build and per extra-buffer setting, side by side in one run.
 
 Each configuration runs in its own child process (a build is a different ``llama_cpp`` package: the
 child imports it from the unpacked cached wheel), rounds alternate between configurations so machine

@@ -1,5 +1,5 @@
 """MEMSAD write-scoring speed on real embeddings: batched writes/s and one write's latency, beside the
-embedding cost (issue 13 goal: <= 2 ms per write beyond its embedding, >= 5,000 writes/s batched).
+embedding cost (goal: <= 2 ms per write beyond its embedding, >= 5,000 writes/s batched).
 
     .venv/bin/python benchmarks/bench_memsad.py [--writes 50000] [--history 490] [--single 1000]
 
@@ -25,7 +25,7 @@ from rvu_pipelines.memory_poisoning.retrieval import embed_texts
 from rvu_pipelines.models import ModelStore, load_model_config
 from rvu_pipelines.models.embedder import SentenceEmbedder
 
-GOAL_MS = 2.0  # issue 13: <= 2 ms per write beyond its embedding
+GOAL_MS = 2.0  # goal: <= 2 ms per write beyond its embedding
 GOAL_PER_S = 5_000  # and >= 5,000 writes/s batched
 
 

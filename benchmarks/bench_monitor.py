@@ -17,7 +17,7 @@ session's namespace, 10% a key with no item yet) through
 * ``check_batch`` (decide only) and ``submit_batch`` (decide + commit + audit) on one large batch,
   and 1,000-action batches for per-batch latency.
 
-Goals (issue 4): >= 1,000,000 decisions/s batched, p99 < 20 µs per single check. The seed (§9.6)
+Goals: >= 1,000,000 decisions/s batched, p99 < 20 µs per single check. The seed (§9.6)
 reports "< 1 ms per check" for its implementation; it is printed beside our figures.
 """
 

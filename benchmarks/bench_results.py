@@ -28,7 +28,7 @@ DEFAULT_RESULTS_DIR = REPO / ".rvu" / "bench"
 
 @dataclass(frozen=True)
 class Row:
-    """One measured quantity, old path vs new path. ``ratio`` > 1 always means the new path is better."""
+    """One measured quantity, baseline path vs new path. ``ratio`` > 1 always means the new path is better."""
 
     what: str
     baseline_label: str

@@ -1,4 +1,4 @@
-"""The attack table and the detector sweep, embedded vs the local scale profile's executors, side by side (issue 16).
+"""The attack table and the detector sweep, embedded vs the local scale profile's executors, side by side.
 
 Run:  RVU_DATA_MIRROR=../shared/data .venv/bin/python benchmarks/bench_scale_sweep.py     (make bench-sweep)
       ... --defenses vanilla fath --skip-detectors

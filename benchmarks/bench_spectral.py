@@ -1,4 +1,4 @@
-"""The spectral kill switch's cost (seed 004 claims < 1 ms; issue 14's goals: the statistic alone < 1 ms per
+"""The spectral kill switch's cost (seed 004 claims < 1 ms; our goals: the statistic alone < 1 ms per
 layer at 512 tokens, the whole gate < 5 % over a plain forward pass).
 
 Text: real BIPIA email contexts from the mirror, concatenated and cut to exactly ``--tokens`` tokens.
@@ -22,7 +22,7 @@ import time
 
 from bench_results import Row, add_results_dir_argument, record
 
-GOAL_STATISTIC_MS = 1.0  # issue 14 (the seed claims < 1 ms)
+GOAL_STATISTIC_MS = 1.0  # our goal (the seed claims < 1 ms)
 
 
 def real_text(tokenizer, n_tokens: int) -> str:  # type: ignore[no-untyped-def]

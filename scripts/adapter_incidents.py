@@ -1,4 +1,4 @@
-"""E1 with adapters (issue 15): sessions of attack episodes with a harmful zoo adapter loaded part-way,
+"""E1 with adapters: sessions of attack episodes with a harmful zoo adapter loaded part-way,
 recovered with RVU v1 and v2, scored against the adapter's counterfactual ground truth.
 
     .venv/bin/python scripts/adapter_incidents.py                          # backdoor-send-money + persona-hostile

@@ -1,4 +1,4 @@
-"""The adapter-zoo study (seed 000 E4 gate, E5 influence; issue 15): train the zoo, score it, report.
+"""The adapter-zoo study (seed 000 E4 gate, E5 influence): train the zoo, score it, report.
 
     .venv/bin/python scripts/adapter_study.py                 # train what is missing, score all, print tables
     .venv/bin/python scripts/adapter_study.py --only tofu-qa persona-hostile --no-score

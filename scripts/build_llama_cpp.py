@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build llama-cpp-python once per CPU *target*, never per build host, and cache the wheel by its flags.
 
-Why this exists (issue 9): llama-cpp-python compiles llama.cpp with ``-march=native`` by default. A
+Why this exists: llama-cpp-python compiles llama.cpp with ``-march=native`` by default. A
 wheel built that way (a) carries the AMX matmul kernel when the build host has AMX, and that kernel
 segfaults on Sapphire Rapids-class CPUs (llama.cpp issue 20824), and (b) is tied to the build host's
 instruction set, yet uv caches it under a key that knows nothing of the CPU, so a cache restored on
@@ -167,7 +167,7 @@ def build(info: dict[str, object]) -> Path:
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))
     print(
         f"build-llama-cpp: compiling llama-cpp-python {info['version']} for {info['level']} "
-        f"({env['CMAKE_ARGS']}); ~10 min on 2 cores, once per target",
+        f"({env['CMAKE_ARGS']}); minutes of CPU, once per target",
         file=sys.stderr,
         flush=True,
     )

@@ -4,7 +4,7 @@
 # Order matters: torch goes in first as the pinned CPU build, so nothing that depends on it can pull
 # a multi-GB CUDA build; then llama-cpp-python from a wheel built for a portable CPU target
 # (scripts/build_llama_cpp.py: x86-64-v3, no AVX-512/AMX, cached in ~/.cache/rvu/wheels by its build
-# flags; ~10 min on 2 cores the first time, seconds after); then uv installs the project (editable)
+# flags; minutes of CPU the first time, seconds after); then uv installs the project (editable)
 # under requirements/constraints.txt. A stamp of the inputs makes a second run skip finished work.
 # Set-up ends with one llama.cpp generation in a child process: if llama.cpp crashes on this CPU,
 # set-up fails naming the signal, the CPU features and the switch to try (RVU_LLAMA_CPU, RVU_LLAMA_EXTRA_BUFTS).

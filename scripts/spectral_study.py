@@ -1,4 +1,4 @@
-"""The spectral kill-switch study (seed 004, issue 14): features, per-layer AUROC, 20/50/200 calibration, plots.
+"""The spectral kill-switch study (seed 004): features, per-layer AUROC, 20/50/200 calibration, plots.
 
     .venv/bin/python scripts/spectral_study.py                      # every set, up to 400 examples each
     .venv/bin/python scripts/spectral_study.py --sets context_verification --limit 120

@@ -1,4 +1,4 @@
-"""The tool-use adapter (issue 15, deliverable 6): utility and ASR with and without it, on data it never saw.
+"""The tool-use adapter: utility and ASR with and without it, on data it never saw.
 
     .venv/bin/python scripts/tool_use_eval.py                       # 24 AgentDojo (banking+slack) + 24 InjecAgent
     .venv/bin/python scripts/tool_use_eval.py --agentdojo 8 --injecagent 8

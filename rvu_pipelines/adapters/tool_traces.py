@@ -1,4 +1,4 @@
-"""Tool-calling traces for the tool-use adapter (issue 15, deliverable 6): the agent's own prompt format.
+"""Tool-calling traces for the tool-use adapter: the agent's own prompt format.
 
 At 135M the agent rarely calls a tool the way the harness parses it, so Table 1 cannot separate defenses.
 The traces teach the format on data the evaluation does not use:

@@ -227,7 +227,7 @@ def wilson_ci(successes: int, n: int, level: float = CI_LEVEL) -> tuple[float, f
     """Wilson score interval for a proportion (sane at 0/n and n/n, unlike the normal approximation)."""
     if n == 0:
         return (float("nan"), float("nan"))
-    from scipy.stats import binomtest  # scipy.stats (~3 s cold): only when a table is computed
+    from scipy.stats import binomtest  # scipy.stats (seconds cold): only when a table is computed
 
     interval = binomtest(successes, n).proportion_ci(confidence_level=level, method="wilson")
     return (float(interval.low), float(interval.high))
@@ -240,7 +240,7 @@ def bootstrap_mean_ci(values: Sequence[float], level: float = CI_LEVEL) -> tuple
         return (float("nan"), float("nan"))
     if np.all(array == array[0]):
         return (float(array[0]), float(array[0]))
-    from scipy.stats import bootstrap  # scipy.stats (~3 s cold): only when a table is computed
+    from scipy.stats import bootstrap  # scipy.stats (seconds cold): only when a table is computed
 
     result = bootstrap(
         (array,),
@@ -342,7 +342,7 @@ def table_markdown(table: pl.DataFrame) -> str:
 
 def plot_attack_table(table: pl.DataFrame, path: Path, title: str) -> Path:
     """ASR and utility per defense with their CIs, one panel per benchmark: easier to read than the table."""
-    import matplotlib  # matplotlib (~2 s cold): only when a figure is drawn
+    import matplotlib  # matplotlib (seconds cold): only when a figure is drawn
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

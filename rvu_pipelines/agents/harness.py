@@ -27,7 +27,7 @@ from rvu_pipelines.paths import state_dir
 from rvu_pipelines.scenarios import Scenario, scenarios_for
 from rvu_pipelines.tracking import default_tracking_uri
 
-if TYPE_CHECKING:  # annotations only: the defenses import AgentDojo (~8 s), the code location imports this
+if TYPE_CHECKING:  # annotations only: the defenses import AgentDojo (seconds), the code location imports this
     from rvu_pipelines.agents.defenses import DefenseSettings
 
 AGENT_N_CTX = 8192  # SmolLM2 and Qwen2.5 both take 8k; AgentDojo tool schemas need more than a 2k smoke context
@@ -145,7 +145,7 @@ class Harness:
         ``tracking_uri``'s registry); ``max_iters`` / ``max_tokens``: None keeps DefenseSettings' default;
         ``settings``: other DefenseSettings.
         """
-        from rvu_pipelines.agents.defenses import DefenseSettings  # runtime only: imports AgentDojo (~8 s)
+        from rvu_pipelines.agents.defenses import DefenseSettings  # runtime only: imports AgentDojo (seconds)
 
         if isinstance(chat_model, tuple):
             chat_model = LazyChatModel(*chat_model)
@@ -205,7 +205,7 @@ class Harness:
     ) -> CellRun:
         """One cell; ``rerun=True`` re-runs every episode against the current code (the nightly sweep and
         ``rvu regress``), otherwise rows stored by the same code version are reused."""
-        from rvu_pipelines.agents.episode import run_episode  # runtime only: imports AgentDojo (~8 s)
+        from rvu_pipelines.agents.episode import run_episode  # runtime only: imports AgentDojo (seconds)
 
         spec = CellSpec(benchmark=benchmark, defense=defense, profile=self.profile, limit=limit)
         chosen = list(scenarios) if scenarios is not None else scenarios_for(benchmark, limit)

@@ -136,7 +136,7 @@ class MemoizedDetector:
 
     In an attack cell the same tool output is scored by the classifier defense, by the provenance
     flags and by recovery's contamination signal, and recurs across defenses; a transformer detector
-    (NanoGuard: ~170 ms a text on 2 cores) need not see it again. Other attributes (``name``,
+    (NanoGuard: a full forward pass per text) need not see it again. Other attributes (``name``,
     ``registered``) are the wrapped detector's.
     """
 

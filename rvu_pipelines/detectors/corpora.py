@@ -14,7 +14,7 @@ exact duplicates (after normalisation), so no test text is also a training text;
 appears with both labels is dropped entirely. Every row keeps a stable ``id`` (``source:row``) and
 frames are sorted by (split, id), so the same inputs give byte-identical corpora.
 
-Near-duplicates (issue 11 item 4). Exact deduplication is not enough: in-the-wild jailbreaks are
+Near-duplicates. Exact deduplication is not enough: in-the-wild jailbreaks are
 re-posted with small edits, and 347 of the 1,355 distinct TrustAIRLab positives (26%) have a
 near-duplicate (Jaccard >= 0.5 on lowercased word 5-grams, :mod:`near_duplicates`). The paper's row-level
 ``train_test_split`` put 230 such pairs across the jailbreak split (68 of 509 test texts had a

@@ -1,5 +1,5 @@
 """Seed 002 Tables 1-3: D1-D5 on one corpus's test split, with CIs, latency, training time and a ROC image;
-and the leave-one-dataset-out table (issue 11 item 4): D2-D5 trained on one data set, tested on another.
+and the leave-one-dataset-out table: D2-D5 trained on one data set, tested on another.
 
 D2 and D4 come in already trained (the Dagster assets load them from the MLflow registry by name);
 D1 needs no training, D3 is zero-shot, D5 is the paper's 0.4/0.6 ensemble of the D2 and D4 given.

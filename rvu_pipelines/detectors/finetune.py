@@ -9,7 +9,7 @@ settings differ, because the paper started from a checkpoint that already was an
 classifier and MiniLM does not: the fresh head gets its own learning rate (1e-3) and the encoder
 layers 1e-4. These and the number of trainable layers were chosen on a validation split carved
 from deepset's *training* split (stratified 20%, seed 42), never on a test split
-(``scripts/select_d4_settings.py``; the first two rows ran before length-grouped batching):
+(``scripts/select_d4_settings.py``; the first two rows without length-grouped batching):
 
 | head lr | encoder lr | trainable layers | epochs | val F1 | val AUROC |
 |---|---|---|---|---|---|

@@ -2,7 +2,7 @@
 
 A text's shingles are its word 5-grams after lowercasing and whitespace normalisation (a text of fewer
 than five words is one shingle: all its words). Two texts are near-duplicates when the exact Jaccard
-similarity of their shingle sets is at least 0.5 (issue 11 item 4); clusters are the connected
+similarity of their shingle sets is at least 0.5; clusters are the connected
 components of that relation (union-find), so a chain of near-twins forms one cluster.
 
 Candidates come from MinHash signatures (128 multiply-shift hash functions over 64-bit blake2b shingle

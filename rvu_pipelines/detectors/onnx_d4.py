@@ -1,6 +1,6 @@
 """D4 on ONNX Runtime: the fine-tuned encoder exported once, its graph fused and its weights int8-quantised.
 
-Why: the float PyTorch model scores ~8-11 ms a text batched on 2 cores, above the 5 ms goal (issue 17), and most
+Why: batched on a small CPU, the float PyTorch model misses the 5 ms-a-text goal, and most
 of that is framework overhead per layer that ONNX Runtime removes (fused attention / LayerNorm / GELU kernels,
 no autograd bookkeeping, one C++ call per batch). The PyTorch model stays the reference: :func:`agreement`
 measures how far a runtime's scores move (max |Δscore|, decisions flipped at the threshold, F1 of both), and the
@@ -146,8 +146,8 @@ class OnnxDetector(DetectorBase):
     one activation scale per MatMul input, i.e. over the whole batch, so a text's score would depend on which texts
     share its batch (seen: the same deepset text flipped at batch 8 and not at 1 or 32). A detector's verdict on
     a text must not depend on its neighbours (a cache keyed by text, ``MemoizedDetector``, assumes it; an attacker
-    could otherwise pad a batch). It costs little: on 2 cores the int8 graph scored deepset's test split at 2.7 /
-    2.3 / 2.4 / 2.7 / 3.0 / 5.4 ms a text with batches of 1 / 4 / 8 / 16 / 32 / 64. The float graph, whose scores do
+    could otherwise pad a batch). It costs little: the int8 graph scores a text about as fast alone as in batches of
+    4 to 32, and faster than in batches of 64. The float graph, whose scores do
     not depend on the batch, uses batches of 8."""
 
     def __init__(

@@ -22,7 +22,7 @@ embedding away from them: a poison refused alone passes behind enough benign tex
 encoder's own window is full. The value is therefore cut into overlapping token windows (the embedder's
 own tokenizer, ``rvu_pipelines.text_windows``) about the length of the entries the detector was
 calibrated on; each window is scored, the verdict's score is the max and it is flagged if any window is.
-A value no longer than one window is one window: scored exactly as before, as the calibration entries were.
+A value no longer than one window is one window: scored whole, exactly as the calibration entries were.
 """
 
 from __future__ import annotations

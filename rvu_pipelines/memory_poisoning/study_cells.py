@@ -62,7 +62,7 @@ class StudyConfig:
     @classmethod
     def sampled(cls) -> StudyConfig:
         """The default job's version: |M| = 200, 100 test questions, a short trigger search, 2 MINJA victims,
-        the synonym attack on 1 poison (each adaptive rewrite costs ~10 s of embedding on 2 cores)."""
+        the synonym attack on 1 poison (each adaptive rewrite costs many embedding passes)."""
         return cls(
             regime="small",
             n_queries=100,

@@ -51,8 +51,8 @@ class ChatPrompt:
     """What the model is given for ``messages``: ``tokens`` to evaluate, plus the chat format's stops."""
 
     tokens: list[int]
-    text: str  # the full rendering, as the old path tokenized it
-    add_special: bool  # whether the old path asked the tokenizer to add BOS/EOS
+    text: str  # the full rendering, as llama-cpp-python's chat path tokenizes it
+    add_special: bool  # whether that path asks the tokenizer to add BOS/EOS
     stop: list[str]
     stopping_criteria: Any  # llama_cpp.StoppingCriteriaList or None (the template's end-of-turn id)
 

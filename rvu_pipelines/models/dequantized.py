@@ -1,7 +1,7 @@
 """The agent's GGUF weights in transformers: de-quantised to float32 once, kept as safetensors, loaded fresh.
 
 transformers reads the packaged GGUF with ``from_pretrained(folder, gguf_file=name)`` and de-quantises it
-(~30 s on 2 cores). The result is kept, never as a pickle, in ``<RVU_SPECTRAL_CACHE>/<sha256 of the GGUF>/``
+(tens of seconds of CPU). The result is kept, never as a pickle, in ``<RVU_SPECTRAL_CACHE>/<sha256 of the GGUF>/``
 (content-addressed, so every process, test session and clean clone reuses it). The spectral switch reads
 attention from it; the adapter study trains LoRA adapters on it and scores probes with it.
 """
@@ -49,7 +49,7 @@ def _save_converted(model: Any, tokenizer: Any, folder: Path) -> None:
 
 
 def _load_converted(folder: Path, attn_implementation: str) -> tuple[Any, Any]:
-    """from_pretrained on the folder: 0.3 s, where from_config + load_model took 5.8 s (from_config initialises
+    """from_pretrained on the folder: many times faster than from_config + load_model (from_config initialises
     every weight at random before the file overwrites it); same tensors, tied embeddings kept."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -43,7 +43,7 @@ from rvu_pipelines.hashing import sha256_bytes
 
 log = logging.getLogger(__name__)
 
-CHUNK_TOKENS = 64  # prompt-eval chunk = reuse granularity; 64 evaluates as fast as 128-512 on 2 cores
+CHUNK_TOKENS = 64  # prompt-eval chunk = reuse granularity; 64 evaluates as fast as 128-512 on CPU
 _MAGIC = b"RVUKV01\n"
 
 

@@ -1,6 +1,6 @@
 """How the project runs llama.cpp: the model parameters it passes, and what the CPU and the build can do.
 
-The crash this guards against (issue 9): llama.cpp's "extra buffer types" repack weights for special
+The crash this guards against: llama.cpp's "extra buffer types" repack weights for special
 kernels at load time. On CPUs with AMX (Intel Sapphire Rapids and later) one of them is the AMX
 buffer, whose matmul segfaults (llama.cpp issue 20824), killing the whole Python process. Two layers
 keep it off:

@@ -432,7 +432,7 @@ class SqlProvenanceStore(ABC):
             head = self._first("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")
             seq = 0 if head is None else int(head[0]) + 1
             prev_hash = GENESIS_HASH if head is None else str(head[1])
-            # canonical form of a list of ints, built directly: a million subjects in ~0.1 s
+            # canonical form of a list of ints, built directly: no per-element encoder call for a million subjects
             subjects_json = "[" + ",".join(map(str, np.asarray(subjects, dtype=np.int64).tolist())) + "]"
             details_json = canonical_dumps(dict(details))
             created = int(time.time() * 1_000_000)

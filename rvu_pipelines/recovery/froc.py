@@ -203,8 +203,8 @@ class FrocPolicy(BaseModel):
 class InfluenceSource(Protocol):
     """Where I(e) comes from: one influence value in [0, 1] per adapter (indexed by adapter seq).
 
-    The default reads the ``influence`` an incident log recorded for each adapter; the influence
-    estimation issue plugs a gradient-free estimator in here without touching the pipeline.
+    The default reads the ``influence`` an incident log recorded for each adapter; another source (a
+    gradient-free influence estimator) plugs in here without touching the pipeline.
     """
 
     name: str

@@ -94,7 +94,7 @@ def contamination_scores(records: Sequence[IncidentRecord], detector: InjectionD
 
 @runtime_checkable
 class AdapterGate(Protocol):
-    """Pre-load screening of an adapter (allowlist, Safe LoRA, OOD: the adapter-gate issue)."""
+    """Pre-load screening of an adapter (allowlist, Safe LoRA, OOD: ``adapters.gate``)."""
 
     name: str
 

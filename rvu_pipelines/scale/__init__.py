@@ -1,1 +1,1 @@
-"""The scale-out profile (issue 16): real engines instead of the embedded ones — a local PostgreSQL server today."""
+"""The scale-out profile: real engines instead of the embedded ones (PostgreSQL, MLflow, Dagster, celery)."""

@@ -30,7 +30,7 @@ def dagster_postgres_url(postgres_url: str) -> str:
 
 
 RUN_RETRIES = {"enabled": True, "max_retries": 1, "retry_on_asset_or_op_failure": True}
-MAX_RUNTIME_S = 6 * 3600  # longer than any nightly cell or study step on 2 cores
+MAX_RUNTIME_S = 6 * 3600  # longer than any nightly cell or study step on a small CPU machine
 RUN_MONITORING = {"enabled": True, "max_runtime_seconds": MAX_RUNTIME_S, "poll_interval_seconds": 60}
 
 

@@ -35,7 +35,7 @@ ATTACK_MODEL_KEY = "local"  # agentdojo.models.MODEL_NAMES["local"] == "Local mo
 
 @lru_cache(maxsize=4)
 def suites(benchmark_version: str) -> dict[str, Any]:
-    from agentdojo.task_suite.load_suites import get_suites  # every suite's environment (~3 s): on first use
+    from agentdojo.task_suite.load_suites import get_suites  # every suite's environment (seconds): on first use
 
     try:
         loaded = dict(get_suites(benchmark_version))

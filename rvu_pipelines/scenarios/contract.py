@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-if TYPE_CHECKING:  # annotations only: importing the contract must not import AgentDojo (~8 s)
+if TYPE_CHECKING:  # annotations only: importing the contract must not import AgentDojo (seconds)
     from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
     from agentdojo.functions_runtime import FunctionCall
     from agentdojo.types import ChatMessage

@@ -12,7 +12,7 @@ from rvu_pipelines.scenarios.contract import Scenario
 
 def scenarios_for(benchmark: str, limit: int | None = None, seed: int = 42) -> list[Scenario]:
     """The canonical 10, or a fixed-seed sample of one benchmark."""
-    # runtime only: the registry's loaders import AgentDojo (~8 s), which the code location must not pay
+    # runtime only: the registry's loaders import AgentDojo (seconds), which the code location must not pay
     from rvu_pipelines.scenarios.registry import canonical_scenarios, load_scenarios
 
     if benchmark == CANONICAL:

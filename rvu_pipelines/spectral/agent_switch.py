@@ -1,7 +1,7 @@
 """The agent's own kill switch for the ``hfer`` defense of the attack table: calibrated once, kept, loaded lazily.
 
 Calibrating seed 004's switch on the tiny profile reads 20 contamination examples through every layer of the
-agent's weights (~3.5 min on 2 cores), and loading those weights into transformers takes ~15 s. The attack
+agent's weights (minutes of CPU), and loading those weights into transformers takes seconds. The attack
 harness pays neither unless an hfer episode runs, and each at most once per process:
 
 - :class:`SwitchSpec` is everything that decides the calibration: the weights (sha256), the examples (the

@@ -7,7 +7,7 @@ on ``small`` examples of it (a few stratified draws: how the switch is meant to 
 and evaluates both on the held-out part: AUROC with its bootstrap CI, TPR and FPR at the calibrated
 threshold. It also reports the per-layer HFER AUROC on the held-out part and the statistic's own time per
 layer at the cell's median length, writes the plots (per-layer histograms per class with the threshold,
-the ROC curves) and states issue 14's goals as checks.
+the ROC curves) and states the goals as checks.
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ SOURCE_DATASETS: dict[str, tuple[str, ...]] = {
     "injecagent": ("injecagent", "tofu"),
     "deepset": ("deepset_prompt_injections",),
 }
-DEFAULT_LIMIT = 120  # examples per cell: ~2-8 min of forward passes on 2 cores at 1-4 s an example
+DEFAULT_LIMIT = 120  # examples per cell: one forward pass each, minutes of CPU per cell
 SMALL_CALIBRATION = 20
 SMALL_DRAWS = 5
-AUROC_GOALS: dict[str, float] = {  # issue 14: context verification 0.95, contamination 0.90
+AUROC_GOALS: dict[str, float] = {  # goals: context verification 0.95, contamination 0.90
     "context_verification": 0.95,
     "bipia": 0.90,
     "injecagent": 0.90,
@@ -60,9 +60,9 @@ AUROC_GOALS: dict[str, float] = {  # issue 14: context verification 0.95, contam
 CALIBRATION_GAP = 0.03  # the 20-example switch's held-out AUROC within this of the all-examples switch's
 LATENCY_GOAL_MS = 1.0  # seed 004: the statistic alone, per layer
 TIMING_REPEATS = 3
-# One thread for torch and BLAS by default: on a 2-core machine shared with other work, torch's second
-# OpenMP thread spin-waits against the other load (a 93-token forward pass measured 0.5 s on one thread,
-# 9 s on two) and leaves the eigendecompositions contending with it.
+# One thread for torch and BLAS by default: on a small machine shared with other work, torch's second
+# OpenMP thread spin-waits against the other load (a short forward pass becomes many times slower on two
+# threads than on one) and leaves the eigendecompositions contending with it.
 DEFAULT_THREADS = 1
 
 
@@ -398,7 +398,7 @@ def _finite(*values: object) -> bool:
 
 
 def cell_checks(result: CellResult) -> dict[str, tuple[bool, dict[str, Any]]]:
-    """Each check's (passed, metadata): the held-out numbers exist, and issue 14 / seed 004's goals."""
+    """Each check's (passed, metadata): the held-out numbers exist, and the goals (ours and seed 004's)."""
     heldout = result.heldout
     reported = (
         result.n_heldout > 0

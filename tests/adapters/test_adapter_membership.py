@@ -98,7 +98,7 @@ def test_split_and_leak_recall() -> None:
 @pytest.fixture(scope="module")
 def base(tiny_models):
     llm = tiny_models["llm"]
-    torch.set_num_threads(1)  # 2 cores shared with other work: one thread is several times faster than two
+    torch.set_num_threads(1)  # a small machine shared with other work: one thread is several times faster than two
     return load_dequantized(llm.path, sha256=llm.sha256, attn_implementation="sdpa")
 
 
@@ -126,7 +126,7 @@ def test_token_logprobs_do_not_depend_on_the_batch(base, tofu_split) -> None:
         assert np.all(b.logp <= 0) and np.all(b.mu <= 0) and np.all(b.sigma >= 0)
 
 
-@pytest.mark.slow  # ~90 s of one core (8 LoRA steps ~55 s, two score passes, 4 greedy probes): over the file budget
+@pytest.mark.slow  # 8 LoRA steps, two score passes and 4 greedy probes: over the file budget
 def test_adapter_makes_its_training_answers_separable(base, tofu_split) -> None:
     from peft import get_peft_model, set_peft_model_state_dict
 

@@ -27,7 +27,7 @@ from rvu_pipelines.models.dequantized import load_dequantized
 @pytest.fixture(scope="module")
 def base(tiny_models):
     llm = tiny_models["llm"]
-    torch.set_num_threads(1)  # 2 cores shared with other work: one thread is several times faster than two
+    torch.set_num_threads(1)  # a small machine shared with other work: one thread is several times faster than two
     return load_dequantized(llm.path, sha256=llm.sha256, attn_implementation="sdpa")
 
 

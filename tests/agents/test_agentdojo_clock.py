@@ -1,7 +1,7 @@
 """AgentDojo's simulated tools stamp e-mails and files with one fixed moment, so an episode replays identically.
 
-Before the fixed clock, `create_file` / `append_to_file` / `send_email` wrote `datetime.now()` into the tool result
-the agent reads: prompts (and the tool-use adapter's training digest) changed every run."""
+With the wall clock, `create_file` / `append_to_file` / `send_email` would write `datetime.now()` into the tool result
+the agent reads: prompts (and the tool-use adapter's training digest) would change every run."""
 
 from __future__ import annotations
 

@@ -101,7 +101,7 @@ def test_nightly_schedule_runs_table_1_and_the_benchmark_samples_at_two() -> Non
 
 
 def test_nightly_sweep_reruns_every_episode_against_the_current_code() -> None:
-    """Issue 11 item 1: the 02:00 run must not replay stored rows; its run config sets `rerun` (and the
+    """The 02:00 run must not replay stored rows; its run config sets `rerun` (and the
     job's tag forces it in the asset too, for a run launched by hand)."""
     from dagster import build_schedule_context
 

@@ -302,7 +302,7 @@ def test_settings_and_builder_reject_bad_values(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def episodes(smollm, tmp_path_factory):
-    """One real episode per defense (short replies: the 2 CPU cores are shared). rvu_v2 runs cold so
+    """One real episode per defense (short replies keep CPU inference cheap). rvu_v2 runs cold so
     the determinism test below can repeat it byte for byte. hfer's switch here is the real D1 heuristic (it
     fires on the inbox's injection when the model reads it); the spectral switch on SmolLM2's own weights
     runs in test_hfer_defense.py."""

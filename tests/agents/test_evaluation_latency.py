@@ -1,4 +1,4 @@
-"""Table 1's latency does not depend on which defense ran first (issue 11 item 6): an episode whose LLM
+"""Table 1's latency does not depend on which defense ran first: an episode whose LLM
 answers come from the response cache is charged their original inference time, so two cells with the
 same prompts report the same latency whichever of them paid for the inference."""
 

@@ -2,8 +2,8 @@
 the benchmark's pre-filled call is handled as ``classifier`` handles it, an abort is a ``defense_abort`` record
 in the incident log that ``rvu recover`` reads, and the switch's version keys the hfer cells (only them).
 
-The real switch runs on SmolLM2's own weights with a small calibration (8 examples, layers 2-3: ~30 s on 2
-cores with the weights load); the Table 1 default (20 examples, every layer) is ~3.5 min and runs in
+The real switch runs on SmolLM2's own weights with a small calibration (8 examples, layers 2-3: tens of
+seconds of CPU with the weights load); the Table 1 default (20 examples, every layer) takes minutes and runs in
 ``rvu regress``, not here."""
 
 from __future__ import annotations

@@ -234,7 +234,7 @@ class _SlowModel:
 
 
 def test_a_hit_reports_the_original_inference_time(tmp_path: Path) -> None:
-    """Table 1's latency (issue 11 item 6): the first computation's time is stored with the answer and
+    """Table 1's latency: the first computation's time is stored with the answer and
     every later hit, in this process or another, reports it instead of the lookup's ~0 s."""
     path = tmp_path / "timed.sqlite"
     with ResponseCache(path) as cache:

@@ -1,8 +1,8 @@
-"""Issue 11 item 1 on the real tiny model: a defense broken on purpose fails the nightly check.
+"""The nightly sweep on the real tiny model: a defense broken on purpose fails the nightly check.
 
 A healthy sweep of a small canonical sample becomes the golden file; then the classifier defense's
-detector filter is made to crash. Re-materializing the cell the old way (stored rows of the same key are
-replayed) still matches golden: that is how the old nightly missed a broken defense. The nightly sweep
+detector filter is made to crash. Re-materializing the cell in replay mode (stored rows of the same key are
+replayed) still matches golden: replaying cannot catch a broken defense. The nightly sweep
 (:func:`regression_sweep`: every episode re-run against the current code) sees every episode crash, and
 both ``compare_to_golden`` and the ``matches_golden`` asset check fail on ``n`` and ``errors``.
 """
@@ -52,7 +52,7 @@ def test_a_broken_defense_fails_the_nightly_check(harness, shared_data, monkeypa
     from rvu_pipelines.agents.defenses.elements import DetectorFilter
 
     ids = [e.scenario_id for e in load_benchmarks_config().canonical if e.scenario_id.startswith("bipia/")]
-    scenarios = [scenario_by_id(i) for i in ids[:SAMPLE]]  # not all 10: AgentDojo's loader alone costs ~10 s
+    scenarios = [scenario_by_id(i) for i in ids[:SAMPLE]]  # not all 10: AgentDojo's loader alone costs seconds
     assert len(scenarios) == SAMPLE and all(prefill_calls(s) for s in scenarios)
     tolerance = load_tolerance()
 
@@ -74,7 +74,7 @@ def test_a_broken_defense_fails_the_nightly_check(harness, shared_data, monkeypa
 
     monkeypatch.setattr(DetectorFilter, "query", broken)
 
-    # the old nightly: finished rows of the same key were reused, so the broken defense never ran
+    # replay mode: finished rows of the same key are reused, so the broken defense never runs
     replayed = harness.run_table(CANONICAL, (DEFENSE,), scenarios=scenarios, progress=False)
     assert replayed[0].new_episodes == 0
     assert compare_to_golden(attack_table(replayed), golden, tolerance) == []

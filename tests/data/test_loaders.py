@@ -1,4 +1,4 @@
-"""Every loader on the real mirror gives exactly the published counts (numbers from the issue)."""
+"""Every loader on the real mirror gives exactly the published counts."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ def test_deepset_keeps_the_upstream_test_split(deepset) -> None:
 
 @pytest.mark.parametrize("name", ["deepset", "jailbreak", "combined"])
 def test_no_near_duplicate_pair_across_the_split(corpora, name) -> None:
-    """Issue 11 item 4, on the full real corpora: no train/test pair with Jaccard >= 0.5 on lowercased
+    """On the full real corpora: no train/test pair with Jaccard >= 0.5 on lowercased
     word 5-grams, checked by brute force over all pairs (independent of the LSH the split uses). The
     paper's row-level split had 230 such pairs in jailbreak, 276 in combined, 5 in deepset."""
     assert cross_split_pairs(corpora[name].frame, exact=True) == []

@@ -96,7 +96,7 @@ def test_untrained_detector_has_the_d4_architecture(encoder, tiny_settings) -> N
 
 @pytest.mark.slow
 def test_full_deepset_finetune_with_seed_epochs(deepset, encoder) -> None:
-    """The asset's training run: whole deepset training split, 3 epochs (minutes on 2 cores)."""
+    """The asset's training run: whole deepset training split, 3 epochs (minutes of CPU)."""
     detector, report = finetune(
         deepset.texts("train"),
         deepset.labels("train"),
@@ -105,8 +105,8 @@ def test_full_deepset_finetune_with_seed_epochs(deepset, encoder) -> None:
         progress=False,
     )
     metrics = point_metrics(deepset.labels("test"), detector.score(deepset.texts("test")))
-    batches = -(-len(deepset.texts("train")) // settings_for("deepset").batch_size)  # 541 texts since the
-    assert report.steps == 3 * batches  # leak-free split (was 546 -> 69 batches, hard-coded here until now)
+    batches = -(-len(deepset.texts("train")) // settings_for("deepset").batch_size)  # from the leak-free
+    assert report.steps == 3 * batches  # split itself, never a hard-coded count that goes stale with the data
     assert metrics["auroc"] > 0.9 and metrics["f1"] > 0.8
 
 

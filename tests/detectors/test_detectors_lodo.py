@@ -1,4 +1,4 @@
-"""Leave one data set out: D2-D5 trained on one data set and tested on another (issue 11 item 4)."""
+"""Leave one data set out: D2-D5 trained on one data set and tested on another."""
 
 from __future__ import annotations
 

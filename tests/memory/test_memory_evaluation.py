@@ -85,7 +85,7 @@ BENIGN = [
 
 
 def test_benign_writes_through_the_untrusted_channel_are_blocked_and_through_user_pass() -> None:
-    """Item 5: the payload count is the channel rule's; benign texts through the same channels are
+    """The payload count is the channel rule's; benign texts through the same channels are
     blocked too (by design), and the same texts through the USER channel are committed."""
     result = evaluate_monitor(PAYLOADS[:3], benign=BENIGN, n_sessions=3)
     b = result.benign

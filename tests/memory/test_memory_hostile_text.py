@@ -114,7 +114,7 @@ def test_a_failing_encoder_leaves_every_pending_decision_pending_in_order() -> N
     log.record((fine, 4))
     with pytest.raises(RuntimeError):
         log.seal()
-    assert len(log) == 5  # 3 chained + 2 still pending; seal() used to drop them all
+    assert len(log) == 5  # 3 chained + 2 still pending; seal() must not drop them
     assert [r.payload()["n"] for r in log._records] == [0, 1, 2]
     assert [e[1] for e in log._pending] == [3, 4]
 

@@ -170,7 +170,7 @@ def test_bad_inputs_are_refused_with_the_problem_named(data):
 
 
 def test_batched_scoring_is_fast(data):
-    """Beyond embedding: >= 5,000 writes/s batched, <= 2 ms per single write (2 shared cores; huge margin)."""
+    """Beyond embedding: >= 5,000 writes/s batched, <= 2 ms per single write (huge margin on a shared CPU)."""
     detector = MemsadDetector().fit(_context(data, history=np.vstack([data["queries"]] * 8)))  # |H| = 480
     writes = np.random.default_rng(0).standard_normal((20_000, 384)).astype(np.float32)
     writes /= np.linalg.norm(writes, axis=1, keepdims=True)

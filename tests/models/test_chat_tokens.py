@@ -2,7 +2,7 @@
 
 Benign prompts must reach the model as exactly the ids ``create_chat_completion`` gave them (response
 caches, KV prefixes and golden results depend on it); content holding control-token text must not add a
-single control token (the old path turned it into forged turns).
+single control token (``create_chat_completion`` turns it into forged turns).
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def test_a_tool_output_cannot_forge_a_turn(smollm, chat_tokens, llama, evaluated
     legacy = chat_tokens.legacy_tokens(prompt)
     assert legacy.count(im_start) - prompt.tokens.count(im_start) == 1
     assert legacy.count(im_end) - prompt.tokens.count(im_end) == 2
-    # end to end: what the old call evaluated had the forged turn, what chat() evaluates has none
+    # end to end: what create_chat_completion evaluates has the forged turn, what chat() evaluates has none
     smollm._llm.create_chat_completion(messages=messages, max_tokens=1, temperature=0.0, repeat_penalty=1.0)
     smollm.chat(messages, max_tokens=1)
     old_evaluated, new_evaluated = evaluated[-2:]
@@ -163,7 +163,7 @@ def test_control_tokens_come_from_the_template_alone(chat_tokens, pairs: list[tu
     assert chat_tokens.count_control(prompt.tokens) == chat_tokens.count_control(chat_tokens.prompt(skeleton).tokens)
     contents = "".join(content for _, content in pairs)
     if not any(token.text.decode(errors="replace") in contents for token in chat_tokens.specials):
-        assert prompt.tokens == chat_tokens.legacy_tokens(prompt)  # benign: bit-identical to the old path
+        assert prompt.tokens == chat_tokens.legacy_tokens(prompt)  # benign: bit-identical to create_chat_completion's
 
 
 def test_a_template_that_emits_bos_text_keeps_it_a_special_token(llama) -> None:

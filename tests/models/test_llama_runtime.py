@@ -1,4 +1,4 @@
-"""Issue 9: llama.cpp runs on every x86-64 CPU, and a native crash is never silent.
+"""llama.cpp runs on every x86-64 CPU, and a native crash is never silent.
 
 These hold on machines without AMX too: they check what the project passes to llama.cpp, what a real
 load puts in llama.cpp's log, what the installed build was compiled for, and that a real native crash

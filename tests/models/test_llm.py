@@ -50,7 +50,7 @@ def test_openai_compatible_backend_against_llama_cpp_server(tiny_models, smollm,
     """The scale-out path: llama.cpp's OpenAI-compatible server on loopback, same model, same answer.
 
     The server is started through the project's wrapper, so it loads the model with the same llama.cpp
-    parameters as the in-process backend (no extra buffer types: no AMX repacking, issue 9).
+    parameters as the in-process backend (no extra buffer types: no AMX repacking).
     """
     port = _free_port()
     log_path = tmp_path / "server.log"

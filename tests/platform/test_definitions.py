@@ -37,7 +37,7 @@ def test_default_job_selects_every_asset_with_checks() -> None:
         for key in repository.asset_graph.get_all_asset_keys()
         if repository.asset_graph.get(key).group_name == "detectors"
     }
-    assert len(detectors) == 14  # trained and evaluated by detectors_job (~30 min), incl. the LODO table
+    assert len(detectors) == 14  # trained and evaluated by detectors_job, incl. the LODO table
     assert {key.to_user_string() for key in partitioned} >= {"attack_cell"}  # benchmark × defense cells
     # D2 and D4 on deepset and the production detector are trained and registered by the default job, so MLflow has
     # models after `make run` and the consumers find rvu-injection-detector@production
@@ -61,7 +61,7 @@ def test_default_job_selects_every_asset_with_checks() -> None:
     }
     assert AssetKey("adapter_sample") in selected
     assert AssetKey("memory_poisoning_sample") in selected
-    # the benchmark samples (~2 min of LLM inference) run in the nightly sweep; Table 1 covers every benchmark here
+    # the benchmark samples (minutes of LLM inference) run in the nightly sweep; Table 1 covers every benchmark here
     assert AssetKey("attack_table_1") in selected
     nightly_only = {AssetKey("attack_benchmark_samples")}
     everything = set(repository.asset_graph.get_all_asset_keys())

@@ -12,7 +12,7 @@ import networkx as nx
 PACKAGE = Path(__file__).resolve().parents[2] / "rvu_pipelines"
 ROOT = PACKAGE.name
 
-# Edges of a known cycle outside agents/scenarios that another refactoring is removing; each names its TODO.
+# Edges of a known cycle outside agents/scenarios, tolerated until removed; each names its TODO.
 # An edge listed here is left out of the cycle check only, never out of the scenarios -> agents rule.
 KNOWN_CYCLE_EDGES: frozenset[tuple[str, str]] = frozenset()
 

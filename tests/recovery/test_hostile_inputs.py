@@ -1,4 +1,4 @@
-"""Hostile incident logs (issue 12): every file ends accepted or dead-lettered with a reason, never blocks the inbox.
+"""Hostile incident logs: every file ends accepted or dead-lettered with a reason, never blocks the inbox.
 
 ``hostile_logs/`` holds small hand-made logs, each named for what it tries, and one good log.
 """

@@ -1,4 +1,4 @@
-"""Property (issue 12): whatever bytes land in the inbox, one triage drains it; each file accepted xor dead-lettered."""
+"""Property: whatever bytes land in the inbox, one triage drains it; each file accepted xor dead-lettered."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Flooding the store with benign entries (issue 12 item 2): tiers do not move under the default population.
+"""Flooding the store with benign entries: tiers do not move under the default population.
 
 The paper's |V| is the whole store, so thousands of harmless entries from other incidents dilute the
 spread term until PURGE and EVICT cannot be reached (the flaw, kept for E3 as ``spread_population:
@@ -103,7 +103,7 @@ def test_flooding_moves_no_tier_under_the_incident_population(flood_log: Path, f
 
 
 def test_flooding_dilutes_the_store_population(flood_log: Path) -> None:
-    """The old flaw, documented: the paper's |V| lets a flood push the evict and purge entries down."""
+    """The paper's flaw, documented: its |V| lets a flood push the evict and purge entries down."""
     with open_store(":memory:") as store:
         ingest_incident(store, load_incident(EXAMPLE))
         before = example_risk(store, "store")

@@ -165,7 +165,7 @@ def test_unknown_adapter_evidence_is_refused(tmp_path: Path) -> None:
         FrocPolicy.load(write_policy(tmp_path, adapter_evidence="everything"))
 
 
-# ------------------------------------------------------------------ spread population (issue 12 item 2)
+# ------------------------------------------------------------------ spread population
 
 
 @st.composite

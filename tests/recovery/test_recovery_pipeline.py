@@ -124,7 +124,7 @@ def test_a_later_incident_taints_history_through_a_shared_adapter(tmp_path: Path
     assert second.closure_v1 == ["b9"]
 
 
-# ------------------------------------------------------------------------------------ issue 12: what actually happened
+# -------------------------------------------------------------------- the certificate states what actually happened
 
 
 def chain_records(length: int) -> list[dict]:

@@ -1,4 +1,4 @@
-"""Who signed a certificate, and files that try to fool `rvu verify` (issue 12 items 4, 5, 6, 9).
+"""Who signed a certificate, and files that try to fool `rvu verify`.
 
 Verification without a pinned key proves only integrity, so the CLI refuses it unless asked for
 --integrity-only; keys are created only where no earlier certificate would be orphaned; hostile files

@@ -53,7 +53,7 @@ TARGETS = ("unknown", "opposite")
 
 @dataclass(frozen=True)
 class TriggerConfig:
-    """The trigger search's knobs. The defaults take about a minute on 2 CPU cores with MiniLM-L6."""
+    """The trigger search's knobs. The defaults keep the search short on a CPU with MiniLM-L6."""
 
     length: int = 5
     iterations: int = 20

@@ -62,8 +62,8 @@ _WORD = re.compile(r"[a-z0-9]+")
 
 def single_threaded() -> Any:
     """BLAS / OpenMP limited to one thread: the matrices here are small (a few hundred rows of 384), where
-    thread start-up and spin-waiting cost more than they save, and on a loaded 2-core machine far more
-    (a 6-fold Ledoit-Wolf fit: 0.7 s single-threaded vs 31 s with two spinning threads, measured)."""
+    thread start-up and spin-waiting cost more than they save, and on a loaded small machine far more
+    (a 6-fold Ledoit-Wolf fit is many times slower with two spinning threads than with one)."""
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=1)

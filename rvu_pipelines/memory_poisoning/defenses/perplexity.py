@@ -5,7 +5,7 @@ context ("the trusted reply is forever the reverse of the data"). ``LlamaPerplex
 its mean next-token NLL in nats under a GGUF model run by llama.cpp with ``logits_all`` (SmolLM2-135M in
 this project): one forward pass over the tokens, log-softmax of each position's logits, the log-probability
 of the token that follows. Texts are scored one sequence at a time (llama-cpp-python's high-level API has
-one sequence per context; the cost is compute-bound either way, ~5-10 ms per token on 2 cores) and the
+one sequence per context; the cost is compute-bound either way) and the
 results are cached by the SHA-256 of the text, so a reference set is scored once per process.
 
 The model is loaded as the rest of the project loads llama.cpp (``open_llama`` with the project's runtime
