@@ -15,6 +15,8 @@ RefusalReason = Literal[
     "unknown_target_module",
     "shape_mismatch",
     "non_finite",
+    "unsafe_scaling",
+    "symlink",
     "blocklisted",
     "not_allowlisted",
     "gate_projection",

@@ -7,28 +7,52 @@ reason and a sentence naming the file and the fix:
 - a folder without a valid manifest, or a weights file that is not ``.safetensors``;
 - a pickle-based file (``.bin`` / ``.pt`` / ``.pkl`` / ``.ckpt``, or pickle / torch-zip magic bytes) anywhere
   in the folder, since its presence means someone expects it to be loaded;
-- weights whose sha256 is not the manifest's (altered or truncated), a header that does not parse
-  (corrupted), a manifest for another base model (GGUF sha256), a tensor for a module the base does not
-  have or the manifest does not declare, a shape that does not fit the base's layer, NaN / Inf values.
+- a symbolic link anywhere in the folder (``symlink``), so no link can pull in a file from elsewhere; the
+  weights are opened once, with O_NOFOLLOW, and the bytes loaded are re-hashed, so they are the bytes checked;
+- weights whose sha256 is not the manifest's (altered or truncated), a header that does not parse or does not
+  describe its data (``corrupted``: nesting deeper than a few levels, a dtype / shape / offsets of the wrong
+  type, offsets that overlap, leave gaps or run past the file), a manifest for another base model (GGUF
+  sha256), a tensor for a module the base does not have or the manifest does not declare, a shape that does
+  not fit the base's layer, NaN / Inf values; an alpha outside its bound is refused with the manifest.
 """
 
 from __future__ import annotations
 
-import json
+import errno
+import hashlib
+import os
 import re
+import stat
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from rvu_pipelines.adapters.errors import AdapterRefused
-from rvu_pipelines.adapters.manifest import WEIGHTS_NAME, AdapterManifest, BaseModelRef, read_manifest, write_manifest
+from rvu_pipelines.adapters.manifest import (
+    MANIFEST_NAME,
+    WEIGHTS_NAME,
+    AdapterManifest,
+    BaseModelRef,
+    link_refusal,
+    read_manifest,
+    write_manifest,
+)
+from rvu_pipelines.adapters.shallow_json import loads_shallow
+from rvu_pipelines.bounded_io import truncate_for_message
 from rvu_pipelines.hashing import sha256_file
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 _TENSOR_NAME = re.compile(r"^base_model\.model\.(?P<module>.+)\.lora_(?P<part>[AB])\.weight$")
 _MAX_HEADER = 100 * 1024 * 1024  # the safetensors reference implementation's own bound
+_FLOAT_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1}  # LoRA weights are floats
+_MAX_DIMS = 8
+_WEIGHTS_FIELD = "manifest field 'file'"
+_HEADER_FIX = (
+    "the file is corrupted or was not written by safetensors; re-export the adapter with "
+    "safetensors.torch.save_file or peft's save_pretrained(..., safe_serialization=True)"
+)
 
 
 @dataclass(frozen=True)
@@ -116,29 +140,108 @@ def _looks_pickled(path: Path) -> bool:
     return head[:1] == b"\x80" and head[1:2] in {b"\x02", b"\x03", b"\x04", b"\x05"} or head[:4] == b"PK\x03\x04"
 
 
-def _read_header(path: Path) -> dict[str, Any]:
-    """The safetensors JSON header, checked for size and offsets against the file's length."""
-    size = path.stat().st_size
-    with path.open("rb") as handle:
-        prefix = handle.read(8)
-        if len(prefix) < 8:
-            raise AdapterRefused("corrupted", f"{path} is {size} bytes: too short to be a safetensors file.")
-        (length,) = struct.unpack("<Q", prefix)
-        if length > min(_MAX_HEADER, size - 8):
-            raise AdapterRefused("corrupted", f"{path}: header length {length} does not fit a {size}-byte file.")
-        try:
-            header = json.loads(handle.read(length).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise AdapterRefused("corrupted", f"{path}: the safetensors header is not valid JSON ({exc}).") from exc
+def _open_regular(path: Path) -> BinaryIO:
+    """``path`` opened without following a link (O_NOFOLLOW, so a link swapped in after the checks is refused
+    too) or blocking on a FIFO; a regular file, or a refusal."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or path.is_symlink():
+            raise link_refusal(path, _WEIGHTS_FIELD) from exc
+        raise AdapterRefused("corrupted", f"{path} ({_WEIGHTS_FIELD}) cannot be opened: {exc.strerror}.") from exc
+    handle = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        handle.close()
+        raise AdapterRefused(
+            "corrupted", f"{path} ({_WEIGHTS_FIELD}) is not a regular file; put the .safetensors file itself there."
+        )
+    return handle
+
+
+def _bad_header(path: Path, where: str, problem: str) -> AdapterRefused:
+    return AdapterRefused("corrupted", f"{path}: safetensors header, {where}: {problem}; {_HEADER_FIX}.")
+
+
+def _is_count(value: object) -> bool:
+    """A non-negative JSON integer; ``bool`` is an ``int`` in Python and must not pass for 0 or 1."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _entry_span(path: Path, name: str, entry: object, data_size: int) -> tuple[int, int]:
+    """A tensor's ``(begin, end)`` in the data section, once its dtype, shape and offsets agree with each other."""
+    where = f"tensor {truncate_for_message(name, 80)}"
+    if not isinstance(entry, dict):
+        raise _bad_header(path, where, f"is {truncate_for_message(entry, 60)}, not an object")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if not isinstance(dtype, str) or dtype not in _FLOAT_BYTES:
+        allowed = ", ".join(_FLOAT_BYTES)
+        problem = f"is {truncate_for_message(dtype, 60)}, not a floating-point dtype ({allowed})"
+        raise _bad_header(path, f"{where} field 'dtype'", problem)
+    if not (isinstance(shape, list) and len(shape) <= _MAX_DIMS and all(_is_count(dim) for dim in shape)):
+        problem = f"is {truncate_for_message(shape, 60)}, not a list of at most {_MAX_DIMS} non-negative integers"
+        raise _bad_header(path, f"{where} field 'shape'", problem)
+    if not (
+        isinstance(offsets, list)
+        and len(offsets) == 2
+        and all(_is_count(offset) for offset in offsets)
+        and offsets[0] <= offsets[1] <= data_size
+    ):
+        problem = (
+            f"is {truncate_for_message(offsets, 60)}, not [begin, end]: two integers with "
+            f"0 <= begin <= end <= {data_size} (the data section's length)"
+        )
+        raise _bad_header(path, f"{where} field 'data_offsets'", problem)
+    begin, end = offsets
+    nbytes = 0 if 0 in shape else _FLOAT_BYTES[dtype]
+    for dim in shape:
+        nbytes *= dim
+        if nbytes > data_size:  # stop before a hostile shape makes a huge integer
+            break
+    if nbytes != end - begin:
+        problem = f"spans {end - begin} bytes, but a {dtype} tensor of shape {shape} takes {nbytes}"
+        raise _bad_header(path, f"{where} field 'data_offsets'", problem)
+    return begin, end
+
+
+def _read_header(path: Path, handle: BinaryIO | None = None) -> dict[str, Any]:
+    """The safetensors JSON header, checked as safetensors itself would before any tensor is read: its length
+    against the file's, its nesting, each entry's types, and offsets that tile the data section exactly."""
+    if handle is None:
+        with _open_regular(path) as opened:
+            return _read_header(path, opened)
+    size = os.fstat(handle.fileno()).st_size
+    handle.seek(0)
+    prefix = handle.read(8)
+    if len(prefix) < 8:
+        raise AdapterRefused("corrupted", f"{path} is {size} bytes: too short to be a safetensors file.")
+    (length,) = struct.unpack("<Q", prefix)
+    if length > min(_MAX_HEADER, size - 8):
+        raise AdapterRefused("corrupted", f"{path}: header length {length} does not fit a {size}-byte file.")
+    try:
+        header = loads_shallow(handle.read(length).decode("utf-8"))
+    except ValueError as exc:  # bad UTF-8, bad JSON, too deep, duplicate keys, overlong integers
+        raise AdapterRefused(
+            "corrupted",
+            f"{path}: the safetensors header is not valid JSON ({truncate_for_message(str(exc), 160)}); {_HEADER_FIX}.",
+        ) from exc
     if not isinstance(header, dict):
-        raise AdapterRefused("corrupted", f"{path}: the safetensors header is not a JSON object.")
+        raise AdapterRefused("corrupted", f"{path}: the safetensors header is not a JSON object; {_HEADER_FIX}.")
     data_size = size - 8 - length
+    spans = []
     for name, entry in header.items():
         if name == "__metadata__":
+            if not (isinstance(entry, dict) and all(isinstance(value, str) for value in entry.values())):
+                raise _bad_header(path, "field '__metadata__'", "must be an object of strings")
             continue
-        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
-        if not (isinstance(offsets, list) and len(offsets) == 2 and 0 <= offsets[0] <= offsets[1] <= data_size):
-            raise AdapterRefused("corrupted", f"{path}: tensor '{name}' points outside the file's data.")
+        spans.append((*_entry_span(path, name, entry, data_size), name))
+    covered = 0
+    for begin, end, name in sorted(spans):
+        if begin != covered:
+            problem = f"begins at byte {begin}, where the tensors before it end at {covered}: overlap or gap"
+            raise _bad_header(path, f"tensor {truncate_for_message(name, 80)} field 'data_offsets'", problem)
+        covered = end
+    if covered != data_size:
+        raise _bad_header(path, "data section", f"is {data_size} bytes, but its tensors cover {covered}")
     return header
 
 
@@ -170,11 +273,19 @@ def _check_shapes(path: Path, header: Mapping[str, Any], manifest: AdapterManife
             )
 
 
+def _sha256(handle: BinaryIO) -> str:
+    digest = hashlib.sha256()
+    handle.seek(0)
+    while chunk := handle.read(1 << 20):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
 def verify_adapter(folder: str | Path, base: BaseModelInfo) -> VerifiedAdapter:
     """Every file-level check, then the tensors; raises ``AdapterRefused`` at the first failure."""
     import torch
     from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors.torch import load
 
     root = Path(folder)
     if root.is_file():
@@ -184,15 +295,22 @@ def verify_adapter(folder: str | Path, base: BaseModelInfo) -> VerifiedAdapter:
         )
     if not root.is_dir():
         raise AdapterRefused("no_manifest", f"No adapter folder at {root}.")
-    _refuse_pickles(root, sorted(p for p in root.iterdir() if p.is_file() and p.name != "manifest.json"))
+    entries = sorted(root.iterdir())
+    roles = {MANIFEST_NAME: "the adapter's manifest", WEIGHTS_NAME: "the adapter's weights"}
+    for path in entries:
+        if path.is_symlink():
+            raise link_refusal(path, roles.get(path.name, "a file in the adapter folder"))
+    _refuse_pickles(root, [p for p in entries if p.is_file() and p.name != MANIFEST_NAME])
     manifest = read_manifest(root)
     weights = root / manifest.file
     if weights.suffix != ".safetensors" or weights.parent != root:
         raise AdapterRefused(
             "not_safetensors", f"{root}/manifest.json: field 'file' must name a .safetensors file in the folder."
         )
+    if weights.is_symlink():
+        raise link_refusal(weights, _WEIGHTS_FIELD)
     if not weights.is_file():
-        raise AdapterRefused("corrupted", f"{weights} is missing (manifest field 'file').")
+        raise AdapterRefused("corrupted", f"{weights} is missing ({_WEIGHTS_FIELD}).")
     if manifest.base_model.sha256 != base.sha256:
         raise AdapterRefused(
             "other_base_model",
@@ -200,17 +318,25 @@ def verify_adapter(folder: str | Path, base: BaseModelInfo) -> VerifiedAdapter:
             f"this agent runs {base.name} (sha256 {base.sha256[:12]}…); LoRA deltas only mean something on "
             "the weights they were trained on.",
         )
-    actual = sha256_file(weights)
-    if actual != manifest.sha256:
+    with _open_regular(weights) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        actual = _sha256(handle)
+        if actual != manifest.sha256:
+            raise AdapterRefused(
+                "sha256_mismatch",
+                f"{weights}: sha256 {actual[:12]}… is not the manifest's {manifest.sha256[:12]}…; the file was "
+                "altered or truncated after it was written.",
+            )
+        header = _read_header(weights, handle)
+        _check_shapes(weights, header, manifest, base)
+        handle.seek(0)
+        data = handle.read(size)  # the header tiled these bytes with tensors of the base's shapes
+    if hashlib.sha256(data).hexdigest() != manifest.sha256:
         raise AdapterRefused(
-            "sha256_mismatch",
-            f"{weights}: sha256 {actual[:12]}… is not the manifest's {manifest.sha256[:12]}…; the file was "
-            "altered or truncated after it was written.",
+            "sha256_mismatch", f"{weights} changed while it was being checked; verify the adapter again."
         )
-    header = _read_header(weights)
-    _check_shapes(weights, header, manifest, base)
     try:
-        tensors = load_file(str(weights))
+        tensors = load(data)
     except (SafetensorError, OSError, ValueError) as exc:
         raise AdapterRefused("corrupted", f"{weights} does not load as safetensors: {exc}") from exc
     for name, tensor in tensors.items():

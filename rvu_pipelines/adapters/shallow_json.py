@@ -1,0 +1,62 @@
+"""JSON from an adapter folder (the manifest, a safetensors header), parsed only once it is known to be shallow.
+
+The C json parser recurses once per ``[`` or ``{``, so text nested a few hundred thousand levels deep raises
+``RecursionError`` mid-parse (and crashes the interpreter where the recursion limit was raised). Both files
+are a few levels deep, so the brackets outside strings are paired up first, with regexes that run in linear
+time and never recurse, and text nested deeper than the limit is refused before ``json.loads`` sees it.
+Duplicate keys are refused too: two ``alpha`` keys would let a file show a reviewer one value and the loader
+another.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+MAX_DEPTH = 8  # a manifest is 2 levels deep, a safetensors header 3
+
+# A string literal, or the rest of the text after an unterminated quote. Possessive, so a failed match never
+# backtracks: the scan stays linear whatever the text (a plain `"(\\.|[^"\\])*"` is quadratic on `"\"\"\"...`).
+_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+\\?(?:"|\Z)', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]++")
+_INNERMOST_PAIR = re.compile(r"\[\]|\{\}")
+
+
+def nesting_problem(text: str, max_depth: int = MAX_DEPTH) -> str | None:
+    """Why ``text`` cannot be parsed safely (too deep, or brackets that do not pair up), or None.
+
+    Each pass removes the innermost ``[]`` / ``{}`` pairs, so brackets left after ``max_depth`` passes nest
+    deeper than that; a pass that removes nothing leaves brackets that are not JSON's."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    for _ in range(max_depth):
+        if not brackets:
+            return None
+        reduced = _INNERMOST_PAIR.sub("", brackets)
+        if len(reduced) == len(brackets):
+            return "brackets that do not pair up"
+        brackets = reduced
+    return f"nesting deeper than {max_depth} levels" if brackets else None
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {key[:60]!r}")
+        result[key] = value
+    return result
+
+
+def loads_shallow(text: str, max_depth: int = MAX_DEPTH) -> Any:
+    """``json.loads`` of text nested at most ``max_depth`` levels, without duplicate keys.
+
+    Every problem is a ``ValueError`` (a ``json.JSONDecodeError`` for syntax, a plain one for depth, duplicate
+    keys and integers over Python's digit limit), so a caller catches one exception type."""
+    problem = nesting_problem(text, max_depth)
+    if problem is not None:
+        raise ValueError(problem)
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates)
+    except RecursionError:  # unreachable after the pre-scan; kept so a parser change cannot crash a caller
+        raise ValueError(f"nesting deeper than {max_depth} levels") from None
