@@ -14,6 +14,8 @@ import json
 import re
 from typing import Any
 
+from rvu_pipelines.provenance.canonical import no_duplicate_keys
+
 MAX_DEPTH = 8  # a manifest is 2 levels deep, a safetensors header 3
 
 # A string literal, or the rest of the text after an unterminated quote. Possessive, so a failed match never
@@ -39,15 +41,6 @@ def nesting_problem(text: str, max_depth: int = MAX_DEPTH) -> str | None:
     return f"nesting deeper than {max_depth} levels" if brackets else None
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate key {key[:60]!r}")
-        result[key] = value
-    return result
-
-
 def loads_shallow(text: str, max_depth: int = MAX_DEPTH) -> Any:
     """``json.loads`` of text nested at most ``max_depth`` levels, without duplicate keys.
 
@@ -57,6 +50,6 @@ def loads_shallow(text: str, max_depth: int = MAX_DEPTH) -> Any:
     if problem is not None:
         raise ValueError(problem)
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates)
+        return json.loads(text, object_pairs_hook=no_duplicate_keys)
     except RecursionError:  # unreachable after the pre-scan; kept so a parser change cannot crash a caller
         raise ValueError(f"nesting deeper than {max_depth} levels") from None

@@ -120,7 +120,9 @@ def _int64(text: str) -> int:
     return value
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' ``object_pairs_hook`` that refuses a repeated key: two values for one key would let a
+    reader see one and a loader the other."""
     result: dict[str, Any] = {}
     for key, item in pairs:
         if key in result:
@@ -160,7 +162,7 @@ def strict_loads(text: str | bytes) -> Any:
     try:
         value = json.loads(
             text,
-            object_pairs_hook=_no_duplicates,
+            object_pairs_hook=no_duplicate_keys,
             parse_constant=_no_constant,
             parse_float=_finite_float,
             parse_int=_int64,
