@@ -1,4 +1,4 @@
-"""The two axes of the attack table (benchmarks × defenses), as plain names.
+"""The three axes of the attack table (benchmarks × attacks × defenses), as plain names.
 
 They sit on the scenario side so that agents/ (and the Dagster code location's partitions) import them
 from here and scenarios/ never imports agents/. Importable without AgentDojo, so the code location loads
@@ -26,3 +26,15 @@ BENCHMARKS: tuple[str, ...] = (
     "agentdojo",
 )
 CANONICAL = "canonical"  # the paper's 10 canonical scenarios, a pseudo-benchmark of the table
+
+NATIVE = "native"  # each benchmark's own injections
+# The attacks of the table (rvu_pipelines.attacks.catalog registers one rewrite per name). ``adaptive`` is the
+# attack optimised against the defense of the cell it runs in.
+ATTACKS: tuple[str, ...] = (NATIVE, "forged_turn", "gcg_universal", "adaptive")
+ATTACK_NOTES: dict[str, str] = {
+    NATIVE: "the benchmark's own injection text",
+    "forged_turn": "the injection closes the tool turn and opens a fake user turn in the model's chat template",
+    "gcg_universal": "the native injection plus one string optimised (GCG) on the agent's own weights over a "
+    "training split of InjecAgent scenarios; evaluated on held-out scenarios",
+    "adaptive": "the attack optimised against the cell's defense (the attacker moves second)",
+}
