@@ -97,3 +97,11 @@ register(
         fingerprint=lambda _context: "",
     )
 )
+register(
+    AttackSpec(
+        "no_attack",
+        "control: the injection removed, so the episode measures utility without attack",
+        rewrite=lambda scenario, _context: scenario.with_injection(""),
+        fingerprint=lambda _context: "empty",
+    )
+)

@@ -1,0 +1,119 @@
+"""The attack table over held-out scenarios (benchmark × attack × defense), paired between defenses.
+
+Thin wrapper over rvu_pipelines.attacks.study: every cell is resumable (finished episodes are reused), one MLflow
+run per cell, the table and its paired comparisons as metadata, checked against the committed golden table.
+Optimised strings are read from configs/attacks (checked against the agent's weights), never re-optimised here.
+"""
+
+from pathlib import Path
+
+import polars as pl
+from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetExecutionContext, MetadataValue, asset
+from pydantic import Field
+
+from assets.attacks import GROUP, HarnessConfig, _log_cell, open_harness
+from assets.production_detector import KEY as PRODUCTION_ASSET
+from resources import LLMResource, MlflowTrackerResource, ModelStoreResource
+from rvu_pipelines.agents.evaluation import attack_table
+from rvu_pipelines.agents.regression import compare_to_golden, drift_markdown, load_golden, load_tolerance
+from rvu_pipelines.atomic_write import atomic_path
+from rvu_pipelines.attacks.paired import paired_defense_tests
+from rvu_pipelines.attacks.study import TablePlan, episode_rows, run_table, study_markdown
+from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.paths import config_dir, state_dir
+from rvu_pipelines.scenarios.axes import ATTACKS, DEFENSES
+
+SMALL_BENCHMARKS = ["injecagent_dh", "injecagent_ds", "bipia_email", "agentdojo"]
+
+
+class AttackTableConfig(HarnessConfig):
+    benchmarks: list[str] = Field(default=SMALL_BENCHMARKS, description="Benchmarks (rows of the table).")
+    attacks: list[str] = Field(default=list(ATTACKS), description="Attacks (native, controls, optimised, adaptive).")
+    defenses: list[str] = Field(default=list(DEFENSES), description="Defenses (columns).")
+    per_benchmark: int = Field(
+        default=5, description="Held-out scenarios per benchmark (fixed seed; the published table uses >= 100)."
+    )
+
+
+def golden_full_path(profile: str) -> Path:
+    return config_dir() / "golden" / f"table1_full_{profile}.json"
+
+
+def _golden_check(table: pl.DataFrame, profile: str) -> AssetCheckResult:
+    path = golden_full_path(profile)
+    try:
+        golden = load_golden(path)
+    except ConfigError as exc:
+        return AssetCheckResult(
+            check_name="matches_golden_full",
+            passed=False,
+            severity=AssetCheckSeverity.WARN,
+            metadata={"reason": str(exc), "golden": str(path)},
+        )
+    present = {f"{r['benchmark']}/{r['attack']}/{r['defense']}" for r in table.iter_rows(named=True)}
+    sampled = {**golden, "cells": {k: v for k, v in golden["cells"].items() if k in present}}
+    drifts = compare_to_golden(table, sampled, load_tolerance())
+    return AssetCheckResult(
+        check_name="matches_golden_full",
+        passed=not drifts,
+        severity=AssetCheckSeverity.WARN,
+        metadata={"golden": str(path), "drifts": MetadataValue.md(drift_markdown(drifts))},
+    )
+
+
+@asset(
+    group_name=GROUP,
+    deps=[PRODUCTION_ASSET],
+    kinds={"llama_cpp", "mlflow"},
+    description="The attack table on held-out scenarios: every benchmark × attack (no_attack and random_string "
+    "controls, native, forged_turn, the GCG universal string, the attack adapted to each defense) × defense on the "
+    "same fixed-seed sample per benchmark, Wilson CIs, paired exact McNemar between defenses (Holm-corrected), the "
+    "defenses that win by refusing named. Resumable; `make attacks`.",
+    check_specs=[
+        AssetCheckSpec(
+            "matches_golden_full",
+            asset="attack_table_full",
+            description="Every cell present in configs/golden/table1_full_<profile>.json within tolerance.",
+        )
+    ],
+)
+def attack_table_full(
+    context: AssetExecutionContext,
+    config: AttackTableConfig,
+    llm_model: dict,
+    llm: LLMResource,
+    model_store: ModelStoreResource,
+    mlflow_tracker: MlflowTrackerResource,
+):
+    plan = TablePlan(tuple(config.benchmarks), tuple(config.attacks), tuple(config.defenses), config.per_benchmark)
+    harness = open_harness(config, llm_model, llm, model_store, mlflow_tracker)
+    runs, skipped = run_table(harness, plan, progress=config.progress)
+    run_ids = [_log_cell(context, mlflow_tracker, harness, run, llm_model) for run in runs]
+    table = attack_table(runs)
+    paired = paired_defense_tests(episode_rows(runs))
+    markdown = study_markdown(table, paired, skipped)
+    folder = state_dir() / "attacks" / "full" / harness.profile
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, frame in (("table.parquet", table), ("paired.parquet", paired)):
+        with atomic_path(folder / name) as temp:
+            frame.write_parquet(temp)
+    (folder / "table.md").write_text(markdown + "\n", encoding="utf-8")
+    context.log.info(markdown)
+    yield _output(table, paired, markdown, run_ids, skipped)
+    yield _golden_check(table, harness.profile)
+
+
+def _output(table: pl.DataFrame, paired: pl.DataFrame, markdown: str, run_ids: list[str], skipped: list):
+    from dagster import Output
+
+    return Output(
+        table,
+        metadata={
+            "dagster/row_count": table.height,
+            "table": MetadataValue.md(markdown),
+            "paired_comparisons": paired.height,
+            "significant_pairs": int(paired["significant"].sum()) if paired.height else 0,
+            "cells_not_run": MetadataValue.json(skipped),
+            "mlflow_cell_run_ids": MetadataValue.json(run_ids),
+        },
+    )

@@ -1,0 +1,125 @@
+"""Where an optimised string acts: the agent's prompt at the moment it has just read the injection.
+
+A sentinel is planted right after the scenario's injection (through the scenario's own ``with_injection``), the
+episode runs through a defense's real pipeline until the first LLM call whose prompt contains it, and that prompt
+is rendered with the model's chat template and cut at the sentinel. So the optimiser sees exactly the prompt the
+agent sees (system prompt, tool schema, the benchmark's pre-filled call, the defense's rewriting of tool output),
+not a reconstruction. Earlier turns (AgentDojo: the agent reads the file itself) are answered by ``llm``.
+
+The target is what the benchmark's judge counts as the attack's success, written as the agent writes a tool call:
+InjecAgent's first attacker tool, AgentDojo's injection task's first ground-truth call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from rvu_pipelines.attacks.gcg import Slot
+from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.models.llm import ChatCompletion, ChatModel, Message
+from rvu_pipelines.scenarios.contract import Scenario
+
+SENTINEL = "@@RVU-ATTACK-STRING@@"
+
+
+class _Reached(BaseException):  # BaseException: no benchmark harness may swallow it as an episode error
+    def __init__(self, messages: list[Message]) -> None:
+        super().__init__("decision point reached")
+        self.messages = messages
+
+
+class _UntilSentinel:
+    """A ChatModel that answers with ``inner`` until a prompt carries the sentinel, then stops the episode."""
+
+    def __init__(self, inner: ChatModel | None) -> None:
+        self.inner = inner
+        self.name = getattr(inner, "name", "decision-point")
+
+    def chat(self, messages: list[Message], **kwargs: Any) -> ChatCompletion:
+        if any(SENTINEL in str(m.get("content", "")) for m in messages):
+            raise _Reached([dict(m) for m in messages])
+        if self.inner is None:
+            raise ConfigError(
+                "The agent must answer before it reads the injection (no pre-filled call): pass the agent's model."
+            )
+        return self.inner.chat(messages, **kwargs)
+
+
+def decision_messages(
+    scenario: Scenario, defense: str, settings: Any, llm: ChatModel | None = None
+) -> list[Message] | None:
+    """The chat messages of the first LLM call that reads ``scenario``'s injection under ``defense``; None when
+    the agent never reads it (the episode ended first, or the defense removed the text)."""
+    from rvu_pipelines.agents.defenses import build_pipeline  # runtime only: AgentDojo (seconds)
+
+    capture = _UntilSentinel(llm)
+    try:
+        scenario.run(build_pipeline(defense, capture, scenario, settings))
+    except _Reached as reached:
+        return reached.messages
+    return None
+
+
+def target_text(scenario: Scenario) -> str:
+    """The start of the tool call the judge counts as the attack's success, in the agent's tool-call format."""
+    tools: Sequence[str] = getattr(scenario, "attacker_tools", ())
+    if tools:
+        tool = tools[0]
+    elif hasattr(scenario, "injection_task_obj"):
+        calls = _injection_ground_truth(scenario)
+        if not calls:
+            raise ConfigError(f"{scenario.scenario_id}: the injection task has no ground-truth call to target.")
+        tool = calls[0]
+    else:
+        raise ConfigError(
+            f"{scenario.scenario_id}: benchmark {scenario.benchmark!r} has no tool-call target for an optimised "
+            "string (InjecAgent and AgentDojo have; BIPIA judges free text)."
+        )
+    return '{"tool": ' + json.dumps(tool) + ', "arguments": {'
+
+
+def _injection_ground_truth(scenario: Any) -> list[str]:
+    suite = scenario.suite
+    env = suite.load_and_inject_default_environment({})
+    return [call.function for call in scenario.injection_task_obj.ground_truth(env)]
+
+
+def render_prompt(tokenizer: Any, messages: Sequence[Message]) -> str:
+    """The prompt text the runtime renders: the model's own chat template, the assistant turn opened."""
+    return str(tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True))
+
+
+def encode(tokenizer: Any, text: str) -> tuple[int, ...]:
+    return tuple(int(t) for t in tokenizer.encode(text, add_special_tokens=False))
+
+
+def slot_for(
+    scenario: Scenario,
+    tokenizer: Any,
+    settings: Any,
+    *,
+    defense: str = "vanilla",
+    llm: ChatModel | None = None,
+    target: str | None = None,
+) -> Slot | None:
+    """The optimisation slot of ``scenario`` under ``defense`` (the string goes right after the injection);
+    None when the agent never reads the injection there."""
+    planted = scenario.with_injection(scenario.injection + SENTINEL)
+    messages = decision_messages(planted, defense, settings, llm)
+    if messages is None:
+        return None
+    prompt = render_prompt(tokenizer, messages)
+    if prompt.count(SENTINEL) != 1:
+        raise ConfigError(
+            f"{scenario.scenario_id}: the injection appears {prompt.count(SENTINEL)} times in the agent's prompt; "
+            "an optimised string needs exactly one place to act."
+        )
+    before, _, after = prompt.partition(SENTINEL)
+    return Slot(
+        scenario.scenario_id,
+        encode(tokenizer, before),
+        encode(tokenizer, after),
+        encode(tokenizer, target if target is not None else target_text(scenario)),
+    )

@@ -1,0 +1,117 @@
+"""Optimise an attack string on the agent's own weights (GCG) and store it under configs/attacks.
+
+Threat model: white-box. The attacker has the agent's weights (a public 135M model), its system prompt, tool-call
+format and tool schemas, writes the text of one tool output, and cannot see anything an episode adds later (the
+user's other turns, FATH's per-episode tag). It optimises on the de-quantised PyTorch copy of the GGUF; success
+is always measured afterwards by the real agent on llama.cpp with the quantised GGUF.
+
+    RVU_DATA_MIRROR=../shared/data .venv/bin/python scripts/optimise_attack.py [--name gcg_universal]
+        [--train 8] [--steps 60] [--candidates 32] [--tokens 16] [--profile tiny]
+
+Interrupted anywhere (even SIGKILL), the same command resumes from the last finished step (the state lives in
+``.rvu/attacks/optimisation/``). The stored file records the weights' sha256, training scenarios, steps, loss,
+CPU-minutes, commit, date and machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rvu_pipelines.attacks.gcg import GcgConfig
+from rvu_pipelines.attacks.optimised import (
+    OBJECTIVES,
+    TRAIN_BENCHMARK,
+    detector_penalty,
+    optimise_string,
+    training_scenarios,
+)
+from rvu_pipelines.code_version import code_version
+from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.machine import machine_line
+from rvu_pipelines.paths import config_dir, state_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--name", default="gcg_universal", choices=sorted(OBJECTIVES))
+    parser.add_argument("--profile", default=None, help="model profile (configs/models.yaml); default: its default")
+    parser.add_argument("--train", type=int, default=8, help="training scenarios (InjecAgent dh training split)")
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--candidates", type=int, default=32)
+    parser.add_argument("--top-k", type=int, default=64)
+    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--penalty-weight", type=float, default=1.0, help="adaptive-classifier: detector term weight")
+    parser.add_argument("--detector", default="production", help="adaptive-classifier: the defense's detector")
+    parser.add_argument("--strings-dir", type=Path, default=None, help="default: configs/attacks")
+    parser.add_argument("--state-dir", type=Path, default=None, help="default: .rvu/attacks/optimisation")
+    args = parser.parse_args(argv)
+    try:
+        stored = run(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"{stored.name}: {stored.text!r}\n  loss {stored.loss:.4f}, solved {stored.solved}, {stored.steps} steps, "
+        f"{stored.cpu_minutes:.1f} CPU-min, trained on {len(stored.train_scenarios)} scenarios"
+    )
+    return 0
+
+
+def run(args: argparse.Namespace):
+    import torch
+
+    from rvu_pipelines.agents.defenses import DefenseSettings
+    from rvu_pipelines.agents.harness import detector_for
+    from rvu_pipelines.detectors import HeuristicDetector
+    from rvu_pipelines.models import ModelStore, load_model_config
+    from rvu_pipelines.models.dequantized import load_dequantized
+    from rvu_pipelines.scenarios import canonical_scenarios, scenarios_for
+
+    config = load_model_config()
+    profile = args.profile or config.default_profile
+    resolved = ModelStore().resolve("llm", config.profile(profile)["llm"])
+    model, tokenizer = load_dequantized(resolved.path, sha256=resolved.sha256, attn_implementation="sdpa")
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    torch.manual_seed(args.seed)
+    canonical = frozenset(s.scenario_id for s in canonical_scenarios())
+    train = training_scenarios(scenarios_for(TRAIN_BENCHMARK, None), args.train, exclude=canonical)
+    penalty = None
+    if args.name == "adaptive-classifier":
+        detector, _ = detector_for(args.detector)
+        penalty = detector_penalty(detector, [s.injection for s in train])
+    gcg = GcgConfig(
+        n_tokens=args.tokens,
+        steps=args.steps,
+        candidates=args.candidates,
+        top_k=args.top_k,
+        seed=args.seed,
+        penalty_weight=args.penalty_weight if penalty else 0.0,
+    )
+    states = args.state_dir or state_dir() / "attacks" / "optimisation"
+    return optimise_string(
+        args.name,
+        profile=profile,
+        model_sha256=resolved.sha256,
+        model=model,
+        tokenizer=tokenizer,
+        scenarios=train,
+        settings=DefenseSettings(detector=HeuristicDetector()),  # the capture pipeline's own filter never runs
+        config=gcg,
+        state_path=states / f"{args.name}_{profile}.json",
+        strings_dir=args.strings_dir or config_dir() / "attacks",
+        penalty=penalty,
+        provenance={
+            "code_version": code_version(),
+            "created": datetime.now(UTC).strftime("%Y-%m-%d"),
+            "machine": machine_line(),
+        },
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

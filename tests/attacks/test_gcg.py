@@ -1,0 +1,103 @@
+"""GCG on the agent's own weights: the slot is the agent's real prompt, a step lowers the loss it reports, the state
+resumes after SIGKILL exactly where it stopped, and a stored string is refused for other weights."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rvu_pipelines.attacks.decision_point import SENTINEL, render_prompt, slot_for, target_text
+from rvu_pipelines.attacks.gcg import GcgConfig, GcgOptimizer
+from rvu_pipelines.errors import ConfigError
+
+TINY = GcgConfig(n_tokens=4, steps=2, candidates=8, top_k=16, seed=3)
+
+
+def test_the_slot_is_the_agents_prompt_cut_at_the_injection(dequantized, capture_settings, train_scenario):
+    model, tokenizer, _ = dequantized
+    slot = slot_for(train_scenario, tokenizer, capture_settings)
+    assert slot is not None and slot.slot_id == train_scenario.scenario_id
+    before, after = tokenizer.decode(list(slot.prefix_ids)), tokenizer.decode(list(slot.suffix_ids))
+    assert before.endswith(train_scenario.injection)  # the string acts right after the native injection
+    assert "<|im_start|>system" in before and after.rstrip().endswith("<|im_start|>assistant")
+    assert SENTINEL not in before + after
+    target = tokenizer.decode(list(slot.target_ids))
+    assert target == target_text(train_scenario) and train_scenario.attacker_tools[0] in target
+
+
+def test_bipia_has_no_tool_call_target():
+    from rvu_pipelines.scenarios import scenarios_for
+
+    with pytest.raises(ConfigError, match="judges free text"):
+        target_text(scenarios_for("bipia_email", 1)[0])
+
+
+def test_a_step_keeps_the_best_string_and_its_reported_loss_is_the_real_one(
+    dequantized, capture_settings, train_scenario, tmp_path
+):
+    import torch
+
+    model, tokenizer, sha = dequantized
+    slot = slot_for(train_scenario, tokenizer, capture_settings)
+    optimizer = GcgOptimizer(model, tokenizer, [slot], TINY, sha)
+    state = optimizer.run(tmp_path / "state.json", progress=False, stop_when_solved=False)
+    assert state.step == 2 and len(state.losses) == 3
+    assert state.best_loss <= state.losses[0]
+    recomputed, _ = optimizer.losses(torch.tensor([state.best_ids]))
+    assert float(recomputed[0]) == pytest.approx(state.best_loss, abs=1e-4)
+    assert all(t in set(optimizer.allowed.tolist()) for t in state.best_ids)  # plantable tokens only
+    stored = json.loads((tmp_path / "state.json").read_text())
+    assert stored["step"] == 2 and stored["fingerprint"] == optimizer.fingerprint
+
+
+def _optimise_command(tmp_path: Path, steps: int) -> list[str]:
+    return [
+        sys.executable,
+        "scripts/optimise_attack.py",
+        "--train",
+        "1",
+        "--steps",
+        str(steps),
+        "--candidates",
+        "8",
+        "--top-k",
+        "16",
+        "--tokens",
+        "4",
+        "--seed",
+        "3",
+        "--strings-dir",
+        str(tmp_path / "strings"),
+        "--state-dir",
+        str(tmp_path / "state"),
+    ]
+
+
+@pytest.mark.slow
+def test_an_optimisation_killed_with_sigkill_resumes_from_its_last_step(tmp_path):
+    """Killed mid-run, the same command continues from the saved step and ends where an uninterrupted run ends."""
+    root = Path(__file__).resolve().parents[2]
+    state = tmp_path / "state" / "gcg_universal_tiny.json"
+    process = subprocess.Popen(_optimise_command(tmp_path, 4), cwd=root, env=os.environ.copy())
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and process.poll() is None:
+        if state.is_file() and json.loads(state.read_text())["step"] >= 1:
+            break
+        time.sleep(0.2)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    killed_at = json.loads(state.read_text())["step"]
+    assert 1 <= killed_at < 4
+    subprocess.run(_optimise_command(tmp_path, 4), cwd=root, env=os.environ.copy(), check=True)
+    resumed = json.loads(state.read_text())
+    assert resumed["step"] == 4 and len(resumed["losses"]) == 5
+    fresh = tmp_path / "fresh"
+    subprocess.run(_optimise_command(fresh, 4), cwd=root, env=os.environ.copy(), check=True)
+    uninterrupted = json.loads((fresh / "state" / "gcg_universal_tiny.json").read_text())
+    assert resumed["best_ids"] == uninterrupted["best_ids"]
+    assert resumed["losses"] == pytest.approx(uninterrupted["losses"], abs=1e-4)
