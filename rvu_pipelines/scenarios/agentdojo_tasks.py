@@ -14,8 +14,9 @@ which is why the default subset (configs/benchmarks.yaml) is banking + slack.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -24,6 +25,7 @@ from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
 from agentdojo.agent_pipeline.errors import AbortAgentError
 from agentdojo.functions_runtime import EmptyEnv, Env, FunctionsRuntime
 from agentdojo.types import ChatMessage
+from pydantic import BaseModel
 
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scenarios.agentdojo_clock import install_fixed_clock
@@ -97,6 +99,8 @@ class AgentDojoScenario:
     injection_task_id: str
     benchmark_version: str = "v1.2.2"
     attack_name: str = ATTACK
+    # replaces the text of every injection placeholder (None: the attack's own texts)
+    injection_override: str | None = None
 
     @property
     def scenario_id(self) -> str:
@@ -126,11 +130,42 @@ class AgentDojoScenario:
     def injections(self) -> dict[str, str]:
         """Injection placeholder -> attack text, as the configured AgentDojo attack builds them."""
         attack = _attack(self.benchmark_version, self.suite_name, self.attack_name)
-        return dict(sorted(attack.attack(self.user_task_obj, self.injection_task_obj).items()))
+        built = dict(sorted(attack.attack(self.user_task_obj, self.injection_task_obj).items()))
+        if self.injection_override is None:
+            return built
+        return {placeholder: self.injection_override for placeholder in built}
 
     @property
     def injection(self) -> str:
+        if self.injection_override is not None:
+            return self.injection_override
         return next(iter(self.injections.values()), "")
+
+    def with_injection(self, text: str) -> AgentDojoScenario:
+        """This triple with ``text`` in every placeholder the attack fills (the placeholders the user task's
+        tools read). The injection task, and so AgentDojo's security check, stays the same."""
+        return replace(self, injection_override=text)
+
+    def environment(self) -> Env | None:
+        """The suite's environment with :attr:`injections` planted, or None to let AgentDojo plant them.
+
+        AgentDojo formats injections into the suite's YAML source before parsing it, so inside its
+        double-quoted scalars a newline folds into a space and a double quote or backslash breaks the file.
+        Its own attack texts load that way (their newlines fold, and that is the benchmark's text); an override
+        (a forged chat turn, an optimised string) may hold all three and must reach the tools as written.
+        So an override is planted as AgentDojo's own ``check`` plants canaries: a plain marker goes through
+        the YAML, and the parsed environment has the marker replaced by the text, which the tools then
+        return exactly as given.
+        """
+        if self.injection_override is None:
+            return None
+        text = self.injection_override
+        marker = f"RVUPLANTED{hashlib.sha256(text.encode('utf-8')).hexdigest()[:24]}"
+        loaded = self.suite.load_and_inject_default_environment(dict.fromkeys(self.injections, marker))
+        planted = _replace_text(loaded, marker, text)
+        if marker in planted.model_dump_json():
+            raise RuntimeError(f"{self.scenario_id}: the injection marker survived in a field it could not reach.")
+        return planted
 
     @property
     def task_tools(self) -> frozenset[str]:
@@ -150,7 +185,7 @@ class AgentDojoScenario:
     def run(self, pipeline: BasePipelineElement) -> ScenarioOutcome:
         recorder = _Recorder(pipeline)
         utility, security = self.suite.run_task_with_pipeline(
-            recorder, self.user_task_obj, self.injection_task_obj, self.injections
+            recorder, self.user_task_obj, self.injection_task_obj, self.injections, environment=self.environment()
         )
         details = {
             "suite": self.suite_name,
@@ -162,6 +197,21 @@ class AgentDojoScenario:
         return ScenarioOutcome(
             bool(security), float(utility), recorder.messages, f"agentdojo:{self.attack_name}(task checks)", details
         )
+
+
+def _replace_text(value: Any, old: str, new: str) -> Any:
+    """``value`` with ``old`` replaced by ``new`` in every string it holds (pydantic models, containers and
+    dictionary keys included); models are copied, never changed in place."""
+    if isinstance(value, str):
+        return value.replace(old, new)
+    if isinstance(value, BaseModel):
+        fields = type(value).model_fields
+        return value.model_copy(update={name: _replace_text(getattr(value, name), old, new) for name in fields})
+    if isinstance(value, dict):
+        return {_replace_text(key, old, new): _replace_text(item, old, new) for key, item in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return type(value)(_replace_text(item, old, new) for item in value)
+    return value
 
 
 @lru_cache(maxsize=512)

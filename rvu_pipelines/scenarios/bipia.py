@@ -16,7 +16,7 @@ traceback (the error itself) to keep prompts short for small models.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import polars as pl
@@ -67,7 +67,8 @@ class BipiaScenario:
     question: str  # the user's question (code: the fix request)
     ideal: str
     attack_category: str
-    attack_text: str
+    attack_text: str  # the attack's goal, as BIPIA ships it: what the judge checks the answer against
+    planted_text: str | None = None  # what the context carries instead of ``attack_text`` (None: attack_text)
 
     @property
     def scenario_id(self) -> str:
@@ -87,7 +88,7 @@ class BipiaScenario:
 
     @property
     def injection(self) -> str:
-        return self.attack_text
+        return self.attack_text if self.planted_text is None else self.planted_text
 
     @property
     def task_tools(self) -> frozenset[str]:
@@ -100,7 +101,15 @@ class BipiaScenario:
 
     @property
     def attacked_context(self) -> str:
-        return insert_attack(self.context, self.attack_text, self.position)
+        return insert_attack(self.context, self.injection, self.position)
+
+    def with_injection(self, text: str) -> BipiaScenario:
+        """This episode with ``text`` planted at the attack's position instead of BIPIA's attack text.
+
+        BIPIA's judges read the attack text to decide success (the target language, the payload, the URL),
+        so ``attack_text`` stays the shipped one and the rewritten episode is judged on the original goal.
+        """
+        return replace(self, planted_text=text)
 
     def tools(self, log: ToolLog) -> list[Function]:
         content = self.attacked_context

@@ -68,6 +68,12 @@ class Scenario(Protocol):
         """Tools the user's task legitimately needs (RVG's per-task allowlist input)."""
         ...
 
+    def with_injection(self, text: str) -> Scenario:
+        """The same scenario (id, user task, tools, judge) with ``text`` planted where the benchmark planted its
+        injection; the judge still decides on the benchmark's original goal. Attacks rewrite through this, so
+        a rewritten scenario is measured exactly as the native one is."""
+        ...
+
     def run(self, pipeline: BasePipelineElement) -> ScenarioOutcome:
         """Run one fresh episode (new runtime and environment) through ``pipeline`` and judge it."""
         ...

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -116,6 +116,24 @@ class InjecAgentScenario:
                 function=self.user_tool, args=args if isinstance(args, dict) else {}, id=f"prefill-{self.case_index}"
             ),
         )
+
+    def with_injection(self, text: str) -> InjecAgentScenario:
+        """This case with ``text`` planted where InjecAgent planted the attacker instruction.
+
+        InjecAgent builds each response by substituting the instruction verbatim into a response template, so
+        the instruction occurs verbatim, exactly once, in every shipped ``tool_response``; ``text`` takes its
+        place the same way (unescaped, as the benchmark plants it). The attacker tools, and so the judge, stay
+        the case's: the attack is still judged by whether the agent calls them. A response that does not hold
+        the instruction exactly once is refused (``ValueError``) rather than planted somewhere else.
+        """
+        found = self.tool_response.count(self.attacker_instruction)
+        if found != 1:
+            raise ValueError(
+                f"{self.scenario_id}: the attacker instruction occurs {found} times in the tool response, not once; "
+                "cannot tell where InjecAgent planted it."
+            )
+        response = self.tool_response.replace(self.attacker_instruction, text, 1)
+        return replace(self, attacker_instruction=text, tool_response=response)
 
     def tools(self, log: ToolLog) -> list[Function]:
         """Fresh tools for one episode, recording into ``log``: the user tool, then the attacker tools.
