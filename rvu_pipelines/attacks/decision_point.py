@@ -63,7 +63,8 @@ def decision_messages(
 
 
 def target_text(scenario: Scenario) -> str:
-    """The start of the tool call the judge counts as the attack's success, in the agent's tool-call format."""
+    """The start of the tool call the judge counts as the attack's success, in the agent's tool-call format, up
+    to the tool's name: the name is where the agent chooses, the arguments follow from the tool's schema."""
     tools: Sequence[str] = getattr(scenario, "attacker_tools", ())
     if tools:
         tool = tools[0]
@@ -77,7 +78,7 @@ def target_text(scenario: Scenario) -> str:
             f"{scenario.scenario_id}: benchmark {scenario.benchmark!r} has no tool-call target for an optimised "
             "string (InjecAgent and AgentDojo have; BIPIA judges free text)."
         )
-    return '{"tool": ' + json.dumps(tool) + ', "arguments": {'
+    return '{"tool": ' + json.dumps(tool)
 
 
 def _injection_ground_truth(scenario: Any) -> list[str]:

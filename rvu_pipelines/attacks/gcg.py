@@ -188,8 +188,8 @@ class GcgOptimizer:
         one_hot = torch.zeros(len(ids), self.embeddings.shape[0])
         one_hot[torch.arange(len(ids)), torch.tensor(list(ids))] = 1.0
         one_hot.requires_grad_(True)
-        string = (one_hot @ self.embeddings)[None]
         for index, slot in enumerate(self.slots):
+            string = (one_hot @ self.embeddings)[None]  # per slot: each backward frees its own graph
             rest = self.embeddings[torch.tensor(list(slot.suffix_ids) + list(slot.target_ids))][None]
             hidden = self.model.model(
                 inputs_embeds=torch.cat([string, rest], dim=1), past_key_values=self.caches[index].expanded(1)

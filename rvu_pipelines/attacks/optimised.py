@@ -54,13 +54,22 @@ def in_training_split(scenario_id: str) -> bool:
 
 
 def training_scenarios(scenarios: Sequence[Scenario], n: int, exclude: frozenset[str] = frozenset()) -> list[Scenario]:
-    """The first ``n`` scenarios of the training split (by id), leaving out ``exclude`` (the canonical 10)."""
-    chosen = sorted(
+    """``n`` scenarios of the training split (by id), one per attacker goal where there are enough, leaving out
+    ``exclude`` (the canonical 10): a universal string must carry over between goals, not learn one goal."""
+    pool = sorted(
         (s for s in scenarios if in_training_split(s.scenario_id) and s.scenario_id not in exclude),
         key=lambda s: s.scenario_id,
     )
-    if len(chosen) < n:
-        raise ConfigError(f"Only {len(chosen)} scenarios in the training split, {n} asked for.")
+    if len(pool) < n:
+        raise ConfigError(f"Only {len(pool)} scenarios in the training split, {n} asked for.")
+    chosen: list[Scenario] = []
+    goals: set[object] = set()
+    for scenario in pool:  # first pass: a new attacker goal each; second: fill up in id order
+        goal = tuple(getattr(scenario, "attacker_tools", ())) or scenario.injection
+        if goal not in goals:
+            goals.add(goal)
+            chosen.append(scenario)
+    chosen += [s for s in pool if s not in chosen]
     return chosen[:n]
 
 
