@@ -1,11 +1,13 @@
-"""Attack harness assets (seed 000 E1, Table 1): cells of benchmark × defense on the profile's LLM.
+"""Attack harness assets (seed 000 E1, Table 1): cells of benchmark × attack × defense on the profile's LLM.
 
-- ``attack_cell``: partitioned by benchmark × defense, so any cell of any size can be materialized or
-  backfilled from the UI;
-- ``attack_table_1``: the canonical 10 scenarios under all eight defenses (Table 1), checked against the
-  committed golden results — the nightly regression sweep runs it, re-running every episode against
-  the current code (config ``rerun``, forced by the sweep's run tag ``rvu/sweep=nightly``);
-- ``attack_benchmark_samples``: a fixed-seed sample of each benchmark under all eight defenses.
+- ``attack_cell``: partitioned by benchmark × arm (an arm is ``<attack>.<defense>``: Dagster takes two
+  dimensions at most), so any cell of any size can be materialized or backfilled from the UI;
+- ``attack_table_1``: the canonical 10 scenarios under the configured attacks (config ``attacks``, default
+  the benchmarks' own injections) and all eight defenses (Table 1), checked against the committed golden
+  results — the nightly regression sweep runs it, re-running every episode against the current code
+  (config ``rerun``, forced by the sweep's run tag ``rvu/sweep=nightly``);
+- ``attack_benchmark_samples``: a fixed-seed sample of each benchmark under the configured attacks and all
+  eight defenses.
 
 Thin wrappers over rvu_pipelines.agents; every cell is one MLflow run, tagged (like every row and the
 table) with the code version that produced it.
@@ -29,7 +31,7 @@ from dagster import (
 )
 from pydantic import Field
 
-from assets.partitions import cell_partitions
+from assets.partitions import cell_partitions, parse_arm
 from assets.production_detector import KEY as PRODUCTION_ASSET  # the classifier defense's default detector
 from resources import LLMResource, MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.agents.evaluation import CellRun, attack_table, plot_attack_table, table_markdown
@@ -39,16 +41,18 @@ from rvu_pipelines.agents.regression import (
     drift_markdown,
     drifts_as_dicts,
     golden_path,
+    golden_subset,
     load_golden,
     load_tolerance,
     regression_sweep,
     table_code_version,
 )
+from rvu_pipelines.attacks.catalog import get_attack
 from rvu_pipelines.code_version import code_version
 from rvu_pipelines.detectors.resolve import PRODUCTION_CHOICE
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import state_dir
-from rvu_pipelines.scenarios.axes import BENCHMARKS, CANONICAL, DEFENSES
+from rvu_pipelines.scenarios.axes import ATTACKS, BENCHMARKS, CANONICAL, DEFENSES, NATIVE
 
 GROUP = "attacks"
 
@@ -93,8 +97,29 @@ class AttackCellConfig(HarnessConfig):
     )
 
 
+ATTACKS_DESCRIPTION = (
+    f"The attacks of the table ({', '.join(ATTACKS)}); each runs under every defense. Default: native, the "
+    "benchmarks' own injections."
+)
+
+
+class Table1Config(HarnessConfig):
+    attacks: list[str] = Field(default_factory=lambda: [NATIVE], description=ATTACKS_DESCRIPTION)
+
+
 class SamplesConfig(HarnessConfig):
     per_benchmark: int = Field(default=2, description="Fixed-seed sample size of each benchmark.")
+    attacks: list[str] = Field(default_factory=lambda: [NATIVE], description=ATTACKS_DESCRIPTION)
+
+
+def chosen_attacks(attacks: list[str]) -> list[str]:
+    """The config's attacks, each checked against the registry before any model loads (an unknown name is a
+    ConfigError naming ``attacks``), duplicates dropped in order."""
+    if not attacks:
+        raise ConfigError(f"Config `attacks` is empty; allowed values: {', '.join(ATTACKS)}.")
+    for name in attacks:
+        get_attack(name, field="attacks")
+    return list(dict.fromkeys(attacks))
 
 
 def open_harness(
@@ -120,6 +145,7 @@ def open_harness(
         tracking_uri=mlflow_tracker.tracker(GROUP).tracking_uri,
         max_iters=config.max_iters,
         max_tokens=config.max_tokens,
+        gguf_path=Path(llm_model["path"]),
     )
 
 
@@ -127,6 +153,7 @@ def _params(harness: Harness, run: CellRun, llm_model: dict) -> dict:
     hfer = {"hfer_detector": harness.hfer_version()} if run.spec.defense == "hfer" else {}
     return {
         "benchmark": run.spec.benchmark,
+        "attack": run.spec.attack,
         "defense": run.spec.defense,
         "profile": run.spec.profile,
         "limit": run.spec.limit,
@@ -151,6 +178,7 @@ def _log_cell(
         tags={
             "cell": run.spec.cell_id,
             "benchmark": run.spec.benchmark,
+            "attack": run.spec.attack,
             "defense": run.spec.defense,
             "profile": run.spec.profile,
             "code_version": run.code_version,
@@ -199,8 +227,9 @@ def _table_output(context: AssetExecutionContext, runs: list[CellRun], run_ids: 
     partitions_def=cell_partitions,
     kinds={"llama_cpp", "agentdojo", "mlflow"},
     description="One cell of the attack table: a fixed-seed sample (config `limit`; null = all) of one benchmark "
-    "(InjecAgent dh/ds, BIPIA email/table/code, AgentDojo, or the canonical 10) run through one defense on the "
-    "profile's LLM, judged by the benchmark's own protocol. Episodes resume from where an interrupted run "
+    "(InjecAgent dh/ds, BIPIA email/table/code, AgentDojo, or the canonical 10) under one attack and one defense "
+    "(partition `arm` = <attack>.<defense>, e.g. native.rvg) on the profile's LLM, judged by the benchmark's own "
+    "protocol. Episodes resume from where an interrupted run "
     "stopped; a finished cell re-materializes from its rows and the LLM response cache with no inference.",
 )
 def attack_cell(
@@ -215,11 +244,18 @@ def attack_cell(
     keys = (
         key.keys_by_dimension
         if isinstance(key, MultiPartitionKey)
-        else dict(zip(("benchmark", "defense"), str(key).split("|"), strict=True))
+        else cell_partitions.get_partition_key_from_str(str(key)).keys_by_dimension
     )
+    attack, defense = parse_arm(keys["arm"])
+    get_attack(attack, field="attack")
     harness = open_harness(config, llm_model, llm, model_store, mlflow_tracker)
     run = harness.run_cell(
-        keys["benchmark"], keys["defense"], limit=config.limit, progress=config.progress, rerun=config.rerun
+        keys["benchmark"],
+        defense,
+        attack=attack,
+        limit=config.limit,
+        progress=config.progress,
+        rerun=config.rerun,
     )
     run_id = _log_cell(context, mlflow_tracker, harness, run, llm_model)
     return Output(
@@ -234,8 +270,11 @@ def attack_cell(
     )
 
 
-def _golden_check(table: pl.DataFrame, profile: str, path: Path | None = None) -> AssetCheckResult:
-    """The ``matches_golden`` check of a Table 1 (``path``: another golden file, for tests)."""
+def _golden_check(
+    table: pl.DataFrame, profile: str, path: Path | None = None, attacks: list[str] | None = None
+) -> AssetCheckResult:
+    """The ``matches_golden`` check of a Table 1 against the golden cells of its ``attacks`` (None: every golden
+    cell; ``path``: another golden file, for tests)."""
     path = Path(path) if path else golden_path(profile)
     try:
         golden = load_golden(path)
@@ -247,7 +286,7 @@ def _golden_check(table: pl.DataFrame, profile: str, path: Path | None = None) -
             metadata={"reason": str(exc), "golden": str(path)},
         )
     tolerance = load_tolerance()
-    drifts = compare_to_golden(table, golden, tolerance)
+    drifts = compare_to_golden(table, golden_subset(golden, None, attacks), tolerance)
     return AssetCheckResult(
         check_name="matches_golden",
         passed=not drifts,
@@ -269,15 +308,17 @@ def _golden_check(table: pl.DataFrame, profile: str, path: Path | None = None) -
     group_name=GROUP,
     deps=[PRODUCTION_ASSET],
     kinds={"llama_cpp", "agentdojo", "mlflow"},
-    description="Seed 000 Table 1 (E1): the 10 canonical scenarios (configs/benchmarks.yaml) under all eight "
-    "defenses on the profile's LLM — ASR, security, utility with 95% CIs, latency, certificates emitted and "
-    "verified — as a markdown table, parquet and a plot; one MLflow run per cell. Checked against the committed "
+    description="Seed 000 Table 1 (E1): the 10 canonical scenarios (configs/benchmarks.yaml) under the configured "
+    "attacks (config `attacks`, default native) and all eight defenses on the profile's LLM — ASR, security, "
+    "utility with 95% CIs, latency, certificates emitted and verified — as a markdown table, parquet and a plot; "
+    "one MLflow run per cell. Checked against the committed "
     "golden results (configs/golden/) by the nightly regression sweep.",
     check_specs=[
         AssetCheckSpec(
             "matches_golden",
             asset="attack_table_1",
-            description="Every cell against configs/golden/table1_<profile>.json: n (scored episodes) exact, "
+            description="Every cell against its benchmark/attack/defense cell of "
+            "configs/golden/table1_<profile>.json: n (scored episodes) exact, "
             "errored episodes at most golden's + tolerance, ASR and utility within tolerance "
             "(configs/regression.yaml); the diff is in the metadata.",
         )
@@ -285,23 +326,28 @@ def _golden_check(table: pl.DataFrame, profile: str, path: Path | None = None) -
 )
 def attack_table_1(
     context: AssetExecutionContext,
-    config: HarnessConfig,
+    config: Table1Config,
     llm_model: dict,
     llm: LLMResource,
     model_store: ModelStoreResource,
     mlflow_tracker: MlflowTrackerResource,
 ):
+    attacks = chosen_attacks(config.attacks)
     harness = open_harness(config, llm_model, llm, model_store, mlflow_tracker)
-    if _rerun(context, config):
-        runs = regression_sweep(harness, DEFENSES, progress=config.progress)  # every episode, current code
-    else:
-        runs = harness.run_table(CANONICAL, DEFENSES, progress=config.progress)  # same-code rows are reused
+    if _rerun(context, config):  # every episode, current code
+        runs = regression_sweep(harness, DEFENSES, attacks=attacks, progress=config.progress)
+    else:  # same-code rows are reused
+        runs = [
+            run
+            for attack in attacks
+            for run in harness.run_table(CANONICAL, DEFENSES, progress=config.progress, attack=attack)
+        ]
     run_ids = [_log_cell(context, mlflow_tracker, harness, run, llm_model) for run in runs]
     table, output = _table_output(
         context, runs, run_ids, f"Table 1 — canonical scenarios ({harness.profile})", "table1"
     )
     yield output
-    yield _golden_check(table, harness.profile)
+    yield _golden_check(table, harness.profile, attacks=attacks)
 
 
 @asset(
@@ -309,7 +355,8 @@ def attack_table_1(
     deps=[PRODUCTION_ASSET],
     kinds={"llama_cpp", "agentdojo", "mlflow"},
     description="A fixed-seed sample (config `per_benchmark`, seed 42) of every benchmark — InjecAgent dh/ds, "
-    "BIPIA email/table/code, AgentDojo — under all eight defenses; one MLflow run per cell. Runs in the nightly "
+    "BIPIA email/table/code, AgentDojo — under the configured attacks (config `attacks`, default native) and all "
+    "eight defenses; one MLflow run per cell. Runs in the nightly "
     "sweep (minutes of LLM inference), not in the default job. Full benchmarks are `attack_cell` "
     "partitions.",
 )
@@ -321,12 +368,19 @@ def attack_benchmark_samples(
     model_store: ModelStoreResource,
     mlflow_tracker: MlflowTrackerResource,
 ):
+    attacks = chosen_attacks(config.attacks)
     harness = open_harness(config, llm_model, llm, model_store, mlflow_tracker)
     runs = [
         run
         for benchmark in BENCHMARKS
+        for attack in attacks
         for run in harness.run_table(
-            benchmark, DEFENSES, limit=config.per_benchmark, progress=config.progress, rerun=_rerun(context, config)
+            benchmark,
+            DEFENSES,
+            limit=config.per_benchmark,
+            progress=config.progress,
+            rerun=_rerun(context, config),
+            attack=attack,
         )
     ]
     run_ids = [_log_cell(context, mlflow_tracker, harness, run, llm_model) for run in runs]

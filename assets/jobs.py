@@ -44,7 +44,7 @@ default_profile_job = define_asset_job(
     "default_profile_job",
     # Everything that finishes in minutes. Incident partitions are recovered by recovery_job (sensor-started);
     # training and evaluating the five detectors on three corpora takes tens of minutes of CPU: detectors_job.
-    # attack_cell is partitioned (benchmark × defense): backfills and the UI; the default job runs Table 1.
+    # attack_cell is partitioned (benchmark × attack.defense): backfills and the UI; the default job runs Table 1.
     selection=(
         AssetSelection.all()
         - AssetSelection.groups("recovery", "detectors")
@@ -64,8 +64,9 @@ attack_cells_job = define_asset_job(
     selection=AssetSelection.assets("attack_cell"),
     partitions_def=cell_partitions,
     executor_def=JOB_EXECUTOR,
-    description="Attack-table cells (benchmark × defense partitions): launch or backfill any cell from the UI; "
-    "config `limit` sets the sample size (null = the whole benchmark).",
+    description="Attack-table cells (partitions benchmark × arm, an arm being <attack>.<defense>, e.g. "
+    "`native.rvg|canonical`): launch or backfill any cell from the UI; config `limit` sets the sample size "
+    "(null = the whole benchmark).",
 )
 
 detectors_job = define_asset_job(

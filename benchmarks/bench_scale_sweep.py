@@ -5,8 +5,8 @@ Run:  RVU_DATA_MIRROR=../shared/data .venv/bin/python benchmarks/bench_scale_swe
 
 Each configuration starts from an empty state folder (no configuration reuses another's LLM response cache or
 trained detectors) and runs the same work:
-- attack table: the cells ``canonical`` × defenses of ``attack_cells_job`` with the job's default config (limit 20:
-  all 10 canonical scenarios; a backfill takes no run config), one run per cell;
+- attack table: the cells ``canonical`` × ``native`` (``--attack``) × defenses of ``attack_cells_job`` with the
+  job's default config (limit 20: all 10 canonical scenarios; a backfill takes no run config), one run per cell;
 - detector sweep: ``detectors_job`` (three corpora, D2 + D4 trained and registered per corpus, D1-D5 evaluated,
   leave one data set out) on stratified subsamples (``quick_run_config``), one run whose steps fan out.
 Configurations:
@@ -71,10 +71,11 @@ def dagster(args: list[str], env: dict[str, str], cwd: Path) -> None:
 
 
 def partition_tags(cell: str) -> str:
-    """The tags that make a run of a multi-partitioned job one partition (what the UI and backfills set)."""
-    benchmark, defense = cell.split("|")
+    """The tags that make a run of a multi-partitioned job one partition (what the UI and backfills set); a
+    cell key reads ``<attack>.<defense>|<benchmark>`` (dimensions arm and benchmark, in name order)."""
+    arm, benchmark = cell.split("|")
     return json.dumps(
-        {"dagster/partition": cell, "dagster/partition/benchmark": benchmark, "dagster/partition/defense": defense}
+        {"dagster/partition": cell, "dagster/partition/arm": arm, "dagster/partition/benchmark": benchmark}
     )
 
 
@@ -191,6 +192,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--benchmark", default="canonical")
     parser.add_argument("--defenses", nargs="+", default=["vanilla", "fath", "rvg", "rvu_v2"])
+    parser.add_argument("--attack", default="native", help="the attack of every cell")
     parser.add_argument("--detector-samples", type=int, default=200, help="train and test subsample per corpus")
     parser.add_argument("--skip-detectors", action="store_true")
     add_results_dir_argument(parser)
@@ -200,7 +202,7 @@ def main() -> int:
         Workload(
             "attack",
             "attack_cells_job",
-            tuple(f"{args.benchmark}|{d}" for d in args.defenses),
+            tuple(f"{args.attack}.{d}|{args.benchmark}" for d in args.defenses),
             None,
             lambda m: m in ("asr", "utility"),
             upstream=("llm_model",),

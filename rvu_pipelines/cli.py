@@ -20,7 +20,7 @@ from rich.table import Table
 from rvu_pipelines.cli_recovery import RECOVERY_COMMANDS
 from rvu_pipelines.cli_scale import scale
 from rvu_pipelines.errors import RvuError, SigningKeyError
-from rvu_pipelines.scenarios.axes import DEFENSES  # plain names (the package root loads no AgentDojo)
+from rvu_pipelines.scenarios.axes import ATTACKS, DEFENSES, NATIVE  # plain names (the package root loads no AgentDojo)
 
 console = Console()
 if not console.is_terminal:  # CI logs and pipes: wide enough that no column is clipped
@@ -182,8 +182,22 @@ def models_check(profile: str | None) -> None:
     help="Only these defenses' cells (repeatable): compared against their golden cells, or with "
     "--update-golden written into the golden file beside the others, which stay as they are. Default: all.",
 )
+@click.option(
+    "--attack",
+    "attacks",
+    multiple=True,
+    type=click.Choice(ATTACKS),
+    help="The attacks to run each defense under (repeatable), compared against their golden cells; with "
+    "--update-golden their cells are written beside the others, which stay as they are (without --attack and "
+    "--defense the whole file is rewritten with the native cells). Default: native.",
+)
 def regress(
-    profile: str | None, golden: str | None, update_golden: bool, detector: str, defenses: tuple[str, ...]
+    profile: str | None,
+    golden: str | None,
+    update_golden: bool,
+    detector: str,
+    defenses: tuple[str, ...],
+    attacks: tuple[str, ...],
 ) -> None:
     """Run the canonical attack cells (Table 1) and compare them with the golden results, as the nightly
     schedule does: exit 0 within tolerance (n exact, errors, ASR, utility), 1 with the diff otherwise.
@@ -212,8 +226,10 @@ def regress(
             resolved.path, n_ctx=max(AGENT_N_CTX, resolved.n_ctx), name=resolved.name, model_sha256=resolved.sha256
         )
 
-    harness = Harness.open((build, resolved.name), profile=name, model_id=resolved.sha256, detector=detector)
-    runs = regression_sweep(harness, defenses or DEFENSES)
+    harness = Harness.open(
+        (build, resolved.name), profile=name, model_id=resolved.sha256, detector=detector, gguf_path=resolved.path
+    )
+    runs = regression_sweep(harness, defenses or DEFENSES, attacks=attacks or (NATIVE,))
     table = attack_table(runs)
     console.print(table_markdown(table), highlight=False, soft_wrap=True)
     inferences = sum(run.llm_inferences for run in runs)
@@ -224,13 +240,12 @@ def regress(
     )
     path = Path(golden) if golden else golden_path(name)
     if update_golden:
-        written = write_golden(table, name, resolved.sha256, path, only=defenses or None)
-        console.print(
-            f"Golden results written to {written}" + (f" (cells of {', '.join(defenses)})" if defenses else "")
-        )
+        written = write_golden(table, name, resolved.sha256, path, only=defenses or None, attacks=attacks or None)
+        chosen = [*defenses, *attacks]
+        console.print(f"Golden results written to {written}" + (f" (cells of {', '.join(chosen)})" if chosen else ""))
         return
-    expected = load_golden(path)
-    drifts = compare_to_golden(table, golden_subset(expected, defenses) if defenses else expected, load_tolerance())
+    expected = golden_subset(load_golden(path), defenses or None, attacks or (NATIVE,))
+    drifts = compare_to_golden(table, expected, load_tolerance())
     console.print(drift_markdown(drifts), highlight=False, soft_wrap=True)
     if drifts:
         console.print(f"[red]{len(drifts)} metric(s) moved beyond tolerance against {path}[/red]")

@@ -1,7 +1,8 @@
-"""Attack-table cells: (benchmark × defense × model) run episode by episode, resumable, with CIs.
+"""Attack-table cells: (benchmark × attack × defense × model) run episode by episode, resumable, with CIs.
 
 A cell's episodes are appended to its own parquet file as they finish, keyed by everything that
-decides the outcome (scenario, defense, model sha256, defense settings), and each row records the code
+decides the outcome (scenario, defense, model sha256, defense settings, and for an attack other than the
+benchmark's own what decides its text), and each row records the code
 version that produced it. A stored row is reused only under the same key *and* the same code version:
 so an interrupted cell resumes where it stopped, and a finished cell re-materializes by reading its
 rows (no inference), but a row of other code is never passed off as this code's. ``rerun=True`` (the
@@ -30,6 +31,7 @@ from tqdm.auto import tqdm
 from rvu_pipelines.atomic_write import atomic_path
 from rvu_pipelines.code_version import code_version as current_code_version
 from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.scenarios.axes import NATIVE
 from rvu_pipelines.scenarios.contract import Scenario
 
 CI_LEVEL = 0.95
@@ -39,16 +41,17 @@ CI_SEED = 0
 
 @dataclass(frozen=True)
 class CellSpec:
-    """Which cell: a benchmark (or the canonical 10) under one defense with one model profile."""
+    """Which cell: a benchmark (or the canonical 10) under one attack and one defense with one model profile."""
 
     benchmark: str
     defense: str
     profile: str
     limit: int | None = None  # scenarios per cell (fixed-seed sample); None = all
+    attack: str = NATIVE  # how the benchmark's injections are rewritten (rvu_pipelines.attacks.catalog)
 
     @property
     def cell_id(self) -> str:
-        return f"{self.profile}/{self.benchmark}/{self.defense}"
+        return f"{self.profile}/{self.benchmark}/{self.attack}/{self.defense}"
 
 
 @dataclass
@@ -84,14 +87,23 @@ class CellRun:
         }
 
 
-def episode_key(scenario_id: str, defense: str, model_id: str, settings_fingerprint: str) -> str:
-    """Everything that decides an episode's outcome, hashed: a changed input never reuses a row."""
-    payload = json.dumps([scenario_id, defense, model_id, settings_fingerprint], sort_keys=True)
+def episode_key(
+    scenario_id: str, defense: str, model_id: str, settings_fingerprint: str, attack_fingerprint: str = ""
+) -> str:
+    """Everything that decides an episode's outcome, hashed: a changed input never reuses a row.
+
+    ``attack_fingerprint`` (``catalog.attack_fingerprint``) is "" for the benchmark's own injections and then
+    leaves the payload as it is without an attack, so the native keys are the benchmark's own; any other
+    attack's fingerprint is appended, so its episodes never share a key with native ones."""
+    fields = [scenario_id, defense, model_id, settings_fingerprint]
+    if attack_fingerprint:
+        fields.append(attack_fingerprint)
+    payload = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
 def cell_path(root: Path, spec: CellSpec) -> Path:
-    return Path(root) / spec.profile / spec.benchmark / f"{spec.defense}.parquet"
+    return Path(root) / spec.profile / spec.benchmark / spec.attack / f"{spec.defense}.parquet"
 
 
 def _read_rows(path: Path) -> pl.DataFrame | None:
@@ -145,13 +157,16 @@ def run_cell(
     progress: bool = True,
     code_version: str | None = None,
     rerun: bool = False,
+    attack_fingerprint: str = "",
 ) -> CellRun:
     """Run the cell's missing episodes (in scenario-id order) and return all its rows.
 
-    ``run_episode(scenario, workdir)`` returns one flat row (EpisodeResult.to_row()); the row is saved
-    before the next episode starts, so nothing finished is lost if the process dies. A stored row is
-    reused only if its key and its ``code_version`` (default: this process's) match; ``rerun=True``
-    re-runs every episode of the sample against the current code (replacing its stored rows).
+    ``scenarios`` are already rewritten by the cell's attack; ``attack_fingerprint`` names what decided
+    their text ("" for the benchmark's own) and enters every episode key. ``run_episode(scenario, workdir)``
+    returns one flat row (EpisodeResult.to_row()); the row is saved before the next episode starts, so
+    nothing finished is lost if the process dies. A stored row is reused only if its key and its
+    ``code_version`` (default: this process's) match; ``rerun=True`` re-runs every episode of the sample
+    against the current code (replacing its stored rows).
     """
     started = time.perf_counter()
     version = code_version or current_code_version()
@@ -161,7 +176,10 @@ def run_cell(
     if existing is not None and "episode_key" in existing.columns:
         done = {row["episode_key"]: row for row in existing.iter_rows(named=True)}
     ordered = sorted(scenarios, key=lambda s: s.scenario_id)
-    wanted = {s.scenario_id: episode_key(s.scenario_id, spec.defense, model_id, settings_fingerprint) for s in ordered}
+    wanted = {
+        s.scenario_id: episode_key(s.scenario_id, spec.defense, model_id, settings_fingerprint, attack_fingerprint)
+        for s in ordered
+    }
     todo = [
         s
         for s in ordered
@@ -175,13 +193,14 @@ def run_cell(
         iterator = tqdm(todo, desc=spec.cell_id, unit="episode")
     for scenario in iterator:
         before = stats.snapshot()
-        workdir = root / "episodes" / spec.profile / spec.defense / _safe(scenario.scenario_id)
+        workdir = root / "episodes" / spec.profile / spec.attack / spec.defense / _safe(scenario.scenario_id)
         row = dict(run_episode(scenario, workdir))
         after = stats.snapshot()
         replayed = after[3] - before[3]
         wall = row.get("latency_s")
         row.update(
             episode_key=wanted[scenario.scenario_id],
+            attack=spec.attack,
             model_id=model_id,
             code_version=version,
             llm_calls=after[0] - before[0],
@@ -292,12 +311,13 @@ def cell_metrics(rows: pl.DataFrame) -> dict[str, float]:
 
 
 def attack_table(runs: Sequence[CellRun]) -> pl.DataFrame:
-    """Table 1: one row per cell (benchmark, defense), metrics with CIs and the cell's code version, in
-    the order given."""
+    """Table 1: one row per cell (benchmark, attack, defense), metrics with CIs and the cell's code version,
+    in the order given."""
     records = [
         {
             "profile": r.spec.profile,
             "benchmark": r.spec.benchmark,
+            "attack": getattr(r.spec, "attack", NATIVE),
             "defense": r.spec.defense,
             **r.metrics,
             **({"code_version": r.code_version} if getattr(r, "code_version", "") else {}),
@@ -316,8 +336,9 @@ def _pct(value: float, low: float, high: float) -> str:
 def table_markdown(table: pl.DataFrame) -> str:
     """Table 1 as the paper prints it, plus CIs and certificate counts."""
     lines = [
-        "| Benchmark | Defense | n | ASR [95% CI] | Security | Utility [95% CI] | Latency (s) | Certificates |",
-        "|---|---|---|---|---|---|---|---|",
+        "| Benchmark | Attack | Defense | n | ASR [95% CI] | Security | Utility [95% CI] | Latency (s) "
+        "| Certificates |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in table.iter_rows(named=True):
         utility = row.get("utility", float("nan"))
@@ -332,7 +353,7 @@ def table_markdown(table: pl.DataFrame) -> str:
             row.get("security", float("nan")), row.get("security_ci_low", 0), row.get("security_ci_high", 0)
         )
         lines.append(
-            f"| {row['benchmark']} | {row['defense']} | {row['n']}{errors} | "
+            f"| {row['benchmark']} | {row.get('attack') or NATIVE} | {row['defense']} | {row['n']}{errors} | "
             f"{_pct(row.get('asr', float('nan')), row.get('asr_ci_low', 0), row.get('asr_ci_high', 0))} | "
             f"{security} | "
             f"{u} | {row.get('latency_s', float('nan')):.2f} | {certs} |"
@@ -341,16 +362,28 @@ def table_markdown(table: pl.DataFrame) -> str:
 
 
 def plot_attack_table(table: pl.DataFrame, path: Path, title: str) -> Path:
-    """ASR and utility per defense with their CIs, one panel per benchmark: easier to read than the table."""
+    """ASR and utility per defense with their CIs, one panel per benchmark (columns) and attack (rows): easier
+    to read than the table, and an attack's rows line up under the native ones."""
     import matplotlib  # matplotlib (seconds cold): only when a figure is drawn
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if "attack" not in table.columns:
+        table = table.with_columns(pl.lit(NATIVE).alias("attack"))
     benchmarks = list(dict.fromkeys(table["benchmark"].to_list()))
-    fig, axes = plt.subplots(1, len(benchmarks), figsize=(4.5 * len(benchmarks), 3.6), squeeze=False)
-    for ax, benchmark in zip(axes[0], benchmarks, strict=True):
-        part = table.filter(pl.col("benchmark") == benchmark)
+    attacks = list(dict.fromkeys(table["attack"].to_list()))
+    fig, axes = plt.subplots(
+        len(attacks), len(benchmarks), figsize=(4.5 * len(benchmarks), 3.6 * len(attacks)), squeeze=False
+    )
+    panels = [
+        (axes[i][j], attack, benchmark) for i, attack in enumerate(attacks) for j, benchmark in enumerate(benchmarks)
+    ]
+    for ax, attack, benchmark in panels:
+        part = table.filter((pl.col("benchmark") == benchmark) & (pl.col("attack") == attack))
+        if part.is_empty():
+            ax.set_axis_off()
+            continue
         x = np.arange(part.height)
         for offset, metric, colour in ((-0.2, "asr", "tab:red"), (0.2, "utility", "tab:blue")):
             values = part[metric].to_numpy()
@@ -367,7 +400,7 @@ def plot_attack_table(table: pl.DataFrame, path: Path, title: str) -> Path:
             )
         ax.set_xticks(x, part["defense"].to_list(), rotation=30, ha="right")
         ax.set_ylim(0, 1.05)
-        ax.set_title(benchmark)
+        ax.set_title(f"{benchmark} · {attack}")
     axes[0][0].legend(loc="upper right")
     fig.suptitle(title)
     fig.tight_layout()

@@ -1,7 +1,8 @@
 """The attack harness: one object that owns the cached LLM, the defense settings and the results
-folder, and runs cells of the attack table. Dagster assets, the nightly schedule and ``rvu regress``
-all go through it, so a cell computed by one is reused by the others (rows of the same code version;
-the nightly sweep and ``rvu regress`` re-run every episode, see ``run_cell(rerun=True)``).
+folder, and runs cells of the attack table (benchmark × attack × defense). Dagster assets, the nightly
+schedule and ``rvu regress`` all go through it, so a cell computed by one is reused by the others (rows of
+the same code version; the nightly sweep and ``rvu regress`` re-run every episode, see
+``run_cell(rerun=True)``).
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ import numpy as np
 
 from rvu_pipelines.agents.evaluation import CellRun, CellSpec, run_cell
 from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
+from rvu_pipelines.attacks.catalog import AttackContext, attack_fingerprint, attacked, get_attack
 from rvu_pipelines.detectors import InjectionDetector, NanoGuardDetector
 from rvu_pipelines.detectors.base import MemoizedDetector
 from rvu_pipelines.detectors.resolve import PRODUCTION_CHOICE, resolve_detector
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.models.llm import AdapterHostingModel, ChatCompletion, ChatModel, Message, adapter_key_of
-from rvu_pipelines.paths import state_dir
+from rvu_pipelines.paths import config_dir, state_dir
 from rvu_pipelines.scenarios import Scenario, scenarios_for
+from rvu_pipelines.scenarios.axes import NATIVE
 from rvu_pipelines.tracking import default_tracking_uri
 
 if TYPE_CHECKING:  # annotations only: the defenses import AgentDojo (seconds), the code location imports this
@@ -123,6 +126,7 @@ class Harness:
     settings: DefenseSettings
     detector_version: str
     root: Path
+    gguf_path: Path | None = None  # the agent's weights, for attacks that read the model (its chat template)
 
     @classmethod
     def open(
@@ -137,13 +141,15 @@ class Harness:
         cache_path: Path | None = None,
         max_iters: int | None = None,
         max_tokens: int | None = None,
+        gguf_path: Path | None = None,
         **settings: Any,
     ) -> Harness:
         """``chat_model``: a ChatModel, or ``(factory, name)`` to build it only when a prompt misses the cache.
 
         ``detector``: the classifier defense's detector (default: the calibrated production detector, read from
         ``tracking_uri``'s registry); ``max_iters`` / ``max_tokens``: None keeps DefenseSettings' default;
-        ``settings``: other DefenseSettings.
+        ``gguf_path``: the agent's weights, handed to attacks that read the model; ``settings``: other
+        DefenseSettings.
         """
         from rvu_pipelines.agents.defenses import DefenseSettings  # runtime only: imports AgentDojo (seconds)
 
@@ -167,6 +173,7 @@ class Harness:
             settings=defense_settings,
             detector_version=detector_version,
             root=root,
+            gguf_path=Path(gguf_path) if gguf_path else None,
         )
 
     def hfer_version(self) -> str:
@@ -193,22 +200,37 @@ class Harness:
         payload = json.dumps({"detector": self.detector_version, **fields}, sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
+    def attack_context(self, defense: str) -> AttackContext:
+        """What an attack may know in a cell of ``defense``: the agent's model and where optimised strings are."""
+        return AttackContext(
+            profile=self.profile,
+            model_sha256=self.model_id,
+            defense=defense,
+            strings_dir=config_dir() / "attacks",
+            gguf_path=self.gguf_path,
+        )
+
     def run_cell(
         self,
         benchmark: str,
         defense: str,
         *,
+        attack: str = NATIVE,
         limit: int | None = None,
         progress: bool = True,
         scenarios: Sequence[Scenario] | None = None,
         rerun: bool = False,
     ) -> CellRun:
-        """One cell; ``rerun=True`` re-runs every episode against the current code (the nightly sweep and
-        ``rvu regress``), otherwise rows stored by the same code version are reused."""
+        """One cell; ``scenarios`` (default: the benchmark's fixed-seed sample) are the benchmark's own and are
+        rewritten here by ``attack``. ``rerun=True`` re-runs every episode against the current code (the
+        nightly sweep and ``rvu regress``), otherwise rows stored by the same code version are reused."""
         from rvu_pipelines.agents.episode import run_episode  # runtime only: imports AgentDojo (seconds)
 
-        spec = CellSpec(benchmark=benchmark, defense=defense, profile=self.profile, limit=limit)
-        chosen = list(scenarios) if scenarios is not None else scenarios_for(benchmark, limit)
+        get_attack(attack, field="attack")  # an unknown name fails before any scenario loads
+        spec = CellSpec(benchmark=benchmark, defense=defense, profile=self.profile, limit=limit, attack=attack)
+        context = self.attack_context(defense)
+        native = list(scenarios) if scenarios is not None else scenarios_for(benchmark, limit)
+        chosen = [attacked(scenario, attack, context) for scenario in native]
 
         def episode(scenario: Scenario, workdir: Path) -> dict[str, Any]:
             return run_episode(scenario, defense, self.llm, self.settings, workdir).to_row()
@@ -223,6 +245,7 @@ class Harness:
             root=self.root,
             progress=progress,
             rerun=rerun,
+            attack_fingerprint=attack_fingerprint(attack, context),
         )
 
     def run_table(
@@ -234,9 +257,12 @@ class Harness:
         progress: bool = True,
         rerun: bool = False,
         scenarios: Sequence[Scenario] | None = None,
+        attack: str = NATIVE,
     ) -> list[CellRun]:
-        """Every defense on the same scenarios (loaded once, unless given)."""
+        """Every defense under ``attack`` on the same scenarios (loaded once, unless given)."""
+        get_attack(attack, field="attack")
         chosen = list(scenarios) if scenarios is not None else scenarios_for(benchmark, limit)
         return [
-            self.run_cell(benchmark, d, limit=limit, progress=progress, scenarios=chosen, rerun=rerun) for d in defenses
+            self.run_cell(benchmark, d, attack=attack, limit=limit, progress=progress, scenarios=chosen, rerun=rerun)
+            for d in defenses
         ]

@@ -1,6 +1,7 @@
 """Golden-result regression for the attack table: what moved, by how much, against which tolerance.
 
-The golden file is committed (configs/golden/table1_<profile>.json); the nightly schedule and
+The golden file is committed (configs/golden/table1_<profile>.json), one cell per
+``benchmark/attack/defense``; the nightly schedule and
 ``rvu regress`` both run :func:`regression_sweep` (every episode re-run against the current code; the
 LLM response cache still serves identical prompts) and call :func:`compare_to_golden`, so the UI check
 and the CLI never disagree. Besides ASR and utility within tolerance, a cell must score the same number
@@ -22,7 +23,7 @@ import yaml
 
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import config_dir
-from rvu_pipelines.scenarios.axes import CANONICAL, DEFENSES
+from rvu_pipelines.scenarios.axes import CANONICAL, DEFENSES, NATIVE
 
 if TYPE_CHECKING:  # annotations only: the harness imports the agent stack
     from rvu_pipelines.agents.evaluation import CellRun
@@ -94,12 +95,29 @@ def golden_path(profile: str) -> Path:
     return config_dir() / "golden" / f"table1_{profile}.json"
 
 
+def cell_key(benchmark: str, attack: str, defense: str) -> str:
+    """A golden cell's name: ``benchmark/attack/defense``."""
+    return f"{benchmark}/{attack}/{defense}"
+
+
+def split_cell(cell: str) -> tuple[str, str, str]:
+    """``benchmark/attack/defense`` -> its three names; any other shape is a golden file to regenerate."""
+    parts = cell.split("/")
+    if len(parts) != 3 or not all(parts):
+        raise ConfigError(
+            f"Golden cell {cell!r} is not benchmark/attack/defense; regenerate the file with "
+            "`rvu regress --update-golden`."
+        )
+    return parts[0], parts[1], parts[2]
+
+
 def _cells(table: pl.DataFrame) -> dict[str, dict[str, float | None]]:
-    """cell -> n, errors (0 when the table has no such column), asr, utility; NaN rates become None."""
+    """cell -> n, errors (0 when the table has no such column), asr, utility; NaN rates become None. A table
+    without an ``attack`` column holds native cells."""
     cells = {}
     for row in table.iter_rows(named=True):
         rates = {m: float(row[m]) if row.get(m) is not None else float("nan") for m in METRICS}
-        cells[f"{row['benchmark']}/{row['defense']}"] = {
+        cells[cell_key(row["benchmark"], row.get("attack") or NATIVE, row["defense"])] = {
             "n": int(row["n"]),
             "errors": int(row.get("errors") or 0),
             **{m: (None if math.isnan(v) else v) for m, v in rates.items()},
@@ -124,31 +142,51 @@ def golden_document(table: pl.DataFrame, profile: str, model_id: str) -> dict[st
 
 
 def write_golden(
-    table: pl.DataFrame, profile: str, model_id: str, path: Path | None = None, *, only: Sequence[str] | None = None
+    table: pl.DataFrame,
+    profile: str,
+    model_id: str,
+    path: Path | None = None,
+    *,
+    only: Sequence[str] | None = None,
+    attacks: Sequence[str] | None = None,
 ) -> Path:
-    """Write the table as the golden results. ``only`` (defenses): replace or add just those cells and keep
-    every other cell of the existing file as it is (a new defense's row without re-running the others);
-    the file must then exist and be for the same weights."""
+    """Write the table as the golden results. ``only`` (defenses) and/or ``attacks`` (default: the table's):
+    replace or add just the cells of those defenses under those attacks and keep every other cell of the existing
+    file as it is (a new defense's or attack's cells without re-running the others); the file must then exist and
+    be for the same weights. Neither: the table replaces the whole file."""
     path = Path(path) if path else golden_path(profile)
     document = golden_document(table, profile, model_id)
-    if only is not None:
-        document = merge_golden(load_golden(path), document, only)
+    if only is not None or attacks is not None:
+        document = merge_golden(load_golden(path), document, only, attacks)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
     return path
 
 
-def merge_golden(existing: dict[str, Any], new: dict[str, Any], defenses: Sequence[str]) -> dict[str, Any]:
-    """``existing`` with the cells of ``defenses`` taken from ``new``; the code versions of both are kept."""
+def _chosen(cell: str, defenses: Sequence[str] | None, attacks: Sequence[str] | None) -> bool:
+    _, attack, defense = split_cell(cell)
+    return (defenses is None or defense in defenses) and (attacks is None or attack in attacks)
+
+
+def merge_golden(
+    existing: dict[str, Any],
+    new: dict[str, Any],
+    defenses: Sequence[str] | None,
+    attacks: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """``existing`` with the cells of ``defenses`` (None: every one) under ``attacks`` (None: the attacks ``new``
+    has cells of, so a run of some attacks never drops another attack's cells) taken from ``new``; the code
+    versions of both are kept."""
     if existing.get("model_sha256") != new.get("model_sha256") or existing.get("profile") != new.get("profile"):
         raise ConfigError(
             f"The golden file is for profile {existing.get('profile')!r} / weights {existing.get('model_sha256')}, "
             f"the run for {new.get('profile')!r} / {new.get('model_sha256')}; update every cell instead "
-            "(rvu regress --update-golden without --defense)."
+            "(rvu regress --update-golden without --defense and --attack)."
         )
-    chosen = set(defenses)
-    cells = {cell: values for cell, values in existing["cells"].items() if cell.split("/", 1)[1] not in chosen}
-    cells.update({cell: values for cell, values in new["cells"].items() if cell.split("/", 1)[1] in chosen})
+    if attacks is None:
+        attacks = sorted({split_cell(cell)[1] for cell in new["cells"]})
+    cells = {cell: values for cell, values in existing["cells"].items() if not _chosen(cell, defenses, attacks)}
+    cells.update({cell: values for cell, values in new["cells"].items() if _chosen(cell, defenses, attacks)})
     merged = {**existing, "cells": dict(sorted(cells.items()))}
     versions = {v for d in (existing, new) for v in str(d.get("code_version") or "").split(",") if v}
     if versions:
@@ -156,10 +194,12 @@ def merge_golden(existing: dict[str, Any], new: dict[str, Any], defenses: Sequen
     return merged
 
 
-def golden_subset(golden: dict[str, Any], defenses: Sequence[str]) -> dict[str, Any]:
-    """The golden document restricted to the cells of ``defenses`` (``rvu regress --defense``)."""
-    chosen = set(defenses)
-    return {**golden, "cells": {c: v for c, v in golden["cells"].items() if c.split("/", 1)[1] in chosen}}
+def golden_subset(
+    golden: dict[str, Any], defenses: Sequence[str] | None, attacks: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """The golden document restricted to the cells of ``defenses`` under ``attacks`` (None: every one), what
+    ``rvu regress --defense/--attack`` and a Table 1 of some attacks are compared with."""
+    return {**golden, "cells": {c: v for c, v in golden["cells"].items() if _chosen(c, defenses, attacks)}}
 
 
 def load_golden(path: Path) -> dict[str, Any]:
@@ -174,7 +214,14 @@ def load_golden(path: Path) -> dict[str, Any]:
         raise ConfigError(f"Golden file {path} is not valid JSON (line {exc.lineno}): {exc.msg}.") from None
     if not isinstance(document.get("cells"), dict):
         raise ConfigError(
-            f"Golden file {path} has no `cells` object; regenerate it with `rvu regress --update-golden`."
+            f"Golden file {path} has no `cells` object (keyed benchmark/attack/defense); regenerate it with "
+            "`rvu regress --update-golden`."
+        )
+    malformed = sorted(cell for cell in document["cells"] if len(cell.split("/")) != 3 or not all(cell.split("/")))
+    if malformed:
+        raise ConfigError(
+            f"Golden file {path} has cells not keyed benchmark/attack/defense ({', '.join(malformed[:3])}); "
+            "regenerate it with `rvu regress --update-golden`."
         )
     return document
 
@@ -228,13 +275,20 @@ def regression_sweep(
     harness: Harness,
     defenses: Sequence[str] = DEFENSES,
     *,
+    attacks: Sequence[str] = (NATIVE,),
     scenarios: Sequence[Scenario] | None = None,
     progress: bool = True,
 ) -> list[CellRun]:
-    """The canonical cells as the nightly schedule and ``rvu regress`` run them: every episode re-run
-    against the current code (stored rows are never replayed; identical prompts still hit the LLM
-    response cache). ``defenses`` / ``scenarios``: a subset, for tests."""
-    return harness.run_table(CANONICAL, defenses, progress=progress, rerun=True, scenarios=scenarios)
+    """The canonical cells as the nightly schedule and ``rvu regress`` run them, every attack under every
+    defense: every episode re-run against the current code (stored rows are never replayed; identical prompts
+    still hit the LLM response cache). ``defenses`` / ``scenarios``: a subset, for tests."""
+    return [
+        run
+        for attack in attacks
+        for run in harness.run_table(
+            CANONICAL, defenses, progress=progress, rerun=True, scenarios=scenarios, attack=attack
+        )
+    ]
 
 
 def _fmt(metric: str, value: float | None) -> str:

@@ -17,7 +17,7 @@ from rvu_pipelines.definitions import defs
 from rvu_pipelines.tracking import MlflowTracker
 
 EXPERIMENT = "attack-assets-test"
-PARTITION = "canonical|vanilla"
+PARTITION = "native.vanilla|canonical"  # dimensions in name order: arm, benchmark
 
 
 def _run_config(limit: int = 1) -> dict:
@@ -56,9 +56,10 @@ def test_cell_materializes_then_rematerializes_without_inference(tmp_path) -> No
     assert metadata[1]["episodes_run"].value == 0 and metadata[1]["llm_inferences"].value == 0
     assert metadata[1]["n"].value == metadata[0]["n"].value == 1
 
-    runs = [r for r in tracker.latest_runs(20) if r.data.tags.get("cell") == "tiny/canonical/vanilla"]
+    runs = [r for r in tracker.latest_runs(20) if r.data.tags.get("cell") == "tiny/canonical/native/vanilla"]
     assert len(runs) == 2 and {r.data.tags["partition"] for r in runs} == {PARTITION}
     assert "asr" in runs[0].data.metrics and runs[0].data.params["defense"] == "vanilla"
+    assert runs[0].data.params["attack"] == "native" and runs[0].data.tags["attack"] == "native"
     from rvu_pipelines.code_version import code_version
 
     assert {r.data.tags["code_version"] for r in runs} == {code_version()}  # tag (every run) and param
@@ -70,7 +71,7 @@ def test_golden_check_fails_when_a_golden_value_moves(tmp_path) -> None:
 
     golden = load_golden(golden_path("tiny"))
     rows = [
-        {"benchmark": cell.split("/")[0], "defense": cell.split("/")[1], **values}
+        {"benchmark": cell.split("/")[0], "attack": cell.split("/")[1], "defense": cell.split("/")[2], **values}
         for cell, values in golden["cells"].items()
     ]
     table = pl.DataFrame(rows)

@@ -66,7 +66,7 @@ def test_interrupted_cell_resumes_and_finished_cell_runs_nothing(tmp_path: Path)
         run_cell(
             spec, scenarios, crashing, llm=None, model_id="m", settings_fingerprint="f", root=tmp_path, progress=False
         )
-    saved = pl.read_parquet(tmp_path / "tiny" / "injecagent_dh" / "vanilla.parquet")
+    saved = pl.read_parquet(tmp_path / "tiny" / "injecagent_dh" / "native" / "vanilla.parquet")
     assert saved["scenario_id"].to_list() == ["s0", "s1", "s2"]  # nothing finished was lost
 
     def steady(scenario, workdir):
@@ -142,10 +142,10 @@ def test_golden_comparison_reports_exactly_what_moved(tmp_path: Path) -> None:
     assert compare_to_golden(_table(0.6), golden, Tolerance()) == []
     assert compare_to_golden(_table(0.7), golden, Tolerance()) == []  # one flipped episode of 10 is tolerated
     drifts = compare_to_golden(_table(0.8), golden, Tolerance())
-    assert [(d.cell, d.metric, d.delta) for d in drifts] == [("canonical/vanilla", "asr", pytest.approx(0.2))]
-    golden["cells"]["canonical/fath"] = golden["cells"]["canonical/rvg"]
+    assert [(d.cell, d.metric, d.delta) for d in drifts] == [("canonical/native/vanilla", "asr", pytest.approx(0.2))]
+    golden["cells"]["canonical/native/fath"] = golden["cells"]["canonical/native/rvg"]
     missing = compare_to_golden(_table(0.6), golden, Tolerance())
-    assert {(d.cell, d.current) for d in missing} == {("canonical/fath", None)}
+    assert {(d.cell, d.current) for d in missing} == {("canonical/native/fath", None)}
 
     path = tmp_path / "golden.json"
     path.write_text(json.dumps(golden))
@@ -171,7 +171,7 @@ def test_tolerance_config_errors_name_the_key(tmp_path: Path) -> None:
 def test_table_markdown_and_plot(tmp_path: Path) -> None:
     table = _table(0.6)
     markdown = table_markdown(table)
-    assert "| canonical | vanilla | 10 | 60.0% [0, 100]" in markdown
+    assert "| canonical | native | vanilla | 10 | 60.0% [0, 100]" in markdown
     png = plot_attack_table(table, tmp_path / "t.png", "Table 1")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rvu_pipelines import code_version as cv
-from rvu_pipelines.agents.evaluation import CellSpec, attack_table, run_cell
+from rvu_pipelines.agents.evaluation import CellSpec, attack_table, cell_path, run_cell
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def test_rows_without_a_code_version_are_not_reused(tmp_path: Path) -> None:
 
     calls: list[str] = []
     _run(tmp_path, calls, "v1")
-    path = tmp_path / "tiny" / "canonical" / "rvg.parquet"
+    path = cell_path(tmp_path, SPEC)
     pl.read_parquet(path).drop("code_version").write_parquet(path)  # a file written before versions
     calls.clear()
     _run(tmp_path, calls, "v1")

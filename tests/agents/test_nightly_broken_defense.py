@@ -86,10 +86,10 @@ def test_a_broken_defense_fails_the_nightly_check(harness, shared_data, monkeypa
     current = attack_table(nightly)
     drifts = compare_to_golden(current, golden, tolerance)
     assert [(d.cell, d.metric, d.golden, d.current) for d in drifts if d.metric in ("n", "errors")] == [
-        (f"{CANONICAL}/{DEFENSE}", "n", SAMPLE, 0),
-        (f"{CANONICAL}/{DEFENSE}", "errors", 0, SAMPLE),
+        (f"{CANONICAL}/native/{DEFENSE}", "n", SAMPLE, 0),
+        (f"{CANONICAL}/native/{DEFENSE}", "errors", 0, SAMPLE),
     ]
-    assert f"| {CANONICAL}/{DEFENSE} | errors | 0 | {SAMPLE} | +{SAMPLE} | +0 |" in drift_markdown(drifts)
+    assert f"| {CANONICAL}/native/{DEFENSE} | errors | 0 | {SAMPLE} | +{SAMPLE} | +0 |" in drift_markdown(drifts)
 
     path = tmp_path / "table1_tiny.json"
     path.write_text(json.dumps(golden))

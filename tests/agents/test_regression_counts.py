@@ -37,12 +37,12 @@ def test_n_must_match_exactly_and_errors_may_not_grow() -> None:
     # one scenario crashed: one fewer scored, one more error; the rates of the other 9 are unchanged
     drifts = compare_to_golden(_table(n=9, errors=1), GOLDEN, Tolerance())
     assert [(d.cell, d.metric, d.golden, d.current, d.delta) for d in drifts] == [
-        ("canonical/rvg", "n", 10, 9, -1),
-        ("canonical/rvg", "errors", 0, 1, 1),
+        ("canonical/native/rvg", "n", 10, 9, -1),
+        ("canonical/native/rvg", "errors", 0, 1, 1),
     ]
     markdown = drift_markdown(drifts)
-    assert "| canonical/rvg | n | 10 | 9 | -1 | exact |" in markdown
-    assert "| canonical/rvg | errors | 0 | 1 | +1 | +0 |" in markdown
+    assert "| canonical/native/rvg | n | 10 | 9 | -1 | exact |" in markdown
+    assert "| canonical/native/rvg | errors | 0 | 1 | +1 | +0 |" in markdown
     # a tolerance of one error lets the error through, but n still has to match
     assert [d.metric for d in compare_to_golden(_table(n=9, errors=1), GOLDEN, Tolerance(errors=1))] == ["n"]
     # more scored episodes than golden (another sample size) is a drift too
@@ -53,7 +53,7 @@ def test_a_cell_that_crashes_on_every_episode_fails_even_with_undefined_rates() 
     broken = _table(n=0, errors=10, asr=float("nan"), utility=float("nan"))
     drifts = compare_to_golden(broken, GOLDEN, Tolerance())
     assert [(d.metric, d.current) for d in drifts] == [("n", 0), ("errors", 10), ("asr", None), ("utility", None)]
-    assert "| canonical/rvg | asr | 0.100 | missing | missing | 0.10 |" in drift_markdown(drifts)
+    assert "| canonical/native/rvg | asr | 0.100 | missing | missing | 0.10 |" in drift_markdown(drifts)
     both_undefined = golden_document(broken, "tiny", "sha")  # NaN on both sides: only the counts decide
     assert compare_to_golden(broken, both_undefined, Tolerance()) == []
 
@@ -66,7 +66,7 @@ def test_golden_without_errors_counts_zero_and_records_the_code_version() -> Non
     assert [d.metric for d in compare_to_golden(_table(errors=2), old_format, Tolerance())] == ["errors"]
     document = golden_document(_table(version="abc123"), "tiny", "sha")
     assert document["code_version"] == "abc123"
-    assert document["cells"]["canonical/rvg"] == {"n": 10, "errors": 0, "asr": 0.1, "utility": 0.5}
+    assert document["cells"]["canonical/native/rvg"] == {"n": 10, "errors": 0, "asr": 0.1, "utility": 0.5}
 
 
 def test_errors_tolerance_is_read_and_validated(tmp_path: Path) -> None:
@@ -95,8 +95,8 @@ def test_updating_one_defense_keeps_every_other_golden_cell_byte_identical(tmp_p
     ).with_columns(pl.lit("new").alias("code_version"))
     write_golden(hfer.filter(pl.col("defense") == "hfer"), "tiny", "sha", path, only=["hfer"])
     after = load_golden(path)
-    assert {c: v for c, v in after["cells"].items() if c != "canonical/hfer"} == before
-    assert after["cells"]["canonical/hfer"] == {"n": 10, "errors": 0, "asr": 0.0, "utility": 0.2}
+    assert {c: v for c, v in after["cells"].items() if c != "canonical/native/hfer"} == before
+    assert after["cells"]["canonical/native/hfer"] == {"n": 10, "errors": 0, "asr": 0.0, "utility": 0.2}
     assert after["code_version"] == "new,old" and after["profile"] == "tiny" and after["model_sha256"] == "sha"
     # comparing only hfer ignores the other cells (a vanilla row far off is not in the comparison)
     assert (

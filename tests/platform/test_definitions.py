@@ -38,7 +38,7 @@ def test_default_job_selects_every_asset_with_checks() -> None:
         if repository.asset_graph.get(key).group_name == "detectors"
     }
     assert len(detectors) == 14  # trained and evaluated by detectors_job, incl. the LODO table
-    assert {key.to_user_string() for key in partitioned} >= {"attack_cell"}  # benchmark × defense cells
+    assert {key.to_user_string() for key in partitioned} >= {"attack_cell"}  # benchmark × attack.defense cells
     # D2 and D4 on deepset and the production detector are trained and registered by the default job, so MLflow has
     # models after `make run` and the consumers find rvu-injection-detector@production
     default_detectors = {
@@ -91,3 +91,18 @@ def test_detectors_job_trains_every_detector_from_its_data() -> None:
     assert {f"detector_evaluation_{c}" for c in ("deepset", "jailbreak", "combined")} <= selected
     assert {"deepset_prompt_injections", "awesome_chatgpt_prompts", "trustair_jailbreaks"} <= selected
     assert not any(key.startswith(("incident_", "memory_")) for key in selected)
+
+
+def test_attack_cells_are_partitioned_by_benchmark_and_arm() -> None:
+    """Dagster takes two dimensions at most: attack and defense share the ``arm`` dimension, ``<attack>.<defense>``."""
+    from assets.partitions import arm_key, parse_arm
+    from rvu_pipelines.scenarios.axes import ATTACKS, BENCHMARKS, DEFENSES
+
+    partitions = defs.get_repository_def().asset_graph.get(AssetKey("attack_cell")).partitions_def
+    assert partitions is not None
+    keys = partitions.get_partition_keys()
+    assert len(keys) == (1 + len(BENCHMARKS)) * len(ATTACKS) * len(DEFENSES)
+    assert "native.vanilla|canonical" in keys and "adaptive.rvu_v2|agentdojo" in keys
+    parsed = partitions.get_partition_key_from_str("forged_turn.rvg|bipia_email").keys_by_dimension
+    assert parsed == {"arm": "forged_turn.rvg", "benchmark": "bipia_email"}
+    assert parse_arm(arm_key("forged_turn", "rvg_oracle")) == ("forged_turn", "rvg_oracle")

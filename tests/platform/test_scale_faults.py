@@ -29,10 +29,10 @@ from rvu_pipelines.scale.profile import Ports, ScaleProfile, embedded_environmen
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / ".venv" / "bin"
 DAGSTER = shutil.which("dagster") or str(BIN / "dagster")
-CELL = "canonical|rvu_v2"  # the defense that recovers each episode and signs a certificate
+CELL = "native.rvu_v2|canonical"  # the defense that recovers each episode and signs a certificate
 CONFIG = json.dumps({"ops": {"attack_cell": {"config": {"limit": 4}}}})
 TAGS = json.dumps(
-    {"dagster/partition": CELL, "dagster/partition/benchmark": "canonical", "dagster/partition/defense": "rvu_v2"}
+    {"dagster/partition": CELL, "dagster/partition/arm": "native.rvu_v2", "dagster/partition/benchmark": "canonical"}
 )
 
 
