@@ -69,7 +69,8 @@ def run(args: argparse.Namespace):
     from rvu_pipelines.detectors import HeuristicDetector
     from rvu_pipelines.models import ModelStore, load_model_config
     from rvu_pipelines.models.dequantized import load_dequantized
-    from rvu_pipelines.scenarios import canonical_scenarios, scenarios_for
+    from rvu_pipelines.scenarios import scenarios_for
+    from rvu_pipelines.scenarios.registry import canonical_scenarios
 
     config = load_model_config()
     profile = args.profile or config.default_profile

@@ -27,7 +27,8 @@ def capture_settings():
 def train_scenario():
     """One InjecAgent dh scenario of the training split (never one of the canonical 10)."""
     from rvu_pipelines.attacks.optimised import training_scenarios
-    from rvu_pipelines.scenarios import canonical_scenarios, scenarios_for
+    from rvu_pipelines.scenarios import scenarios_for
+    from rvu_pipelines.scenarios.registry import canonical_scenarios
 
     canonical = frozenset(s.scenario_id for s in canonical_scenarios())
     return training_scenarios(scenarios_for("injecagent_dh", None), 1, exclude=canonical)[0]
