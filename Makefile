@@ -9,7 +9,7 @@ RVU_DATA_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data),$(abspath $(CURDIR)
 export RVU_DATA_MIRROR
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run scale-up scale-down scale-status doctor detectors detector-validity memory-poisoning spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-report bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-llama bench-llm-throughput bench-memsad bench-spectral regress clean
+.PHONY: setup run attacks scale-up scale-down scale-status doctor detectors detector-validity memory-poisoning spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-report bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-llama bench-llm-throughput bench-memsad bench-spectral regress clean
 
 setup:
 	@bash scripts/setup.sh
@@ -27,6 +27,13 @@ detectors: setup
 # length control on held-out sources, the over-defense set, benign tool outputs, buried injections, German, latency
 detector-validity: setup
 	$(BIN)/python scripts/detector_validity.py --out .rvu/detectors
+
+# Seed 000 Table 1 on held-out scenarios: benchmark × attack (controls, native, forged turn, the GCG universal string,
+# adaptive) × defense, paired comparisons; reuses the stored strings in configs/attacks (never re-optimises them).
+# `--config` with `per_benchmark` sets the sample (the published table: 100); resumable
+attacks: setup
+	$(BIN)/dg launch --job attack_table_job -m rvu_pipelines.definitions
+	cat .rvu/attacks/full/*/table.md
 
 # Seed 003 in full (|M| = 1,000): attack-defense matrix with CIs, adaptive attacks + hybrid check, SIR figure
 memory-poisoning: setup

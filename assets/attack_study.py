@@ -8,7 +8,16 @@ Optimised strings are read from configs/attacks (checked against the agent's wei
 from pathlib import Path
 
 import polars as pl
-from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetExecutionContext, MetadataValue, asset
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetsDefinition,
+    MetadataValue,
+    Output,
+    asset,
+)
 from pydantic import Field
 
 from assets.attacks import GROUP, HarnessConfig, _log_cell, open_harness
@@ -18,9 +27,9 @@ from rvu_pipelines.agents.evaluation import attack_table
 from rvu_pipelines.agents.regression import compare_to_golden, drift_markdown, load_golden, load_tolerance
 from rvu_pipelines.atomic_write import atomic_path
 from rvu_pipelines.attacks.paired import paired_defense_tests
-from rvu_pipelines.attacks.study import TablePlan, episode_rows, run_table, study_markdown
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import config_dir, state_dir
+from rvu_pipelines.redteam.table import TablePlan, episode_rows, run_table, study_markdown
 from rvu_pipelines.scenarios.axes import ATTACKS, DEFENSES
 
 SMALL_BENCHMARKS = ["injecagent_dh", "injecagent_ds", "bipia_email", "agentdojo"]
@@ -103,9 +112,7 @@ def attack_table_full(
     yield _golden_check(table, harness.profile)
 
 
-def _output(table: pl.DataFrame, paired: pl.DataFrame, markdown: str, run_ids: list[str], skipped: list):
-    from dagster import Output
-
+def _output(table: pl.DataFrame, paired: pl.DataFrame, markdown: str, run_ids: list[str], skipped: list) -> Output:
     return Output(
         table,
         metadata={
@@ -117,3 +124,7 @@ def _output(table: pl.DataFrame, paired: pl.DataFrame, markdown: str, run_ids: l
             "mlflow_cell_run_ids": MetadataValue.json(run_ids),
         },
     )
+
+
+def attack_study_assets() -> list[AssetsDefinition]:
+    return [attack_table_full]

@@ -33,11 +33,12 @@ FULL_STUDIES = AssetSelection.assets(
     "adapter_gate_evaluation",
     "adapter_membership",
     "wmdp_cyber_evaluation",
+    "attack_table_full",
 )
 
 # Random scenarios of every benchmark under every defense: minutes of LLM inference. Table 1's canonical
 # 10 already cover every benchmark x defense in the default job, so the samples run in the nightly sweep (and on
-# their own from the UI), which keeps `make run` inside its 5-minute budget.
+# their own from the UI) rather than in `make run`.
 SWEEP_SAMPLES = AssetSelection.assets("attack_benchmark_samples")
 
 default_profile_job = define_asset_job(
@@ -138,6 +139,14 @@ recovery_reproductions_job = define_asset_job(
     "independent steps, seconds each (also the smallest job to try an executor or instance on).",
 )
 
+attack_table_job = define_asset_job(
+    "attack_table_job",
+    selection=AssetSelection.assets("attack_table_full"),
+    executor_def=JOB_EXECUTOR,
+    description="The attack table on held-out scenarios: benchmark × attack × defense with controls, the GCG "
+    "universal string and the adaptive attacks, paired comparisons (`make attacks`; config `per_benchmark`).",
+)
+
 recovery_job = define_asset_job(
     "recovery_job",
     selection=AssetSelection.groups("recovery"),
@@ -152,6 +161,7 @@ JOBS = [
     default_profile_job,
     recovery_reproductions_job,
     attack_cells_job,
+    attack_table_job,
     detectors_job,
     nightly_regression_job,
     memory_poisoning_job,

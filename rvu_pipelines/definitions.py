@@ -8,6 +8,7 @@ from __future__ import annotations
 from dagster import Definitions
 
 from assets.adapters import adapter_assets
+from assets.attack_study import attack_study_assets
 from assets.attacks import attack_assets
 from assets.datasets import dataset_assets
 from assets.detectors import detector_assets
@@ -28,6 +29,7 @@ ALL_ASSETS = [
     *memory_poisoning_assets(),
     *detector_assets(),
     *attack_assets(),
+    *attack_study_assets(),
     *spectral_assets(),
     *adapter_assets(),
 ]

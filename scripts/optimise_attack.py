@@ -21,17 +21,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rvu_pipelines.attacks.gcg import GcgConfig
-from rvu_pipelines.attacks.optimised import (
-    OBJECTIVES,
-    TRAIN_BENCHMARK,
-    detector_penalty,
-    optimise_string,
-    training_scenarios,
-)
+from rvu_pipelines.attacks.optimised import OBJECTIVES, TRAIN_BENCHMARK, training_scenarios
 from rvu_pipelines.code_version import code_version
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.machine import machine_line
 from rvu_pipelines.paths import config_dir, state_dir
+from rvu_pipelines.redteam.optimise import detector_penalty, optimise_string
 
 
 def main(argv: list[str] | None = None) -> int:

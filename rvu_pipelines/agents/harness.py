@@ -127,6 +127,7 @@ class Harness:
     detector_version: str
     root: Path
     gguf_path: Path | None = None  # the agent's weights, for attacks that read the model (its chat template)
+    strings_dir: Path | None = None  # optimised attack strings; default configs/attacks
 
     @classmethod
     def open(
@@ -142,13 +143,15 @@ class Harness:
         max_iters: int | None = None,
         max_tokens: int | None = None,
         gguf_path: Path | None = None,
+        strings_dir: Path | None = None,
         **settings: Any,
     ) -> Harness:
         """``chat_model``: a ChatModel, or ``(factory, name)`` to build it only when a prompt misses the cache.
 
         ``detector``: the classifier defense's detector (default: the calibrated production detector, read from
         ``tracking_uri``'s registry); ``max_iters`` / ``max_tokens``: None keeps DefenseSettings' default;
-        ``gguf_path``: the agent's weights, handed to attacks that read the model; ``settings``: other
+        ``gguf_path``: the agent's weights, handed to attacks that read the model; ``strings_dir``: where optimised
+        attack strings are read (default configs/attacks); ``settings``: other
         DefenseSettings.
         """
         from rvu_pipelines.agents.defenses import DefenseSettings  # runtime only: imports AgentDojo (seconds)
@@ -174,6 +177,7 @@ class Harness:
             detector_version=detector_version,
             root=root,
             gguf_path=Path(gguf_path) if gguf_path else None,
+            strings_dir=Path(strings_dir) if strings_dir else None,
         )
 
     def hfer_version(self) -> str:
@@ -206,7 +210,7 @@ class Harness:
             profile=self.profile,
             model_sha256=self.model_id,
             defense=defense,
-            strings_dir=config_dir() / "attacks",
+            strings_dir=self.strings_dir or config_dir() / "attacks",
             gguf_path=self.gguf_path,
         )
 

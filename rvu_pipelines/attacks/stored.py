@@ -67,7 +67,9 @@ def load_string(path: Path, model_sha256: str) -> StoredString:
     required = [f.name for f in fields(StoredString) if f.default is MISSING and f.default_factory is MISSING]
     missing = sorted(name for name in required if name not in raw)
     if missing:
-        raise ConfigError(f"{path}: missing field(s) {', '.join(missing)}; regenerate it with scripts/optimise_attack.py.")
+        raise ConfigError(
+            f"{path}: missing field(s) {', '.join(missing)}; regenerate it with scripts/optimise_attack.py."
+        )
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"{path}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}.")

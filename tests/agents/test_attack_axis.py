@@ -168,7 +168,7 @@ def test_asset_config_refuses_an_unknown_attack_naming_the_field() -> None:
 
     assert Table1Config().attacks == [NATIVE] and SamplesConfig().attacks == [NATIVE]
     assert chosen_attacks([NATIVE, NATIVE]) == [NATIVE]
-    with pytest.raises(ConfigError, match=r"Unknown attacks 'nope'; allowed values: native"):
+    with pytest.raises(ConfigError, match=r"Unknown attacks 'nope'; allowed values: no_attack, native"):
         chosen_attacks([NATIVE, "nope"])
     with pytest.raises(ConfigError, match=r"`attacks` is empty"):
         chosen_attacks([])

@@ -83,9 +83,7 @@ def run_table(harness: Any, plan: TablePlan, *, progress: bool = True) -> tuple[
                 if reason:
                     skipped.append({"benchmark": benchmark, "attack": attack, "defense": defense, "reason": reason})
                     continue
-                runs.append(
-                    harness.run_cell(benchmark, defense, attack=attack, scenarios=scenarios, progress=progress)
-                )
+                runs.append(harness.run_cell(benchmark, defense, attack=attack, scenarios=scenarios, progress=progress))
     return runs, skipped
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from rvu_pipelines.attacks.decision_point import SENTINEL, render_prompt, slot_for, target_text
 from rvu_pipelines.attacks.gcg import GcgConfig, GcgOptimizer
 from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.redteam.decision_point import SENTINEL, slot_for, target_text
 
 TINY = GcgConfig(n_tokens=4, steps=2, candidates=8, top_k=16, seed=3)
 
@@ -101,3 +101,77 @@ def test_an_optimisation_killed_with_sigkill_resumes_from_its_last_step(tmp_path
     uninterrupted = json.loads((fresh / "state" / "gcg_universal_tiny.json").read_text())
     assert resumed["best_ids"] == uninterrupted["best_ids"]
     assert resumed["losses"] == pytest.approx(uninterrupted["losses"], abs=1e-4)
+
+
+@pytest.fixture(scope="module")
+def optimised(dequantized, capture_settings, train_scenario, tmp_path_factory):
+    """A real (tiny) universal optimisation stored where a harness reads it, with its random control."""
+    from rvu_pipelines.redteam.optimise import optimise_string
+
+    model, tokenizer, sha = dequantized
+    folder = tmp_path_factory.mktemp("strings")
+    stored = optimise_string(
+        "gcg_universal",
+        profile="tiny",
+        model_sha256=sha,
+        model=model,
+        tokenizer=tokenizer,
+        scenarios=[train_scenario],
+        settings=capture_settings,
+        config=TINY,
+        state_path=folder / "state.json",
+        strings_dir=folder,
+        progress=False,
+    )
+    return folder, stored
+
+
+def test_the_stored_string_names_its_weights_and_training_and_its_control_sits_beside_it(optimised, train_scenario):
+    from rvu_pipelines.attacks.stored import load_string
+
+    folder, stored = optimised
+    assert stored.train_scenarios == (train_scenario.scenario_id,) and stored.steps == 2
+    assert stored.text and len(stored.token_ids) == TINY.n_tokens
+    control = load_string(folder / "random_string_tiny.json", stored.model_sha256)
+    assert len(control.token_ids) == len(stored.token_ids) and control.text != stored.text
+    assert control.steps == 0 and control.loss > 0  # its real loss on the training prompts, beside the string's
+    with pytest.raises(ConfigError, match="does not carry over between weights"):
+        load_string(folder / "gcg_universal_tiny.json", "0" * 64)
+
+
+def test_a_training_scenario_is_never_evaluated_under_its_string(optimised, train_scenario, tiny_models):
+    from rvu_pipelines.attacks.catalog import AttackContext, attacked
+
+    folder, stored = optimised
+    context = AttackContext("tiny", stored.model_sha256, "vanilla", folder)
+    with pytest.raises(ConfigError, match="held-out"):
+        attacked(train_scenario, "gcg_universal", context)
+
+
+def test_the_real_agent_runs_a_held_out_episode_under_the_optimised_string(optimised, smollm, tiny_models, tmp_path):
+    """ASR is measured by the agent on llama.cpp (the quantised GGUF): the row records the attack, the agent read
+    the string in the tool's output, and the episode key differs from the native one of the same scenario."""
+    from rvu_pipelines.agents.harness import Harness
+    from rvu_pipelines.attacks.optimised import in_training_split
+    from rvu_pipelines.scenarios import scenarios_for
+
+    folder, stored = optimised
+    held_out = next(s for s in scenarios_for("injecagent_dh", 20) if not in_training_split(s.scenario_id))
+    harness = Harness.open(
+        smollm,
+        profile="tiny",
+        model_id=tiny_models["llm"].sha256,
+        detector="heuristic",
+        root=tmp_path / "attacks",
+        cache_path=tmp_path / "llm_cache.sqlite",
+        max_iters=1,
+        max_tokens=24,
+        strings_dir=folder,
+    )
+    attacked_run = harness.run_cell("injecagent_dh", "vanilla", attack="gcg_universal", scenarios=[held_out])
+    native_run = harness.run_cell("injecagent_dh", "vanilla", scenarios=[held_out])
+    row = attacked_run.rows.row(0, named=True)
+    assert row["attack"] == "gcg_universal" and row["error"] is None
+    assert isinstance(row["attack_succeeded"], bool)
+    assert row["episode_key"] != native_run.rows.row(0, named=True)["episode_key"]
+    assert attacked_run.path != native_run.path
