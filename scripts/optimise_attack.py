@@ -16,6 +16,7 @@ CPU-minutes, commit, date and machine.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", type=Path, default=None, help="default: .rvu/attacks/optimisation")
     args = parser.parse_args(argv)
     try:
-        stored = run(args)
+        stored = run(args, sys.argv[1:] if argv is None else argv)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run(args: argparse.Namespace):
+def run(args: argparse.Namespace, argv: list[str] | None = None):
     import torch
 
     from rvu_pipelines.agents.defenses import DefenseSettings
@@ -105,6 +106,7 @@ def run(args: argparse.Namespace):
             "code_version": code_version(),
             "created": datetime.now(UTC).strftime("%Y-%m-%d"),
             "machine": machine_line(),
+            "command": shlex.join(["python", "scripts/optimise_attack.py", *(argv or [])]),
         },
     )
 

@@ -3,7 +3,7 @@
 A string optimised on one model's weights says nothing about another's, so loading one for a model whose sha256
 differs is refused, never silently used. The file carries what a reader needs to judge it: the objective, the
 pipeline its prompts were captured under, the training scenarios (held out from every evaluation), the steps,
-the final loss and the CPU time it cost, the code version, date and machine.
+the final loss and the CPU time it cost, the command, code version, date and machine.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class StoredString:
     code_version: str = ""
     created: str = ""
     machine: str = ""
+    command: str = ""  # the command that made it (a resumed run: the command that finished it)
 
 
 def string_path(strings_dir: Path, name: str, profile: str) -> Path:
