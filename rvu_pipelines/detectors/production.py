@@ -289,15 +289,19 @@ def select_settings(
     return LodoResult(table, candidates[chosen], chosen)
 
 
+THRESHOLD_MARGIN = 1e-6  # above float32 noise: the served graph re-computes scores that were calibrated in float64
+
+
 def threshold_for_fpr(benign_scores: np.ndarray, target_fpr: float) -> float:
-    """The lowest threshold at which at most ``floor(target_fpr * n)`` benign scores are >= it."""
+    """A threshold at which at most ``floor(target_fpr * n)`` benign scores are >= it, THRESHOLD_MARGIN above the
+    first benign score it must not flag, so re-computing that score in float32 cannot push it over."""
     scores = np.sort(np.asarray(benign_scores, dtype=np.float64))[::-1]
     if scores.size == 0:
         raise DetectorError("Calibration needs benign scores; the calibration split is empty.")
     allowed = int(math.floor(target_fpr * scores.size))
     if allowed >= scores.size:
         return 0.0
-    return float(np.nextafter(scores[allowed], np.inf))
+    return float(scores[allowed] + THRESHOLD_MARGIN)
 
 
 def logit(p: float) -> float:

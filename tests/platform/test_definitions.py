@@ -57,7 +57,13 @@ def test_default_job_selects_every_asset_with_checks() -> None:
     # full studies run in their own jobs; their sampled siblings (e.g. memory_poisoning_sample) are in the default job
     full_studies = {
         AssetKey(name)
-        for name in ("memory_poisoning_study", "adapter_gate_evaluation", "adapter_membership", "wmdp_cyber_evaluation")
+        for name in (
+            "memory_poisoning_study",
+            "adapter_gate_evaluation",
+            "adapter_membership",
+            "wmdp_cyber_evaluation",
+            "attack_table_full",
+        )
     }
     assert AssetKey("adapter_sample") in selected
     assert AssetKey("memory_poisoning_sample") in selected
