@@ -12,14 +12,14 @@ optimised against the defense of the cell it runs in (the attacker moves second)
   string works in expectation over tags it cannot see.
 
 Other defenses have no adaptive attack here; asking for one says so. Training scenarios are drawn from a fixed
-hash split of each benchmark that excludes the canonical 10, and :func:`training_ids` lets every evaluation leave
+hash split of each benchmark that excludes the canonical 10, and :func:`in_training_split` lets every evaluation leave
 them out.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rvu_pipelines.attacks.catalog import AttackContext, AttackSpec, register
 from rvu_pipelines.attacks.stored import StoredString, load_string, string_path
@@ -88,17 +88,9 @@ def append_string(scenario: Scenario, stored: StoredString) -> Scenario:
     if stored.train_scenarios and scenario.scenario_id in stored.train_scenarios:
         raise ConfigError(
             f"{scenario.scenario_id} trained the string {stored.name!r}; evaluate on held-out scenarios "
-            "(leave out training_ids())."
+            "(leave out the training split, in_training_split())."
         )
     return scenario.with_injection(scenario.injection + stored.text)
-
-
-def training_ids(context: AttackContext, name: str) -> frozenset[str]:
-    """The scenarios the string ``name`` was trained on (empty when it is not stored)."""
-    try:
-        return frozenset(_stored(name, context).train_scenarios)
-    except ConfigError:
-        return frozenset()
 
 
 def _fingerprint(name: str, context: AttackContext) -> str:
@@ -106,27 +98,30 @@ def _fingerprint(name: str, context: AttackContext) -> str:
     return hashlib.sha256(f"{stored.model_sha256}/{stored.text}".encode()).hexdigest()[:16]
 
 
-register(
-    AttackSpec(
-        UNIVERSAL,
-        "the native injection plus one GCG string optimised on the agent's weights over training scenarios",
-        rewrite=lambda scenario, context: append_string(scenario, _stored(UNIVERSAL, context)),
-        fingerprint=lambda context: _fingerprint(UNIVERSAL, context),
+def _string_attack(name: str, description: str, string_name: Callable[[AttackContext], str]) -> AttackSpec:
+    """An attack that appends the stored string ``string_name(context)`` to the native injection."""
+    return register(
+        AttackSpec(
+            name,
+            description,
+            rewrite=lambda scenario, context: append_string(scenario, _stored(string_name(context), context)),
+            fingerprint=lambda context: _fingerprint(string_name(context), context),
+        )
     )
+
+
+_string_attack(
+    UNIVERSAL,
+    "the native injection plus one GCG string optimised on the agent's weights over training scenarios",
+    lambda _context: UNIVERSAL,
 )
-register(
-    AttackSpec(
-        RANDOM,
-        "control: the native injection plus random plantable tokens, as many as the universal string has",
-        rewrite=lambda scenario, context: append_string(scenario, _stored(RANDOM, context)),
-        fingerprint=lambda context: _fingerprint(RANDOM, context),
-    )
+_string_attack(
+    RANDOM,
+    "control: the native injection plus random plantable tokens, as many as the universal string has",
+    lambda _context: RANDOM,
 )
-register(
-    AttackSpec(
-        ADAPTIVE,
-        "the native injection plus the string optimised against the cell's defense",
-        rewrite=lambda scenario, context: append_string(scenario, _stored(adaptive_name(context.defense), context)),
-        fingerprint=lambda context: _fingerprint(adaptive_name(context.defense), context),
-    )
+_string_attack(
+    ADAPTIVE,
+    "the native injection plus the string optimised against the cell's defense",
+    lambda context: adaptive_name(context.defense),
 )
