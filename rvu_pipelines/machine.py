@@ -24,3 +24,22 @@ def machine_line() -> str:
     """One line for a results stamp, e.g. ``AMD EPYC, 2 cores (x86_64)``."""
     found = machine()
     return f"{found['cpu'] or 'unknown CPU'}, {found['cpus']} cores ({found['arch']})"
+
+
+def results_stamp(command: str) -> dict[str, str]:
+    """What a generated result carries: the command, the commit, the date (UTC) and the machine."""
+    from datetime import UTC, datetime
+
+    from rvu_pipelines.tracking import git_commit
+
+    return {
+        "command": command,
+        "commit": git_commit(),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "machine": machine_line(),
+    }
+
+
+def stamp_line(stamp: dict[str, str]) -> str:
+    """``Measured <date> on <machine> at commit <commit>: `<command>`.``"""
+    return f"Measured {stamp['date']} on {stamp['machine']} at commit {stamp['commit'][:12]}: `{stamp['command']}`."

@@ -91,6 +91,7 @@ class SwitchSpec:
     size: int = DEFAULT_CALIBRATION_SIZE
     seed: int = 0
     layers: tuple[int, ...] | None = None  # None: every layer is a candidate (the seed's search)
+    by_source: bool = True  # each class of the draw spread evenly over the sets
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sets", tuple(self.sets))
@@ -138,6 +139,7 @@ class SwitchSpec:
             "size": int(self.size),
             "seed": int(self.seed),
             "layers": None if self.layers is None else [int(layer) for layer in self.layers],
+            "by_source": bool(self.by_source),
             "data": _data_hashes(),
             "code": _code_hash(),
         }
@@ -175,7 +177,10 @@ def calibration_examples(spec: SwitchSpec) -> tuple[Any, Any]:
 
     sets = load_spectral_datasets()
     pool = pl.concat([sets[name] for name in spec.sets]).filter(pl.col("split") == "calibration")
-    chosen = stratified_draw(pool["label"].to_numpy(), min(int(spec.size), pool.height), seed=int(spec.seed))
+    strata = pool["source"].to_numpy() if spec.by_source else None
+    chosen = stratified_draw(
+        pool["label"].to_numpy(), min(int(spec.size), pool.height), seed=int(spec.seed), strata=strata
+    )
     return pool, pool[chosen.tolist()]
 
 
@@ -198,7 +203,9 @@ def _calibrate_and_keep(spec: SwitchSpec, path: Path) -> KillSwitch:
     if set(rows["split"].to_list()) != {"calibration"}:  # the filter above makes this impossible; say so if not
         raise ConfigError("The hfer calibration drew a held-out example; it must read the calibration split only.")
     layers = None if spec.layers is None else list(spec.layers)
-    detector = HferDetector.calibrated(spec.load_model(), pool, size=int(spec.size), seed=int(spec.seed), layers=layers)
+    detector = HferDetector.calibrated(
+        spec.load_model(), pool, size=int(spec.size), seed=int(spec.seed), layers=layers, by_source=spec.by_source
+    )
     switch = detector.switch
     document = {
         "file_version": SWITCH_FILE_VERSION,

@@ -53,10 +53,13 @@ class HferDetector(DetectorBase):
         size: int = DEFAULT_CALIBRATION_SIZE,
         seed: int = 0,
         layers: Sequence[int] | None = None,
+        by_source: bool = True,
     ) -> HferDetector:
-        """Calibrate on ``size`` stratified examples of ``examples``' calibration split (never held-out)."""
+        """Calibrate on ``size`` stratified examples of ``examples``' calibration split (never held-out);
+        ``by_source``: each class spread evenly over the sources, so the switch cannot learn the source."""
         pool = examples.filter(pl.col("split") == "calibration")
-        chosen = stratified_draw(pool["label"].to_numpy(), min(size, pool.height), seed=seed)
+        strata = pool["source"].to_numpy() if by_source else None
+        chosen = stratified_draw(pool["label"].to_numpy(), min(size, pool.height), seed=seed, strata=strata)
         rows = pool[chosen.tolist()]
         values = []
         for text in rows["text"].to_list():

@@ -186,8 +186,22 @@ def evaluate(switch: KillSwitch, features: np.ndarray, labels: np.ndarray, **boo
     )
 
 
-def stratified_draw(labels: np.ndarray, size: int, seed: int) -> np.ndarray:
-    """``size`` indices (half of each class where possible), without replacement, deterministic in ``seed``."""
+def _spread(pool: np.ndarray, strata: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    """``count`` indices of ``pool`` spread as evenly as availability allows over the strata present."""
+    by_stratum = {value: rng.permutation(pool[strata[pool] == value]) for value in sorted(set(strata[pool].tolist()))}
+    taken: dict[object, int] = dict.fromkeys(by_stratum, 0)
+    while sum(taken.values()) < count:
+        open_strata = [value for value in by_stratum if taken[value] < len(by_stratum[value])]
+        for value in open_strata[: count - sum(taken.values())]:
+            taken[value] += 1
+    return np.concatenate([by_stratum[value][: taken[value]] for value in by_stratum] or [np.array([], dtype=int)])
+
+
+def stratified_draw(labels: np.ndarray, size: int, seed: int, strata: np.ndarray | None = None) -> np.ndarray:
+    """``size`` indices (half of each class where possible), without replacement, deterministic in ``seed``.
+
+    ``strata`` (e.g. each example's source): within each class the draw is spread evenly over the strata,
+    so a small calibration cannot learn the source in place of the label (8 of 10 positives from one set)."""
     y = np.asarray(labels).astype(bool)
     rng = np.random.default_rng(seed)
     pos, neg = np.flatnonzero(y), np.flatnonzero(~y)
@@ -195,4 +209,9 @@ def stratified_draw(labels: np.ndarray, size: int, seed: int) -> np.ndarray:
     n_neg = min(len(neg), size - n_pos)
     if n_pos < MIN_PER_CLASS or n_neg < MIN_PER_CLASS:
         raise CalibrationError(f"Cannot draw {size} examples with both classes from {len(pos)}+{len(neg)}.")
-    return np.sort(np.concatenate([rng.choice(pos, n_pos, replace=False), rng.choice(neg, n_neg, replace=False)]))
+    if strata is None:
+        return np.sort(np.concatenate([rng.choice(pos, n_pos, replace=False), rng.choice(neg, n_neg, replace=False)]))
+    groups = np.asarray(strata)
+    if groups.shape != y.shape:
+        raise CalibrationError(f"strata has shape {groups.shape}; it needs one value per example {y.shape}.")
+    return np.sort(np.concatenate([_spread(pos, groups, n_pos, rng), _spread(neg, groups, n_neg, rng)]))

@@ -73,3 +73,19 @@ def test_calibration_refuses_one_class_and_draws_are_stratified() -> None:
     assert np.array_equal(drawn, stratified_draw(labels, 20, seed=4))
     with pytest.raises(CalibrationError):
         stratified_draw(np.zeros(30), 20, seed=0)
+
+
+def test_a_draw_stratified_by_source_spreads_each_class_over_the_sources() -> None:
+    labels = np.array([1] * 16 + [0] * 16 + [1] * 4 + [0] * 4)
+    sources = np.array(["bipia"] * 32 + ["injecagent"] * 8)
+    drawn = stratified_draw(labels, 16, seed=3, strata=sources)
+    for label in (0, 1):
+        chosen = sources[drawn][labels[drawn] == label]
+        assert sorted(chosen.tolist()) == ["bipia"] * 4 + ["injecagent"] * 4
+    assert np.array_equal(drawn, stratified_draw(labels, 16, seed=3, strata=sources))
+    plain = stratified_draw(labels, 16, seed=3)
+    assert labels[plain].sum() == 8  # the label balance holds either way
+    wide = stratified_draw(labels, 24, seed=3, strata=sources)  # injecagent runs out: bipia fills the rest
+    assert (sources[wide] == "injecagent").sum() == 8 and labels[wide].sum() == 12
+    with pytest.raises(CalibrationError, match="strata"):
+        stratified_draw(labels, 16, seed=3, strata=sources[:5])
