@@ -41,10 +41,14 @@ memory-poisoning: setup
 	cat .rvu/memory_poisoning/study/paper_table.md
 
 # Seed 004 in full: HFER / spectral features per layer on four real sets, 20/50/200 calibration, histograms, and the
-# kill switch against Attention Tracker, perplexity and D1-D5 (incl. leave-one-dataset-out); an hour or more of CPU
+# kill switch against Attention Tracker, perplexity and D1-D5 (incl. leave-one-dataset-out); then the same switch
+# under its controls (sink-free graphs, pairs, length, the length-matched clean partner, a per-head probe left one
+# set out) and the inline hfer defense's cost on AgentDojo's tool outputs; hours of CPU
 spectral: setup
 	$(BIN)/python scripts/spectral_study.py --limit 500 bipia=300 deepset=700 --scopes text --out .rvu/spectral
-	cat .rvu/spectral/comparison.md
+	$(BIN)/python scripts/spectral_controls.py --groups 40 --out .rvu/spectral/controls
+	$(BIN)/python scripts/hfer_defense_cost.py --out .rvu/spectral
+	cat .rvu/spectral/comparison.md .rvu/spectral/controls/controls.md .rvu/spectral/hfer_cost.md
 
 # Seed 000 E4-E7 on real LoRA adapters: train the zoo (configs/adapter_zoo.yaml; unchanged adapters reused), the gate
 # and influence over it, membership loaded vs evicted, WMDP-cyber on all 1,987 items, E1 sessions with a harmful

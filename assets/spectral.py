@@ -41,6 +41,7 @@ from rvu_pipelines.spectral.cell import (
     load_cell_model,
     run_cell,
 )
+from rvu_pipelines.spectral.config import DEFAULT_GRAPH_CONFIG, GRAPH_CONFIGS
 from rvu_pipelines.spectral.data import context_verification, injecagent_contamination
 from rvu_pipelines.spectral.study import SampledResult, sampled_study
 
@@ -50,15 +51,30 @@ AUROC_GOAL = 0.95  # goal: context verification at the best early layer
 LATENCY_GOAL_MS = 1.0  # seed 004: the statistic alone, per layer
 
 
+GRAPH_DESCRIPTION = (
+    "graph configuration (sinks, signal, Laplacian, eigenpairs): one of " + ", ".join(GRAPH_CONFIGS) + "; the "
+    "full study's default"
+)
+
+
+def _checked_graph(graph: str) -> str:
+    if graph not in GRAPH_CONFIGS:
+        raise Failure(description=f"config graph={graph!r} is invalid; allowed values: {', '.join(GRAPH_CONFIGS)}.")
+    return graph
+
+
 class SpectralSampleConfig(Config):
     per_set: int = Field(default=PER_SET, ge=8, description="examples per evaluation set (whole pairs)")
+    graph: str = Field(default=DEFAULT_GRAPH_CONFIG, description=GRAPH_DESCRIPTION)
 
 
 @asset(
     group_name="spectral",
     kinds={"mlflow"},
     description="Seed 004 (arXiv 2511.05804) sampled: the packaged LLM's attention token graphs (head-mean, "
-    "(A+Aᵀ)/2, combinatorial Laplacian), HFER / spectral entropy / Fiedler / smoothness of the layer's hidden "
+    "(A+Aᵀ)/2; config graph, default the sink-free configuration: attention sinks removed, centred signal, "
+    "normalised Laplacian; pairs kept whole under the full study's token limit), "
+    "HFER / spectral entropy / Fiedler / smoothness of the layer's hidden "
     f"states per layer, on {PER_SET} real examples per set (config per_set; TOFU context verification; InjecAgent tool "
     "responses with vs without the injected instruction): the switch (layer, statistic, Bayes threshold of a "
     "two-component Gaussian mixture) calibrated on the sample's calibration part, AUROC / TPR / FPR with "
@@ -77,7 +93,13 @@ def spectral_kill_switch_sample(
     tofu: pl.DataFrame,
     injecagent: pl.DataFrame,
 ):
-    params = {"model": llm_model["name"], "model_sha256": llm_model["sha256"], "per_set": config.per_set}
+    graph = _checked_graph(config.graph)
+    params = {
+        "model": llm_model["name"],
+        "model_sha256": llm_model["sha256"],
+        "per_set": config.per_set,
+        "graph": graph,
+    }
     frames = {"tofu": frame_digest(tofu), "injecagent": frame_digest(injecagent)}
     memo = ResultMemo.default().entry(ASSET, {"params": params, "frames": frames})
     stored = memo.load()
@@ -91,7 +113,7 @@ def spectral_kill_switch_sample(
             "injecagent": injecagent_contamination(injecagent, tofu),
         }
         with mlflow_tracker.run_for(context, params=params) as run:
-            computed = sampled_study(model, sets, per_set=config.per_set)
+            computed = sampled_study(model, sets, per_set=config.per_set, graph=graph)
             metrics: dict[str, float] = {}
             for name, result in computed.items():
                 for what, estimate in result.heldout.items():
@@ -166,6 +188,7 @@ class SpectralCellConfig(Config):
     small: int = Field(default=SMALL_CALIBRATION, ge=4, description="the small calibration's size")
     draws: int = Field(default=SMALL_DRAWS, ge=1, description="stratified draws of the small calibration")
     threads: int = Field(default=DEFAULT_THREADS, ge=1, description="torch / BLAS threads")
+    graph: str = Field(default=DEFAULT_GRAPH_CONFIG, description=GRAPH_DESCRIPTION)
 
 
 @asset(
@@ -195,6 +218,7 @@ def spectral_kill_switch_cell(
 ):
     keys = context.partition_key.keys_by_dimension  # type: ignore[attr-defined]
     source, profile = keys["source"], keys["profile"]
+    graph = _checked_graph(config.graph)
     try:
         model, record = load_cell_model(profile, offline=model_store.offline)
     except ModelUnavailableError as exc:
@@ -215,6 +239,7 @@ def spectral_kill_switch_cell(
         "small": config.small,
         "draws": config.draws,
         "threads": config.threads,
+        "graph": graph,
         "auroc_goal": AUROC_GOALS[source],
     }
 
@@ -233,6 +258,7 @@ def spectral_kill_switch_cell(
             small=config.small,
             draws=config.draws,
             threads=config.threads,
+            graph=graph,
             progress=progress,
         )
         run.log_metrics(result.metrics())

@@ -140,9 +140,12 @@ def _comparison(
             baselines.save(str(cache))
         sets[name] = SetFeatures(spectral[name], baselines)
     tofu = load_dataset(load_catalog().get("tofu"), dataset_source_from_env()).frame
-    tracker = AttentionTracker.fit(model_loader(), synthetic_pairs(tofu))
-    print(f"Attention Tracker: {tracker.n_heads} important heads of {tracker.heads.size} from {tracker.n_pairs} pairs")
-    table = comparison_table(sets, tracker, shipped_detectors(), draws=args.draws)
+    pairs = synthetic_pairs(tofu)
+    trackers = [AttentionTracker.fit(model_loader(), pairs, mode=mode) for mode in ("normalised", "raw")]
+    for tracker in trackers:
+        print(f"Attention Tracker ({tracker.mode}): k={tracker.k:g}, {tracker.n_heads} important heads of "
+              f"{tracker.heads.size} from {tracker.n_pairs} pairs")  # fmt: skip
+    table = comparison_table(sets, trackers, shipped_detectors(), draws=args.draws)
     table.write_csv(out / "comparison.csv")
     markdown = markdown_table(table, list(sets))
     (out / "comparison.md").write_text(markdown + "\n", encoding="utf-8")

@@ -4,6 +4,16 @@
 weights, ``uncertainty`` the bootstrap, ``killswitch`` the calibrated threshold, ``data`` the real data sets.
 """
 
+from rvu_pipelines.spectral.config import (
+    DEFAULT_GRAPH_CONFIG,
+    GRAPH_CONFIGS,
+    GraphConfig,
+    config_stats,
+    graph_config,
+    per_head_stats,
+    prepare_signal,
+    sink_positions,
+)
 from rvu_pipelines.spectral.errors import (
     CalibrationError,
     ContextLengthError,
@@ -12,6 +22,7 @@ from rvu_pipelines.spectral.errors import (
     SpectralError,
     SpectralInputError,
 )
+from rvu_pipelines.spectral.fast import fast_spectral_stats
 from rvu_pipelines.spectral.graph import (
     DEFAULT_CUTOFF_RATIO,
     STAT_NAMES,
@@ -19,6 +30,7 @@ from rvu_pipelines.spectral.graph import (
     attention_adjacency,
     graph_fourier_basis,
     high_band,
+    kept_modes,
     laplacian,
     spectral_energy,
     spectral_stats,
@@ -26,6 +38,7 @@ from rvu_pipelines.spectral.graph import (
 from rvu_pipelines.spectral.model import (
     ForwardTrace,
     SpectralModel,
+    head_stats_from_trace,
     layer_stats_from_trace,
     load_profile_model,
     load_spectral_model,
@@ -33,6 +46,17 @@ from rvu_pipelines.spectral.model import (
 
 __all__ = [
     "DEFAULT_CUTOFF_RATIO",
+    "DEFAULT_GRAPH_CONFIG",
+    "GRAPH_CONFIGS",
+    "GraphConfig",
+    "config_stats",
+    "fast_spectral_stats",
+    "graph_config",
+    "head_stats_from_trace",
+    "kept_modes",
+    "per_head_stats",
+    "prepare_signal",
+    "sink_positions",
     "STAT_NAMES",
     "CalibrationError",
     "ContextLengthError",

@@ -12,6 +12,10 @@ harness pays neither unless an hfer episode runs, and each at most once per proc
   (``RVU_SPECTRAL_CACHE``) when an earlier process calibrated it (no model needed), else
   calibrated now on the sets' *calibration* split only (a held-out example is never read) and saved with the
   groups it was drawn from, so a reader can check which examples made the switch.
+- The threshold: ``threshold_policy="benign_fpr"`` (default) keeps the layer and statistic the labelled draw
+  chose and moves the threshold so that at most ``benign_fpr`` of the deployment's own clean tool outputs fire
+  (AgentDojo's ground-truth outputs of the *calibration* user tasks, no injected one: a deployment has its benign
+  traffic before it sees an attack); ``"bayes"`` keeps the seed's mixture threshold from the labelled draw alone.
 - :class:`LazyHferDetector` is an ``InjectionDetector`` that loads the weights on its first ``score`` and
   whose ``version`` names the weights, the switch (layer, statistic, direction, threshold) and the
   calibration (size, seed, key): what the harness puts in the hfer cells' episode keys.
@@ -24,7 +28,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -34,7 +38,9 @@ import numpy as np
 from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.detectors.base import check_threshold
 from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.spectral.config import DEFAULT_GRAPH_CONFIG, graph_config
 from rvu_pipelines.spectral.detector import DEFAULT_CALIBRATION_SETS, DEFAULT_CALIBRATION_SIZE, HferDetector
+from rvu_pipelines.spectral.errors import SpectralInputError
 from rvu_pipelines.spectral.killswitch import MIN_PER_CLASS, KillSwitch, stratified_draw
 from rvu_pipelines.spectral.model import DEFAULT_N_CTX, SpectralModel, load_spectral_model, spectral_cache_root
 
@@ -44,11 +50,14 @@ SPECTRAL_DIR = Path(__file__).resolve().parent
 # The modules a calibration runs (data sets, forward pass, graph statistics, the switch): an edit to any of them
 # names a new calibration, so a kept switch is never one an older version of the code computed.
 CALIBRATION_CODE: tuple[str, ...] = (
+    "config.py",
     "data.py",
     "detector.py",
+    "fast.py",
     "graph.py",
     "killswitch.py",
     "model.py",
+    "tool_outputs.py",
     "uncertainty.py",
 )
 # The catalog data sets ``load_spectral_datasets`` builds the contamination sets from (InjecAgent's clean
@@ -56,6 +65,9 @@ CALIBRATION_CODE: tuple[str, ...] = (
 CATALOG_SETS: tuple[str, ...] = ("bipia", "deepset_prompt_injections", "injecagent", "tofu")
 CONTAMINATION_SETS: tuple[str, ...] = ("bipia", "deepset", "injecagent")
 SWITCH_FILE_VERSION = 1
+THRESHOLD_POLICIES: tuple[str, ...] = ("benign_fpr", "bayes")
+DEFAULT_BENIGN_FPR = 0.05
+DEFAULT_BENIGN_SIZE = 100
 
 _LOCK = threading.Lock()
 _SWITCHES: dict[tuple[str, str], KillSwitch] = {}  # (store folder, key) -> switch, once per process
@@ -92,6 +104,10 @@ class SwitchSpec:
     seed: int = 0
     layers: tuple[int, ...] | None = None  # None: every layer is a candidate (the seed's search)
     by_source: bool = True  # each class of the draw spread evenly over the sets
+    threshold_policy: str = "benign_fpr"
+    graph: str = DEFAULT_GRAPH_CONFIG  # the graph configuration (config.GRAPH_CONFIGS)
+    benign_fpr: float = DEFAULT_BENIGN_FPR
+    benign_size: int = DEFAULT_BENIGN_SIZE
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sets", tuple(self.sets))
@@ -104,6 +120,20 @@ class SwitchSpec:
             raise ConfigError(
                 f"SwitchSpec.sets={self.sets!r} is invalid; allowed values: one or more of "
                 f"{', '.join(CONTAMINATION_SETS)}."
+            )
+        try:
+            graph_config(self.graph)
+        except SpectralInputError as exc:
+            raise ConfigError(f"SwitchSpec.graph={self.graph!r} is invalid: {exc}") from exc
+        if self.threshold_policy not in THRESHOLD_POLICIES:
+            raise ConfigError(
+                f"SwitchSpec.threshold_policy={self.threshold_policy!r} is invalid; allowed values: "
+                f"{', '.join(THRESHOLD_POLICIES)}."
+            )
+        if not 0.0 < float(self.benign_fpr) < 1.0 or int(self.benign_size) < 20:
+            raise ConfigError(
+                f"SwitchSpec.benign_fpr={self.benign_fpr} / benign_size={self.benign_size} are invalid; the FPR "
+                "lies strictly between 0 and 1 and the benign sample holds at least 20 tool outputs."
             )
         if int(self.size) < 2 * MIN_PER_CLASS:
             raise ConfigError(
@@ -140,6 +170,12 @@ class SwitchSpec:
             "seed": int(self.seed),
             "layers": None if self.layers is None else [int(layer) for layer in self.layers],
             "by_source": bool(self.by_source),
+            "graph": self.graph,
+            "threshold": (
+                {"policy": "benign_fpr", "fpr": float(self.benign_fpr), "size": int(self.benign_size)}
+                if self.threshold_policy == "benign_fpr"
+                else {"policy": "bayes"}
+            ),
             "data": _data_hashes(),
             "code": _code_hash(),
         }
@@ -163,7 +199,7 @@ def switch_version(spec: SwitchSpec, switch: KillSwitch) -> str:
     """The weights, the switch and its calibration in one string (the hfer cells' cache key part)."""
     direction = "+" if switch.direction >= 0 else "-"
     return (
-        f"hfer:{spec.model_sha256[:16]}:L{switch.layer}:{direction}{switch.statistic}:t={switch.threshold:.6g}"
+        f"hfer:{spec.model_sha256[:16]}:{spec.graph}:L{switch.layer}:{direction}{switch.statistic}:t={switch.threshold:.6g}"
         f":n={switch.n_calibration}:seed={spec.seed}:{spec.key}"
     )
 
@@ -182,6 +218,44 @@ def calibration_examples(spec: SwitchSpec) -> tuple[Any, Any]:
         pool["label"].to_numpy(), min(int(spec.size), pool.height), seed=int(spec.seed), strata=strata
     )
     return pool, pool[chosen.tolist()]
+
+
+def benign_outputs(spec: SwitchSpec) -> Any:
+    """The clean tool outputs of AgentDojo's calibration user tasks, ``benign_size`` of them spread over the
+    suites (seeded); none of them is ever evaluated on."""
+    import polars as pl
+
+    from rvu_pipelines.spectral.tool_outputs import agentdojo_tool_outputs
+
+    outputs = agentdojo_tool_outputs()
+    pool = outputs.filter((pl.col("split") == "calibration") & (pl.col("label") == 0))
+    rng = np.random.default_rng(int(spec.seed))
+    order = rng.permutation(pool.height)
+    suites = pool["source"].to_numpy()
+    by_suite = {suite: [i for i in order if suites[i] == suite] for suite in sorted(set(suites))}
+    chosen: list[int] = []
+    while len(chosen) < min(int(spec.benign_size), pool.height):
+        for suite in by_suite:
+            if by_suite[suite] and len(chosen) < int(spec.benign_size):
+                chosen.append(int(by_suite[suite].pop(0)))
+    return pool[sorted(chosen)]
+
+
+def fpr_threshold(detector: HferDetector, texts: Sequence[str], fpr: float) -> tuple[float, int]:
+    """The switch's threshold with at most ``floor(fpr * n)`` of ``texts`` firing, and how many were scored
+    (a text beyond the model's context is left out: the inline switch cannot score it either)."""
+    from rvu_pipelines.detectors.production import threshold_for_fpr
+    from rvu_pipelines.spectral.errors import ContextLengthError
+
+    scores = []
+    for text in texts:
+        try:
+            scores.append(float(detector.switch.score(detector.features(text))[0]))
+        except ContextLengthError:
+            continue
+    # a thousandth of the classes' spread above the last benign score it must not flag: the same text re-read
+    # with another thread count moves the statistic by float32 noise, which must not make it fire
+    return threshold_for_fpr(np.asarray(scores), fpr) + 1e-3 * detector.switch.scale, len(scores)
 
 
 def _read(path: Path, spec: SwitchSpec) -> KillSwitch | None:
@@ -204,9 +278,21 @@ def _calibrate_and_keep(spec: SwitchSpec, path: Path) -> KillSwitch:
         raise ConfigError("The hfer calibration drew a held-out example; it must read the calibration split only.")
     layers = None if spec.layers is None else list(spec.layers)
     detector = HferDetector.calibrated(
-        spec.load_model(), pool, size=int(spec.size), seed=int(spec.seed), layers=layers, by_source=spec.by_source
+        spec.load_model(),
+        pool,
+        size=int(spec.size),
+        seed=int(spec.seed),
+        layers=layers,
+        by_source=spec.by_source,
+        graph=spec.graph,
     )
     switch = detector.switch
+    benign: dict[str, Any] = {}
+    if spec.threshold_policy == "benign_fpr":
+        texts = benign_outputs(spec)
+        threshold, scored = fpr_threshold(detector, texts["text"].to_list(), float(spec.benign_fpr))
+        benign = {"bayes_threshold": switch.threshold, "n_benign": scored, "groups": texts["group"].to_list()}
+        switch = replace(switch, threshold=threshold)
     document = {
         "file_version": SWITCH_FILE_VERSION,
         "key": spec.key,
@@ -217,6 +303,7 @@ def _calibrate_and_keep(spec: SwitchSpec, path: Path) -> KillSwitch:
             {"group": r["group"], "label": int(r["label"]), "source": r["source"], "split": r["split"]}
             for r in rows.select("group", "label", "source", "split").iter_rows(named=True)
         ],
+        "benign": benign,
     }
     try:
         write_atomically(path, json.dumps(document, indent=2, sort_keys=True) + "\n", fsync=False)
@@ -297,7 +384,7 @@ class LazyHferDetector:
         spec, switch = self.spec, self.switch
         with self._lock:
             if self._detector is None:
-                self._detector = HferDetector(spec.load_model(), switch)
+                self._detector = HferDetector(spec.load_model(), switch, spec.graph)
             return self._detector
 
     def score(self, texts: Sequence[str]) -> np.ndarray:

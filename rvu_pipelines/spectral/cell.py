@@ -25,15 +25,16 @@ import numpy as np
 import polars as pl
 
 from rvu_pipelines.errors import ModelUnavailableError
+from rvu_pipelines.spectral.config import DEFAULT_GRAPH_CONFIG, config_stats, graph_config
 from rvu_pipelines.spectral.data import (
     HELDOUT_FRACTION,
     bipia_contamination,
     context_verification,
     deepset_contamination,
     injecagent_contamination,
+    keep_whole_groups,
 )
 from rvu_pipelines.spectral.errors import CalibrationError, SpectralInputError
-from rvu_pipelines.spectral.graph import attention_adjacency, spectral_stats
 from rvu_pipelines.spectral.killswitch import KillSwitch, calibrate, evaluate, stratified_draw
 from rvu_pipelines.spectral.model import SpectralModel, load_spectral_model
 from rvu_pipelines.spectral.plots import layer_histograms, roc_curves
@@ -149,15 +150,18 @@ def cell_sample(examples: pl.DataFrame, limit: int = DEFAULT_LIMIT, seed: int = 
     )
 
 
-def statistic_ms_per_layer(model: SpectralModel, text: str, repeats: int = TIMING_REPEATS) -> float:
-    """The statistic alone (adjacency, Laplacian, eigendecomposition, energies), no forward pass: the
+def statistic_ms_per_layer(
+    model: SpectralModel, text: str, repeats: int = TIMING_REPEATS, graph: str = DEFAULT_GRAPH_CONFIG
+) -> float:
+    """The statistic alone (sinks, adjacency, Laplacian, eigendecomposition, energies), no forward pass: the
     median over ``repeats`` of the mean time per layer on one text's trace."""
     trace = model.forward(text)
+    config = graph_config(graph)
     timings = []
     for _ in range(repeats):
         started = time.perf_counter()
         for layer in range(trace.n_layers):
-            spectral_stats(attention_adjacency(trace.attentions[layer]), trace.hidden_states[layer])
+            config_stats(trace.attentions[layer], trace.hidden_states[layer], config)
         timings.append((time.perf_counter() - started) * 1000.0 / trace.n_layers)
     return float(statistics.median(timings))
 
@@ -169,10 +173,8 @@ def token_counts(model: SpectralModel, texts: list[str]) -> list[int]:
 def fitting_groups(model: SpectralModel, examples: pl.DataFrame, max_tokens: int) -> tuple[pl.DataFrame, int]:
     """The examples of the groups whose every member fits in ``max_tokens`` (so a pair is never broken by
     the extractor skipping one long member), and how many examples were dropped."""
-    counted = examples.with_columns(pl.Series("n_tokens", token_counts(model, examples["text"].to_list())))
-    too_long = counted.filter(pl.col("n_tokens") > max_tokens)["group"].unique()
-    kept = counted.filter(~pl.col("group").is_in(too_long.to_list()))
-    return kept.drop("n_tokens"), examples.height - kept.height
+    kept = keep_whole_groups(examples, lambda text: len(model.tokenizer(text)["input_ids"]), max_tokens)
+    return kept, examples.height - kept.height
 
 
 def _median_text(model: SpectralModel, texts: list[str], target: float) -> tuple[str, int]:
@@ -205,6 +207,7 @@ class CellResult:
     hfer_by_layer: list[dict[str, Any]]
     statistic_ms_per_layer: float
     timing_tokens: int
+    graph: str = DEFAULT_GRAPH_CONFIG
     files: dict[str, Path] = field(default_factory=dict)
 
     @property
@@ -284,12 +287,15 @@ def run_cell(
     max_tokens: int = DEFAULT_MAX_TOKENS,
     seed: int = 0,
     threads: int | None = DEFAULT_THREADS,
+    graph: str = DEFAULT_GRAPH_CONFIG,
     progress: Callable[[int, int], None] | None = None,
 ) -> CellResult:
-    """Sample, extract, calibrate (all and ``small``), evaluate on held-out, time the statistic, plot."""
+    """Sample, extract, calibrate (all and ``small``), evaluate on held-out, time the statistic, plot; on the
+    named graph configuration (the full study's and the sample's default, ``DEFAULT_GRAPH_CONFIG``)."""
+    graph_config(graph)
     with thread_limit(threads):
         return _run_cell(
-            model, examples, Path(out_dir), source, profile, limit, small, draws, max_tokens, seed, progress
+            model, examples, Path(out_dir), source, profile, limit, small, draws, max_tokens, seed, graph, progress
         )
 
 
@@ -304,11 +310,14 @@ def _run_cell(
     draws: int,
     max_tokens: int,
     seed: int,
+    graph: str,
     progress: Callable[[int, int], None] | None,
 ) -> CellResult:
     fitting, dropped = fitting_groups(model, examples, max_tokens)
     sample = cell_sample(fitting, limit, seed)
-    features = extract_features(model, sample, name=source, max_tokens=max_tokens, progress=progress)["text"]
+    features = extract_features(model, sample, name=source, max_tokens=max_tokens, graph=graph, progress=progress)[
+        "text"
+    ]
     cal_x, cal_y = features.part("calibration")
     held_x, held_y = features.part("heldout")
     for split, labels in (("calibration", cal_y), ("heldout", held_y)):
@@ -342,8 +351,9 @@ def _run_cell(
         calibrated_small=calibrated_small,
         small_size=effective,
         hfer_by_layer=per_layer_auroc(held_x, held_y, "hfer"),
-        statistic_ms_per_layer=statistic_ms_per_layer(model, text) if tokens <= max_tokens else math.nan,
+        statistic_ms_per_layer=statistic_ms_per_layer(model, text, graph=graph) if tokens <= max_tokens else math.nan,
         timing_tokens=tokens,
+        graph=graph,
     )
     result.files = write_plots(result, switch, held_x, held_y, out_dir, small_switch=drawn)
     return result

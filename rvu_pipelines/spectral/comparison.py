@@ -6,7 +6,8 @@ Every method is scored on each evaluation set's held-out split only (nothing cal
   own calibration split (mean and 5–95 % range over 20 stratified draws), and on all of it (bootstrap CI).
 * **HFER switch, other source** (leave-one-dataset-out): calibrated on all of one contamination source's
   calibration split, tested on each other source's held-out split.
-* **Zero-shot / fixed** methods, one number per set: Attention Tracker (heads from 30 synthetic pairs),
+* **Zero-shot / fixed** methods, one number per set: Attention Tracker (heads and k from 30 synthetic
+  pairs; the published normalised focus score, and the raw instruction attention when that tracker is given),
   the LLM's perplexity of the span, and the platform's detectors as shipped — D1 regex, D2 TF-IDF and
   D4 MiniLM trained on deepset's training split (so deepset's held-out = deepset's published test split is
   in-distribution for them and out-of-distribution for everything else), D3 NanoGuard, D5 = 0.4·D2 + 0.6·D4.
@@ -32,6 +33,7 @@ CONTAMINATION_SETS: tuple[str, ...] = ("bipia", "injecagent", "deepset")
 SAME_20 = "HFER switch, 20 examples of the same source"
 SAME_ALL = "HFER switch, all calibration examples of the same source"
 ATTENTION_TRACKER = "Attention Tracker (heads from 30 synthetic pairs)"
+ATTENTION_TRACKER_RAW = "Attention Tracker, raw instruction attention (heads from 30 synthetic pairs)"
 PERPLEXITY = "perplexity of the span (LLM)"
 COLUMNS = ("method", "calibrated_on", "set", "auroc", "low", "high", "n")
 
@@ -92,17 +94,19 @@ def switch_rows(sets: Mapping[str, SetFeatures], draws: int = 20) -> list[dict[s
 
 def fixed_rows(
     sets: Mapping[str, SetFeatures],
-    tracker: AttentionTracker,
+    tracker: AttentionTracker | Sequence[AttentionTracker],
     detectors: Mapping[str, object],
 ) -> list[dict[str, object]]:
-    """Methods with no per-source calibration: Attention Tracker, perplexity, D1–D5 as shipped."""
+    """Methods with no per-source calibration: Attention Tracker (one row per tracker given: normalised
+    and / or raw), perplexity, D1–D5 as shipped."""
     rows = []
     for name, features in sets.items():
         mask = features.heldout()
         labels = features.spectral.labels[mask]
         base = features.baselines
-        rows.append(_row(ATTENTION_TRACKER, "synthetic pairs", name, labels,
-                         tracker.score(base.instruction_attention[mask])))  # fmt: skip
+        for one in [tracker] if isinstance(tracker, AttentionTracker) else tracker:
+            method = ATTENTION_TRACKER if one.mode == "normalised" else ATTENTION_TRACKER_RAW
+            rows.append(_row(method, "synthetic pairs", name, labels, one.score_features(base, mask)))
         rows.append(_row(PERPLEXITY, "none", name, labels, base.span_nll[mask]))
         spans = base.spans[mask].tolist()
         for label, detector in detectors.items():
@@ -113,7 +117,7 @@ def fixed_rows(
 
 def comparison_table(
     sets: Mapping[str, SetFeatures],
-    tracker: AttentionTracker,
+    tracker: AttentionTracker | Sequence[AttentionTracker],
     detectors: Mapping[str, object],
     draws: int = 20,
 ) -> pl.DataFrame:

@@ -17,18 +17,27 @@ published train/test split: test is held out).
   tool responses (the benchmark's own, label 1) against the same response template with its
   ``<Attacker Instruction>`` slot filled by a declarative TOFU answer sentence (label 0); deepset
   prompts as published (label as published).
+
+``length_matched_clean`` adds a third member to each (clean, injected) pair — the clean text padded with
+benign text to the injected text's length — with a ``role`` column, so a score can be checked against
+length; ``keep_whole_groups`` applies a token-length cap without breaking pairs or triples.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
+import numpy as np
 import polars as pl
 
 from rvu_pipelines.spectral.errors import SpectralInputError
 
 EXAMPLE_COLUMNS: tuple[str, ...] = ("text", "label", "source", "group", "doc_start", "doc_end", "split")
+ROLE_COLUMN = "role"  # "clean" | "injected" | "padded", only in length_matched_clean's frames
+ROLES: tuple[str, ...] = ("clean", "injected", "padded")
+LENGTH_TOLERANCE = 12  # characters: the padded text's length is within this of the injected text's
 HELDOUT_FRACTION = 0.4
 MAX_DOCUMENT_CHARS = 900
 PLACEHOLDER = "<Attacker Instruction>"
@@ -172,3 +181,132 @@ def load_spectral_datasets(source: object | None = None) -> dict[str, pl.DataFra
         "injecagent": injecagent_contamination(frames["injecagent"], frames["tofu"]),
         "deepset": deepset_contamination(frames["deepset_prompt_injections"]),
     }
+
+
+def _inserted_at(clean: str, injected: str) -> tuple[int, str]:
+    """Where, in ``clean``, the injected text first differs from it, and what was inserted there (the part of
+    ``injected`` between the longest common prefix and the longest common suffix)."""
+    prefix = 0
+    limit = min(len(clean), len(injected))
+    while prefix < limit and clean[prefix] == injected[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < limit - prefix and clean[-1 - suffix] == injected[-1 - suffix]:
+        suffix += 1
+    return prefix, injected[prefix : len(injected) - suffix]
+
+
+def _pieces(text: str) -> list[str]:
+    """A document cut into lines, and long lines into sentences: the units padding is drawn from."""
+    out: list[str] = []
+    for line in text.splitlines():
+        out.extend(p.strip() for p in re.split(r"(?<=[.!?])\s+", line) if p.strip())
+    return out
+
+
+def clean_pad_pool(examples: pl.DataFrame) -> dict[str, list[tuple[str, str]]]:
+    """Per source, (group, piece) for every line / sentence of the label-0 documents (never a label-1 text)."""
+    pool: dict[str, list[tuple[str, str]]] = {}
+    for row in examples.filter(pl.col("label") == 0).iter_rows(named=True):
+        doc = row["text"][row["doc_start"] : row["doc_end"]]
+        pool.setdefault(row["source"], []).extend((row["group"], piece) for piece in _pieces(doc))
+    return pool
+
+
+def _fill(pieces: Sequence[str], target: int, tolerance: int, rng: np.random.Generator) -> str:
+    """Lines from ``pieces`` (random order) joined by newlines to ``target`` ± ``tolerance`` characters; the
+    last one is cut at a word boundary when no whole piece fits."""
+    chosen: list[str] = []
+    length = -1  # the first piece adds no separator
+    for index in rng.permutation(len(pieces)):
+        if length >= target - tolerance:
+            break
+        piece = pieces[index]
+        if length + 1 + len(piece) <= target + tolerance:
+            chosen.append(piece)
+            length += 1 + len(piece)
+    if length < target - tolerance:
+        room = target - length - 1
+        everything = " ".join(pieces[i] for i in rng.permutation(len(pieces)))
+        long = next((pieces[i] for i in rng.permutation(len(pieces)) if len(pieces[i]) >= room), everything)
+        cut = long[:room]
+        space = cut.rfind(" ")
+        cut = cut[:space] if space >= room - tolerance else cut
+        chosen.append(cut.rstrip() or long[:room])
+    return "\n".join(chosen)
+
+
+def length_matched_clean(
+    examples: pl.DataFrame,
+    pad_pool: Mapping[str, Sequence[tuple[str, str]]] | None = None,
+    *,
+    tolerance: int = LENGTH_TOLERANCE,
+    seed: int = 0,
+) -> pl.DataFrame:
+    """Each (clean, injected) pair plus a third member: the clean text padded with benign text to the
+    injected text's length (± ``tolerance`` characters), label 0, same group and split. A pair whose clean
+    text is already within ``tolerance`` of the injected one's length, or longer, stays a pair.
+
+    The padding is inserted where the injected text first differs from the clean one (the insertion point
+    of BIPIA-style attacks: start, middle or end; for a slot that was *replaced*, the slot's start), on its
+    own line(s). It is drawn from ``pad_pool`` — per source, (group, text) pieces; by default every line /
+    sentence of the clean documents of that source (``clean_pad_pool``) — never from the same group and
+    never a piece that occurs inside any pair's inserted text. Deterministic: the draw is seeded by ``seed``
+    and the group id. Returns ``EXAMPLE_COLUMNS`` plus ``role`` ("clean" | "injected" | "padded")."""
+    missing = [c for c in EXAMPLE_COLUMNS if c not in examples.columns]
+    if missing:
+        raise SpectralInputError(f"The examples lack the columns {missing}.")
+    pairs: dict[str, dict[int, dict]] = {}
+    for row in examples.iter_rows(named=True):
+        members = pairs.setdefault(row["group"], {})
+        if int(row["label"]) in members:
+            raise SpectralInputError(f"Group {row['group']!r} holds more than one example labelled {row['label']}.")
+        members[int(row["label"])] = row
+    inserted: dict[str, tuple[int, str]] = {}
+    for group, members in pairs.items():
+        if set(members) != {0, 1}:
+            raise SpectralInputError(f"Group {group!r} is not a (clean, injected) pair; length matching needs pairs.")
+        clean, injected = members[0], members[1]
+        if clean["text"][: clean["doc_start"]] != injected["text"][: injected["doc_start"]]:
+            raise SpectralInputError(f"Group {group!r}: the clean and injected texts differ before the document.")
+        inserted[group] = _inserted_at(
+            clean["text"][clean["doc_start"] : clean["doc_end"]],
+            injected["text"][injected["doc_start"] : injected["doc_end"]],
+        )
+    attack_text = "\n".join(part for _, part in inserted.values())
+    pool = {
+        source: [(g, p) for g, p in pieces if p not in attack_text]
+        for source, pieces in (clean_pad_pool(examples) if pad_pool is None else pad_pool).items()
+    }
+    rows = []
+    for group, members in pairs.items():
+        clean, injected = members[0], members[1]
+        doc = clean["text"][clean["doc_start"] : clean["doc_end"]]
+        at = inserted[group][0]
+        lead = "\n" if 0 < at and doc[at - 1] != "\n" else ""
+        trail = "\n" if at < len(doc) and doc[at] != "\n" else ""
+        target = len(injected["text"]) - len(clean["text"]) - len(lead) - len(trail)
+        pieces = [p for g, p in pool.get(clean["source"], []) if g != group]
+        if target <= tolerance:  # the clean text is already as long (InjecAgent's fill can be longer): a pair
+            for row, role in ((clean, "clean"), (injected, "injected")):
+                rows.append({**{c: row[c] for c in EXAMPLE_COLUMNS}, ROLE_COLUMN: role})
+            continue
+        if not pieces:
+            raise SpectralInputError(f"No benign padding for source {clean['source']!r} (group {group!r}).")
+        digest = int(hashlib.sha256(f"{seed}:{group}".encode()).hexdigest()[:16], 16)
+        pad = _fill(pieces, target, tolerance, np.random.default_rng(digest))
+        padded_doc = doc[:at] + lead + pad + trail + doc[at:]
+        prefix = clean["text"][: clean["doc_start"]]
+        suffix = clean["text"][clean["doc_end"] :]
+        padded = _example(prefix, padded_doc, suffix, 0, clean["source"], group, clean["split"])
+        for row, role in ((clean, "clean"), (injected, "injected"), (padded, "padded")):
+            rows.append({**{c: row[c] for c in EXAMPLE_COLUMNS}, ROLE_COLUMN: role})
+    frame = _frame({c: r[c] for c in EXAMPLE_COLUMNS} for r in rows)
+    return frame.with_columns(pl.Series(ROLE_COLUMN, [r[ROLE_COLUMN] for r in rows], dtype=pl.String))
+
+
+def keep_whole_groups(examples: pl.DataFrame, n_tokens: Callable[[str], int], max_tokens: int) -> pl.DataFrame:
+    """The examples of every group whose members all have ≤ ``max_tokens`` tokens (``n_tokens(text)``);
+    a group with any longer member is dropped whole, so pairs and triples stay complete."""
+    fits = pl.Series("fits", [n_tokens(text) <= max_tokens for text in examples["text"].to_list()], dtype=pl.Boolean)
+    return examples.with_columns(fits).filter(pl.col("fits").all().over("group")).drop("fits")

@@ -10,7 +10,14 @@ The choices, written down once (seed 004, arXiv 2511.05804; the statistics as de
   semi-definite, the constant vector is its null vector, so the graph Fourier basis (the orthonormal
   eigenvectors ``U`` of ``L``, eigenvalues ascending) splits energy exactly (Parseval) and "smooth" means
   "close to constant across strongly attending tokens". ``laplacian="normalized"`` gives
-  ``I − D^{-1/2} W D^{-1/2}`` (isolated nodes get a zero row) for comparison.
+  ``I − D^{-1/2} W D^{-1/2}`` (isolated nodes get a zero row) for comparison. ``laplacian="random_walk"``
+  is ``I − D⁻¹W``: not symmetric, but similar to the normalised one (``I − D⁻¹W = D^{-1/2} L_sym D^{1/2}``),
+  so its eigenvalues are ``L_sym``'s and its eigenvectors are ``ψ_k = D^{-1/2} v_k``. These are orthonormal
+  in the degree inner product ``⟨x, y⟩_D = xᵀ D y`` (where ``I − D⁻¹W`` is self-adjoint), so the graph
+  Fourier coefficients of X in that basis are ``C = Ψ⁻¹ X = Vᵀ D^{1/2} X``: ``spectral_stats`` projects the
+  degree-weighted signal ``D^{1/2} X`` on ``L_sym``'s orthonormal eigenvectors, energies add up to
+  ``tr(Xᵀ D X)`` (Parseval in the D-norm) and smoothness is the D-norm Rayleigh quotient
+  ``tr(Xᵀ (D − W) X) / tr(Xᵀ D X)``.
 * **Signal.** The hidden states the layer outputs, ``X = hidden_states[ℓ + 1]`` (tokens × d), each of the d
   channels one graph signal; spectral energy of mode k is ``E_k = Σ_c (Uᵀ X)[k, c]²``, ``Σ_k E_k = ‖X‖_F²``.
 * **Cut-off.** With N tokens and high-frequency fraction ρ (default 0.1, as in the author's code), the
@@ -18,6 +25,10 @@ The choices, written down once (seed 004, arXiv 2511.05804; the statistics as de
   is at least ``λ_{k_c}`` (ties included, so the rule never splits an eigenspace and HFER does not depend on
   which orthonormal basis the solver picked inside it) and strictly positive (a null mode is never "high").
   ``HFER = Σ_{high} E_k / Σ_k E_k``; 0 for a zero signal.
+* **Eigenpairs.** ``eigenpairs=K`` keeps only K modes, as sparse (Lanczos) solvers do: the ``K // 2``
+  smallest and the rest from the top of the spectrum (all modes when N ≤ K). Energies, HFER (the cut-off
+  rule applied to the K kept eigenvalues) and entropy (normalised by ``log K``) then use only those modes;
+  smoothness stays the full Rayleigh quotient and the Fiedler value is still ``λ_2``.
 * **Spectral entropy.** Shannon entropy of ``p_k = E_k / Σ E`` in nats, divided by ``log N`` so it lies in
   [0, 1] and sequences of different lengths compare (``spectral_entropy_nats`` keeps the raw value).
 * **Fiedler value.** ``λ_2``, the second-smallest eigenvalue of the chosen Laplacian (0 iff disconnected).
@@ -34,8 +45,8 @@ import numpy as np
 
 from rvu_pipelines.spectral.errors import SpectralInputError
 
-LaplacianKind = Literal["combinatorial", "normalized"]
-LAPLACIANS: tuple[str, ...] = ("combinatorial", "normalized")
+LaplacianKind = Literal["combinatorial", "normalized", "random_walk"]
+LAPLACIANS: tuple[str, ...] = ("combinatorial", "normalized", "random_walk")
 DEFAULT_CUTOFF_RATIO = 0.1
 _TIE_TOL = 1e-9
 
@@ -73,7 +84,8 @@ def attention_adjacency(attention: np.ndarray) -> np.ndarray:
 
 
 def laplacian(adjacency: np.ndarray, kind: LaplacianKind = "combinatorial") -> np.ndarray:
-    """The combinatorial ``D − W`` or the symmetric normalised ``I − D^{-1/2} W D^{-1/2}`` Laplacian."""
+    """The combinatorial ``D − W``, the symmetric normalised ``I − D^{-1/2} W D^{-1/2}`` or the random-walk
+    ``I − D⁻¹W`` Laplacian (isolated nodes get a zero row in both normalised ones)."""
     w = np.asarray(adjacency, dtype=np.float64)
     if w.ndim != 2 or w.shape[0] != w.shape[1]:
         raise SpectralInputError(f"Adjacency must be square; got shape {w.shape}.")
@@ -88,6 +100,11 @@ def laplacian(adjacency: np.ndarray, kind: LaplacianKind = "combinatorial") -> n
         inv_sqrt[positive] = 1.0 / np.sqrt(degrees[positive])
         normalized = np.diag(positive.astype(np.float64)) - inv_sqrt[:, None] * w * inv_sqrt[None, :]
         return (normalized + normalized.T) / 2.0
+    if kind == "random_walk":
+        inv = np.zeros_like(degrees)
+        positive = degrees > 0
+        inv[positive] = 1.0 / degrees[positive]
+        return np.diag(positive.astype(np.float64)) - inv[:, None] * w
     raise SpectralInputError(f"Unknown Laplacian '{kind}'. Allowed values: {list(LAPLACIANS)}")
 
 
@@ -125,18 +142,44 @@ def spectral_energy(signal: np.ndarray, eigenvectors: np.ndarray) -> np.ndarray:
     return np.einsum("kc,kc->k", coefficients, coefficients)
 
 
+def kept_modes(n: int, eigenpairs: int | None) -> np.ndarray:
+    """Indices (ascending) of the modes a K-eigenpair solver returns: ``K // 2`` from the bottom, the rest from
+    the top (the same split as a smallest-plus-largest Lanczos pair of calls); all modes when ``N ≤ K``."""
+    if eigenpairs is None or n <= eigenpairs:
+        return np.arange(n)
+    if eigenpairs < 2:
+        raise SpectralInputError(f"eigenpairs must be at least 2 (λ_2 is one of them); got {eigenpairs}.")
+    k_small = min(eigenpairs // 2, n - 2)
+    k_large = min(eigenpairs - k_small, n - k_small - 1)
+    return np.concatenate([np.arange(k_small), np.arange(n - k_large, n)])
+
+
 def spectral_stats(
     adjacency: np.ndarray,
     signal: np.ndarray,
     *,
     kind: LaplacianKind = "combinatorial",
     cutoff_ratio: float = DEFAULT_CUTOFF_RATIO,
+    eigenpairs: int | None = None,
 ) -> SpectralStats:
-    """HFER, spectral entropy, Fiedler value and smoothness of ``signal`` on the graph ``adjacency``."""
+    """HFER, spectral entropy, Fiedler value and smoothness of ``signal`` on the graph ``adjacency``
+    (``eigenpairs``: use only that many modes, see the module docstring)."""
+    if kind == "random_walk":
+        # same spectrum as L_sym; the D-orthonormal eigenbasis D^{-1/2} V turns X into coefficients Vᵀ D^{1/2} X
+        degrees = np.asarray(adjacency, dtype=np.float64).sum(axis=1)
+        x = np.asarray(signal, dtype=np.float64)
+        weighted = np.sqrt(np.maximum(degrees, 0.0)).reshape((-1,) + (1,) * (x.ndim - 1)) * x
+        return spectral_stats(adjacency, weighted, kind="normalized", cutoff_ratio=cutoff_ratio, eigenpairs=eigenpairs)
     lap = laplacian(adjacency, kind)
     eigenvalues, eigenvectors = graph_fourier_basis(lap)
     energy = spectral_energy(signal, eigenvectors)
     n = eigenvalues.size
+    smooth_all = float((eigenvalues * energy).sum() / energy.sum()) if energy.sum() > 0 else 0.0
+    fiedler = float(eigenvalues[1]) if n > 1 else 0.0
+    if eigenpairs is not None and eigenpairs < n:
+        modes = kept_modes(n, eigenpairs)
+        eigenvalues, energy = eigenvalues[modes], energy[modes]
+    n_modes = eigenvalues.size
     total = float(energy.sum())
     mask = high_band(eigenvalues, cutoff_ratio)
     if total <= 0.0:
@@ -146,9 +189,8 @@ def spectral_stats(
         p = energy / total
         nonzero = p[p > 0]
         entropy_nats = float(-(nonzero * np.log(nonzero)).sum())
-        smooth = float((eigenvalues * energy).sum() / total)
-    entropy = entropy_nats / float(np.log(n)) if n > 1 else 0.0
-    fiedler = float(eigenvalues[1]) if n > 1 else 0.0
+        smooth = float((eigenvalues * energy).sum() / total) if n_modes == n else smooth_all
+    entropy = entropy_nats / float(np.log(n_modes)) if n_modes > 1 else 0.0
     return SpectralStats(
         hfer=min(max(hfer, 0.0), 1.0),
         spectral_entropy=min(max(entropy, 0.0), 1.0),

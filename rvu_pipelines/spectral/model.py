@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from rvu_pipelines.models.dequantized import load_dequantized, weights_cache_root
+from rvu_pipelines.spectral.config import GraphConfig, Method, config_stats, per_head_stats
 from rvu_pipelines.spectral.errors import ContextLengthError, LayerIndexError, NoAttentionError, SpectralInputError
 from rvu_pipelines.spectral.graph import (
     DEFAULT_CUTOFF_RATIO,
@@ -62,10 +63,24 @@ def layer_stats_from_trace(
     token_slice: slice | None = None,
     kind: LaplacianKind = "combinatorial",
     cutoff_ratio: float = DEFAULT_CUTOFF_RATIO,
+    config: GraphConfig | None = None,
+    method: Method = "exact",
 ) -> dict[int, SpectralStats]:
     """Per chosen layer, the statistics of the layer's hidden states on its symmetrised attention graph;
-    ``token_slice`` restricts both to the induced subgraph of those tokens (e.g. a tool output's span)."""
+    ``token_slice`` restricts both to the induced subgraph of those tokens (e.g. a tool output's span).
+    A ``config`` (``config.GRAPH_CONFIGS``) replaces ``kind`` and ``cutoff_ratio`` and decides sinks, signal
+    and eigenpairs (always the head-mean graph here: ``head_stats_from_trace`` gives one graph per head);
+    ``method="fast"`` (with a config) uses ``fast.fast_spectral_stats``."""
     chosen = _check_layers(layers, trace.n_layers)
+    if config is not None:
+        return {
+            layer: config_stats(
+                trace.attentions[layer], trace.hidden_states[layer], config, token_slice=token_slice, method=method
+            )
+            for layer in chosen
+        }
+    if method != "exact":
+        raise SpectralInputError("method='fast' needs a graph configuration (config=graph_config(...)).")
     part = token_slice or slice(None)
     out: dict[int, SpectralStats] = {}
     for layer in chosen:
@@ -74,6 +89,27 @@ def layer_stats_from_trace(
             raise SpectralInputError(f"The token slice {token_slice} selects no tokens of {len(trace.tokens)}.")
         out[layer] = spectral_stats(adjacency, trace.hidden_states[layer][part], kind=kind, cutoff_ratio=cutoff_ratio)
     return out
+
+
+def head_stats_from_trace(
+    trace: ForwardTrace,
+    layers: Sequence[int] | None = None,
+    *,
+    config: GraphConfig,
+    token_slice: slice | None = None,
+    method: Method = "exact",
+) -> np.ndarray:
+    """Layers × heads × ``STAT_NAMES``: every head's own graph (``config.per_head_stats``), e.g. as features
+    of a logistic probe; layers in the order given."""
+    chosen = _check_layers(layers, trace.n_layers)
+    return np.stack(
+        [
+            per_head_stats(
+                trace.attentions[layer], trace.hidden_states[layer], config, token_slice=token_slice, method=method
+            )
+            for layer in chosen
+        ]
+    )
 
 
 class SpectralModel:
@@ -155,12 +191,23 @@ class SpectralModel:
         span: tuple[int, int] | None = None,
         kind: LaplacianKind = "combinatorial",
         cutoff_ratio: float = DEFAULT_CUTOFF_RATIO,
+        config: GraphConfig | None = None,
+        method: Method = "exact",
     ) -> dict[int, SpectralStats]:
-        """Statistics per layer from one forward pass; ``span`` (characters) restricts to a part of the text."""
+        """Statistics per layer from one forward pass; ``span`` (characters) restricts to a part of the text;
+        ``config`` / ``method`` as in ``layer_stats_from_trace``."""
         chosen = _check_layers(layers, self.n_layers)
         trace = self.forward(text, up_to_layer=max(chosen) if layers is not None else None)
         token_slice = self.token_slice(text, *span) if span is not None else None
-        return layer_stats_from_trace(trace, layers, token_slice=token_slice, kind=kind, cutoff_ratio=cutoff_ratio)
+        return layer_stats_from_trace(
+            trace,
+            layers,
+            token_slice=token_slice,
+            kind=kind,
+            cutoff_ratio=cutoff_ratio,
+            config=config,
+            method=method,
+        )
 
 
 def spectral_cache_root() -> Path:

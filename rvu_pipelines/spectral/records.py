@@ -1,8 +1,11 @@
-"""Feature records as ``.npz`` files (numpy arrays and plain scalars only: loading never unpickles)."""
+"""Feature records as ``.npz`` files (numpy arrays and plain scalars only: loading never unpickles).
+
+A field that has a default may be absent from a file (a record written before the field existed) and may
+hold ``None`` (then it is not written); it loads as its default."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from typing import Any, ClassVar
 
 import numpy as np
@@ -22,13 +25,17 @@ class NpzRecord:
         return [(f.name, cls._npz_keys.get(f.name, f.name), f.type) for f in fields(cls) if f.name not in cls._npz_skip]  # type: ignore[arg-type]
 
     def save(self, path: str) -> None:
-        np.savez_compressed(path, **{key: getattr(self, name) for name, key, _ in self._stored()})
+        values = {key: getattr(self, name) for name, key, _ in self._stored()}
+        np.savez_compressed(path, **{key: value for key, value in values.items() if value is not None})
 
     @classmethod
     def load(cls, path: str) -> Any:
         data = np.load(path, allow_pickle=False)
+        optional = {f.name for f in fields(cls) if f.default is not MISSING or f.default_factory is not MISSING}  # type: ignore[arg-type]
         values = {}
         for name, key, kind in cls._stored():
+            if key not in data.files and name in optional:
+                continue
             value = data[key]
             values[name] = _SCALARS[kind](value) if kind in _SCALARS else value
         return cls(**values)

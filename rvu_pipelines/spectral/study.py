@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 import polars as pl
 
+from rvu_pipelines.spectral.config import DEFAULT_GRAPH_CONFIG, GRAPH_CONFIGS, GraphConfig, graph_config
 from rvu_pipelines.spectral.errors import CalibrationError, ContextLengthError
-from rvu_pipelines.spectral.graph import DEFAULT_CUTOFF_RATIO, STAT_NAMES, LaplacianKind
+from rvu_pipelines.spectral.graph import STAT_NAMES
 from rvu_pipelines.spectral.killswitch import calibrate, evaluate, orientation_and_auroc, stratified_draw
-from rvu_pipelines.spectral.model import SpectralModel, layer_stats_from_trace
+from rvu_pipelines.spectral.model import SpectralModel, head_stats_from_trace, layer_stats_from_trace
 from rvu_pipelines.spectral.records import NpzRecord
 from rvu_pipelines.spectral.uncertainty import Estimate, auroc_estimate
 
@@ -38,10 +39,21 @@ class FeatureSet(NpzRecord):
     skipped: int = 0
     seconds_per_example: float = 0.0
     settings: dict[str, object] = field(default_factory=dict)
+    groups: np.ndarray | None = None  # the pair / triple each example belongs to
+    roles: np.ndarray | None = None  # "clean" | "injected" | "padded" where the examples carry a role
+    head_values: np.ndarray | None = None  # (examples, head layers, heads, statistics): per-head graphs
 
     def part(self, split: str) -> tuple[np.ndarray, np.ndarray]:
         mask = self.splits == split
         return self.values[mask], self.labels[mask]
+
+
+def resolve_graph(graph: str | GraphConfig) -> tuple[str, GraphConfig]:
+    """A configuration's name and value from either (a ``GraphConfig`` not in the registry is ``custom``)."""
+    if isinstance(graph, GraphConfig):
+        named = [name for name, value in GRAPH_CONFIGS.items() if value == graph]
+        return (named[0] if named else "custom"), graph
+    return graph, graph_config(graph)
 
 
 def extract_features(
@@ -51,18 +63,43 @@ def extract_features(
     name: str = "examples",
     scopes: Sequence[str] = ("text",),
     max_tokens: int = DEFAULT_MAX_TOKENS,
-    kind: LaplacianKind = "combinatorial",
-    cutoff_ratio: float = DEFAULT_CUTOFF_RATIO,
+    graph: str | GraphConfig = DEFAULT_GRAPH_CONFIG,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, FeatureSet]:
     """One forward pass per example, statistics per scope: ``text`` (the whole token graph) and/or
-    ``document`` (the induced subgraph of the statement / document tokens). Examples longer than
-    ``max_tokens`` are skipped and counted (the eigendecomposition is O(N³))."""
+    ``document`` (the induced subgraph of the statement / document tokens), on the named graph
+    configuration (``config.GRAPH_CONFIGS``). Examples longer than ``max_tokens`` are skipped and counted
+    (the eigendecomposition is O(N³))."""
+    by_graph = extract_by_graph(model, examples, [graph], name=name, scopes=scopes, max_tokens=max_tokens,
+                                progress=progress)  # fmt: skip
+    return {scope: by_graph[(scope, resolve_graph(graph)[0])] for scope in scopes}
+
+
+def extract_by_graph(
+    model: SpectralModel,
+    examples: pl.DataFrame,
+    graphs: Sequence[str | GraphConfig],
+    *,
+    name: str = "examples",
+    scopes: Sequence[str] = ("text",),
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    head_layers: Sequence[int] = (),
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[tuple[str, str], FeatureSet]:
+    """Like ``extract_features`` for several graph configurations from the same forward pass, keyed
+    ``(scope, graph name)``; ``head_layers``: also every head's own graph at those layers (the first
+    configuration's sinks and signal), for a probe over per-head features."""
     bad = [scope for scope in scopes if scope not in ("text", "document")]
     if bad or not scopes:
         raise ValueError(f"scopes must be 'text' and/or 'document', got {list(scopes)}")
-    rows: dict[str, list] = {scope: [] for scope in scopes}
-    labels, splits, sources, lengths = [], [], [], []
+    resolved = [resolve_graph(graph) for graph in graphs]
+    if not resolved:
+        raise ValueError("graphs names no configuration; allowed: " + ", ".join(GRAPH_CONFIGS))
+    keys = [(scope, graph_name) for scope in scopes for graph_name, _ in resolved]
+    rows: dict[tuple[str, str], list] = {key: [] for key in keys}
+    heads: dict[str, list] = {scope: [] for scope in scopes}
+    labels, splits, sources, lengths, groups, roles = [], [], [], [], [], []
+    has_roles = "role" in examples.columns
     skipped = 0
     started = time.perf_counter()
     for number, row in enumerate(examples.iter_rows(named=True)):
@@ -80,27 +117,40 @@ def extract_features(
             continue
         for scope in scopes:
             token_slice = model.token_slice(text, row["doc_start"], row["doc_end"]) if scope == "document" else None
-            stats = layer_stats_from_trace(trace, token_slice=token_slice, kind=kind, cutoff_ratio=cutoff_ratio)
-            rows[scope].append([[getattr(stats[layer], s) for s in STAT_NAMES] for layer in sorted(stats)])
+            for graph_name, config in resolved:
+                stats = layer_stats_from_trace(trace, token_slice=token_slice, config=config)
+                rows[(scope, graph_name)].append([[getattr(stats[k], s) for s in STAT_NAMES] for k in sorted(stats)])
+            if head_layers:
+                heads[scope].append(
+                    head_stats_from_trace(trace, list(head_layers), config=resolved[0][1], token_slice=token_slice)
+                )
         labels.append(int(row["label"]))
         splits.append(row["split"])
         sources.append(row["source"])
         lengths.append(n)
+        groups.append(str(row.get("group", "")))
+        roles.append(str(row["role"]) if has_roles else ("injected" if int(row["label"]) else "clean"))
     elapsed = time.perf_counter() - started
-    return {
-        scope: FeatureSet(
+    out = {}
+    for scope, graph_name in keys:
+        config = dict(resolved)[graph_name]
+        out[(scope, graph_name)] = FeatureSet(
             name=name,
-            values=np.asarray(rows[scope], dtype=np.float64).reshape(len(labels), model.n_layers, len(STAT_NAMES)),
+            values=np.asarray(rows[(scope, graph_name)], dtype=np.float64).reshape(
+                len(labels), model.n_layers, len(STAT_NAMES)
+            ),
             labels=np.asarray(labels, dtype=np.int64),
             splits=np.asarray(splits, dtype=str),
             sources=np.asarray(sources, dtype=str),
             n_tokens=np.asarray(lengths, dtype=np.int64),
             skipped=skipped,
             seconds_per_example=elapsed / max(len(labels), 1),
-            settings={"scope": scope, "max_tokens": max_tokens, "laplacian": kind, "cutoff_ratio": cutoff_ratio},
+            settings={"scope": scope, "max_tokens": max_tokens, "graph": graph_name, "config": asdict(config)},
+            groups=np.asarray(groups, dtype=str),
+            roles=np.asarray(roles, dtype=str),
+            head_values=np.asarray(heads[scope], dtype=np.float64) if head_layers else None,
         )
-        for scope in scopes
-    }
+    return out
 
 
 def per_layer_auroc(values: np.ndarray, labels: np.ndarray, statistic: str = "hfer") -> list[dict[str, object]]:
@@ -231,23 +281,36 @@ class SampledResult:
     hfer_by_layer: list[dict[str, Any]]
     statistic_ms_per_layer: float
     seconds_per_example: float
+    graph: str = DEFAULT_GRAPH_CONFIG
 
     def as_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
 
 
 def sampled_study(
-    model: SpectralModel, sets: dict[str, pl.DataFrame], per_set: int = 24, seed: int = 0
+    model: SpectralModel,
+    sets: dict[str, pl.DataFrame],
+    per_set: int = 24,
+    seed: int = 0,
+    *,
+    graph: str = DEFAULT_GRAPH_CONFIG,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
 ) -> dict[str, SampledResult]:
-    """The study on a few whole pairs per set (an asset's budget): calibrate on the sample's calibration
-    part, evaluate on its held-out part, and time the statistic alone per layer on the sample."""
-    from rvu_pipelines.spectral.graph import attention_adjacency, spectral_stats
+    """The study on a few whole pairs per set (an asset's budget), with the full study's configuration: the
+    same graph configuration and token limit, pairs kept whole through it; calibrate on the sample's
+    calibration part, evaluate on its held-out part, and time the statistic alone per layer on the sample."""
+    from rvu_pipelines.spectral.config import config_stats
+    from rvu_pipelines.spectral.data import keep_whole_groups
 
+    config = graph_config(graph)
     out: dict[str, SampledResult] = {}
     for name, frame in sets.items():
-        calibration = limit_groups(frame.filter(pl.col("split") == "calibration"), per_set // 2, seed)
-        heldout = limit_groups(frame.filter(pl.col("split") == "heldout"), per_set - per_set // 2, seed)
-        features = extract_features(model, pl.concat([calibration, heldout]), name=name)["text"]
+        fitting = keep_whole_groups(frame, lambda text: len(model.tokenizer(text)["input_ids"]), max_tokens)
+        calibration = limit_groups(fitting.filter(pl.col("split") == "calibration"), per_set // 2, seed)
+        heldout = limit_groups(fitting.filter(pl.col("split") == "heldout"), per_set - per_set // 2, seed)
+        features = extract_features(
+            model, pl.concat([calibration, heldout]), name=name, graph=graph, max_tokens=max_tokens
+        )["text"]
         cal_x, cal_y = features.part("calibration")
         held_x, held_y = features.part("heldout")
         switch = calibrate(cal_x, cal_y)
@@ -255,7 +318,7 @@ def sampled_study(
         trace = model.forward(calibration["text"][0])
         started = time.perf_counter()
         for layer in range(trace.n_layers):
-            spectral_stats(attention_adjacency(trace.attentions[layer]), trace.hidden_states[layer])
+            config_stats(trace.attentions[layer], trace.hidden_states[layer], config)
         ms = (time.perf_counter() - started) * 1000.0 / trace.n_layers
         out[name] = SampledResult(
             name=name,
@@ -266,5 +329,6 @@ def sampled_study(
             hfer_by_layer=per_layer_auroc(held_x, held_y, "hfer"),
             statistic_ms_per_layer=ms,
             seconds_per_example=features.seconds_per_example,
+            graph=graph,
         )
     return out

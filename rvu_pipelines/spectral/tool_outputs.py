@@ -9,17 +9,19 @@ switch reads in the agent (the user's request, a blank line, the tool output: ``
 
 An output that the planted texts change becomes a pair (clean, label 0; injected, label 1; one group); an
 output no placeholder reaches is a clean output only (label 0, a group of its own): it measures what the
-switch costs on the ordinary traffic the agent reads. No AgentDojo text is ever used to calibrate a switch
-(the switch is calibrated on BIPIA / InjecAgent), so every example here is held out.
+switch costs on the ordinary traffic the agent reads. The split is fixed per user task (sha256, the
+contamination sets' 60 / 40): a deployment may know the *clean* outputs of its calibration tasks (its own
+benign traffic, for an FPR-controlled threshold), never an injected one, and never a held-out task's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 
 import polars as pl
 
-from rvu_pipelines.spectral.data import DOCUMENT_TEMPLATE, _frame
+from rvu_pipelines.spectral.data import DOCUMENT_TEMPLATE, _frame, heldout_split
 
 SOURCE_PREFIX = "agentdojo_"
 
@@ -34,7 +36,7 @@ def _render(runtime: object, env: object, calls: Iterable[object]) -> list[str]:
     return outputs
 
 
-def _example(request: str, output: str, label: int, source: str, group: str) -> dict:
+def _example(request: str, output: str, label: int, source: str, group: str, split: str) -> dict:
     prefix = DOCUMENT_TEMPLATE.format(instruction=request)
     return {
         "text": prefix + output,
@@ -43,7 +45,7 @@ def _example(request: str, output: str, label: int, source: str, group: str) -> 
         "group": group,
         "doc_start": len(prefix),
         "doc_end": len(prefix) + len(output),
-        "split": "heldout",
+        "split": split,
     }
 
 
@@ -52,9 +54,15 @@ def agentdojo_tool_outputs(
     suite_names: Iterable[str] | None = None,
     attack: str = "important_instructions",
 ) -> pl.DataFrame:
-    """Clean and injected tool outputs of AgentDojo's ground-truth solutions (``EXAMPLE_COLUMNS``, all held out).
+    """Clean and injected tool outputs of AgentDojo's ground-truth solutions (``EXAMPLE_COLUMNS``).
 
-    ``source`` is ``agentdojo_<suite>``; ``group`` is ``agentdojo/<suite>/<user task>/<call index>``."""
+    ``source`` is ``agentdojo_<suite>``; ``group`` is ``agentdojo/<suite>/<user task>/<call index>``. Built once
+    per process and arguments (executing every suite's solutions twice takes tens of seconds)."""
+    return _tool_outputs(benchmark_version, None if suite_names is None else tuple(suite_names), attack)
+
+
+@lru_cache(maxsize=8)
+def _tool_outputs(benchmark_version: str, suite_names: tuple[str, ...] | None, attack: str) -> pl.DataFrame:
     from agentdojo.functions_runtime import FunctionsRuntime
 
     from rvu_pipelines.scenarios.agentdojo_tasks import _attack, _natural, suites
@@ -80,11 +88,12 @@ def agentdojo_tool_outputs(
             clean = _render(runtime, clean_env, calls)
             injected = _render(runtime, injected_env, calls)
             source = f"{SOURCE_PREFIX}{suite_name}"
+            split = heldout_split(f"agentdojo/{suite_name}/{user_id}")
             for index, (plain, attacked) in enumerate(zip(clean, injected, strict=True)):
                 if not plain.strip():
                     continue
                 group = f"agentdojo/{suite_name}/{user_id}/{index}"
-                rows.append(_example(task.PROMPT, plain, 0, source, group))
+                rows.append(_example(task.PROMPT, plain, 0, source, group, split))
                 if attacked != plain:
-                    rows.append(_example(task.PROMPT, attacked, 1, source, group))
+                    rows.append(_example(task.PROMPT, attacked, 1, source, group, split))
     return _frame(rows)

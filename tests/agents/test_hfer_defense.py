@@ -60,6 +60,7 @@ def small_switch(tiny_models, tmp_path_factory) -> LazyHferDetector:
         store=tmp_path_factory.mktemp("switches"),
         size=8,
         layers=(2, 3),
+        benign_size=20,
     )
 
 
@@ -174,7 +175,7 @@ def test_the_real_switch_stops_an_episode_and_names_layer_and_statistic(
 
     version = small_switch.version
     sha = tiny_models["llm"].sha256
-    assert version.startswith(f"hfer:{sha[:16]}:L{switch.layer}:") and switch.statistic in version
+    assert version.startswith(f"hfer:{sha[:16]}:sink_free:L{switch.layer}:") and switch.statistic in version
     assert f"t={switch.threshold:.6g}" in version and ":n=8:seed=0:" in version
     assert version.endswith(small_switch.spec.key)
 
@@ -183,6 +184,17 @@ def test_the_real_switch_stops_an_episode_and_names_layer_and_statistic(
     assert kept["version"] == version and kept["identity"]["model_sha256"] == sha
     assert len(kept["examples"]) == 8 and {e["split"] for e in kept["examples"]} == {"calibration"}
     assert sorted({e["label"] for e in kept["examples"]}) == [0, 1]
+    # the threshold: none of the 20 clean calibration tool outputs fires (floor(5 % of 20) = 0), and none of
+    # them comes from a held-out user task
+    from rvu_pipelines.spectral.agent_switch import benign_outputs
+
+    benign = benign_outputs(small_switch.spec)
+    assert kept["benign"]["groups"] == benign["group"].to_list() and kept["benign"]["n_benign"] == 20
+    assert set(benign["split"]) == {"calibration"} and set(benign["label"]) == {0}
+    assert len(set(benign["source"])) == 4  # spread over the suites
+    detector = small_switch.detector()
+    fired = [float(switch.score(detector.features(text))[0]) >= switch.threshold for text in benign["text"]]
+    assert not any(fired) and kept["benign"]["bayes_threshold"] != switch.threshold
     # once per process, and a later process reads the kept switch instead of calibrating
     from rvu_pipelines.spectral import agent_switch
 

@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import polars as pl
+import pytest
 
-from rvu_pipelines.spectral.data import EXAMPLE_COLUMNS, PLACEHOLDER, heldout_split
+from rvu_pipelines.spectral import SpectralInputError
+from rvu_pipelines.spectral.data import (
+    EXAMPLE_COLUMNS,
+    PLACEHOLDER,
+    ROLE_COLUMN,
+    heldout_split,
+    keep_whole_groups,
+    length_matched_clean,
+)
 
 
 def test_every_set_has_both_labels_spans_and_both_splits(spectral_sets) -> None:
@@ -44,3 +53,45 @@ def test_heldout_split_is_fixed_by_group() -> None:
 def test_deepset_keeps_its_published_test_split(spectral_sets) -> None:
     deepset = spectral_sets["deepset"]
     assert deepset.filter(pl.col("split") == "heldout").height == 116
+
+
+def test_length_matched_clean_on_bipia(spectral_sets) -> None:
+    bipia = spectral_sets["bipia"]
+    triples = length_matched_clean(bipia, tolerance=12, seed=0)
+    assert tuple(triples.columns) == (*EXAMPLE_COLUMNS, ROLE_COLUMN)
+    assert triples.height == 3 * bipia["group"].n_unique()
+    assert (
+        triples.filter(pl.col(ROLE_COLUMN) != "padded")
+        .drop(ROLE_COLUMN)
+        .sort(["group", "label"])
+        .equals(bipia.sort(["group", "label"]))
+    )  # the pairs are untouched
+    n = pl.col("text").str.len_chars().cast(pl.Int64)
+    wide = triples.with_columns(n.alias("n")).pivot(on=ROLE_COLUMN, index="group", values="n")
+    assert ((wide["padded"] - wide["injected"]).abs() <= 12).all()
+    padded = triples.filter(pl.col(ROLE_COLUMN) == "padded")
+    assert set(padded["label"].to_list()) == {0}
+    clean_docs = "\n".join(
+        r["text"][r["doc_start"] : r["doc_end"]] for r in bipia.filter(pl.col("label") == 0).iter_rows(named=True)
+    )
+    by_group = {r["group"]: r for r in bipia.filter(pl.col("label") == 0).iter_rows(named=True)}
+    for row in padded.head(60).iter_rows(named=True):
+        own = by_group[row["group"]]
+        doc = own["text"][own["doc_start"] : own["doc_end"]]
+        new = row["text"][row["doc_start"] : row["doc_end"]]
+        at = next((i for i in range(len(doc)) if doc[i] != new[i]), len(doc))
+        added = new[at : len(new) - (len(doc) - at)]
+        assert new[:at] + new[len(new) - (len(doc) - at) :] == doc  # the clean text plus one inserted block
+        for line in added.strip("\n").split("\n")[:-1]:  # whole padding lines (the last may be cut)
+            assert line in clean_docs
+    assert length_matched_clean(bipia, seed=0).equals(triples)
+    assert not length_matched_clean(bipia, seed=1).equals(triples)
+    with pytest.raises(SpectralInputError, match="deepset"):
+        length_matched_clean(spectral_sets["deepset"].head(4))
+
+
+def test_keep_whole_groups_drops_a_group_with_any_long_member(spectral_sets) -> None:
+    triples = length_matched_clean(spectral_sets["bipia"])
+    kept = keep_whole_groups(triples, len, 400)
+    assert (kept["text"].str.len_chars() <= 400).all()
+    assert (kept.group_by("group").len()["len"] == 3).all() and 0 < kept.height < triples.height

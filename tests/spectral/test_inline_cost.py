@@ -18,7 +18,9 @@ def banking_outputs() -> pl.DataFrame:
 
 def test_tool_outputs_pair_the_same_call_clean_and_injected(banking_outputs: pl.DataFrame) -> None:
     frame = banking_outputs
-    assert set(frame["split"]) == {"heldout"} and set(frame["source"]) == {"agentdojo_banking"}
+    assert set(frame["split"]) == {"heldout", "calibration"} and set(frame["source"]) == {"agentdojo_banking"}
+    task_of = frame["group"].str.extract(r"^(agentdojo/[^/]+/[^/]+)/")
+    assert frame.group_by(task_of).agg(pl.col("split").n_unique())["split"].max() == 1  # one side per user task
     clean, injected = frame.filter(pl.col("label") == 0), frame.filter(pl.col("label") == 1)
     assert injected.height > 0 and clean.height > injected.height  # some outputs no placeholder reaches
     assert set(injected["group"]) <= set(clean["group"])  # every injected output has its clean partner

@@ -3,6 +3,8 @@ table (alignment check, LODO rows, markdown) on real features of a few examples.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import polars as pl
 import pytest
@@ -17,7 +19,14 @@ from rvu_pipelines.spectral.baselines import (
     span_nll,
     synthetic_pairs,
 )
-from rvu_pipelines.spectral.comparison import SAME_ALL, SetFeatures, comparison_table, markdown_table
+from rvu_pipelines.spectral.comparison import (
+    ATTENTION_TRACKER,
+    ATTENTION_TRACKER_RAW,
+    SAME_ALL,
+    SetFeatures,
+    comparison_table,
+    markdown_table,
+)
 from rvu_pipelines.spectral.study import extract_features, limit_groups
 
 
@@ -25,6 +34,7 @@ def test_probe_prompt_marks_exactly_the_instruction(spectral_model) -> None:
     text, instruction = probe_prompt(spectral_model, "Please book a table for two.")
     ids = spectral_model.tokenize(text)["input_ids"][0].tolist()
     assert spectral_model.tokenizer.decode(ids[instruction]).strip() == PROBE_INSTRUCTION
+    assert "Data: Please book" in text  # the reference code's user message
     assert text.rstrip().endswith("assistant")  # the generation prompt: the last token is where it answers
 
 
@@ -80,6 +90,8 @@ def test_baselines_line_up_with_the_spectral_features(small_sets) -> None:
         b = features.baselines
         assert b.instruction_attention.shape[0] == b.span_nll.size == b.spans.size == features.spectral.labels.size
         assert np.isfinite(b.span_nll).all() and (b.instruction_attention >= 0).all()
+        assert b.data_attention is not None and b.data_attention.shape == b.instruction_attention.shape
+        assert (b.instruction_attention + b.data_attention <= 1 + 1e-5).all()
     bad = small_sets["injecagent"].baselines
     shifted = BaselineFeatures(bad.name, bad.instruction_attention, bad.span_nll, bad.spans, bad.labels[::-1],
                                bad.splits, bad.sources)  # fmt: skip
@@ -92,16 +104,28 @@ def test_baseline_features_round_trip(small_sets, tmp_path) -> None:
     features.save(str(tmp_path / "b.npz"))
     loaded = BaselineFeatures.load(str(tmp_path / "b.npz"))
     np.testing.assert_array_equal(loaded.instruction_attention, features.instruction_attention)
+    np.testing.assert_array_equal(loaded.data_attention, features.data_attention)
     assert loaded.spans.tolist() == features.spans.tolist()
+    # a record written without data attention still loads; only the raw score can use it
+    old = dataclasses.replace(features, data_attention=None)
+    old.save(str(tmp_path / "old.npz"))
+    assert "data_attention" not in np.load(str(tmp_path / "old.npz")).files
+    loaded = BaselineFeatures.load(str(tmp_path / "old.npz"))
+    assert loaded.data_attention is None
+    heads = np.ones(features.instruction_attention.shape[1:], dtype=bool)
+    assert np.isfinite(AttentionTracker(heads, 1.0, 0, mode="raw").score_features(loaded)).all()
+    with pytest.raises(SpectralInputError, match="data attention"):
+        AttentionTracker(heads, 1.0, 0).score_features(loaded)
 
 
 def test_comparison_table_rows_and_markdown(small_sets) -> None:
     heads = np.zeros(small_sets["injecagent"].baselines.instruction_attention.shape[1:], dtype=bool)
     heads[0, 0] = True
-    tracker = AttentionTracker(heads, k=1.0, n_pairs=0)
+    trackers = [AttentionTracker(heads, k=1.0, n_pairs=0), AttentionTracker(heads, k=1.0, n_pairs=0, mode="raw")]
     from rvu_pipelines.detectors.heuristic import HeuristicDetector
 
-    table = comparison_table(small_sets, tracker, {"D1 regex heuristic": HeuristicDetector()}, draws=2)
+    table = comparison_table(small_sets, trackers, {"D1 regex heuristic": HeuristicDetector()}, draws=2)
+    assert table.filter(pl.col("method").is_in([ATTENTION_TRACKER, ATTENTION_TRACKER_RAW])).height == 4
     assert set(table["set"]) == {"context_verification", "injecagent"}
     # context verification and contamination are different tasks: no cross-task switch rows
     cross = table.filter(pl.col("method").str.starts_with("HFER switch calibrated on"))
