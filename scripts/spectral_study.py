@@ -164,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--scopes", nargs="*", choices=["text", "document"], default=["text", "document"])
     parser.add_argument("--max-tokens", type=int, default=384)
+    parser.add_argument("--graph", default="sink_free", help="graph configuration (config.GRAPH_CONFIGS)")
     parser.add_argument("--draws", type=int, default=20, help="calibration draws per size")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=".rvu/spectral")
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         frame = limit_groups(datasets[name], _limit(args.limit, name))
         frames[name] = frame
         digest = _digest(frame, args.max_tokens)
-        caches = {scope: out / f"{name}_{scope}_{digest}.npz" for scope in args.scopes}
+        caches = {scope: out / f"{name}_{scope}_{args.graph}_{digest}.npz" for scope in args.scopes}
         if all(cache.is_file() for cache in caches.values()):
             by_scope = {scope: FeatureSet.load(str(cache)) for scope, cache in caches.items()}
         else:
@@ -205,7 +206,13 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  {name}: {i}/{n} ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
 
             by_scope = extract_features(
-                model, frame, name=name, scopes=args.scopes, max_tokens=args.max_tokens, progress=progress
+                model,
+                frame,
+                name=name,
+                scopes=args.scopes,
+                max_tokens=args.max_tokens,
+                graph=args.graph,
+                progress=progress,
             )
             for scope, features in by_scope.items():
                 features.save(str(caches[scope]))

@@ -184,7 +184,7 @@ def test_the_real_switch_stops_an_episode_and_names_layer_and_statistic(
     assert kept["version"] == version and kept["identity"]["model_sha256"] == sha
     assert len(kept["examples"]) == 8 and {e["split"] for e in kept["examples"]} == {"calibration"}
     assert sorted({e["label"] for e in kept["examples"]}) == [0, 1]
-    # the threshold: none of the 20 clean calibration tool outputs fires (floor(5 % of 20) = 0), and none of
+    # the threshold: at most floor(5 % of 20) = 1 of the 20 clean calibration tool outputs fires, and none of
     # them comes from a held-out user task
     from rvu_pipelines.spectral.agent_switch import benign_outputs
 
@@ -194,7 +194,7 @@ def test_the_real_switch_stops_an_episode_and_names_layer_and_statistic(
     assert len(set(benign["source"])) == 4  # spread over the suites
     detector = small_switch.detector()
     fired = [float(switch.score(detector.features(text))[0]) >= switch.threshold for text in benign["text"]]
-    assert not any(fired) and kept["benign"]["bayes_threshold"] != switch.threshold
+    assert sum(fired) <= 1 and kept["benign"]["bayes_threshold"] != switch.threshold
     # once per process, and a later process reads the kept switch instead of calibrating
     from rvu_pipelines.spectral import agent_switch
 

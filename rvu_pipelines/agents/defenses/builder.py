@@ -10,8 +10,9 @@ filtered tool outputs, rejected tags), so the episode runner can count and recor
 - ``hfer``: seed 004's spectral kill switch on the agent's own weights (``hfer.py``): each tool output is
   read by the switch before the LLM; when it fires the episode stops before generation (AgentDojo's
   ``AbortAgentError``), recorded as the row's ``aborted`` and a ``defense_abort`` provenance record.
-  ``DefenseSettings.hfer_detector`` is by default the default profile's switch, calibrated on 20 examples
-  of the contamination sets' calibration split; it loads nothing until an hfer episode scores a tool output.
+  ``DefenseSettings.hfer_detector`` is by default the default profile's switch (``spectral.agent_switch``:
+  sink-free graph, layer and statistic from 20 labelled examples, threshold at 5 % FPR on clean tool
+  outputs); it loads nothing until an hfer episode scores a tool output.
 - ``fath``: FATH (Wang et al. 2024, arXiv 2410.21492) as published: a secret per episode, a hash-based
   tag per message (the user's instruction carries the authorised one, each tool output its own), the
   model told to reply inside the authorised tag, and a parser after every LLM call that keeps only the

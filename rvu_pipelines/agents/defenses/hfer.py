@@ -13,7 +13,8 @@ text.
 
 ``hfer_pipeline`` assembles the defense like ``classifier`` (system message, request, LLM, tool loop);
 ``builder.build_pipeline("hfer", ...)`` calls it with ``DefenseSettings.hfer_detector`` (by default the
-profile's switch, calibrated on 20 examples of the contamination sets' calibration split, loaded lazily:
+profile's switch on the sink-free graph: layer and statistic from 20 examples of the contamination sets'
+calibration split, threshold at 5 % FPR on clean tool outputs of AgentDojo's calibration tasks; loaded lazily:
 ``spectral.agent_switch``).
 """
 
