@@ -24,6 +24,8 @@ EVENT_KINDS = (
     "adapter_loaded",
     "adapter_unloaded",
     "adapter_fused",
+    "adapter_admitted",  # an adapter gate's verdicts: no adapter row exists yet, so these name no subjects
+    "adapter_refused",
 )
 
 

@@ -4,15 +4,17 @@ One JSON object per line, validated against ``configs/schemas/incident_log.schem
 
 - ``kind: action``: an agent action (entry id, episode, action type, content, parent, timestamp,
   active adapter, optional ``contaminated`` flag);
-- ``kind: adapter_loaded | adapter_unloaded | adapter_fused``: adapter lifecycle events.
+- ``kind: adapter_loaded | adapter_unloaded | adapter_fused``: adapter lifecycle events;
+- ``kind: adapter_refused``: an adapter gate refused to load an adapter (a reason code, optional detail).
 
 Every line becomes one provenance entry. As in the paper (§3.2, and its ``load_adapter``), an
-``adapter_loaded`` line is an entry produced *under* that adapter, so adapter-aware closure reaches
-it; unload and fuse lines carry no adapter linkage. Parsing is all-or-nothing: every line is checked
-(UTF-8, JSON, schema, then file-level rules: unique entry ids, parents and adapters defined on an
-earlier line) and any problem raises :class:`IncidentValidationError` listing file, line and field
-for each one. References the file does not define are left for the store to resolve before it
-writes anything.
+``adapter_loaded`` line is an entry produced *under* that adapter, so adapter-aware closure reaches it;
+unload, fuse and refusal lines carry no adapter linkage. A refusal loads nothing: it neither counts as a
+load nor needs one, and a later line naming the refused adapter still needs an ``adapter_loaded`` line.
+Parsing is all-or-nothing: every line is checked (UTF-8, JSON, schema, then file-level rules: unique
+entry ids, parents and adapters defined on an earlier line) and any problem raises
+:class:`IncidentValidationError` listing file, line and field for each one. References the file does
+not define are left for the store to resolve before it writes anything.
 
 Logs come from outside, so nothing in them is trusted: a value later stages cannot hold (an
 overflowing number, deep nesting, a lone surrogate) is a validation problem like any other; a value
@@ -45,6 +47,7 @@ LIFECYCLE_ACTION_TYPES = {
     "adapter_loaded": "adapter_load",
     "adapter_unloaded": "adapter_unload",
     "adapter_fused": "adapter_fuse",
+    "adapter_refused": "adapter_refuse",
 }
 MAX_ISSUES = 200  # problems listed; validation stops at the next one
 MAX_EXTRA_FIELDS_LISTED = 10  # unexpected fields named one by one on a line
@@ -60,7 +63,7 @@ _FIX_HINTS = {
     "maximum": "use a value in range",
     "enum": "use one of the values listed",
     "const": "use the value named",
-    "not": "the adapter_* action types are reserved for lifecycle lines; use kind adapter_loaded/unloaded/fused",
+    "not": "the adapter_* action types are reserved for lifecycle lines; write such a line with an adapter_* kind",
     "anyOf": "write a value of the form the schema describes",
 }
 
@@ -102,6 +105,7 @@ class IncidentRecord:
     source: str | None = None
     parent_adapter_id: str | None = None
     influence: float | None = None
+    reason: str | None = None  # an adapter_refused line's reason code
 
     @property
     def is_action(self) -> bool:
@@ -134,6 +138,10 @@ class IncidentLog:
     @property
     def adapters_loaded(self) -> list[IncidentRecord]:
         return [record for record in self.records if record.kind == "adapter_loaded"]
+
+    @property
+    def adapters_refused(self) -> list[IncidentRecord]:
+        return [record for record in self.records if record.kind == "adapter_refused"]
 
     @property
     def last_timestamp(self) -> float:
@@ -244,7 +252,7 @@ def _schema_issues(source: str, line: int, obj: Any) -> list[IncidentIssue]:
 def _lifecycle_content(obj: Mapping[str, Any]) -> str:
     """The content stored for a lifecycle entry: its adapter fields as canonical JSON."""
     keys = ("kind", "adapter_id", "adapter_name", "adapter_hash", "source", "parent_adapter_id", "influence")
-    return canonical_dumps({key: obj[key] for key in keys if key in obj})
+    return canonical_dumps({key: obj[key] for key in (*keys, "reason", "detail") if key in obj})
 
 
 def _record(line: int, obj: Mapping[str, Any]) -> IncidentRecord:
@@ -280,9 +288,10 @@ def _record(line: int, obj: Mapping[str, Any]) -> IncidentRecord:
         adapter_id=obj["adapter_id"],
         adapter_name=obj.get("adapter_name"),
         adapter_hash=obj.get("adapter_hash"),
-        source=obj.get("source", "local") if kind == "adapter_loaded" else None,
+        source=obj.get("source", "local" if kind == "adapter_loaded" else None),
         parent_adapter_id=obj.get("parent_adapter_id"),
         influence=float(influence) if influence is not None else None,
+        reason=obj.get("reason"),
     )
 
 
@@ -324,6 +333,8 @@ def _file_issues(source: str, records: list[IncidentRecord]) -> tuple[list[Incid
                     )
             else:
                 external_parents.setdefault(parent, []).append(record.line)
+        if record.kind == "adapter_refused":  # names an adapter that never ran: no load to find, none made
+            continue
         if record.kind == "adapter_loaded":
             assert record.adapter_id is not None
             if record.adapter_id in loaded:

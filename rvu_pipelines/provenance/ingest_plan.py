@@ -15,7 +15,7 @@ import numpy as np
 
 from rvu_pipelines.errors import IncidentValidationError, StoreError
 from rvu_pipelines.hashing import sha256_bytes
-from rvu_pipelines.provenance.incident import IncidentIssue, IncidentLog
+from rvu_pipelines.provenance.incident import IncidentIssue, IncidentLog, IncidentRecord
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class IngestPlan:
     new_adapters: list[dict[str, Any]]  # adapter_provenance rows to insert, in seq order
     unloads: list[tuple[int, float]]  # (adapter seq, timestamp) of new adapter_unloaded lines, file order
     fusions: list[int]  # adapter seqs of new adapter_fused lines, file order
+    refusals: list[dict[str, Any]]  # event details of new adapter_refused lines, file order (no adapter row)
 
 
 @dataclass(frozen=True)
@@ -121,15 +122,17 @@ def validate(
                 )
                 for line in lines
             )
+    refused = {record.adapter_id: record.line for record in incident.adapters_refused}
     for adapter, lines in incident.external_adapters.items():
         if adapter not in adapters:
+            note = f" (line {refused[adapter]} says the adapter gate refused it)" if adapter in refused else ""
             issues.extend(
                 IncidentIssue(
                     incident.path,
                     line,
                     incident.adapter_field(line),
                     f"adapter {adapter!r} is neither loaded on an earlier line nor in the store; "
-                    "load it with an adapter_loaded line first",
+                    f"load it with an adapter_loaded line first{note}",
                 )
                 for line in lines
             )
@@ -218,5 +221,17 @@ def plan(
         if records[i].kind == "adapter_unloaded"
     ]
     fusions = [adapter_seq[cast(str, records[i].adapter_id)] for i in new_rows if records[i].kind == "adapter_fused"]
+    refusals = [_refusal_details(records[i]) for i in new_rows if records[i].kind == "adapter_refused"]
     present = [i for i, r in enumerate(records) if r.entry_id in existing]
-    return IngestPlan(seqs, new_rows, entry_columns, present, scores, new_adapters, unloads, fusions)
+    return IngestPlan(seqs, new_rows, entry_columns, present, scores, new_adapters, unloads, fusions, refusals)
+
+
+def _refusal_details(record: IncidentRecord) -> dict[str, Any]:
+    """An ``adapter_refused`` event's details: the refused adapter has no row to name, so the event carries it."""
+    return {
+        "entry_id": record.entry_id,
+        "adapter_id": record.adapter_id,
+        "adapter_hash": record.adapter_hash,
+        "source": record.source,
+        "reason": record.reason,
+    }

@@ -15,7 +15,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import numpy as np
 
@@ -332,7 +332,9 @@ class SqlProvenanceStore(ABC):
         )
 
     def _write_adapter_lifecycle(self, plan: IngestPlan, details: Mapping[str, Any]) -> None:
-        """New adapters, then unloads and fusions (each only if it changes something), each kind one event."""
+        """New adapters, then unloads and fusions (each only if it changes something), each kind one event; then
+        one ``adapter_refused`` event per refusal line new to the store (the refused adapter has no row, so
+        ``subjects`` is empty and the details name it)."""
         for adapter in plan.new_adapters:
             marks = ", ".join([self._P] * len(adapter))
             self._rows(
@@ -349,6 +351,8 @@ class SqlProvenanceStore(ABC):
         fused = [int(r[0]) for seq in plan.fusions for r in self._rows(fuse, [seq])]
         if fused:
             self._append_event("adapter_fused", "adapter", fused, details)
+        for refusal in plan.refusals:
+            self._append_event("adapter_refused", "adapter", [], {**details, **refusal})
 
     # ---------------------------------------------------------------- tier state changes
 
@@ -422,6 +426,14 @@ class SqlProvenanceStore(ABC):
         return True
 
     # ---------------------------------------------------------------- event log
+
+    def record_gate_verdict(self, decision: Literal["admitted", "refused"], details: Mapping[str, Any]) -> None:
+        """Log an adapter gate's verdict reached outside any incident (a runtime screening before it loads), so
+        the chained log holds every refusal and admission, not only those an incident line reports."""
+        if decision not in ("admitted", "refused"):
+            raise ValueError(f"an adapter gate's decision is 'admitted' or 'refused', not {decision!r}")
+        with self.transaction():
+            self._append_event(f"adapter_{decision}", "adapter", [], details)
 
     def _append_event(
         self, kind: str, subject_type: str, subjects: Sequence[int] | np.ndarray, details: Mapping[str, Any]

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -222,6 +222,10 @@ class ProvenanceStore(Protocol):
 
     def restore(self, entry_id: str, details: Mapping[str, Any] | None = None) -> bool:
         """Lift an active quarantine; False if already restored, RestoreError if impossible."""
+        ...
+
+    def record_gate_verdict(self, decision: Literal["admitted", "refused"], details: Mapping[str, Any]) -> None:
+        """Log an adapter gate's verdict outside any incident (event ``adapter_admitted`` / ``adapter_refused``)."""
         ...
 
     # ---------------------------------------------------------------- vectors
