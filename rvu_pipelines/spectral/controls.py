@@ -26,7 +26,7 @@ import polars as pl
 from rvu_pipelines.spectral.errors import CalibrationError, SpectralInputError
 from rvu_pipelines.spectral.graph import STAT_NAMES
 from rvu_pipelines.spectral.killswitch import calibrate
-from rvu_pipelines.spectral.paired import auroc_beyond_length, paired_bootstrap_auroc, paired_test
+from rvu_pipelines.spectral.paired import auroc_beyond_length, in_whole_pairs, paired_bootstrap_auroc, paired_test
 from rvu_pipelines.spectral.study import FeatureSet
 
 CONTROL_RESAMPLES = 500
@@ -42,14 +42,6 @@ def _groups(features: FeatureSet) -> np.ndarray:
     if features.groups is not None and features.groups.size == features.labels.size:
         return features.groups
     return np.arange(features.labels.size).astype(str)
-
-
-def _paired_only(labels: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """Mask of the examples whose group holds exactly one clean and one injected example."""
-    _, inverse = np.unique(groups, return_inverse=True)
-    positives = np.bincount(inverse, weights=labels == 1)
-    negatives = np.bincount(inverse, weights=labels == 0)
-    return (positives[inverse] == 1) & (negatives[inverse] == 1)
 
 
 def score_controls(
@@ -69,7 +61,7 @@ def score_controls(
         s[cal], length[cal], y[cal], s[held], length[held], y[held], groups[held], n_boot=resamples, seed=seed
     )
     out: dict[str, Any] = {"n_heldout": int(held.sum()), "n_calibration": int(cal.sum())} | beyond.as_dict()
-    paired = _paired_only(y[held], groups[held])
+    paired = in_whole_pairs(y[held], groups[held])
     if paired.sum() >= 4:
         test = paired_test(s[held][paired], y[held][paired], groups[held][paired], n_boot=resamples, seed=seed)
         out["paired_test"] = test.as_dict()

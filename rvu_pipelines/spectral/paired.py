@@ -47,6 +47,14 @@ def _members(groups: np.ndarray) -> list[np.ndarray]:
     return [np.flatnonzero(inverse == code) for code in order]
 
 
+def in_whole_pairs(labels: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Mask of the examples whose group holds exactly one clean and one injected example."""
+    _, inverse = np.unique(groups, return_inverse=True)
+    positives = np.bincount(inverse, weights=labels == 1)
+    negatives = np.bincount(inverse, weights=labels == 0)
+    return (positives[inverse] == 1) & (negatives[inverse] == 1)
+
+
 def pair_differences(scores: np.ndarray, labels: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per group (in order of first appearance): injected minus clean score, and the group ids. Every
     group must hold exactly one positive and one negative."""

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from rvu_pipelines.spectral.errors import CalibrationError, SpectralInputError
-from rvu_pipelines.spectral.paired import paired_bootstrap_auroc
+from rvu_pipelines.spectral.paired import in_whole_pairs, paired_bootstrap_auroc
 from rvu_pipelines.spectral.uncertainty import BOOTSTRAP_RESAMPLES, Estimate
 
 C_GRID: tuple[float, ...] = tuple(float(c) for c in np.logspace(-3, 2, 11))
@@ -113,13 +113,6 @@ class LodoResult:
         }
 
 
-def _is_paired(labels: np.ndarray, groups: np.ndarray) -> bool:
-    _, inverse = np.unique(groups, return_inverse=True)
-    positives = np.bincount(inverse, weights=labels == 1)
-    negatives = np.bincount(inverse, weights=labels == 0)
-    return bool(np.all(positives == 1) and np.all(negatives == 1))
-
-
 def leave_one_dataset_out(
     features: np.ndarray,
     labels: np.ndarray,
@@ -156,5 +149,9 @@ def leave_one_dataset_out(
             raise CalibrationError(f"The held-out examples of {name!r} do not hold both classes.")
         probe = fit_probe(x[train], y[train], g[train], c_grid=c_grid)
         estimate = paired_bootstrap_auroc(probe.score(x[test]), y[test], g[test], n_boot=n_boot, seed=seed)
-        results.append(LodoResult(name, estimate, _is_paired(y[test], g[test]), probe.C, probe.cv_auroc, probe.n_train))
+        results.append(
+            LodoResult(
+                name, estimate, bool(in_whole_pairs(y[test], g[test]).all()), probe.C, probe.cv_auroc, probe.n_train
+            )
+        )
     return results
