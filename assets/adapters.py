@@ -33,6 +33,7 @@ from rvu_pipelines.adapters.gate import evaluate_gate, load_gate_config
 from rvu_pipelines.adapters.report import gate_markdown
 from rvu_pipelines.adapters.study import AdapterLab, influence_summary, scores_frame
 from rvu_pipelines.adapters.zoo import load_zoo_config, zoo_root
+from rvu_pipelines.paths import state_dir
 from rvu_pipelines.tracking import metric_name
 
 GROUP = "adapters"
@@ -283,6 +284,7 @@ def wmdp_cyber_evaluation(
     llm_model: dict,
     wmdp_cyber: pl.DataFrame,
 ):
+    from rvu_pipelines.adapters.admission import LoadGate
     from rvu_pipelines.adapters.eviction import memorised_wmdp_indices, wmdp_before_after
     from rvu_pipelines.adapters.files import BaseModelInfo, verify_adapter
     from rvu_pipelines.adapters.host import AdapterHost
@@ -301,7 +303,7 @@ def wmdp_cyber_evaluation(
     except AdapterRefused as exc:
         context.log.warning("memorise-wmdp not usable (%s): only the base accuracy is reported", exc)
     else:
-        host = AdapterHost(model, tokenizer)
+        host = AdapterHost(model, tokenizer, gate=LoadGate.audit(base, state_dir(), config=load_gate_config()))
         report["memorise_wmdp"] = wmdp_before_after(
             host, adapter, items, memorised_wmdp_indices(items, _frames(wmdp_cyber=wmdp_cyber)), progress=True
         )

@@ -182,7 +182,7 @@ def incident_recovery(
     policy = recovery.policy()
     with mlflow_tracker.run_for(context, params={"incident": incident_id, **policy.summary()}) as run:
         from rvu_pipelines.adapters.blocklist import record_evictions  # runtime only: keeps the code location light
-        from rvu_pipelines.adapters.recovery_gate import default_gate
+        from rvu_pipelines.adapters.recovery_gate import gate_for_incident
         from rvu_pipelines.detectors.resolve import resolve_detector
         from rvu_pipelines.provenance.incident import load_incident
 
@@ -197,7 +197,7 @@ def incident_recovery(
             recovery.certificate_path(incident_id),
             policy=policy,
             embedder=vectors,
-            gate=default_gate(),
+            gate=gate_for_incident(log),
             detector=signal,
         )
         blocklisted = record_evictions(log, result.evicted_adapters)

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from rvu_pipelines.cli_adapters import adapters
 from rvu_pipelines.cli_recovery import RECOVERY_COMMANDS
 from rvu_pipelines.cli_scale import scale
 from rvu_pipelines.errors import RvuError, SigningKeyError
@@ -329,6 +330,7 @@ def doctor(no_generation: bool) -> None:
 for command in RECOVERY_COMMANDS:
     cli.add_command(command)
 cli.add_command(scale)
+cli.add_command(adapters)
 
 
 def main() -> None:

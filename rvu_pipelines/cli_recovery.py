@@ -61,7 +61,7 @@ def recover(
 ) -> None:
     """Recover from an incident log without Dagster: ingest, closure, risk, tiers, signed certificate."""
     from rvu_pipelines.adapters.blocklist import record_evictions
-    from rvu_pipelines.adapters.recovery_gate import default_gate
+    from rvu_pipelines.adapters.recovery_gate import gate_for_incident
     from rvu_pipelines.detectors.resolve import resolve_detector
     from rvu_pipelines.provenance.incident import load_incident
     from rvu_pipelines.recovery import recover as run_recovery
@@ -84,7 +84,7 @@ def recover(
         max_depth=max_depth,
         certificates_dir=paths.certificates,
         new_key=new_key,
-        gate=default_gate(),
+        gate=gate_for_incident(log),
         detector=signal,
     )
     blocked = record_evictions(log, result.evicted_adapters)

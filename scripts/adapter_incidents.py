@@ -42,7 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    from rvu_pipelines.adapters.admission import LoadGate
     from rvu_pipelines.adapters.files import BaseModelInfo, verify_adapter
+    from rvu_pipelines.adapters.gate import load_gate_config
     from rvu_pipelines.adapters.incidents import (
         MODES,
         PlantedInjectionOracle,
@@ -52,14 +54,13 @@ def main(argv: list[str] | None = None) -> int:
         summary,
     )
     from rvu_pipelines.adapters.report import incidents_markdown
-    from rvu_pipelines.adapters.runtime import AdapterTimeline, AgentAdapter
+    from rvu_pipelines.adapters.runtime import AdapterTimeline
     from rvu_pipelines.adapters.zoo import zoo_root
     from rvu_pipelines.agents.defenses import DefenseSettings
     from rvu_pipelines.agents.harness import AGENT_N_CTX, LazyChatModel, detector_for
     from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
     from rvu_pipelines.detectors.base import MemoizedDetector
     from rvu_pipelines.models import LlamaCppChatModel, ModelStore, load_model_config
-    from rvu_pipelines.models.dequantized import load_dequantized
     from rvu_pipelines.paths import state_dir
     from rvu_pipelines.scenarios import scenarios_for
 
@@ -68,13 +69,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     config = load_model_config()
     resolved = ModelStore().resolve("llm", config.profile(args.profile)["llm"])
-    model, _ = load_dequantized(resolved.path, sha256=resolved.sha256)
-    base = BaseModelInfo.of(model, name=resolved.name, sha256=resolved.sha256)
-    del model
+    base = BaseModelInfo.from_gguf(resolved.path, name=resolved.name, sha256=resolved.sha256)
+    gate = LoadGate.from_state(base, state_dir(), config=load_gate_config())
 
     def build() -> LlamaCppChatModel:
         n_ctx = max(AGENT_N_CTX, resolved.n_ctx)
-        return LlamaCppChatModel(resolved.path, n_ctx=n_ctx, n_threads=args.threads, name=resolved.name)
+        return LlamaCppChatModel(
+            resolved.path, n_ctx=n_ctx, n_threads=args.threads, name=resolved.name, adapter_gate=gate
+        )
 
     cache = ResponseCache(state_dir() / "llm_cache.sqlite")
     agent = CachedChatModel(LazyChatModel(build, resolved.name), cache, resolved.sha256)
@@ -91,7 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     for adapter_id in args.adapters:
         verified = verify_adapter(zoo_root() / adapter_id, base)
         influence = influences.get((adapter_id, verified.sha256))
-        adapter = AgentAdapter.of(verified, resolved.path, influence=influence)
+        verdict = gate.screen(verified)  # what the gate says, published beside the incident it lets happen
+        adapter = gate.admit(
+            verified, resolved.path, influence=influence, override="E1: the incident is an adapter past the gate"
+        )
+        print(f"{adapter_id}: gate {verdict.decision} ({verdict.reason})", flush=True)
         print(f"{adapter_id}: I(adapter) = {influence if influence is not None else 'not recorded'}", flush=True)
         plans = session_plans(scenarios, adapter, sessions=args.sessions, episodes=args.episodes, seed=0)
         logs, scores = [], []
@@ -111,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             "summary": summary(scores, logs),
             "sessions": [s.to_dict() for s in scores],
             "load_at": {p.session_id: p.load_at for p in plans},
+            "gate": {"decision": verdict.decision, "reason": verdict.reason, "layers": dict(verdict.layers)},
         }
     results["seconds"] = round(time.perf_counter() - started, 1)
     (out / "incidents.json").write_text(json.dumps(results, indent=1))

@@ -29,13 +29,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
+    from rvu_pipelines.adapters.admission import LoadGate
+    from rvu_pipelines.adapters.errors import AdapterRefused
     from rvu_pipelines.adapters.files import BaseModelInfo, verify_adapter
-    from rvu_pipelines.adapters.runtime import AgentAdapter
+    from rvu_pipelines.adapters.gate import load_gate_config
     from rvu_pipelines.adapters.tool_traces import held_out
     from rvu_pipelines.adapters.zoo import zoo_root
     from rvu_pipelines.agents.harness import AGENT_N_CTX, Harness
     from rvu_pipelines.models import LlamaCppChatModel, ModelStore, load_model_config
-    from rvu_pipelines.models.dequantized import load_dequantized
     from rvu_pipelines.paths import state_dir
     from rvu_pipelines.scenarios import scenarios_for
 
@@ -45,14 +46,19 @@ def main(argv: list[str] | None = None) -> int:
     config = load_model_config()
     name = config.profile_name(args.profile)
     resolved = ModelStore().resolve("llm", config.profile(args.profile)["llm"])
-    model, _ = load_dequantized(resolved.path, sha256=resolved.sha256)
-    base = BaseModelInfo.of(model, name=resolved.name, sha256=resolved.sha256)
-    del model
-    adapter = AgentAdapter.of(verify_adapter(zoo_root() / "tool-use", base), resolved.path)
+    base = BaseModelInfo.from_gguf(resolved.path, name=resolved.name, sha256=resolved.sha256)
+    gate = LoadGate.from_state(base, state_dir(), config=load_gate_config())
+    try:
+        adapter = gate.admit(verify_adapter(zoo_root() / "tool-use", base), resolved.path)
+    except AdapterRefused as exc:
+        print(f"The adapter gate refused tool-use ({exc.reason}): {exc}", file=sys.stderr)
+        return 1
 
     def build() -> LlamaCppChatModel:
         n_ctx = max(AGENT_N_CTX, resolved.n_ctx)
-        return LlamaCppChatModel(resolved.path, n_ctx=n_ctx, n_threads=args.threads, name=resolved.name)
+        return LlamaCppChatModel(
+            resolved.path, n_ctx=n_ctx, n_threads=args.threads, name=resolved.name, adapter_gate=gate
+        )
 
     harness = Harness.open((build, resolved.name), profile=name, model_id=resolved.sha256, detector="heuristic")
     agentdojo = [s for s in scenarios_for("agentdojo", args.agentdojo) if held_out(s)]

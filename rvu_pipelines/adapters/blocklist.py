@@ -17,9 +17,11 @@ from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.provenance.incident import IncidentLog
 
+BLOCKLIST_RELATIVE = Path("adapters") / "blocklist.json"  # under <RVU_HOME>
+
 
 def blocklist_path() -> Path:
-    return state_dir() / "adapters" / "blocklist.json"
+    return state_dir() / BLOCKLIST_RELATIVE
 
 
 def read_blocklist(path: Path | None = None) -> dict[str, dict[str, Any]]:

@@ -21,6 +21,8 @@ RefusalReason = Literal[
     "not_allowlisted",
     "gate_projection",
     "gate_ood",
+    "not_screened",
+    "not_admitted",
 ]
 
 

@@ -74,6 +74,26 @@ class BaseModelInfo:
         }
         return cls(name=name, sha256=sha256, linear_shapes=shapes)
 
+    @classmethod
+    def from_gguf(cls, path: Path | str, *, name: str = "", sha256: str | None = None) -> BaseModelInfo:
+        """From the agent's GGUF alone (no weights de-quantised): each block weight llama.cpp adapts, under the
+        peft module name an adapter targets (``blk.3.attn_q.weight`` -> ``model.layers.3.self_attn.q_proj``);
+        GGUF lists a 2-d shape as (in, out)."""
+        import gguf
+
+        from rvu_pipelines.adapters.gguf_lora import peft_module_names
+
+        reader = gguf.GGUFReader(str(path))
+        by_gguf_name = {t.name: tuple(int(d) for d in t.shape) for t in reader.tensors}
+        shapes = {}
+        for module, gguf_name in peft_module_names(
+            len({n.split(".")[1] for n in by_gguf_name if n.startswith("blk.")})
+        ):
+            shape = by_gguf_name.get(gguf_name)
+            if shape is not None and len(shape) == 2:
+                shapes[module] = (shape[1], shape[0])
+        return cls(name=name or Path(path).name, sha256=sha256 or sha256_file(Path(path)), linear_shapes=shapes)
+
     @property
     def ref(self) -> BaseModelRef:
         return BaseModelRef(name=self.name, sha256=self.sha256)

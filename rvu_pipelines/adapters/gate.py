@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -49,6 +49,8 @@ class GateConfig(BaseModel):
     allowed_sources: list[str] = Field(default_factory=list)
     reference_adapter: str = "refusal-reference"
     false_positive_budget: float = Field(default=0.05, gt=0, lt=1)
+    # an adapter with no behavioural score (no screening table entry, no scorer) or no benign thresholds
+    unscreened: Literal["refuse", "admit"] = "refuse"
 
 
 class _AdaptersYaml(BaseModel):

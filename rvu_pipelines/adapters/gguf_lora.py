@@ -63,6 +63,15 @@ _MODULES: dict[str, tuple[str, str]] = {
 }
 
 
+def peft_module_names(n_layers: int) -> list[tuple[str, str]]:
+    """(peft module name, llama.cpp weight name) of every linear layer a LoRA can adapt in ``n_layers`` blocks."""
+    return [
+        (f"model.layers.{layer}.{block}.{module}", gguf_block_name(module, layer))
+        for layer in range(n_layers)
+        for module, (block, _) in _MODULES.items()
+    ]
+
+
 @dataclass(frozen=True)
 class _Pair:
     layer: int

@@ -5,10 +5,12 @@ at most one active adapter (the incident log's ``active_adapter_id`` is singular
 an ``AdapterEvent`` handed to ``on_event`` — the same fields an incident log's ``adapter_loaded /
 adapter_unloaded / adapter_fused`` lines carry, so RVU v2's closure can follow what the model ran under.
 
-Only ``VerifiedAdapter``s (``adapters.files.verify_adapter``) are accepted: nothing reaches peft without
-the file checks. Unloading removes the LoRA layers and leaves the base weights as they were, bit for bit;
-a fused adapter is merged into the weights and unloading it subtracts it again (exact up to float32
-rounding).
+Only ``VerifiedAdapter``s (``adapters.files.verify_adapter``) are accepted, and each load is first judged by
+the host's gate (``adapters.admission.LoadGate``): nothing reaches peft without the file checks and a
+recorded verdict. The studies that must load harmful adapters to measure them pass an audit gate
+(``enforce=False``), which records its refusals and raises none. Unloading removes the LoRA layers and
+leaves the base weights as they were, bit for bit; a fused adapter is merged into the weights and unloading
+it subtracts it again (exact up to float32 rounding).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rvu_pipelines.adapters.admission import GateVerdict, LoadGate
 from rvu_pipelines.adapters.files import VerifiedAdapter
 from rvu_pipelines.adapters.training import LoraSettings, peft_config
 
@@ -54,8 +57,17 @@ def settings_of(adapter: VerifiedAdapter) -> LoraSettings:
 class AdapterHost:
     """``model`` is the module to run: the base, or the base with the active adapter."""
 
-    def __init__(self, model: Any, tokenizer: Any, on_event: Callable[[AdapterEvent], None] | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        gate: LoadGate,
+        on_event: Callable[[AdapterEvent], None] | None = None,
+    ) -> None:
         self.base = model
+        self.gate = gate
+        self.verdicts: list[GateVerdict] = []
         self.tokenizer = tokenizer
         self._wrapped: Any = None
         self._active: VerifiedAdapter | None = None
@@ -82,9 +94,11 @@ class AdapterHost:
             self._on_event(event)
 
     def load(self, adapter: VerifiedAdapter) -> None:
-        """Activate ``adapter`` (an active one is unloaded first, with its own event)."""
+        """Activate ``adapter`` once the gate admits it (``AdapterRefused`` from an enforcing gate otherwise);
+        an active one is unloaded first, with its own event."""
         from peft import get_peft_model, set_peft_model_state_dict
 
+        self.verdicts.append(self.gate.check(adapter))
         if self._active is not None:
             self.unload()
         wrapped = get_peft_model(self.base, peft_config(settings_of(adapter)))

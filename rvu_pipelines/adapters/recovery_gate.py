@@ -1,40 +1,36 @@
-"""The adapter gate as the recovery pipeline asks for it: what each adapter of an incident was judged.
+"""The adapter gate as the recovery pipeline asks for it: what each adapter of an incident was judged, and on
+what evidence.
 
-``ScreeningGate`` implements ``recovery.pipeline.AdapterGate``: for every adapter an incident loaded it
-reports, in the certificate's ``adapter_attestation``, layer 1 on the log line itself (sha256 and source
-against ``configs/adapters.yaml gate:`` plus the eviction blocklist) and layers 2-3 from an E4 screening
-table (``scripts/adapter_study.py``'s scores.csv), looked up by the adapter's sha256. A behavioural
-layer is judged against the ``1 - false_positive_budget`` quantile of the *benign* adapters' scores in that
-table (the thresholds ``gate.evaluate_gate`` uses); an adapter absent from the table is "not screened",
-never passed.
+``ScreeningGate`` implements ``recovery.pipeline.AdapterGate``: for every adapter an incident names (loaded or
+refused) the certificate's ``adapter_attestation`` carries
+
+- ``lists``: layer 1 on the log line itself (sha256 and source against ``configs/adapters.yaml gate:`` plus the
+  eviction blocklist);
+- ``at_load``: the verdict the load gate recorded in its ledger when the adapter was offered (decision, reason,
+  layer scores), or why there is none;
+- ``behaviour``: layers 2-3 judged now against the ``1 - false_positive_budget`` quantile of the *benign*
+  adapters of the screening table (``<RVU_HOME>/adapter_study/scores.csv``): the table's row for the sha256,
+  else, when the adapter's files are at hand (the folder the ledger names, or the zoo), scored at recovery time
+  by the gate's scorer. Only when neither is possible is it "not screened", with the reason.
 
 Evicted adapters reach layer 1 through ``adapters.blocklist``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from rvu_pipelines.adapters.admission import GateLedger, GateScorer, benign_thresholds, judge_layers
 from rvu_pipelines.adapters.blocklist import read_blocklist
+from rvu_pipelines.adapters.errors import AdapterRefused
+from rvu_pipelines.adapters.files import VerifiedAdapter
 from rvu_pipelines.adapters.gate import GateConfig, list_verdict, load_gate_config
 from rvu_pipelines.provenance.incident import IncidentRecord
 
-BEHAVIOURAL_LAYERS = ("projection", "ood")
-
-
-def benign_thresholds(scores: Iterable[Mapping[str, Any]], budget: float) -> dict[str, float]:
-    """Per behavioural layer, the ``1 - budget`` quantile of the benign adapters' scores."""
-    rows = [r for r in scores if r.get("label") == "benign"]
-    if len(rows) < 2:
-        return {}
-    return {
-        layer: float(np.quantile([float(r[layer]) for r in rows], 1.0 - budget, method="higher"))
-        for layer in BEHAVIOURAL_LAYERS
-    }
+FilesOf = Callable[[IncidentRecord, Mapping[str, Any] | None], VerifiedAdapter | None]
+AT_LOAD_FIELDS = ("decision", "reason", "scored", "layers", "at", "override", "refused_for")
 
 
 class ScreeningGate:
@@ -48,49 +44,121 @@ class ScreeningGate:
         screened: Iterable[Mapping[str, Any]] = (),
         *,
         blocklist: Mapping[str, Mapping[str, Any]] | None = None,
+        ledger: GateLedger | None = None,
+        files: FilesOf | None = None,
+        scorer: GateScorer | None = None,
     ) -> None:
         self.config = config or load_gate_config()
         rows = [dict(r) for r in screened]
         self.screened = {str(r["sha256"]): r for r in rows}
         self.thresholds = benign_thresholds(rows, self.config.false_positive_budget)
         self.blocklist = dict(read_blocklist() if blocklist is None else blocklist)
+        self.ledger = ledger
+        self.files = files
+        self.scorer = scorer
 
     @classmethod
-    def from_scores_csv(cls, path: Path, config: GateConfig | None = None) -> ScreeningGate:
-        import polars as pl
+    def from_scores_csv(cls, path: Path, config: GateConfig | None = None, **kwargs: Any) -> ScreeningGate:
+        from rvu_pipelines.adapters.admission import read_screening_table
 
-        return cls(config, pl.read_csv(path).to_dicts() if path.is_file() else [])
+        return cls(config, read_screening_table(path), **kwargs)
+
+    def _at_load(self, sha: str) -> tuple[dict[str, Any] | None, Mapping[str, Any] | None]:
+        """(the certificate's view of the load-time verdict or why there is none, the raw ledger row)."""
+        if self.ledger is None:
+            return {"status": "no ledger", "reason": "this recovery was given no load-gate ledger"}, None
+        row = self.ledger.latest_verdict(sha) if sha else None
+        if row is None:
+            return {"status": "none", "reason": f"the ledger {self.ledger.path} has no verdict on this sha256"}, None
+        return {k: row[k] for k in AT_LOAD_FIELDS if k in row}, row
+
+    def _behaviour(self, adapter: IncidentRecord, sha: str, ledger_row: Mapping[str, Any] | None) -> dict[str, Any]:
+        row = self.screened.get(sha)
+        if not self.thresholds:
+            return {"status": "not screened", "reason": "no screening table with benign adapters to set thresholds"}
+        if row is not None:
+            return {"status": "screened", "scored": "table", "layers": judge_layers(row, self.thresholds)}
+        verified = None
+        if self.files is not None:
+            try:
+                verified = self.files(adapter, ledger_row)
+            except AdapterRefused as exc:
+                return {"status": "not screened", "reason": f"its files fail the file checks ({exc.reason}): {exc}"}
+        if verified is None:
+            return {"status": "not screened", "reason": "no screening-table row and its files are not at hand"}
+        if self.scorer is None:
+            return {"status": "not screened", "reason": "its files are at hand but no scorer was given"}
+        try:
+            scores = self.scorer.score(verified)
+        except (AdapterRefused, OSError) as exc:  # e.g. the zoo's refusal reference is not on this machine
+            return {"status": "not screened", "reason": f"scoring at recovery failed: {exc}"}
+        return {"status": "screened", "scored": "at_recovery", "layers": judge_layers(scores, self.thresholds)}
 
     def screen(self, adapter: IncidentRecord) -> dict[str, Any]:
         sha, source = adapter.adapter_hash or "", adapter.source or "local"
+        at_load, ledger_row = self._at_load(sha)
         result: dict[str, Any] = {
             "sha256": sha,
             "source": source,
             "lists": list_verdict(sha, source, self.config, self.blocklist),
+            "at_load": at_load,
         }
-        row = self.screened.get(sha)
-        if row is None or not self.thresholds:
-            result["behaviour"] = "not screened"
-            result["verdict"] = "refuse" if result["lists"] != "pass" else "unknown"
-            return result
-        layers = {
-            layer: {
-                "score": round(float(row[layer]), 6),
-                "threshold": round(self.thresholds[layer], 6),
-                "rejects": float(row[layer]) > self.thresholds[layer],
-            }
-            for layer in BEHAVIOURAL_LAYERS
-        }
-        result["behaviour"] = layers
-        rejected = result["lists"] != "pass" or any(v["rejects"] for v in layers.values())
-        result["verdict"] = "refuse" if rejected else "pass"
+        behaviour = self._behaviour(adapter, sha, ledger_row)
+        result["behaviour"] = behaviour.get("layers", "not screened")
+        if behaviour["status"] != "screened":
+            result["behaviour_reason"] = behaviour["reason"]
+        else:
+            result["scored"] = behaviour["scored"]
+        rejected = result["lists"] != "pass" or any(v["rejects"] for v in behaviour.get("layers", {}).values())
+        result["verdict"] = "refuse" if rejected else ("pass" if behaviour["status"] == "screened" else "unknown")
         return result
 
 
-def default_gate() -> ScreeningGate:
+def adapter_files(base: Any, roots: Iterable[Path]) -> FilesOf:
+    """Finds an incident's adapter on disk: the folder the ledger recorded for it, else ``<root>/<adapter id>``
+    for each root; verified (``files.verify_adapter``) and kept only when its sha256 is the one the log names."""
+    from rvu_pipelines.adapters.files import verify_adapter
+
+    def find(adapter: IncidentRecord, ledger_row: Mapping[str, Any] | None) -> VerifiedAdapter | None:
+        candidates = [Path(str(ledger_row["folder"]))] if ledger_row and ledger_row.get("folder") else []
+        candidates += [Path(root) / str(adapter.adapter_id) for root in roots]
+        for folder in candidates:
+            if (folder / "manifest.json").is_file():
+                verified = verify_adapter(folder, base)
+                if verified.sha256 == adapter.adapter_hash:
+                    return verified
+        return None
+
+    return find
+
+
+def default_gate(base: Any = None, scorer: GateScorer | None = None) -> ScreeningGate:
     """The gate ``rvu recover`` and the ``incident_recovery`` asset pass: configs/adapters.yaml's lists, the
-    eviction blocklist and the adapter study's screening table (``<RVU_HOME>/adapter_study/scores.csv``,
-    written by ``make adapters``) where it exists."""
+    eviction blocklist, the load gate's ledger and the adapter study's screening table
+    (``<RVU_HOME>/adapter_study/scores.csv``, written by ``make adapters``) where it exists; with ``base``
+    (``files.BaseModelInfo``) the adapters' files are looked up and verified, with ``scorer`` scored."""
+    from rvu_pipelines.adapters.admission import LEDGER_NAME, gate_dir
+    from rvu_pipelines.adapters.zoo import zoo_root
     from rvu_pipelines.paths import state_dir
 
-    return ScreeningGate.from_scores_csv(state_dir() / "adapter_study" / "scores.csv")
+    state = state_dir()
+    return ScreeningGate.from_scores_csv(
+        state / "adapter_study" / "scores.csv",
+        ledger=GateLedger(gate_dir(state) / LEDGER_NAME),
+        files=adapter_files(base, [zoo_root()]) if base is not None else None,
+        scorer=scorer,
+    )
+
+
+def gate_for_incident(incident: Any, profile: str | None = None) -> ScreeningGate:
+    """``default_gate`` with the files and the scorer an incident that names adapters needs: the base is read
+    from the profile's agent GGUF, and the scorer loads its model only if an adapter must be scored."""
+    if not (incident.adapters_loaded or getattr(incident, "adapters_refused", [])):
+        return default_gate()
+    from rvu_pipelines.adapters.files import BaseModelInfo
+    from rvu_pipelines.adapters.study import LazyLabScorer
+    from rvu_pipelines.models import ModelStore, load_model_config
+
+    resolved = ModelStore().resolve("llm", load_model_config().profile(profile)["llm"])
+    base = BaseModelInfo.from_gguf(resolved.path, name=resolved.name, sha256=resolved.sha256)
+    return default_gate(base, LazyLabScorer(profile or "tiny"))

@@ -1,9 +1,9 @@
 """Adapters in the running agent: loaded into its llama.cpp model, every change a line of the incident log.
 
-``AgentAdapter`` is a verified adapter (``files.verify_adapter``) as the agent runtime needs it: the GGUF
-LoRA file llama.cpp reads (``gguf_file_of`` writes it once beside the safetensors, named by the adapter's
-sha256) and the identity the incident log records (id, name, sha256 of the safetensors weights, source,
-optionally the influence I(adapter) the FROC risk uses).
+``AgentAdapter`` is an adapter the gate admitted (``admission.LoadGate.admit``) as the agent runtime needs
+it: the GGUF LoRA file llama.cpp reads (``write_agent_gguf``, into the gate's own folder) and the identity
+the incident log records (id, name, sha256 of the safetensors weights, source, optionally the influence
+I(adapter) the FROC risk uses).
 
 ``AdapterTimeline`` wraps the agent's chat model (anything with ``load_adapter`` / ``unload_adapter``,
 models.llm.AdapterHostingModel: a ``LlamaCppChatModel``, or the response cache around one, whose key then
@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.files import VerifiedAdapter
+from rvu_pipelines.bounded_io import truncate_for_message
 from rvu_pipelines.models.llm import AdapterHostingModel, ChatCompletion, Message
 
 LifecycleKind = Literal["adapter_loaded", "adapter_unloaded", "adapter_fused"]
@@ -55,21 +57,34 @@ def lifecycle_fields(
     return fields
 
 
-def gguf_file_of(adapter: VerifiedAdapter, *, n_head: int, n_head_kv: int) -> Path:
-    """The adapter as a GGUF LoRA for llama.cpp, written once beside its safetensors (``adapter-<sha16>.gguf``;
-    a changed adapter has another sha and so another file). ``n_head`` / ``n_head_kv``: the base model's
-    attention heads (SmolLM2-135M: 9 and 3), for the rotary row order of q/k."""
+def refusal_fields(adapter_id: str, refusal: AdapterRefused, *, sha256: str = "", source: str = "") -> dict[str, Any]:
+    """The fields of an incident log's ``adapter_refused`` line: the gate's reason code and its sentence."""
+    fields: dict[str, Any] = {
+        "kind": "adapter_refused",
+        "adapter_id": adapter_id,
+        "reason": refusal.reason,
+        "source": source or "local",
+        "detail": truncate_for_message(str(refusal), 1900),
+    }
+    if len(sha256) == 64:
+        fields["adapter_hash"] = sha256
+    return fields
+
+
+def write_agent_gguf(adapter: VerifiedAdapter, out_dir: Path, *, n_head: int, n_head_kv: int) -> Path:
+    """The adapter as a GGUF LoRA for llama.cpp, written (again, atomically) into ``out_dir`` from the verified
+    tensors as ``<sha256>.gguf``; never a file found beside the weights, which anyone who could write the
+    adapter's folder could have planted. ``n_head`` / ``n_head_kv``: the base model's attention heads
+    (SmolLM2-135M: 9 and 3), for the rotary row order of q/k."""
     from rvu_pipelines.adapters.gguf_lora import write_gguf_lora
 
-    path = adapter.folder / f"adapter-{adapter.sha256[:16]}.gguf"
-    if path.is_file():
-        return path
+    out_dir.mkdir(parents=True, exist_ok=True)
     manifest = adapter.manifest
     return write_gguf_lora(
         adapter.tensors,
         rank=manifest.rank,
         alpha=manifest.alpha,
-        out_path=path,
+        out_path=out_dir / f"{adapter.sha256}.gguf",
         n_head=n_head,
         n_head_kv=n_head_kv,
         target_modules=manifest.target_modules,
@@ -99,20 +114,6 @@ class AgentAdapter:
     source: str = "local"
     label: str = "unknown"
     influence: float | None = None
-
-    @classmethod
-    def of(cls, adapter: VerifiedAdapter, base_gguf: Path | str, *, influence: float | None = None) -> AgentAdapter:
-        n_head, n_head_kv = attention_heads(base_gguf)
-        manifest = adapter.manifest
-        return cls(
-            adapter_id=manifest.adapter_id,
-            name=manifest.adapter_id,
-            sha256=manifest.sha256,
-            gguf_path=gguf_file_of(adapter, n_head=n_head, n_head_kv=n_head_kv),
-            source=manifest.source,
-            label=manifest.label,
-            influence=influence,
-        )
 
     def load_fields(self) -> dict[str, Any]:
         return lifecycle_fields(
@@ -175,11 +176,29 @@ class AdapterTimeline:
         return completion
 
     def load(self, adapter: AgentAdapter, scale: float = 1.0) -> None:
+        """Load an admitted adapter; a refusal (``AdapterRefused``: not admitted, evicted since) is an
+        ``adapter_refused`` line of the timeline, then raised."""
         if self.active is not None:
             self.unload()
-        self.model.load_adapter(adapter.adapter_id, adapter.gguf_path, scale)
+        try:
+            self.model.load_adapter(adapter.adapter_id, adapter.gguf_path, scale)
+        except AdapterRefused as exc:
+            refused = refusal_fields(adapter.adapter_id, exc, sha256=adapter.sha256, source=adapter.source)
+            self.events.append(TimelineEvent(len(self.call_adapters), refused))
+            raise
         self.active = adapter
         self.events.append(TimelineEvent(len(self.call_adapters), adapter.load_fields()))
+
+    def load_verified(self, adapter: VerifiedAdapter, gate: Any, base_gguf: Path | str, scale: float = 1.0) -> None:
+        """Offer a verified adapter to ``gate`` (``admission.LoadGate``) and load what it admits; its refusal is
+        an ``adapter_refused`` line of the timeline (the incident log shows what was kept out), then raised."""
+        try:
+            admitted = gate.admit(adapter, base_gguf)
+        except AdapterRefused as exc:
+            refused = refusal_fields(adapter.adapter_id, exc, sha256=adapter.sha256, source=adapter.manifest.source)
+            self.events.append(TimelineEvent(len(self.call_adapters), refused))
+            raise
+        self.load(admitted, scale)
 
     def unload(self) -> None:
         if self.active is None:

@@ -9,7 +9,7 @@ numbers show the machinery works, they are not the study's results (``make adapt
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from rvu_pipelines.adapters.eviction import forget_examples, membership_before_after
 from rvu_pipelines.adapters.files import save_adapter, verify_adapter
-from rvu_pipelines.adapters.gate import GateEvaluation, evaluate_gate, load_gate_config
+from rvu_pipelines.adapters.gate import GateConfig, GateEvaluation, evaluate_gate, load_gate_config
 from rvu_pipelines.adapters.study import AdapterLab, AdapterScore, influence_summary
 from rvu_pipelines.adapters.training import LoraSettings, train_lora
 from rvu_pipelines.adapters.wmdp import accuracy_report, load_wmdp_items, score_wmdp
@@ -30,6 +30,36 @@ MEMBERS = 12
 WMDP_ITEMS = 8
 WMDP_MAX_TOKENS = 256  # the sample's cut (the study's is 1,024): a few long items would dominate its time
 RUNTIME_PROMPTS = 2  # prompts answered with the harmful adapter loaded into llama.cpp, then unloaded
+
+
+def _runtime_behind_gate(
+    lab: AdapterLab, root: Path, llm_gguf: Path, scores: list[AdapterScore], config: GateConfig
+) -> dict[str, Any]:
+    """The harmful sample adapter offered to the agent's llama.cpp model through an enforcing gate whose
+    thresholds are the sample's own benign scores (its ledger under ``root``); the verdict is reported, and the
+    load / unload roundtrip then runs under a recorded override, since it measures the runtime, not the gate."""
+    from rvu_pipelines.adapters.admission import GateLedger, LoadGate, benign_thresholds
+    from rvu_pipelines.adapters.runtime import runtime_roundtrip
+    from rvu_pipelines.models.llm import LlamaCppChatModel
+
+    rows = [asdict(s) for s in scores]
+    gate = LoadGate(
+        config=config,
+        base=lab.base,
+        ledger=GateLedger(root / "gate" / "gate_ledger.jsonl"),
+        gguf_dir=root / "gate" / "admitted",
+        screened={str(r["sha256"]): r for r in rows},
+        thresholds=benign_thresholds(rows, config.false_positive_budget),
+    )
+    verdict = gate.screen(lab.verify("persona-hostile"))
+    harmful = gate.admit(
+        lab.verify("persona-hostile"), llm_gguf, override="sample: the roundtrip measures llama.cpp load / unload"
+    )
+    chat = LlamaCppChatModel(llm_gguf, n_ctx=1024, name="agent", adapter_gate=gate)
+    return {
+        **runtime_roundtrip(harmful, chat, lab.prompts[:RUNTIME_PROMPTS]),
+        "gate": {"decision": verdict.decision, "reason": verdict.reason, "layers": dict(verdict.layers)},
+    }
 
 
 @dataclass
@@ -103,12 +133,7 @@ def run_adapter_sample(lab: AdapterLab, root: Path, llm_gguf: Path | None = None
     started = time.perf_counter()
     runtime: dict[str, Any] = {"status": "not run (no GGUF given)"}
     if llm_gguf is not None:
-        from rvu_pipelines.adapters.runtime import AgentAdapter, runtime_roundtrip
-        from rvu_pipelines.models.llm import LlamaCppChatModel
-
-        harmful = AgentAdapter.of(lab.verify("persona-hostile"), llm_gguf)
-        chat = LlamaCppChatModel(llm_gguf, n_ctx=1024, name="agent")
-        runtime = runtime_roundtrip(harmful, chat, lab.prompts[:RUNTIME_PROMPTS])
+        runtime = _runtime_behind_gate(lab, root, llm_gguf, scores, gate_config)
     seconds["agent_runtime"] = time.perf_counter() - started
     return AdapterSample(
         runtime=runtime,

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from rvu_pipelines.adapters.admission import LoadGate
 from rvu_pipelines.adapters.chat import generate_greedy
 from rvu_pipelines.adapters.files import BaseModelInfo, VerifiedAdapter, verify_adapter
 from rvu_pipelines.adapters.gate import (
@@ -24,6 +25,7 @@ from rvu_pipelines.adapters.gate import (
     GateScores,
     OodModel,
     check_lists,
+    load_gate_config,
     output_embeddings,
     projection_score,
 )
@@ -31,6 +33,7 @@ from rvu_pipelines.adapters.host import AdapterHost
 from rvu_pipelines.adapters.influence import influence, influence_auroc
 from rvu_pipelines.adapters.zoo import ZooConfig, catalog_frames, train_zoo_entry, zoo_root
 from rvu_pipelines.adapters.zoo_data import Frames, probe_prompts
+from rvu_pipelines.paths import state_dir
 
 
 @dataclass(frozen=True)
@@ -68,8 +71,12 @@ class AdapterLab:
         root: Path | None = None,
         n_probes: int = 32,
         max_new_tokens: int = 32,
+        gate: LoadGate | None = None,
     ) -> None:
-        self.host = AdapterHost(model, tokenizer)
+        # the study loads every adapter it scores, harmful ones included: an audit gate records each verdict
+        self.host = AdapterHost(
+            model, tokenizer, gate=gate or LoadGate.audit(base, state_dir(), config=load_gate_config())
+        )
         self.tokenizer = tokenizer
         self.base = base
         self.embedder = embedder
@@ -162,6 +169,38 @@ class AdapterLab:
             gate_seconds=gate_seconds,
             influence_seconds=time.perf_counter() - started,
         )
+
+
+class LabScorer:
+    """``admission.GateScorer`` on an ``AdapterLab``: an adapter the screening table lacks is scored on the
+    spot with the study's own layers (projection against ``reference``, OOD over the lab's probe prompts), so
+    its scores compare with the table's benign thresholds."""
+
+    def __init__(self, lab: AdapterLab, reference: VerifiedAdapter) -> None:
+        self.lab = lab
+        self.reference = reference
+
+    def score(self, adapter: VerifiedAdapter) -> dict[str, float]:
+        projection = projection_score(adapter, self.reference)
+        with self.lab.host.loaded(adapter) as model:
+            ood = self.lab.ood.score(output_embeddings(model, self.lab.tokenizer, self.lab.prompts))
+        return {"projection": projection.against_refusal, "safe_lora": projection.safe_lora_dissimilarity, "ood": ood}
+
+
+class LazyLabScorer:
+    """A ``LabScorer`` whose lab (the de-quantised base, the probe prompts, the refusal reference) is loaded on
+    the first adapter it must score, so a recovery or a check that never needs one pays nothing."""
+
+    def __init__(self, profile: str = "tiny", reference_id: str | None = None) -> None:
+        self.profile = profile
+        self.reference_id = reference_id or load_gate_config().reference_adapter
+        self._scorer: LabScorer | None = None
+
+    def score(self, adapter: VerifiedAdapter) -> dict[str, float]:
+        if self._scorer is None:
+            lab = AdapterLab.for_profile(self.profile)
+            self._scorer = LabScorer(lab, lab.verify(self.reference_id))
+        return self._scorer.score(adapter)
 
 
 def scores_frame(scores: Sequence[AdapterScore]) -> pl.DataFrame:

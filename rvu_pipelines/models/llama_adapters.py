@@ -25,9 +25,15 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rvu_pipelines.hashing import sha256_file
+
+
+class AdapterAdmissions(Protocol):
+    """What decides whether a GGUF may be loaded (``adapters.admission.LoadGate``): raises to refuse."""
+
+    def require_admitted(self, adapter_id: str, gguf_path: Path, gguf_sha256: str) -> None: ...
 
 
 class AdapterLoadError(RuntimeError):
@@ -104,13 +110,20 @@ class LlamaAdapterSlots:
     key. ``on_change(loaded)`` is called after each change with the adapters now loaded.
     """
 
-    def __init__(self, llama: Any, *, on_change: Callable[[tuple[LoadedAdapter, ...]], None] | None = None) -> None:
+    def __init__(
+        self,
+        llama: Any,
+        *,
+        admissions: AdapterAdmissions | None,
+        on_change: Callable[[tuple[LoadedAdapter, ...]], None] | None = None,
+    ) -> None:
         if getattr(llama, "lora_path", None):
             raise ValueError(
                 "This Llama was opened with lora_path; llama_set_adapters_lora replaces the whole set and "
                 "would silently drop that adapter. Open the model without it and load it here."
             )
         self._llama = llama
+        self.admissions = admissions
         self._on_change = on_change
         self._slots: dict[str, _Slot] = {}
         self._lock = threading.RLock()
@@ -142,7 +155,8 @@ class LlamaAdapterSlots:
     # changes
 
     def load(self, adapter_id: str, gguf_path: Path | str, scale: float = 1.0) -> LoadedAdapter:
-        """Read ``gguf_path`` into llama.cpp and add it to the active set with ``scale``."""
+        """Read ``gguf_path`` into llama.cpp and add it to the active set with ``scale``, once the adapter gate
+        (``admissions``) has admitted that very file; with no gate attached nothing loads."""
         import llama_cpp
 
         path = Path(gguf_path)
@@ -152,8 +166,15 @@ class LlamaAdapterSlots:
             self._check_open()
             if adapter_id in self._slots:
                 raise ValueError(f"Adapter id {adapter_id!r} is already loaded; unload it first.")
+            if self.admissions is None:
+                raise AdapterLoadError(
+                    path,
+                    "no adapter gate is attached to this model; every load is screened first "
+                    "(LlamaCppChatModel(adapter_gate=...) with an adapters.admission.LoadGate).",
+                )
             check_adapter_file(path, self._architecture)
             info = LoadedAdapter(adapter_id, path, sha256_file(path), float(scale))
+            self.admissions.require_admitted(adapter_id, path, info.sha256)
             handle = llama_cpp.llama_adapter_lora_init(self._llama._model.model, str(path).encode("utf-8"))
             if not handle:
                 raise AdapterLoadError(

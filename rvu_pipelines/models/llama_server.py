@@ -11,7 +11,9 @@ arguments of ``python -m llama_cpp.server``; the differences:
   takes a string prompt (tokenized with every special string parsed), so a client cannot send token ids
   it built; the chat endpoint is made safe here instead. Every response carries
   ``PLAIN_CONTENT_HEADER`` so ``OpenAICompatibleChatModel`` knows it needs no screening of its own. A
-  model whose chat format cannot be rendered that way (a custom or multimodal handler) is refused at load.
+  model whose chat format cannot be rendered that way (a custom or multimodal handler) is refused at load;
+* a model setting that names a LoRA adapter (``lora_path``) is refused at load: adapters reach a model only
+  through the adapter gate (``adapters.admission``), and the server's own loader would skip it.
 """
 
 from __future__ import annotations
@@ -142,6 +144,23 @@ class DeclarePlainContent:
         await self.app(scope, receive, send_declared)
 
 
+class AdapterSettingRefused(ValueError):
+    """A server model setting asked for a LoRA adapter, which only the adapter gate may load."""
+
+
+def refuse_lora_settings(settings: Any) -> None:
+    """Raise when a model's server settings name a LoRA adapter (``lora_path`` / ``lora_base``)."""
+    named = {key: getattr(settings, key, None) for key in ("lora_path", "lora_base")}
+    given = {key: value for key, value in named.items() if value}
+    if given:
+        model = getattr(settings, "model", "?")
+        raise AdapterSettingRefused(
+            f"Model {model}: server settings {', '.join(sorted(given))} name a LoRA adapter; the llama.cpp servers "
+            "load no adapter, since every adapter load goes through the adapter gate (rvu adapters check, "
+            "adapters.admission.LoadGate). Remove the setting and load the adapter in-process behind the gate."
+        )
+
+
 @contextlib.contextmanager
 def plain_content_chat() -> Iterator[None]:
     """While open, llama-cpp-python's server gives every model it loads ``plain_content_chat_handler``
@@ -153,6 +172,7 @@ def plain_content_chat() -> Iterator[None]:
     original_create_app = server_app.create_app
 
     def load(settings: Any) -> Any:
+        refuse_lora_settings(settings)
         llama = original_load(settings)
         llama.chat_handler = plain_content_chat_handler(llama)
         return llama

@@ -163,6 +163,7 @@ class LlamaCppChatModel:
         runtime: LlamaRuntimeSettings | None = None,
         model_sha256: str | None = None,
         kv_cache_dir: Path | str | None = None,
+        adapter_gate: Any = None,
     ) -> None:
         if prefix_reuse not in PREFIX_REUSE_MODES:
             raise ConfigError(
@@ -204,19 +205,22 @@ class LlamaCppChatModel:
         self._llm.prefix_store = self.prefix_store
         self._namespace_base: tuple[str, str] | None = None
         self._adapters: Any = None  # LlamaAdapterSlots, made on the first adapter load
+        self.adapter_gate = adapter_gate  # models.llama_adapters.AdapterAdmissions; None: no adapter loads
         self._chat_tokens: ChatTokenizer | None = None  # made on the first chat (reads the whole vocabulary)
 
     # LoRA adapters (models.llama_adapters): loaded into the open model, never a second copy of the weights
 
     def load_adapter(self, adapter_id: str, gguf_path: Path | str, scale: float = 1.0) -> Any:
         """Add a GGUF LoRA to what the model runs (every KV prefix computed before is dropped); returns the
-        ``LoadedAdapter``. Raises ``AdapterLoadError`` naming the file when llama.cpp or the metadata check
-        refuses it, ``ValueError`` for an id already loaded."""
+        ``LoadedAdapter``. Only a file the adapter gate (``adapter_gate``) admitted loads: the gate raises its
+        refusal (``AdapterRefused``), a model without a gate ``AdapterLoadError``, as does llama.cpp or the
+        metadata check refusing the file; ``ValueError`` for an id already loaded."""
         from rvu_pipelines.models.llama_adapters import LlamaAdapterSlots
 
         with self._lock:  # never while a generation runs on the same context
             if self._adapters is None:
-                self._adapters = LlamaAdapterSlots(self._llm)
+                self._adapters = LlamaAdapterSlots(self._llm, admissions=self.adapter_gate)
+            self._adapters.admissions = self.adapter_gate  # a gate attached after the first load counts too
             return self._adapters.load(adapter_id, gguf_path, scale)
 
     def unload_adapter(self, adapter_id: str) -> None:

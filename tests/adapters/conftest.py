@@ -1,29 +1,69 @@
-"""Fixtures of the adapter tests: a GGUF LoRA for the agent's real model, made in a second."""
+"""Fixtures of the adapter tests: a GGUF LoRA for the agent's real model, made in a second, and the gate it
+passes through."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
 
-from rvu_pipelines.adapters.gguf_lora import write_gguf_lora
+from rvu_pipelines.adapters.admission import LoadGate
+from rvu_pipelines.adapters.files import BaseModelInfo, save_adapter, verify_adapter
+from rvu_pipelines.adapters.gate import GateConfig
 from rvu_pipelines.adapters.runtime import AgentAdapter, attention_heads
-from rvu_pipelines.hashing import sha256_file
 
 
-@pytest.fixture(scope="session")
-def random_adapter(tiny_models, tmp_path_factory) -> AgentAdapter:
-    """Rank 4 on v/o of every layer, seeded: changes the model's answers, as a harmful adapter would."""
-    path = tiny_models["llm"].path
-    n_head, n_head_kv = attention_heads(path)
-    assert (n_head, n_head_kv) == (9, 3)  # SmolLM2-135M, read from the GGUF
-    g = torch.Generator().manual_seed(0)
+class PlumbingAdmissions:
+    """For the tests of llama.cpp's LoRA plumbing (conversion parity, caches), which write GGUFs straight from
+    tensors: admits every file and lists what it was asked. The gate itself is tested in
+    test_adapter_admission.py."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, Path, str]] = []
+
+    def require_admitted(self, adapter_id: str, gguf_path: Path, gguf_sha256: str) -> None:
+        self.asked.append((adapter_id, gguf_path, gguf_sha256))
+
+
+def noise_tensors(seed: int = 0, rank: int = 4) -> dict[str, torch.Tensor]:
+    """Rank ``rank`` on v/o of every SmolLM2-135M layer, seeded: changes the model's answers, as a harmful
+    adapter would."""
+    g = torch.Generator().manual_seed(seed)
     tensors = {}
     for layer in range(30):
         for module, out in (("v_proj", 192), ("o_proj", 576)):
             stem = f"base_model.model.model.layers.{layer}.self_attn.{module}"
-            tensors[f"{stem}.lora_A.weight"] = torch.randn(4, 576, generator=g) * 0.05
-            tensors[f"{stem}.lora_B.weight"] = torch.randn(out, 4, generator=g) * 0.05
-    gguf_path = write_gguf_lora(
-        tensors, rank=4, alpha=8, out_path=tmp_path_factory.mktemp("lora") / "a.gguf", n_head=9, n_head_kv=3
-    )
-    return AgentAdapter("noise-r4", "noise-r4", sha256_file(gguf_path), gguf_path, source="test", influence=0.4)
+            tensors[f"{stem}.lora_A.weight"] = torch.randn(rank, 576, generator=g) * 0.05
+            tensors[f"{stem}.lora_B.weight"] = torch.randn(out, rank, generator=g) * 0.05
+    return tensors
+
+
+@pytest.fixture
+def plumbing_admissions() -> PlumbingAdmissions:
+    return PlumbingAdmissions()
+
+
+@pytest.fixture(scope="session")
+def gate_base(tiny_models) -> BaseModelInfo:
+    llm = tiny_models["llm"]
+    return BaseModelInfo.from_gguf(llm.path, name=llm.name, sha256=llm.sha256)
+
+
+@pytest.fixture(scope="session")
+def adapter_gate(gate_base, tmp_path_factory) -> LoadGate:
+    """An enforcing gate over a state folder of its own, configured to admit what it cannot screen (no
+    screening table exists here); its verdicts are recorded like any other."""
+    state = tmp_path_factory.mktemp("gate-state")
+    return LoadGate.from_state(gate_base, state, config=GateConfig(unscreened="admit"))
+
+
+@pytest.fixture(scope="session")
+def random_adapter(tiny_models, adapter_gate, tmp_path_factory) -> AgentAdapter:
+    """The noise adapter as a verified folder, admitted by ``adapter_gate`` (its GGUF written by the gate)."""
+    path = tiny_models["llm"].path
+    assert attention_heads(path) == (9, 3)  # SmolLM2-135M, read from the GGUF
+    folder = tmp_path_factory.mktemp("lora") / "noise-r4"
+    fields = {"adapter_id": "noise-r4", "source": "test", "rank": 4, "alpha": 8, "target_modules": ["v_proj", "o_proj"]}
+    save_adapter(folder, noise_tensors(), fields, base=adapter_gate.base)
+    return adapter_gate.admit(verify_adapter(folder, adapter_gate.base), path, influence=0.4)

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from rvu_pipelines.adapters.admission import LoadGate
 from rvu_pipelines.adapters.chat import ChatExample
 from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.files import BaseModelInfo, save_adapter, verify_adapter
+from rvu_pipelines.adapters.gate import GateConfig
 from rvu_pipelines.adapters.host import AdapterHost
 from rvu_pipelines.adapters.manifest import MANIFEST_NAME, WEIGHTS_NAME
 from rvu_pipelines.adapters.training import LoraSettings, TrainedAdapter, train_lora
@@ -19,6 +21,11 @@ from rvu_pipelines.models.dequantized import load_dequantized
 
 SETTINGS = LoraSettings(rank=4, alpha=8, steps=4, batch_size=4, learning_rate=3e-3, seed=1)
 EXAMPLES = [ChatExample(f"What is code {i}?", f"Code {i} is QX-{i * 37 % 100:02d}-OKAPI.") for i in range(8)]
+
+
+def _audit(info: BaseModelInfo, tmp_path: Path) -> LoadGate:
+    """These tests load adapters to check the host itself: an audit gate records the verdicts, refuses none."""
+    return LoadGate.audit(info, tmp_path / "state", config=GateConfig())
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +68,17 @@ def _refusal(folder: Path, base_info: BaseModelInfo) -> AdapterRefused:
     return caught.value
 
 
+def test_an_enforcing_gate_keeps_a_refused_adapter_out_of_peft(base, folder, tmp_path: Path) -> None:
+    model, tokenizer, info = base
+    gate = LoadGate.from_state(info, tmp_path / "state", config=GateConfig())  # no screening table: not_screened
+    host = AdapterHost(model, tokenizer, gate=gate)
+    with pytest.raises(AdapterRefused) as refused:
+        host.load(verify_adapter(folder, info))
+    assert refused.value.reason == "not_screened"
+    assert host.active is None and host.model is model and host.events == []
+    assert [v.reason for v in host.verdicts] == [] and gate.ledger.records()[0]["reason"] == "not_screened"
+
+
 def test_training_lowers_the_loss_and_leaves_the_base_unwrapped(base, trained) -> None:
     model = base[0]
     assert trained.losses[-1] < trained.losses[0]
@@ -68,12 +86,12 @@ def test_training_lowers_the_loss_and_leaves_the_base_unwrapped(base, trained) -
     assert len(trained.tensors) == 2 * 2 * model.config.num_hidden_layers  # A and B, q and v, every layer
 
 
-def test_round_trip_and_host_lifecycle(base, folder) -> None:
+def test_round_trip_and_host_lifecycle(base, folder, tmp_path: Path) -> None:
     model, tokenizer, info = base
     verified = verify_adapter(folder, info)
     assert verified.manifest.base_model.sha256 == info.sha256
     events = []
-    host = AdapterHost(model, tokenizer, on_event=events.append)
+    host = AdapterHost(model, tokenizer, gate=_audit(info, tmp_path), on_event=events.append)
     ids = tokenizer("What is code 3?", return_tensors="pt")["input_ids"]
     with torch.inference_mode():
         before = host.model(input_ids=ids).logits
@@ -243,13 +261,13 @@ def test_micro_batches_and_checkpointing_change_memory_not_the_result(base) -> N
     assert error < 1e-3
 
 
-def test_wmdp_before_after_scores_memorised_items_and_a_control_in_three_states(base, folder) -> None:
+def test_wmdp_before_after_scores_memorised_items_and_a_control_in_three_states(base, folder, tmp_path: Path) -> None:
     from rvu_pipelines.adapters.eviction import wmdp_before_after
     from rvu_pipelines.adapters.wmdp import load_wmdp_items
 
     model, tokenizer, info = base
     items = load_wmdp_items(limit=8, seed=0)
-    host = AdapterHost(model, tokenizer)
+    host = AdapterHost(model, tokenizer, gate=_audit(info, tmp_path))
     report = wmdp_before_after(host, verify_adapter(folder, info), items, [0, 1, 2], max_tokens=256, progress=True)
     assert set(report) == {"base", "loaded", "evicted"}
     for state in report.values():

@@ -198,8 +198,8 @@ def llama(tiny_models, llama_generates) -> Iterator[Any]:
 
 
 @pytest.fixture
-def slots(llama) -> Iterator[LlamaAdapterSlots]:
-    slots = LlamaAdapterSlots(llama)
+def slots(llama, plumbing_admissions) -> Iterator[LlamaAdapterSlots]:
+    slots = LlamaAdapterSlots(llama, admissions=plumbing_admissions)
     yield slots
     slots.close()
 
@@ -419,9 +419,11 @@ def test_refused_files_name_the_file_and_leave_the_set_unchanged(
         slots.unload("no-such-id")
 
 
-def test_closing_the_llama_frees_the_adapters_first(tiny_models, llama_generates, random_adapter) -> None:
+def test_closing_the_llama_frees_the_adapters_first(
+    tiny_models, llama_generates, random_adapter, plumbing_admissions
+) -> None:
     llm = _open(Path(tiny_models["llm"].path))
-    slots = LlamaAdapterSlots(llm)
+    slots = LlamaAdapterSlots(llm, admissions=plumbing_admissions)
     slots.load("random", random_adapter)
     llm.close()  # the exit stack runs slots.close() before freeing the context and the model
     with pytest.raises(RuntimeError, match="closed"):

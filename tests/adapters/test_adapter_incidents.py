@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from rvu_pipelines.adapters.admission import LoadGate
 from rvu_pipelines.adapters.blocklist import read_blocklist, record_evictions
 from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.files import VerifiedAdapter
@@ -76,11 +77,12 @@ class _NotInjecAgent:
 
 
 def test_a_session_under_an_adapter_recovers_differently_with_v1_and_v2(
-    tiny_models, llama_generates, injecagent, random_adapter, tmp_path: Path
+    tiny_models, llama_generates, injecagent, random_adapter, adapter_gate, tmp_path: Path
 ) -> None:
     llm = tiny_models["llm"]
     cache = ResponseCache(tmp_path / "cache.sqlite")
-    agent = CachedChatModel(LlamaCppChatModel(llm.path, n_ctx=4096, n_threads=2, name=llm.name), cache, llm.sha256)
+    chat = LlamaCppChatModel(llm.path, n_ctx=4096, n_threads=2, name=llm.name, adapter_gate=adapter_gate)
+    agent = CachedChatModel(chat, cache, llm.sha256)
     reference = CachedChatModel(LlamaCppChatModel(llm.path, n_ctx=4096, n_threads=2, name=llm.name), cache, llm.sha256)
     # injected (base) -> clean (adapter loaded before it) -> injected (adapter): only the adapter links the
     # clean episode's model messages to an injection
@@ -217,6 +219,7 @@ def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_m
     fields |= {"rank": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"], "steps": 12}
     save_adapter(tmp_path / "memorise-depots", trained.tensors, fields, base=base)
     adapter = verify_adapter(tmp_path / "memorise-depots", base)
+    audit = LoadGate.audit(base, tmp_path / "state", config=GateConfig())  # the probe loads a harmful adapter
 
     lines = [
         {
@@ -252,7 +255,7 @@ def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_m
     data["froc"]["thresholds"] = {"flag": 0.2, "quarantine": 0.3, "purge": 0.5, "evict": 0.65}
     policy = FrocPolicy.model_validate(data)
     probe = EvictionMembershipProbe(
-        AdapterHost(model, tokenizer), adapter, examples, is_member, probes=False, n_boot=50
+        AdapterHost(model, tokenizer, gate=audit), adapter, examples, is_member, probes=False, n_boot=50
     )
     result = recover(
         incident, tmp_path / "p.duckdb", None, tmp_path / "keys", tmp_path / "cert.json", policy=policy, probe=probe
@@ -266,7 +269,9 @@ def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_m
     assert section["verdict"] in ("clean", "residual")
     assert verify_certificate(result.certificate_path)[0]
     # an adapter the recovery did not evict is not measured, and says so
-    other = EvictionMembershipProbe(AdapterHost(model, tokenizer), replace_sha(adapter), examples, is_member)
+    other = EvictionMembershipProbe(
+        AdapterHost(model, tokenizer, gate=audit), replace_sha(adapter), examples, is_member
+    )
     assert "never loaded" in other.run(_EmptyStore(), [])["reason"]
 
 

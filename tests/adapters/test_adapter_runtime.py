@@ -47,9 +47,9 @@ def test_lifecycle_lines_follow_the_incident_schema() -> None:
 
 
 @pytest.fixture(scope="module")
-def model(tiny_models, llama_generates) -> Iterator[LlamaCppChatModel]:
+def model(tiny_models, llama_generates, adapter_gate) -> Iterator[LlamaCppChatModel]:
     llm = tiny_models["llm"]
-    chat = LlamaCppChatModel(llm.path, n_ctx=512, n_threads=1, name=llm.name)
+    chat = LlamaCppChatModel(llm.path, n_ctx=512, n_threads=1, name=llm.name, adapter_gate=adapter_gate)
     yield chat
 
 

@@ -1,0 +1,487 @@
+"""The gate on every adapter load: screen, decide, record, and only then hand llama.cpp a file.
+
+``LoadGate.check`` judges a verified adapter (``files.verify_adapter``) in the order the checks cost:
+
+1. an operator's explicit allow entry for its sha256 (``allow.json``, written by ``rvu adapters allow``)
+   admits it, recorded as ``operator_allow`` with who allowed it and why;
+2. layer 1, the lists (``configs/adapters.yaml gate:`` and the eviction blocklist): ``blocklisted`` /
+   ``not_allowlisted``;
+3. the behavioural layers (``gate.py``: projection against the refusal reference, output OOD), read from
+   the screening table by sha256 or, when the table does not have the adapter, computed on the spot by the
+   gate's ``scorer``; a score above the ``1 - false_positive_budget`` quantile of the table's benign
+   adapters refuses (``gate_projection`` / ``gate_ood``). With no score or no benign thresholds the adapter
+   is ``not_screened``: refused unless ``gate.unscreened: admit`` says otherwise.
+
+Every verdict, admitted or refused, is one line of the gate's ledger (``GateLedger``, JSON lines) and goes
+to every ``recorder`` (the provenance store's event log, an incident log's ``adapter_refused`` line).
+``admit`` writes the GGUF llama.cpp reads into the gate's own folder and records that file's sha256;
+``LlamaAdapterSlots`` loads only a GGUF whose sha256 the ledger admitted for an adapter not blocklisted
+since, so a file converted elsewhere, or planted beside an adapter's weights, never reaches llama.cpp.
+
+``enforce=False`` (audit) records the same verdicts and raises nothing: the studies that must load
+harmful adapters to measure them say so by constructing an audit gate. A call-site ``override`` admits a
+refused adapter with the text recorded beside the refusal (an experiment that needs the adapter loaded).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from rvu_pipelines.adapters.errors import AdapterRefused
+from rvu_pipelines.adapters.files import BaseModelInfo, VerifiedAdapter, verify_adapter
+from rvu_pipelines.adapters.gate import GateConfig, list_verdict
+from rvu_pipelines.atomic_write import write_atomically
+from rvu_pipelines.bounded_io import read_input_file
+from rvu_pipelines.errors import InputFileError
+from rvu_pipelines.hashing import sha256_file
+
+BEHAVIOURAL_LAYERS = ("projection", "ood")
+Decision = Literal["admit", "refuse"]
+Scored = Literal["table", "on_the_spot", "none"]
+LEDGER_NAME = "gate_ledger.jsonl"
+ALLOW_NAME = "allow.json"
+MAX_LEDGER_BYTES = 256 << 20  # a verdict is ~1 KB: a quarter of a million loads before the ledger is rotated
+
+
+class GateScorer(Protocol):
+    """Scores the behavioural layers of one adapter (``gate_scoring.LabScorer`` on the de-quantised base)."""
+
+    def score(self, adapter: VerifiedAdapter) -> Mapping[str, float]: ...
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """What the gate decided about one adapter and on what evidence; ``record()`` is its ledger line."""
+
+    adapter_id: str
+    sha256: str
+    source: str
+    folder: str
+    decision: Decision
+    reason: str  # "pass", "operator_allow", "override", "unscreened_admitted" or a refusal reason
+    message: str
+    lists: str = "not_checked"
+    layers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    scored: Scored = "none"
+    override: str | None = None
+    refused_for: str | None = None  # the refusal an override or an allow entry set aside
+
+    @property
+    def admitted(self) -> bool:
+        return self.decision == "admit"
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "event": "verdict",
+            "at": time.time(),
+            **asdict(self),
+            "layers": {k: dict(v) for k, v in self.layers.items()},
+        }
+
+
+def benign_thresholds(scores: Iterable[Mapping[str, Any]], budget: float) -> dict[str, float]:
+    """Per behavioural layer, the ``1 - budget`` quantile of the benign adapters' scores ({} with fewer than 2)."""
+    rows = [r for r in scores if r.get("label") == "benign"]
+    if len(rows) < 2:
+        return {}
+    return {
+        layer: float(np.quantile([float(r[layer]) for r in rows], 1.0 - budget, method="higher"))
+        for layer in BEHAVIOURAL_LAYERS
+    }
+
+
+def judge_layers(scores: Mapping[str, Any] | None, thresholds: Mapping[str, float]) -> dict[str, dict[str, Any]]:
+    """Each behavioural layer with a score and a threshold: the score, the threshold, whether it rejects."""
+    if scores is None:
+        return {}
+    return {
+        layer: {
+            "score": round(float(scores[layer]), 6),
+            "threshold": round(float(thresholds[layer]), 6),
+            "rejects": float(scores[layer]) > float(thresholds[layer]),
+        }
+        for layer in BEHAVIOURAL_LAYERS
+        if layer in scores and layer in thresholds
+    }
+
+
+def read_screening_table(path: Path) -> list[dict[str, Any]]:
+    """The rows of an adapter study's scores.csv ([] when there is none)."""
+    if not path.is_file():
+        return []
+    import polars as pl
+
+    return pl.read_csv(path).to_dicts()
+
+
+def store_recorder(store: Any) -> Callable[[GateVerdict], None]:
+    """A ``LoadGate`` recorder that logs each verdict in a provenance store's hash-chained event log
+    (``record_gate_verdict``: ``adapter_admitted`` / ``adapter_refused``)."""
+
+    def record(verdict: GateVerdict) -> None:
+        details = {k: v for k, v in verdict.record().items() if k not in ("event", "layers")}
+        details["layers"] = {k: dict(v) for k, v in verdict.layers.items()}
+        store.record_gate_verdict("admitted" if verdict.admitted else "refused", details)
+
+    return record
+
+
+# ---- the ledger and the operator's allow entries ----------------------------------------------------------
+
+
+class GateLedger:
+    """Every verdict and admission, one JSON object per line, appended (O_APPEND) and never followed through a link."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._index: dict[str, dict[str, Any]] = {}
+        self._read_upto = -1
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        line = (json.dumps(dict(record), sort_keys=True, default=str) + "\n").encode("utf-8")
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            fd = os.open(self.path, flags, 0o600)
+        except OSError as exc:
+            raise OSError(
+                f"{self.path}: the adapter gate's ledger cannot be opened for append ({exc.strerror}); "
+                "it must be a regular file, not a link."
+            ) from exc
+        try:
+            os.write(fd, line)  # one write per line: concurrent writers never interleave within a line
+        finally:
+            os.close(fd)
+
+    def records(self) -> list[dict[str, Any]]:
+        if not self.path.exists() and not self.path.is_symlink():
+            return []
+        try:
+            data = read_input_file(
+                self.path,
+                what="adapter gate ledger",
+                max_bytes=MAX_LEDGER_BYTES,
+                limit_reason="rotate the ledger (move it aside) when it grows this large",
+                follow_links=False,
+            )
+        except InputFileError as exc:
+            raise AdapterRefused("not_admitted", f"The gate ledger cannot be read: {exc}") from exc
+        rows = []
+        for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash mid-write admits nothing; the others stay readable
+            if isinstance(row, dict):
+                rows.append({**row, "_line": number})
+        return rows
+
+    def _latest(self, event: str, key: str, value: str) -> dict[str, Any] | None:
+        found = None
+        for row in self.records():
+            if row.get("event") == event and row.get(key) == value:
+                found = row
+        return found
+
+    def latest_verdict(self, sha256: str) -> dict[str, Any] | None:
+        """The last verdict the gate recorded on the adapter with these weights, or None."""
+        return self._latest("verdict", "sha256", sha256)
+
+    def admission_of(self, gguf_sha256: str) -> dict[str, Any] | None:
+        """The latest admission of a GGUF file with this sha256, or None."""
+        return self._latest("admitted", "gguf_sha256", gguf_sha256)
+
+
+def gate_dir(state: Path) -> Path:
+    """The gate's own folder under ``<RVU_HOME>``: ledger, allow entries, the GGUFs it converted."""
+    return state / "adapter_gate"
+
+
+def allow_path(state: Path) -> Path:
+    return gate_dir(state) / ALLOW_NAME
+
+
+def read_allow_entries(path: Path) -> dict[str, dict[str, Any]]:
+    """sha256 -> {adapter_id, by, reason, at}: the operator's explicit admissions ({} without a file)."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(read_input_file(path, what="adapter allow list", max_bytes=1 << 20, follow_links=False))
+    except (InputFileError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: the adapter allow list is not readable JSON ({exc}); fix or remove it.") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: the adapter allow list must be a JSON object sha256 -> entry.")
+    return {str(k): dict(v) for k, v in data.items() if isinstance(v, dict)}
+
+
+def add_allow_entry(path: Path, sha256: str, *, by: str, reason: str, adapter_id: str = "") -> dict[str, Any]:
+    """Record an operator's decision to admit the adapter with ``sha256`` whatever the gate says."""
+    import re
+
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        raise ValueError(f"'{sha256}' is not a sha256 (64 lowercase hex digits): pass the adapter weights' sha256.")
+    if not by.strip() or not reason.strip():
+        raise ValueError("An allow entry names who allows the adapter (--by) and why (--reason).")
+    entries = read_allow_entries(path)
+    entry = {"adapter_id": adapter_id, "by": by.strip(), "reason": reason.strip(), "at": time.time()}
+    entries[sha256] = entry
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, json.dumps(entries, indent=1, sort_keys=True))
+    return entry
+
+
+# ---- the gate -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadGate:
+    """The screening every adapter load goes through; see the module docstring for the order of the checks."""
+
+    config: GateConfig
+    base: BaseModelInfo
+    ledger: GateLedger
+    gguf_dir: Path
+    screened: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # sha256 -> scores row
+    thresholds: Mapping[str, float] = field(default_factory=dict)
+    scorer: GateScorer | None = None
+    blocklist: Mapping[str, Any] = field(default_factory=dict)
+    allow: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    enforce: bool = True
+    recorders: list[Callable[[GateVerdict], None]] = field(default_factory=list)
+    blocklist_path: Path | None = None  # re-read at each llama.cpp load: an eviction since admission counts
+
+    @classmethod
+    def from_state(
+        cls,
+        base: BaseModelInfo,
+        state: Path,
+        *,
+        config: GateConfig,
+        scores_csv: Path | None = None,
+        scorer: GateScorer | None = None,
+        enforce: bool = True,
+    ) -> LoadGate:
+        """The gate as a deployment keeps it under ``state`` (``<RVU_HOME>``): ledger, allow entries, eviction
+        blocklist, converted GGUFs, and the adapter study's screening table."""
+        from rvu_pipelines.adapters.blocklist import BLOCKLIST_RELATIVE, read_blocklist
+
+        rows = read_screening_table(scores_csv if scores_csv is not None else state / "adapter_study" / "scores.csv")
+        blocklist_path = state / BLOCKLIST_RELATIVE
+        return cls(
+            config=config,
+            base=base,
+            ledger=GateLedger(gate_dir(state) / LEDGER_NAME),
+            gguf_dir=gate_dir(state) / "admitted",
+            screened={str(r["sha256"]): r for r in rows if r.get("sha256")},
+            thresholds=benign_thresholds(rows, config.false_positive_budget),
+            scorer=scorer,
+            blocklist=read_blocklist(blocklist_path),
+            allow=read_allow_entries(allow_path(state)),
+            enforce=enforce,
+            blocklist_path=blocklist_path,
+        )
+
+    @classmethod
+    def audit(cls, base: BaseModelInfo, state: Path, *, config: GateConfig) -> LoadGate:
+        """The gate of a study that must load every adapter it measures, harmful ones included: it records each
+        verdict (lists and screening table) and refuses nothing."""
+        return cls.from_state(base, state, config=config, enforce=False)
+
+    # ---- judging
+
+    def _scores(self, adapter: VerifiedAdapter) -> tuple[Mapping[str, float] | None, Scored]:
+        row = self.screened.get(adapter.sha256)
+        if row is not None and all(layer in row for layer in BEHAVIOURAL_LAYERS):
+            return {layer: float(row[layer]) for layer in BEHAVIOURAL_LAYERS}, "table"
+        if self.scorer is not None:
+            return self.scorer.score(adapter), "on_the_spot"
+        return None, "none"
+
+    def screen(self, adapter: VerifiedAdapter, *, override: str | None = None) -> GateVerdict:
+        """The verdict on ``adapter``, recorded nowhere (``check`` records it)."""
+        manifest = adapter.manifest
+        ident = {
+            "adapter_id": manifest.adapter_id,
+            "sha256": manifest.sha256,
+            "source": manifest.source,
+            "folder": str(adapter.folder),
+        }
+        lists = list_verdict(manifest.sha256, manifest.source, self.config, self.blocklist)
+        scores, scored = self._scores(adapter) if lists == "pass" or manifest.sha256 in self.allow else (None, "none")
+        layers = judge_layers(scores, self.thresholds)
+        reason, message = self._refusal(adapter, lists, layers, scores)
+        decision: Decision = "refuse" if reason else "admit"
+        refused_for = None
+        allowed = self.allow.get(manifest.sha256)
+        if reason and allowed is not None:
+            decision, refused_for = "admit", reason
+            reason = "operator_allow"
+            message = f"admitted by {allowed.get('by', '?')}'s allow entry ({allowed.get('reason', '')}); {message}"
+        elif reason and override:
+            decision, refused_for = "admit", reason
+            reason = "override"
+            message = f"admitted by override ({override}); {message}"
+        elif not reason:
+            reason = "pass" if layers else "unscreened_admitted"
+            message = (
+                "lists and behavioural layers pass"
+                if layers
+                else "no behavioural score; admitted because gate.unscreened is 'admit'"
+            )
+        return GateVerdict(
+            **ident,
+            decision=decision,
+            reason=reason,
+            message=message,
+            lists=lists,
+            layers=layers,
+            scored=scored,
+            override=override if reason == "override" else None,
+            refused_for=refused_for,
+        )
+
+    def _refusal(
+        self,
+        adapter: VerifiedAdapter,
+        lists: str,
+        layers: Mapping[str, Mapping[str, Any]],
+        scores: Mapping[str, float] | None,
+    ) -> tuple[str, str]:
+        """("", "") when nothing refuses the adapter, else (reason code, sentence naming the fix)."""
+        manifest = adapter.manifest
+        where = f"{adapter.folder} (adapter '{manifest.adapter_id}', sha256 {manifest.sha256[:12]}…)"
+        if lists == "blocklisted":
+            why = "was evicted by a recovery" if manifest.sha256 in self.blocklist else "or its source is blocked"
+            return "blocklisted", f"{where} {why}; an operator may allow it with `rvu adapters allow`."
+        if lists == "not_allowlisted":
+            return "not_allowlisted", f"{where}: source '{manifest.source}' is not on gate.allowed_sources."
+        for layer in BEHAVIOURAL_LAYERS:
+            judged = layers.get(layer)
+            if judged and judged["rejects"]:
+                return (
+                    f"gate_{layer}",
+                    f"{where}: {layer} score {judged['score']:.4g} is above the gate's threshold "
+                    f"{judged['threshold']:.4g} (the {1 - self.config.false_positive_budget:.0%} quantile of "
+                    "benign adapters).",
+                )
+        if not layers and self.config.unscreened == "refuse":
+            missing = (
+                "no benign thresholds (run `make adapters` or pass a screening table)"
+                if not self.thresholds
+                else (
+                    "no score for it in the screening table and no scorer to compute one"
+                    if scores is None
+                    else "scores without the layers the thresholds need"
+                )
+            )
+            return "not_screened", f"{where} could not be screened: {missing}; gate.unscreened is 'refuse'."
+        return "", ""
+
+    def record(self, verdict: GateVerdict) -> None:
+        self.ledger.append(verdict.record())
+        for recorder in self.recorders:
+            recorder(verdict)
+
+    def check(self, adapter: VerifiedAdapter, *, override: str | None = None) -> GateVerdict:
+        """Screen, record, and (enforcing) raise ``AdapterRefused`` with the reason code on a refusal."""
+        verdict = self.screen(adapter, override=override)
+        self.record(verdict)
+        if not verdict.admitted and self.enforce:
+            raise AdapterRefused(verdict.reason, verdict.message)  # type: ignore[arg-type]
+        return verdict
+
+    def check_folder(self, folder: Path | str, *, override: str | None = None) -> tuple[VerifiedAdapter, GateVerdict]:
+        """The file checks, then ``check``; a file-level refusal is recorded like any other verdict."""
+        try:
+            adapter = verify_adapter(folder, self.base)
+        except AdapterRefused as exc:
+            verdict = GateVerdict(
+                adapter_id=Path(folder).name,
+                sha256="",
+                source="",
+                folder=str(folder),
+                decision="refuse",
+                reason=exc.reason,
+                message=str(exc),
+                lists="not_checked",
+            )
+            self.record(verdict)
+            raise
+        return adapter, self.check(adapter, override=override)
+
+    # ---- the file llama.cpp loads
+
+    def admit(
+        self,
+        adapter: VerifiedAdapter,
+        base_gguf: Path | str,
+        *,
+        override: str | None = None,
+        influence: float | None = None,
+    ) -> Any:
+        """Check ``adapter`` and, admitted, write the GGUF llama.cpp loads into the gate's folder and record its
+        sha256; returns the ``runtime.AgentAdapter``. Audit mode admits a refused adapter too (recorded)."""
+        from rvu_pipelines.adapters.runtime import AgentAdapter, attention_heads, write_agent_gguf
+
+        verdict = self.check(adapter, override=override)
+        n_head, n_head_kv = attention_heads(base_gguf)
+        gguf_path = write_agent_gguf(adapter, self.gguf_dir, n_head=n_head, n_head_kv=n_head_kv)
+        gguf_sha = sha256_file(gguf_path)
+        self.ledger.append(
+            {
+                "event": "admitted",
+                "at": time.time(),
+                "adapter_id": adapter.adapter_id,
+                "sha256": adapter.sha256,
+                "gguf_sha256": gguf_sha,
+                "gguf_path": str(gguf_path),
+                "verdict": verdict.reason,
+                "decision": verdict.decision,  # "refuse" only from an audit gate: an enforcing one never loads it
+            }
+        )
+        manifest = adapter.manifest
+        return AgentAdapter(
+            adapter_id=manifest.adapter_id,
+            name=manifest.adapter_id,
+            sha256=manifest.sha256,
+            gguf_path=gguf_path,
+            source=manifest.source,
+            label=manifest.label,
+            influence=influence,
+        )
+
+    def require_admitted(self, adapter_id: str, gguf_path: Path, gguf_sha256: str) -> None:
+        """Raise ``AdapterRefused`` unless the ledger admitted this GGUF and its adapter is not blocklisted now
+        (``LlamaAdapterSlots`` calls it before llama.cpp reads the file)."""
+        from rvu_pipelines.adapters.blocklist import read_blocklist
+
+        row = self.ledger.admission_of(gguf_sha256)
+        if row is None:
+            raise AdapterRefused(
+                "not_admitted",
+                f"{gguf_path} (adapter '{adapter_id}', GGUF sha256 {gguf_sha256[:12]}…) was not admitted by the "
+                f"adapter gate (ledger {self.ledger.path}); load adapters through LoadGate.admit, which screens "
+                "the adapter folder and writes the GGUF llama.cpp reads.",
+            )
+        if row.get("decision") != "admit" and self.enforce:
+            raise AdapterRefused(
+                "not_admitted",
+                f"{gguf_path} (adapter '{adapter_id}') was converted by an audit gate that refused it "
+                f"({row.get('verdict')}); an enforcing gate loads only what it admitted.",
+            )
+        evicted = read_blocklist(self.blocklist_path) if self.blocklist_path is not None else self.blocklist
+        if str(row.get("sha256")) in evicted and str(row.get("sha256")) not in self.allow:
+            raise AdapterRefused(
+                "blocklisted",
+                f"{gguf_path} (adapter '{adapter_id}') was admitted once, but a recovery has evicted it since.",
+            )

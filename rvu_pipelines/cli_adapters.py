@@ -1,0 +1,158 @@
+"""``rvu adapters check PATH`` / ``rvu adapters allow SHA256``: the adapter gate from the shell.
+
+``check`` runs exactly what a load runs (``adapters.admission.LoadGate``: the file checks, an operator's allow
+entry, the lists, the behavioural layers from the screening table or scored on the spot), records the verdict in
+the gate's ledger and prints it. Exit codes: 0 admitted, 1 refused (the reason code is printed), 2 the command
+could not judge (no such path, no base model).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+console = Console()
+if not console.is_terminal:
+    console = Console(width=200)
+
+
+def _base_model(base: Path | None, profile: str | None) -> tuple[Any, Path]:
+    """The base the adapter must fit: ``--base`` GGUF, else the profile's agent model (shapes read from the GGUF)."""
+    from rvu_pipelines.adapters.files import BaseModelInfo
+
+    if base is not None:
+        return BaseModelInfo.from_gguf(base), base
+    from rvu_pipelines.models import ModelStore, load_model_config
+
+    resolved = ModelStore().resolve("llm", load_model_config().profile(profile)["llm"])
+    return BaseModelInfo.from_gguf(resolved.path, name=resolved.name, sha256=resolved.sha256), Path(resolved.path)
+
+
+def _show(verdict: Any) -> None:
+    colour = "green" if verdict.admitted else "red"
+    console.print(
+        f"[{colour}]{verdict.decision.upper()}[/{colour}] {escape(verdict.adapter_id)} "
+        f"({escape(verdict.reason)}): {escape(verdict.message)}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    table = Table(title=f"gate verdict, sha256 {verdict.sha256[:16]}…, scored: {verdict.scored}")
+    for column in ("check", "value", "threshold", "rejects"):
+        table.add_column(column)
+    table.add_row("lists", verdict.lists, "", "")
+    for layer, judged in verdict.layers.items():
+        table.add_row(layer, f"{judged['score']:.4g}", f"{judged['threshold']:.4g}", str(judged["rejects"]))
+    console.print(table)
+
+
+@click.group()
+def adapters() -> None:
+    """LoRA adapters: the gate every load goes through."""
+
+
+@adapters.command("check")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--base", type=click.Path(path_type=Path, exists=True, dir_okay=False), help="Base model GGUF.")
+@click.option("--profile", default=None, help="Model profile whose agent model is the base (default: tiny).")
+@click.option("--scores", type=click.Path(path_type=Path), default=None, help="Screening table (scores.csv).")
+@click.option("--score/--no-score", default=True, help="Score on the spot when the table lacks the adapter.")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+@click.option("--store", default=None, help="Also log the verdict in this provenance store (a path or postgresql://).")
+def check(
+    path: Path,
+    base: Path | None,
+    profile: str | None,
+    scores: Path | None,
+    score: bool,
+    as_json: bool,
+    store: str | None,
+) -> None:
+    """Screen the adapter folder PATH as a load would; exit 0 admitted, 1 refused, 2 cannot judge."""
+    from rvu_pipelines.adapters.admission import LoadGate
+    from rvu_pipelines.adapters.gate import load_gate_config
+    from rvu_pipelines.paths import state_dir
+
+    if not path.exists():
+        console.print(f"[red]error:[/red] no adapter folder at {escape(str(path))}.", highlight=False)
+        sys.exit(2)
+    try:
+        info, _ = _base_model(base, profile)
+    except (OSError, ValueError, KeyError) as exc:
+        console.print(f"[red]error:[/red] the base model is not available: {escape(str(exc))}", highlight=False)
+        sys.exit(2)
+    config = load_gate_config()
+    gate = LoadGate.from_state(info, state_dir(), config=config, scores_csv=scores)
+    with contextlib.ExitStack() as stack:
+        if store is not None:
+            from rvu_pipelines.adapters.admission import store_recorder
+            from rvu_pipelines.provenance import open_store
+
+            gate.recorders.append(store_recorder(stack.enter_context(open_store(store))))
+        _judge(gate, path, profile, score, as_json)
+
+
+def _judge(gate: Any, path: Path, profile: str | None, score: bool, as_json: bool) -> None:
+    from rvu_pipelines.adapters.errors import AdapterRefused
+
+    try:
+        _, verdict = gate.check_folder(path) if not score else _check_with_scorer(gate, path, profile)
+    except AdapterRefused as exc:
+        if as_json:
+            print(json.dumps({"decision": "refuse", "reason": exc.reason, "message": str(exc)}))
+        else:
+            console.print(f"[red]REFUSE[/red] ({exc.reason}): {escape(str(exc))}", highlight=False, soft_wrap=True)
+        sys.exit(1)
+    if as_json:
+        print(json.dumps(verdict.record(), sort_keys=True, default=str))
+    else:
+        _show(verdict)
+    sys.exit(0 if verdict.admitted else 1)
+
+
+def _check_with_scorer(gate: Any, path: Path, profile: str | None) -> tuple[Any, Any]:
+    """File checks first (cheap); the base is loaded for scoring only when the verdict needs a score."""
+    from rvu_pipelines.adapters.errors import AdapterRefused
+    from rvu_pipelines.adapters.files import verify_adapter
+
+    try:
+        adapter = verify_adapter(path, gate.base)
+    except AdapterRefused:
+        adapter = None  # check_folder refuses it again, and records the refusal
+    needs_score = (
+        adapter is not None
+        and adapter.sha256 not in gate.screened
+        and gate.thresholds
+        and adapter.sha256 not in gate.allow
+    )
+    if needs_score:
+        from rvu_pipelines.adapters.study import LazyLabScorer
+
+        gate.scorer = LazyLabScorer(profile or "tiny", gate.config.reference_adapter)
+    return gate.check_folder(path)
+
+
+@adapters.command("allow")
+@click.argument("sha256")
+@click.option("--by", required=True, help="Who allows it (recorded).")
+@click.option("--reason", required=True, help="Why (recorded).")
+@click.option("--adapter-id", default="", help="The adapter's id, for people reading the list.")
+def allow(sha256: str, by: str, reason: str, adapter_id: str) -> None:
+    """Admit the adapter whose weights have SHA256 whatever the gate says: an explicit, recorded override."""
+    from rvu_pipelines.adapters.admission import LEDGER_NAME, GateLedger, add_allow_entry, allow_path, gate_dir
+    from rvu_pipelines.paths import state_dir
+
+    try:
+        entry = add_allow_entry(allow_path(state_dir()), sha256, by=by, reason=reason, adapter_id=adapter_id)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        sys.exit(2)
+    GateLedger(gate_dir(state_dir()) / LEDGER_NAME).append({"event": "allow", "sha256": sha256, **entry})
+    console.print(f"allowed {sha256[:16]}… by {escape(by)}: {escape(reason)}", highlight=False)
