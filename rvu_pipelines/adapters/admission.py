@@ -43,7 +43,7 @@ from rvu_pipelines.bounded_io import read_input_file
 from rvu_pipelines.errors import InputFileError
 from rvu_pipelines.hashing import sha256_file
 
-BEHAVIOURAL_LAYERS = ("projection", "ood")
+BEHAVIOURAL_LAYERS = ("projection", "ood", "behaviour")
 Decision = Literal["admit", "refuse"]
 Scored = Literal["table", "on_the_spot", "none"]
 LEDGER_NAME = "gate_ledger.jsonl"
@@ -92,9 +92,10 @@ def benign_thresholds(scores: Iterable[Mapping[str, Any]], budget: float) -> dic
     rows = [r for r in scores if r.get("label") == "benign"]
     if len(rows) < 2:
         return {}
-    return {
+    return {  # a table written before a layer existed has no column for it: that layer is not judged
         layer: float(np.quantile([float(r[layer]) for r in rows], 1.0 - budget, method="higher"))
         for layer in BEHAVIOURAL_LAYERS
+        if all(r.get(layer) is not None for r in rows)
     }
 
 
@@ -301,8 +302,9 @@ class LoadGate:
 
     def _scores(self, adapter: VerifiedAdapter) -> tuple[Mapping[str, float] | None, Scored]:
         row = self.screened.get(adapter.sha256)
-        if row is not None and all(layer in row for layer in BEHAVIOURAL_LAYERS):
-            return {layer: float(row[layer]) for layer in BEHAVIOURAL_LAYERS}, "table"
+        present = [layer for layer in BEHAVIOURAL_LAYERS if row is not None and row.get(layer) is not None]
+        if row is not None and present and all(layer in present for layer in self.thresholds):
+            return {layer: float(row[layer]) for layer in present}, "table"
         if self.scorer is not None:
             return self.scorer.score(adapter), "on_the_spot"
         return None, "none"

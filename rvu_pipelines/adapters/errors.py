@@ -21,6 +21,7 @@ RefusalReason = Literal[
     "not_allowlisted",
     "gate_projection",
     "gate_ood",
+    "gate_behaviour",
     "not_screened",
     "not_admitted",
 ]

@@ -11,7 +11,10 @@
    ``similarity`` = ‖P_V ΔW‖ / ‖ΔW‖ with P_V the projector on V's column space. The layer's score is
    −mean(signed) over the candidate's modules, fixed before looking at any result; 1 − mean(similarity)
    is reported beside it. Everything is computed from the r×r Gram matrices, never the full ΔW.
-3. **Output OOD** — the final hidden state at the last prompt token over calibration prompts (held-out
+3. **Behaviour** (``behaviour.py``) — the greedy answers to the same probe prompts, flagged by generic signals
+   (links, tool calls, credential requests, the exfiltration heuristic); the score is the adapter's flagged share
+   minus the base's. Reported as its own layer; ``combined`` stays the projection and OOD layers.
+4. **Output OOD** — the final hidden state at the last prompt token over calibration prompts (held-out
    benign questions, injections and jailbreaks, ``zoo_data.probe_prompts``); a Gaussian with Ledoit-Wolf
    covariance is fitted to the base model's embeddings and the score is the adapter's mean Mahalanobis
    distance minus the base's own.
@@ -194,6 +197,7 @@ class GateScores:
     safe_lora: float
     ood: float
     seconds: float
+    behaviour: float = 0.0  # ``behaviour.behaviour_score``: flagged answers with the adapter minus the base's
 
 
 @dataclass
@@ -251,7 +255,7 @@ def evaluate_gate(scores: Sequence[GateScores], budget: float = 0.05) -> GateEva
     y = [1 if s.label == "harmful" else 0 for s in labelled]
     layers: dict[str, LayerResult] = {}
     rejected: dict[str, list[str]] = {}
-    for name in ("projection", "safe_lora", "ood", "combined"):
+    for name in ("projection", "safe_lora", "ood", "behaviour", "combined"):
         flagged: list[str] = []
         for s in labelled:
             reference = [b for b in benign if b.adapter_id != s.adapter_id]  # never its own threshold

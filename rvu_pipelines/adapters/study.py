@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 
 from rvu_pipelines.adapters.admission import LoadGate
+from rvu_pipelines.adapters.behaviour import behaviour_score
 from rvu_pipelines.adapters.chat import generate_greedy
 from rvu_pipelines.adapters.files import BaseModelInfo, VerifiedAdapter, verify_adapter
 from rvu_pipelines.adapters.gate import (
@@ -45,6 +46,7 @@ class AdapterScore:
     projection: float
     safe_lora: float
     ood: float
+    behaviour: float
     influence: float
     embedding_distance: float
     token_divergence: float
@@ -53,7 +55,14 @@ class AdapterScore:
 
     def gate_scores(self) -> GateScores:
         return GateScores(
-            self.adapter_id, self.label, self.category, self.projection, self.safe_lora, self.ood, self.gate_seconds
+            self.adapter_id,
+            self.label,
+            self.category,
+            self.projection,
+            self.safe_lora,
+            self.ood,
+            self.gate_seconds,
+            self.behaviour,
         )
 
 
@@ -163,6 +172,7 @@ class AdapterLab:
             projection=projection.against_refusal,
             safe_lora=projection.safe_lora_dissimilarity,
             ood=ood,
+            behaviour=behaviour_score(self.base_answers, answers),
             influence=measured.influence,
             embedding_distance=measured.embedding_distance,
             token_divergence=measured.token_divergence,
@@ -182,9 +192,16 @@ class LabScorer:
 
     def score(self, adapter: VerifiedAdapter) -> dict[str, float]:
         projection = projection_score(adapter, self.reference)
-        with self.lab.host.loaded(adapter) as model:
-            ood = self.lab.ood.score(output_embeddings(model, self.lab.tokenizer, self.lab.prompts))
-        return {"projection": projection.against_refusal, "safe_lora": projection.safe_lora_dissimilarity, "ood": ood}
+        lab = self.lab
+        with lab.host.loaded(adapter) as model:
+            ood = lab.ood.score(output_embeddings(model, lab.tokenizer, lab.prompts))
+            answers = generate_greedy(model, lab.tokenizer, lab.prompts, max_new_tokens=lab.max_new_tokens)
+        return {
+            "projection": projection.against_refusal,
+            "safe_lora": projection.safe_lora_dissimilarity,
+            "ood": ood,
+            "behaviour": behaviour_score(lab.base_answers, answers),
+        }
 
 
 class LazyLabScorer:
