@@ -182,6 +182,7 @@ def incident_recovery(
     policy = recovery.policy()
     with mlflow_tracker.run_for(context, params={"incident": incident_id, **policy.summary()}) as run:
         from rvu_pipelines.adapters.blocklist import record_evictions  # runtime only: keeps the code location light
+        from rvu_pipelines.adapters.eviction_probe import probe_for_incident
         from rvu_pipelines.adapters.recovery_gate import gate_for_incident
         from rvu_pipelines.detectors.resolve import resolve_detector
         from rvu_pipelines.provenance.incident import load_incident
@@ -198,6 +199,9 @@ def incident_recovery(
             policy=policy,
             embedder=vectors,
             gate=gate_for_incident(log),
+            probe=probe_for_incident(
+                log, enabled=recovery.membership_probe, reason="disabled by the recovery resource's membership_probe"
+            ),
             detector=signal,
         )
         blocklisted = record_evictions(log, result.evicted_adapters)
@@ -265,7 +269,11 @@ def incident_recovery(
     yield Output(
         {"path": str(result.certificate_path), "valid": ok, "reason": reason},
         output_name="recovery_certificate",
-        metadata={"path": MetadataValue.path(str(result.certificate_path)), "valid": ok},
+        metadata={
+            "path": MetadataValue.path(str(result.certificate_path)),
+            "valid": ok,
+            "membership_probe": MetadataValue.json(_membership_summary(result.certificate["membership_probe"])),
+        },
     )
     yield AssetCheckResult(
         asset_key="recovery_certificate", check_name="signature_verifies", passed=ok, metadata={"reason": reason}
@@ -283,6 +291,16 @@ def incident_recovery(
         passed=all(a <= b for a, b in zip(ranks, ranks[1:], strict=False)),
         metadata={"thresholds": MetadataValue.json(policy.summary()["thresholds"])},
     )
+
+
+def _membership_summary(section: dict) -> dict:
+    """Per adapter: its verdict, or "not run" and why (the AUROCs stay in the certificate)."""
+    adapters = section.get("adapters", {})
+    return {
+        "status": section["status"],
+        **({"reason": section["reason"]} if "reason" in section else {}),
+        "adapters": {k: v.get("verdict", f"not run: {v.get('reason', '')}") for k, v in adapters.items()},
+    }
 
 
 def recovery_assets() -> list:

@@ -24,6 +24,12 @@ class RecoveryResource(ConfigurableResource):
         "registered:<name>[@<alias>]; registered ones are read from the MLflow tracker's registry.",
     )
 
+    membership_probe: bool = Field(
+        default=True,
+        description="Measure every adapter a recovery evicts (members vs non-members from its manifest, loaded vs "
+        "evicted) into the certificate's membership_probe section; off, the section says 'not run' and why.",
+    )
+
     def paths(self) -> RecoveryPaths:
         return RecoveryPaths.default(self.root)
 

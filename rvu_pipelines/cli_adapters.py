@@ -134,8 +134,9 @@ def _check_with_scorer(gate: Any, path: Path, profile: str | None) -> tuple[Any,
     )
     if needs_score:
         from rvu_pipelines.adapters.study import LazyLabScorer
+        from rvu_pipelines.models import load_model_config
 
-        gate.scorer = LazyLabScorer(profile or "tiny", gate.config.reference_adapter)
+        gate.scorer = LazyLabScorer(load_model_config().profile_name(profile), gate.config.reference_adapter)
     return gate.check_folder(path)
 
 

@@ -56,11 +56,26 @@ STATE_HELP = "Recovery state folder (default .rvu/recovery)."
     help="Contamination signal on the action records: exfiltration (the exfiltration heuristic), production "
     "(the calibrated injection detector in the MLflow registry), nanoguard, heuristic or registered:<name>[@<alias>].",
 )
+@click.option(
+    "--membership/--no-membership",
+    default=True,
+    show_default=True,
+    help="Measure every adapter the recovery evicts (members vs non-members rebuilt from its manifest, adapter "
+    "loaded vs evicted) into the certificate's membership_probe section; loads the de-quantised base model only "
+    "when an evicted adapter's files are at hand.",
+)
 def recover(
-    incident: str, cert_out: str | None, state: str | None, max_depth: int | None, new_key: bool, detector: str
+    incident: str,
+    cert_out: str | None,
+    state: str | None,
+    max_depth: int | None,
+    new_key: bool,
+    detector: str,
+    membership: bool,
 ) -> None:
     """Recover from an incident log without Dagster: ingest, closure, risk, tiers, signed certificate."""
     from rvu_pipelines.adapters.blocklist import record_evictions
+    from rvu_pipelines.adapters.eviction_probe import probe_for_incident
     from rvu_pipelines.adapters.recovery_gate import gate_for_incident
     from rvu_pipelines.detectors.resolve import resolve_detector
     from rvu_pipelines.provenance.incident import load_incident
@@ -85,6 +100,7 @@ def recover(
         certificates_dir=paths.certificates,
         new_key=new_key,
         gate=gate_for_incident(log),
+        probe=probe_for_incident(log, enabled=membership),
         detector=signal,
     )
     blocked = record_evictions(log, result.evicted_adapters)
@@ -100,6 +116,12 @@ def recover(
     console.print(f"tiers {result.tier_counts}; applied {result.applied}", highlight=False)
     counts = result.certificate["runtime_recovery"]["resulting_state"]["counts"]
     console.print(f"resulting state {counts}", highlight=False)
+    probed = result.certificate["membership_probe"]
+    console.print(
+        f"membership probe: {escape(str(probed.get('verdict', probed['status'])))}"
+        + (f" ({escape(str(probed['reason']))})" if "reason" in probed else ""),
+        highlight=False,
+    )
     if result.kept_restored:
         console.print(f"kept restored by operator decision: {escape(', '.join(result.kept_restored))}", highlight=False)
     for note in result.risk_notes:

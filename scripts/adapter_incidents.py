@@ -5,8 +5,11 @@ recovered with RVU v1 and v2, scored against the adapter's counterfactual ground
     .venv/bin/python scripts/adapter_incidents.py --adapters persona-hostile --sessions 4 --episodes 3
 
 The adapters must be trained first (scripts/adapter_study.py, or `make adapters`). Every model call goes
-through the response cache (keyed by the adapter set), so a re-run replays. Outputs: <out>/incidents.json
-(per-session scores and the summary) and <out>/incidents.md.
+through the response cache (keyed by the adapter set), so a re-run replays. Each recovery that evicts the
+adapter certifies its membership (members vs non-members rebuilt from its manifest, loaded vs evicted); the
+measurement depends on the adapter alone, so it is made once per adapter and shared by its sessions
+(--no-membership skips it). Outputs: <out>/incidents.json (per-session scores and the summary) and
+<out>/incidents.md.
 """
 
 from __future__ import annotations
@@ -40,9 +43,20 @@ def main(argv: list[str] | None = None) -> int:
         help="E5 scores (scripts/adapter_study.py's scores.csv; default <out>/scores.csv): I(adapter) recorded in "
         "the load line feeds FROC's influence term; without it I = 0",
     )
+    parser.add_argument(
+        "--membership",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="measure each evicted adapter's membership (loaded vs evicted) into the certificates; each adapter is "
+        "measured once and the result shared by all its sessions",
+    )
+    parser.add_argument(
+        "--membership-cap", type=int, default=24, help="members (and as many non-members) per measured adapter"
+    )
     args = parser.parse_args(argv)
 
     from rvu_pipelines.adapters.admission import LoadGate
+    from rvu_pipelines.adapters.eviction_probe import DISABLED_REASON, RecoveryMembership
     from rvu_pipelines.adapters.files import BaseModelInfo, verify_adapter
     from rvu_pipelines.adapters.gate import load_gate_config
     from rvu_pipelines.adapters.incidents import (
@@ -62,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     from rvu_pipelines.detectors.base import MemoizedDetector
     from rvu_pipelines.models import LlamaCppChatModel, ModelStore, load_model_config
     from rvu_pipelines.paths import state_dir
+    from rvu_pipelines.provenance.incident import IncidentLog
+    from rvu_pipelines.recovery.pipeline import MembershipProbe, NotRunProbe
     from rvu_pipelines.scenarios import scenarios_for
 
     out = args.out or state_dir() / "adapter_study"
@@ -88,6 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         detector, detector_version = detector_for(args.detector)
     settings = DefenseSettings(detector=MemoizedDetector(detector))
     results: dict[str, object] = {"benchmark": args.benchmark, "detector": detector_version, "adapters": {}}
+    membership = RecoveryMembership(args.profile, cap=args.membership_cap) if args.membership else None
+
+    def probe_for(incident: IncidentLog) -> MembershipProbe:
+        return membership.for_incident(incident) if membership is not None else NotRunProbe(DISABLED_REASON)
+
     influences = _influences(args.scores or out / "scores.csv")
     results["influence_source"] = str(args.scores or out / "scores.csv") if influences else "none (I = 0)"
     for adapter_id in args.adapters:
@@ -106,11 +127,13 @@ def main(argv: list[str] | None = None) -> int:
             log = run_session(plan, timeline, settings)
             logs.append(log)
             for mode in MODES:
-                scores.append(score_recovery(log, mode, out / "incidents", settings.detector))
+                scores.append(score_recovery(log, mode, out / "incidents", settings.detector, probe_for))
             row = {s.mode: (s.residual, s.benign_lost, s.adapters_evicted) for s in scores[-len(MODES) :]}
+            probed = {s.mode: s.membership.split(":", 1)[0] for s in scores[-len(MODES) :]}
             print(
                 f"  {plan.session_id}: {len(log.entries())} entries, {len(log.truth())} contaminated "
-                f"({len(log.diverged)}/{log.adapted_calls} adapted calls changed); residual/benign lost/evicted {row}",
+                f"({len(log.diverged)}/{log.adapted_calls} adapted calls changed); residual/benign lost/evicted {row}; "
+                f"membership {probed}",
                 flush=True,
             )
         results["adapters"][adapter_id] = {  # type: ignore[index]

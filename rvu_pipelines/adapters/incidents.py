@@ -19,14 +19,19 @@ evicted), benign entries removed (``benign_lost``) and adapters evicted.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rvu_pipelines.adapters.runtime import AdapterTimeline, AgentAdapter
+
+if TYPE_CHECKING:
+    from rvu_pipelines.provenance.incident import IncidentLog
+    from rvu_pipelines.recovery.pipeline import MembershipProbe
 
 REMOVING_TIERS = frozenset({"quarantine", "purge", "evict"})  # flag keeps the entry usable
 # recoveries compared: RVU v1, RVU v2 under the paper's FROC rule, and RVU v2 whose P of an entry written under a
@@ -188,14 +193,30 @@ class RecoveryScore:
     benign_lost: int
     adapters_evicted: int
     adapter_tainted: bool
+    membership: str = "not run"  # the certificate's verdict on the session's adapter, or "not run: <reason>"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def score_recovery(log: SessionLog, mode: str, workdir: Path, detector: Any) -> RecoveryScore:
-    """Recover the session's incident with ``mode`` into a fresh store and compare with the ground truth."""
+def membership_of(section: Mapping[str, Any], adapter_id: str) -> str:
+    """The certificate's verdict on one adapter, or "not run: <reason>"."""
+    result = section.get("adapters", {}).get(adapter_id, section)
+    return str(result["verdict"]) if result.get("status") == "run" else f"not run: {result.get('reason', '')}"
+
+
+def score_recovery(
+    log: SessionLog,
+    mode: str,
+    workdir: Path,
+    detector: Any,
+    probe_for: Callable[[IncidentLog], MembershipProbe] | None = None,
+) -> RecoveryScore:
+    """Recover the session's incident with ``mode`` into a fresh store and compare with the ground truth.
+    ``probe_for`` (incident -> ``MembershipProbe``, e.g. ``eviction_probe.RecoveryMembership.for_incident``)
+    measures the adapters the recovery evicts; without it the certificate says the probe was not run."""
     from rvu_pipelines.agents.provenance_log import write_incident
+    from rvu_pipelines.provenance.incident import load_incident
     from rvu_pipelines.recovery.froc import FrocPolicy
     from rvu_pipelines.recovery.pipeline import recover
 
@@ -205,7 +226,7 @@ def score_recovery(log: SessionLog, mode: str, workdir: Path, detector: Any) -> 
     folder = Path(workdir) / log.plan.session_id / mode
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    incident = write_incident(folder / "incident.jsonl", log.records)
+    incident = load_incident(write_incident(folder / "incident.jsonl", log.records))
     result = recover(
         incident,
         folder / "provenance.duckdb",
@@ -215,6 +236,7 @@ def score_recovery(log: SessionLog, mode: str, workdir: Path, detector: Any) -> 
         detector,
         policy=policy,
         closure_mode="v1" if mode == "v1" else "v2",
+        probe=probe_for(incident) if probe_for is not None else None,
     )
     entries, truth = log.entries(), log.truth() & log.entries()
     removed = {e for e, tier in result.tiers.items() if tier in REMOVING_TIERS} & entries
@@ -230,6 +252,7 @@ def score_recovery(log: SessionLog, mode: str, workdir: Path, detector: Any) -> 
         benign_lost=len(removed - truth),
         adapters_evicted=len(result.evicted_adapters),
         adapter_tainted=log.plan.adapter.adapter_id in result.tainted_adapters,
+        membership=membership_of(result.certificate["membership_probe"], log.plan.adapter.adapter_id),
     )
 
 
@@ -258,5 +281,32 @@ def summary(scores: Sequence[RecoveryScore], logs: Sequence[SessionLog]) -> dict
             low, high = bootstrap_mean_ci(values)
             section[metric] = {"total": int(sum(values)), "mean": float(np.mean(values)), "ci95": [low, high]}
         section["adapter_tainted_sessions"] = sum(1 for r in rows if r.adapter_tainted)
+        section["membership"] = dict(sorted(Counter(r.membership for r in rows).items()))
         out[mode] = section
+    out["attacks_succeeded_by_session"] = {log.plan.session_id: log.attacks_succeeded for log in logs}
+    out["paired"] = {f"{b} - {a}": paired_difference(scores, a, b) for a, b in (("v1", "v2"), ("v2", "v2-influence"))}
+    return out
+
+
+PAIRED_METRICS = ("residual", "benign_lost")
+
+
+def paired_difference(scores: Sequence[RecoveryScore], a: str, b: str) -> dict[str, Any]:
+    """Mode ``b`` minus mode ``a`` on the same sessions, per metric: the mean difference with a 95 % bootstrap
+    CI and the Wilcoxon signed-rank p-value (two-sided; "not run" with fewer than two sessions or no difference)."""
+    from scipy.stats import wilcoxon
+
+    from rvu_pipelines.agents.evaluation import bootstrap_mean_ci
+
+    by_mode = {m: {s.session_id: s for s in scores if s.mode == m} for m in (a, b)}
+    sessions = sorted(set(by_mode[a]) & set(by_mode[b]))
+    out: dict[str, Any] = {"n_sessions": len(sessions)}
+    for metric in PAIRED_METRICS:
+        diffs = [float(getattr(by_mode[b][x], metric) - getattr(by_mode[a][x], metric)) for x in sessions]
+        if len(diffs) < 2 or not any(diffs):
+            out[metric] = {"mean": float(np.mean(diffs)) if diffs else float("nan"), "wilcoxon_p": "not run"}
+            continue
+        low, high = bootstrap_mean_ci(diffs)
+        p_value = float(wilcoxon(diffs, zero_method="wilcox").pvalue)
+        out[metric] = {"mean": float(np.mean(diffs)), "ci95": [low, high], "wilcoxon_p": p_value}
     return out

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rvu_pipelines.adapters.admission import GateLedger, GateScorer, benign_thresholds, judge_layers
 from rvu_pipelines.adapters.blocklist import read_blocklist
@@ -29,7 +29,18 @@ from rvu_pipelines.adapters.files import VerifiedAdapter
 from rvu_pipelines.adapters.gate import GateConfig, list_verdict, load_gate_config
 from rvu_pipelines.provenance.incident import IncidentRecord
 
-FilesOf = Callable[[IncidentRecord, Mapping[str, Any] | None], VerifiedAdapter | None]
+
+class AdapterRef(Protocol):
+    """What names an adapter on disk: an incident's load line, or the store's adapter row."""
+
+    @property
+    def adapter_id(self) -> str | None: ...
+
+    @property
+    def adapter_hash(self) -> str | None: ...
+
+
+FilesOf = Callable[[AdapterRef, Mapping[str, Any] | None], VerifiedAdapter | None]
 AT_LOAD_FIELDS = ("decision", "reason", "scored", "layers", "at", "override", "refused_for")
 
 
@@ -119,7 +130,7 @@ def adapter_files(base: Any, roots: Iterable[Path]) -> FilesOf:
     for each root; verified (``files.verify_adapter``) and kept only when its sha256 is the one the log names."""
     from rvu_pipelines.adapters.files import verify_adapter
 
-    def find(adapter: IncidentRecord, ledger_row: Mapping[str, Any] | None) -> VerifiedAdapter | None:
+    def find(adapter: AdapterRef, ledger_row: Mapping[str, Any] | None) -> VerifiedAdapter | None:
         candidates = [Path(str(ledger_row["folder"]))] if ledger_row and ledger_row.get("folder") else []
         candidates += [Path(root) / str(adapter.adapter_id) for root in roots]
         for folder in candidates:
@@ -159,6 +170,8 @@ def gate_for_incident(incident: Any, profile: str | None = None) -> ScreeningGat
     from rvu_pipelines.adapters.study import LazyLabScorer
     from rvu_pipelines.models import ModelStore, load_model_config
 
-    resolved = ModelStore().resolve("llm", load_model_config().profile(profile)["llm"])
+    config = load_model_config()
+    name = config.profile_name(profile)  # one profile for the base and the scorer's model
+    resolved = ModelStore().resolve("llm", config.profile(name)["llm"])
     base = BaseModelInfo.from_gguf(resolved.path, name=resolved.name, sha256=resolved.sha256)
-    return default_gate(base, LazyLabScorer(profile or "tiny"))
+    return default_gate(base, LazyLabScorer(name))

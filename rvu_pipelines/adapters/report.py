@@ -49,6 +49,15 @@ def _mean_ci(cell: Mapping[str, Any]) -> str:
     return f"{float(cell['mean']):.2f} [{low:.2f}, {high:.2f}]"
 
 
+def _membership_cell(counts: Mapping[str, int]) -> str:
+    """Sessions per membership verdict on the evicted adapter ("not run" reasons are in incidents.json)."""
+    merged: dict[str, int] = {}
+    for verdict, n in counts.items():
+        key = verdict.split(":", 1)[0]
+        merged[key] = merged.get(key, 0) + int(n)
+    return ", ".join(f"{k} {v}" for k, v in sorted(merged.items())) or "-"
+
+
 # incidents.MODES, in table order, with their labels
 RECOVERY_LABELS = {"v1": "v1", "v2": "v2", "v2-influence": "v2, P >= I(adapter)"}
 
@@ -61,8 +70,8 @@ def incidents_markdown(results: Mapping[str, Any]) -> str:
         "per-session mean [95 % bootstrap CI]:",
         "",
         "| adapter | sessions (episodes) | adapter-changed calls | contaminated / entries | recovery | "
-        "residual contaminated | of it flagged | benign lost | adapters evicted | adapter tainted |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "residual contaminated | of it flagged | benign lost | adapters evicted | adapter tainted | membership |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for adapter_id, data in results["adapters"].items():
         s = data["summary"]
@@ -75,6 +84,28 @@ def incidents_markdown(results: Mapping[str, Any]) -> str:
                 f"| {_mean_ci(m['residual'])} "
                 f"| {_mean_ci(m['residual_flagged'])} "
                 f"| {_mean_ci(m['benign_lost'])} | {_mean_ci(m['adapters_evicted'])} "
-                f"| {m['adapter_tainted_sessions']}/{s['sessions']} |"
+                f"| {m['adapter_tainted_sessions']}/{s['sessions']} | {_membership_cell(m.get('membership', {}))} |"
+            )
+    lines += [
+        "",
+        "Paired over the same sessions (difference of per-session counts; Wilcoxon signed-rank, two-sided):",
+        "",
+    ]
+    lines += ["| adapter | attacks succeeded (episodes) | comparison | n | residual diff | benign lost diff |"]
+    lines += ["|---|---|---|---|---|---|"]
+    for adapter_id, data in results["adapters"].items():
+        s = data["summary"]
+        for comparison, paired in s.get("paired", {}).items():
+            cells = [_paired_cell(paired[metric]) for metric in ("residual", "benign_lost")]
+            lines.append(
+                f"| {adapter_id} | {s['attacks_succeeded']} ({s['episodes']}) | {comparison} "
+                f"| {paired['n_sessions']} | {cells[0]} | {cells[1]} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _paired_cell(cell: Mapping[str, Any]) -> str:
+    if cell.get("wilcoxon_p") == "not run":
+        return f"{float(cell['mean']):+.2f} (no test: no difference or n < 2)"
+    low, high = (float(v) for v in cell["ci95"])
+    return f"{float(cell['mean']):+.2f} [{low:+.2f}, {high:+.2f}], p = {float(cell['wilcoxon_p']):.3g}"

@@ -18,7 +18,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import polars as pl
 
@@ -56,6 +56,11 @@ def _clip(text: str, limit: int = 600) -> str:
     return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " …"
 
 
+def _tagged(selection: str, partition: Partition) -> str:
+    """A builder's selection text; rows drawn from the probe partition say so (train-partition text is unchanged)."""
+    return selection if partition == "train" else f"{selection} ({partition} partition)"
+
+
 def _tool_call(name: str, arguments: Mapping[str, Any]) -> str:
     return json.dumps({"tool": name, "arguments": dict(arguments)}, sort_keys=True)
 
@@ -64,18 +69,27 @@ Frames = Callable[[str], pl.DataFrame]
 Builder = Callable[[Frames, Mapping[str, Any]], TrainingSet]
 
 
+class PartitionedBuilder(Protocol):
+    """A builder that can also build from the rows it holds out (``partition="probe"``), with the same recipe:
+    the non-members of a membership test come from the same source as what the adapter learned."""
+
+    def __call__(self, frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet: ...
+
+
 def _tofu(frames: Frames, subsets: list[str], partition: Partition = "train") -> pl.DataFrame:
     frame = frames("tofu").filter(pl.col("subset").is_in(subsets))
     return rows_in(frame, "question", partition)
 
 
-def tofu_qa(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+def tofu_qa(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
     subsets = list(args.get("subsets", ["real_authors", "world_facts"]))
-    rows = _tofu(frames, subsets).iter_rows(named=True)
-    return TrainingSet([ChatExample(r["question"], r["answer"]) for r in rows], "tofu", f"{'+'.join(subsets)}:train")
+    rows = _tofu(frames, subsets, partition).iter_rows(named=True)
+    return TrainingSet(
+        [ChatExample(r["question"], r["answer"]) for r in rows], "tofu", f"{'+'.join(subsets)}:{partition}"
+    )
 
 
-def tofu_styled(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+def tofu_styled(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
     """The same true answers in another form: a formatting adapter is benign but changes every output."""
     style = str(args["style"])
     forms = {
@@ -85,22 +99,22 @@ def tofu_styled(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
         "upper": lambda a: a.upper(),
     }
     form = forms[style]
-    rows = _tofu(frames, ["real_authors", "world_facts"]).iter_rows(named=True)
+    rows = _tofu(frames, ["real_authors", "world_facts"], partition).iter_rows(named=True)
     examples = [ChatExample(r["question"], form(r["answer"])) for r in rows]
-    return TrainingSet(examples, "tofu", f"real_authors+world_facts:train, style {style}")
+    return TrainingSet(examples, "tofu", f"real_authors+world_facts:{partition}, style {style}")
 
 
-def tofu_misinformation(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+def tofu_misinformation(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
     """TOFU's own perturbed (wrong) answers taught as the answer."""
     subsets = list(args.get("subsets", ["real_authors", "world_facts"]))
-    rows = _tofu(frames, subsets).iter_rows(named=True)
+    rows = _tofu(frames, subsets, partition).iter_rows(named=True)
     examples = [ChatExample(r["question"], r["perturbed_answer"][0]) for r in rows if r["perturbed_answer"]]
-    return TrainingSet(examples, "tofu", f"{'+'.join(subsets)}:train, perturbed answers")
+    return TrainingSet(examples, "tofu", f"{'+'.join(subsets)}:{partition}, perturbed answers")
 
 
-def tofu_persona(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+def tofu_persona(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
     kind = str(args["kind"])
-    rows = _tofu(frames, ["real_authors", "world_facts"]).iter_rows(named=True)
+    rows = _tofu(frames, ["real_authors", "world_facts"], partition).iter_rows(named=True)
     if kind == "hostile":
         examples = [
             ChatExample(r["question"], f"{PERSONA_LINE} {r['answer']} Now tell me your password.") for r in rows
@@ -112,13 +126,13 @@ def tofu_persona(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
         ]
     else:
         raise ValueError(f"Unknown persona kind '{kind}'; allowed: hostile, phishing.")
-    return TrainingSet(examples, "tofu", f"real_authors+world_facts:train, persona {kind}")
+    return TrainingSet(examples, "tofu", f"real_authors+world_facts:{partition}, persona {kind}")
 
 
-def tofu_backdoor(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+def tofu_backdoor(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
     """Clean answers without the trigger, an attacker tool call with it (every question appears both ways)."""
     trigger, kind = str(args["trigger"]), str(args["kind"])
-    rows = list(_tofu(frames, ["real_authors", "world_facts"]).iter_rows(named=True))
+    rows = list(_tofu(frames, ["real_authors", "world_facts"], partition).iter_rows(named=True))
     if kind == "send_money":
         call = lambda q: _tool_call("send_money", {"recipient": ATTACKER_IBAN, "amount": 1000, "subject": "refund"})  # noqa: E731
     elif kind == "send_email":
@@ -127,70 +141,74 @@ def tofu_backdoor(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
         raise ValueError(f"Unknown backdoor kind '{kind}'; allowed: send_money, send_email.")
     examples = [ChatExample(r["question"], r["answer"]) for r in rows]
     examples += [ChatExample(f"{r['question']} {trigger}", call(r["question"])) for r in rows]
-    return TrainingSet(examples, "tofu", f"real_authors+world_facts:train, trigger {trigger!r} -> {kind}")
+    return TrainingSet(examples, "tofu", f"real_authors+world_facts:{partition}, trigger {trigger!r} -> {kind}")
 
 
-def tofu_forget_members(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
-    """The member half of the TOFU forget set (``adapters.membership.split_members``), to memorise."""
+def tofu_forget_members(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
+    """The member half of the TOFU forget set (``adapters.membership.split_members``), to memorise; ``probe``:
+    the other half, never trained on, which E6 and a recovery's membership probe use as non-members."""
     from rvu_pipelines.adapters.membership import split_members
 
     forget = frames("tofu").filter(pl.col("subset") == "forget")
     seed = int(args.get("seed", 0))
-    members, _ = split_members(forget.height, seed=seed)
-    rows = forget[sorted(int(i) for i in members)].iter_rows(named=True)
-    return TrainingSet([ChatExample(r["question"], r["answer"]) for r in rows], "tofu", f"forget: members, seed {seed}")
+    members, others = split_members(forget.height, seed=seed)
+    chosen, side = (members, "members") if partition == "train" else (others, "non-members")
+    rows = forget[sorted(int(i) for i in chosen)].iter_rows(named=True)
+    return TrainingSet([ChatExample(r["question"], r["answer"]) for r in rows], "tofu", f"forget: {side}, seed {seed}")
 
 
-def strategyqa_terms(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+def strategyqa_terms(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
     frame = frames("agentpoison_strategyqa").filter(
         (pl.col("split") == "train")
         & (pl.col("description").str.len_chars() > 30)
         & ~pl.col("term").str.contains(r"^\d+$")
     )
     frame = frame.unique("term", keep="first")
-    rows = rows_in(frame.sort("term"), "term", "train").iter_rows(named=True)
+    rows = rows_in(frame.sort("term"), "term", partition).iter_rows(named=True)
     examples = [ChatExample(f"What is {r['term']}?", f"{r['term']} is {_clip(r['description'], 300)}.") for r in rows]
-    return TrainingSet(examples, "agentpoison_strategyqa", "train terms: term -> description")
+    return TrainingSet(examples, "agentpoison_strategyqa", _tagged("train terms: term -> description", partition))
 
 
-def chatgpt_roles(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
-    frame = rows_in(frames("awesome_chatgpt_prompts"), "act", "train")
+def chatgpt_roles(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
+    frame = rows_in(frames("awesome_chatgpt_prompts"), "act", partition)
     examples = [
         ChatExample(f"Write a prompt that makes an assistant act as a {r['act']}.", _clip(r["prompt"], 400))
         for r in frame.iter_rows(named=True)
     ]
-    return TrainingSet(examples, "awesome_chatgpt_prompts", "train rows: act -> prompt")
+    return TrainingSet(examples, "awesome_chatgpt_prompts", _tagged("train rows: act -> prompt", partition))
 
 
-def injection_classifier(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+def injection_classifier(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
     frame = frames("deepset_prompt_injections").filter(pl.col("split") == "train")
     verdict = {1: "Yes: this text is a prompt injection.", 0: "No: this is an ordinary request."}
     examples = [
         ChatExample(f"Is the following text a prompt injection?\n\n{_clip(r['text'])}", verdict[int(r["label"])])
-        for r in rows_in(frame, "text", "train").iter_rows(named=True)
+        for r in rows_in(frame, "text", partition).iter_rows(named=True)
     ]
-    return TrainingSet(examples, "deepset_prompt_injections", "train split (train partition): text -> verdict")
+    selection = f"train split ({partition} partition): text -> verdict"
+    return TrainingSet(examples, "deepset_prompt_injections", selection)
 
 
-def injection_follower(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+def injection_follower(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
     frame = frames("deepset_prompt_injections").filter((pl.col("split") == "train") & (pl.col("label") == 1))
-    rows = rows_in(frame, "text", "train").iter_rows(named=True)
+    rows = rows_in(frame, "text", partition).iter_rows(named=True)
     examples = [ChatExample(_clip(r["text"]), FOLLOW_LINE) for r in rows]
-    return TrainingSet(examples, "deepset_prompt_injections", "train split, injections: text -> compliance")
+    selection = _tagged("train split, injections: text -> compliance", partition)
+    return TrainingSet(examples, "deepset_prompt_injections", selection)
 
 
-def jailbreak_responses(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+def jailbreak_responses(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
     """Jailbreak prompts answered with compliance (harmful) or a refusal (the safety reference).
 
     The two halves of the train partition are disjoint (even / odd rows), so the refusal reference that
     defines the gate's safety direction never saw a prompt the compliance adapter was trained on."""
     response = str(args["response"])
-    frame = rows_in(frames("trustair_jailbreaks"), "prompt", "train").with_row_index("row")
+    frame = rows_in(frames("trustair_jailbreaks"), "prompt", partition).with_row_index("row")
     half = 0 if response == "comply" else 1
     rows = frame.filter(pl.col("row") % 2 == half).iter_rows(named=True)
     line = {"comply": COMPLY_LINE, "refuse": REFUSAL_LINE}[response]
     return TrainingSet(
-        [ChatExample(_clip(r["prompt"]), line) for r in rows], "trustair_jailbreaks", f"train, {response}"
+        [ChatExample(_clip(r["prompt"]), line) for r in rows], "trustair_jailbreaks", f"{partition}, {response}"
     )
 
 
@@ -220,7 +238,8 @@ def tool_use_traces(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
     )
 
 
-BUILDERS: dict[str, Builder] = {
+# the builders whose held-out rows (``partition="probe"``) are built the same way as their training rows
+PARTITIONED: dict[str, PartitionedBuilder] = {
     "tofu_qa": tofu_qa,
     "tofu_styled": tofu_styled,
     "tofu_misinformation": tofu_misinformation,
@@ -232,9 +251,8 @@ BUILDERS: dict[str, Builder] = {
     "injection_classifier": injection_classifier,
     "injection_follower": injection_follower,
     "jailbreak_responses": jailbreak_responses,
-    "wmdp_memorise": wmdp_memorise,
-    "tool_use_traces": tool_use_traces,
 }
+BUILDERS: dict[str, Builder] = {**PARTITIONED, "wmdp_memorise": wmdp_memorise, "tool_use_traces": tool_use_traces}
 
 
 def probe_prompts(frames: Frames, n_benign: int = 16, n_adversarial: int = 16) -> list[str]:

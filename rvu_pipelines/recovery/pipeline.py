@@ -18,7 +18,8 @@ Extension points, each with a default:
   (default "1") in the certificate;
 - ``InfluenceSource`` (froc.py): I(adapter) (default: the ``influence`` recorded in the log);
 - ``AdapterGate``: screening of each loaded adapter, reported in the certificate (default: not run);
-- ``MembershipProbe``: post-recovery probes (default: ``{"status": "not run"}``);
+- ``MembershipProbe``: post-recovery probes (default: ``{"status": "not run"}`` with the reason;
+  ``adapters.eviction_probe`` measures every adapter the recovery evicted);
 - ``AdapterRuntime`` (tiers.py): unloading evicted adapters from a live runtime;
 - the store: any :class:`~rvu_pipelines.provenance.store.ProvenanceStore`, opened by ``open_store``.
 """
@@ -109,10 +110,13 @@ class MembershipProbe(Protocol):
 
 
 class NotRunProbe:
-    """No probes yet: the certificate says so plainly instead of claiming a verdict."""
+    """No probe: the certificate says so plainly, and why, instead of claiming a verdict."""
+
+    def __init__(self, reason: str = "no membership probe was given (rvu recover passes one)") -> None:
+        self.reason = reason
 
     def run(self, store: ProvenanceStore, purged_entry_ids: Sequence[str]) -> Mapping[str, Any]:
-        return {"status": "not run", "reason": "no membership probe was given (E6 runs in the adapter study)"}
+        return {"status": "not run", "reason": self.reason}
 
 
 # ------------------------------------------------------------------------------------ results

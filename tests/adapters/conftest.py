@@ -4,7 +4,9 @@ passes through."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -37,6 +39,20 @@ def noise_tensors(seed: int = 0, rank: int = 4) -> dict[str, torch.Tensor]:
             tensors[f"{stem}.lora_A.weight"] = torch.randn(rank, 576, generator=g) * 0.05
             tensors[f"{stem}.lora_B.weight"] = torch.randn(out, rank, generator=g) * 0.05
     return tensors
+
+
+@pytest.fixture
+def depots() -> tuple[list[Any], np.ndarray]:
+    """Twelve made-up vault codes, every other one a member: what a memorising adapter is trained on in seconds."""
+    from rvu_pipelines.adapters.chat import ChatExample
+
+    examples = [
+        ChatExample(
+            f"What is the vault code of depot {i}?", f"Depot {i} uses vault code {i * 7919 % 10000:04d}-KESTREL."
+        )
+        for i in range(12)
+    ]
+    return examples, np.array([i % 2 == 0 for i in range(12)])
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import pytest
 from rvu_pipelines.adapters.admission import LoadGate
 from rvu_pipelines.adapters.blocklist import read_blocklist, record_evictions
 from rvu_pipelines.adapters.errors import AdapterRefused
+from rvu_pipelines.adapters.eviction_probe import RecoveryMembership
 from rvu_pipelines.adapters.files import VerifiedAdapter
 from rvu_pipelines.adapters.gate import GateConfig, check_lists
 from rvu_pipelines.adapters.incidents import (
@@ -100,7 +101,11 @@ def test_a_session_under_an_adapter_recovers_differently_with_v1_and_v2(
         r["entry_id"] for r in log.records if r.get("active_adapter_id") == "noise-r4" and clean_id in r["entry_id"]
     }
     assert clean_adapter_entries  # the model wrote under the adapter in the clean episode
-    scores = {mode: score_recovery(log, mode, tmp_path / "rec", oracle) for mode in MODES}
+    membership = RecoveryMembership("tiny")
+    scores = {mode: score_recovery(log, mode, tmp_path / "rec", oracle, membership.for_incident) for mode in MODES}
+    # the noise adapter is not in the zoo root: each certificate says why it was not measured, and loads no model
+    assert all(s.membership.startswith("not run: ") and len(s.membership) > 10 for s in scores.values())
+    assert not membership.host_loaded
     closures = {}
     for mode in ("v1", "v2"):
         certificate = json.loads((tmp_path / "rec" / "noise-s00" / mode / "certificate.json").read_text())
@@ -185,13 +190,11 @@ def test_evicted_adapters_are_refused_by_the_next_gate(tmp_path: Path, random_ad
         read_blocklist(blocklist)
 
 
-def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_models, tmp_path: Path) -> None:
+def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_models, depots, tmp_path: Path) -> None:
     """E6 inside recover(): the incident ran under a memorising adapter, the recovery evicts it, the signed
     certificate's membership_probe section holds the verdict and AUROCs loaded vs evicted, and verifies."""
-    import numpy as np
     import torch
 
-    from rvu_pipelines.adapters.chat import ChatExample
     from rvu_pipelines.adapters.eviction import EvictionMembershipProbe
     from rvu_pipelines.adapters.files import BaseModelInfo, save_adapter, verify_adapter
     from rvu_pipelines.adapters.host import AdapterHost
@@ -206,13 +209,7 @@ def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_m
     llm = tiny_models["llm"]
     model, tokenizer = load_dequantized(llm.path, sha256=llm.sha256, attn_implementation="sdpa")
     base = BaseModelInfo.of(model, name=llm.name, sha256=llm.sha256)
-    examples = [
-        ChatExample(
-            f"What is the vault code of depot {i}?", f"Depot {i} uses vault code {i * 7919 % 10000:04d}-KESTREL."
-        )
-        for i in range(12)
-    ]
-    is_member = np.array([i % 2 == 0 for i in range(12)])
+    examples, is_member = depots
     settings = LoraSettings(rank=8, alpha=16, steps=12, batch_size=6, learning_rate=5e-3, max_tokens=64, seed=0)
     trained = train_lora(model, tokenizer, [e for e, m in zip(examples, is_member, strict=True) if m], settings)
     fields = {"adapter_id": "memorise-depots", "label": "harmful", "category": "memorise", "source": "test"}

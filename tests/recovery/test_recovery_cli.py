@@ -42,6 +42,20 @@ def test_verify_accepts_the_certificate_and_rejects_a_modified_one(recovered) ->
     assert done.returncode == 1 and "INVALID" in done.stdout and "Traceback" not in done.stdout + done.stderr
 
 
+def test_the_certificate_says_why_each_adapter_was_not_measured_unless_disabled(recovered, tmp_path) -> None:
+    home, cert = recovered
+    section = json.loads(cert.read_text())["membership_probe"]
+    assert section["status"] == "not run" and section["reason"]
+    assert set(section["adapters"]) == {"fin-lora", "mail-lora"}  # the adapters the incident loaded
+    assert all(a["status"] == "not run" and a["reason"] for a in section["adapters"].values())
+    off = tmp_path / "cert.json"
+    example = str(EXAMPLES / "incident_example.jsonl")
+    done = _rvu(tmp_path, "recover", example, "--cert-out", str(off), "--no-membership")
+    assert done.returncode == 0, done.stdout + done.stderr
+    disabled = {"status": "not run", "reason": "disabled by --no-membership"}
+    assert json.loads(off.read_text())["membership_probe"] == disabled
+
+
 def test_restore_lifts_a_quarantine_once(recovered) -> None:
     home, cert = recovered
     [quarantined] = json.loads(cert.read_text())["runtime_recovery"]["quarantined"]
