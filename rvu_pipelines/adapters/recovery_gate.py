@@ -78,7 +78,10 @@ class ScreeningGate:
         """(the certificate's view of the load-time verdict or why there is none, the raw ledger row)."""
         if self.ledger is None:
             return {"status": "no ledger", "reason": "this recovery was given no load-gate ledger"}, None
-        row = self.ledger.latest_verdict(sha) if sha else None
+        try:
+            row = self.ledger.latest_verdict(sha) if sha else None
+        except AdapterRefused as exc:  # a ledger that is a link, or too large: said, and the recovery goes on
+            return {"status": "unreadable", "reason": str(exc)}, None
         if row is None:
             return {"status": "none", "reason": f"the ledger {self.ledger.path} has no verdict on this sha256"}, None
         return {k: row[k] for k in AT_LOAD_FIELDS if k in row}, row

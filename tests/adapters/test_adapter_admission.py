@@ -309,3 +309,18 @@ def test_the_certificate_gate_section_carries_the_load_verdict_and_scores_at_rec
     assert found["verdict"] == ("refuse" if expected > 0.2 else "pass")
     assert gone["behaviour"] == "not screened" and "not at hand" in gone["behaviour_reason"]
     assert gone["at_load"]["status"] == "none" and gone["verdict"] == "unknown"
+
+
+def test_an_unreadable_ledger_is_said_in_the_certificate_not_fatal(tmp_path: Path) -> None:
+    from rvu_pipelines.adapters.recovery_gate import ScreeningGate
+    from rvu_pipelines.adapters.runtime import lifecycle_fields
+
+    (tmp_path / "elsewhere.jsonl").write_text("{}\n")
+    ledger = GateLedger(tmp_path / "gate_ledger.jsonl")
+    ledger.path.symlink_to(tmp_path / "elsewhere.jsonl")
+    line = {**lifecycle_fields("adapter_loaded", "a", sha256="d" * 64), "entry_id": "s/e0", "episode_id": "s"}
+    path = tmp_path / "incident.jsonl"
+    path.write_text(json.dumps({**line, "timestamp": 1.0}) + "\n")
+    [record] = load_incident(path).adapters_loaded
+    screened = ScreeningGate(GateConfig(), [], blocklist={}, ledger=ledger).screen(record)
+    assert screened["at_load"]["status"] == "unreadable" and "link" in screened["at_load"]["reason"]
