@@ -125,19 +125,13 @@ def _check_with_scorer(gate: Any, path: Path, profile: str | None) -> tuple[Any,
     try:
         adapter = verify_adapter(path, gate.base)
     except AdapterRefused:
-        adapter = None  # check_folder refuses it again, and records the refusal
-    needs_score = (
-        adapter is not None
-        and adapter.sha256 not in gate.screened
-        and gate.thresholds
-        and adapter.sha256 not in gate.allow
-    )
-    if needs_score:
+        return gate.check_folder(path)  # refuses it again and records the refusal
+    if adapter.sha256 not in gate.screened and gate.thresholds and adapter.sha256 not in gate.allow:
         from rvu_pipelines.adapters.study import LazyLabScorer
         from rvu_pipelines.models import load_model_config
 
         gate.scorer = LazyLabScorer(load_model_config().profile_name(profile), gate.config.reference_adapter)
-    return gate.check_folder(path)
+    return adapter, gate.check(adapter)  # the verified adapter is judged as is: its files are not read twice
 
 
 @adapters.command("allow")

@@ -143,8 +143,6 @@ class GateLedger:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._index: dict[str, dict[str, Any]] = {}
-        self._read_upto = -1
 
     def append(self, record: Mapping[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,8 +18,10 @@ construction (the OOD layer is the one that looks at them).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
+from typing import Any
 
 SIGNALS: dict[str, re.Pattern[str]] = {
     "url": re.compile(r"\bhttps?://[^\s\"'<>]+|\bwww\.[a-z0-9-]+\.[a-z]{2,}", re.IGNORECASE),
@@ -32,12 +34,18 @@ SIGNALS: dict[str, re.Pattern[str]] = {
 }
 
 
-def signals_in(text: str) -> list[str]:
-    """The names of the signals ``text`` carries, in a fixed order."""
+@functools.cache
+def _exfiltration() -> Any:
+    """The platform's exfiltration heuristic, its patterns compiled once."""
     from rvu_pipelines.detectors.exfiltration import ExfiltrationHeuristic
 
+    return ExfiltrationHeuristic()
+
+
+def signals_in(text: str) -> list[str]:
+    """The names of the signals ``text`` carries, in a fixed order."""
     found = [name for name, pattern in SIGNALS.items() if pattern.search(text)]
-    if ExfiltrationHeuristic().score([text])[0] >= 0.5:
+    if _exfiltration().score([text])[0] >= 0.5:
         found.append("instruction_override")
     return found
 
