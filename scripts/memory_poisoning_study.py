@@ -4,7 +4,8 @@
     .venv/bin/python scripts/memory_poisoning_study.py --sampled     # the default job's sample
 
 The same library call as the ``memory_poisoning_study`` / ``memory_poisoning_sample`` assets; outputs
-(matrix.parquet, paper_table.md, retrieval.md, roc.png, memsad_scores.png, sir.png, summary.json) go to
+(matrix.parquet, paper_table.md, write_time.md, retrieval.md, retro_scan.md / .parquet / .png and the incident
+the retro-scan opens, roc.png, memsad_scores.png, sir.png, summary.json) go to
 ``--out``. Data come from the mirror (RVU_DATA_MIRROR, ../shared/data by default) or the public sources.
 """
 
@@ -20,6 +21,7 @@ from rvu_pipelines.data.sources import dataset_source_from_env
 from rvu_pipelines.memory_poisoning.runner import run_study
 from rvu_pipelines.memory_poisoning.sir import SIRConfig
 from rvu_pipelines.memory_poisoning.study_cells import StudyConfig
+from rvu_pipelines.memory_poisoning.timeline import ScanConfig
 from rvu_pipelines.models import ModelStore, load_model_config
 from rvu_pipelines.models.embedder import SentenceEmbedder
 from rvu_pipelines.paths import state_dir
@@ -37,8 +39,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.sampled:
         config, sir, name = StudyConfig.sampled(), SIRConfig(agents=6, steps=10, seeds=(0, 1)), "sample"
+        scan = ScanConfig(seeds=(0, 1, 2))
     else:
         config, sir, name = StudyConfig(agentpoison_poisons=20, agentpoison_train=20), SIRConfig(), "study"
+        scan = ScanConfig()
     if args.regime:
         config = replace(config, regime=args.regime)
     if args.adaptive_poisons:
@@ -50,8 +54,12 @@ def main() -> None:
     embedder = SentenceEmbedder(store.resolve("embedder", profile["embedder"]).path)
     llm = None if args.no_llm else store.resolve("llm", profile["llm"]).path
     start = time.perf_counter()
-    result = run_study(frames, embedder, config, out, llm_path=llm, sir=sir, progress=lambda m: print(m, flush=True))
-    print(f"\n{(out / 'paper_table.md').read_text()}\n{(out / 'retrieval.md').read_text()}")
+    result = run_study(
+        frames, embedder, config, out, llm_path=llm, sir=sir, scan=scan, progress=lambda m: print(m, flush=True)
+    )
+    for table in ("paper_table.md", "write_time.md", "retro_scan.md", "retrieval.md"):
+        print(f"\n{(out / table).read_text()}")
+    print("hybrid kappa (benign data only):", result.hybrid_kappa)
     print("protocol:", result.protocol)
     for a in result.adaptive:
         print("adaptive:", a.as_dict())

@@ -59,6 +59,23 @@ def poisoning_incident_records(
     ``flagged_keys`` are the poison keys the post-hoc audit flags (marked ``contaminated``); the
     victim episodes are the attack's victim queries (the first ``max_victims``), retrieved for real.
     """
+    queries = list(attack.victim_queries[:max_victims] if max_victims else attack.victim_queries)
+    retrieved = memory.retrieve_vectors(embed_texts(memory.embedder, queries, "victim queries"))
+    return served_incident_records(attack, list(zip(queries, retrieved, strict=True)), flagged_keys)
+
+
+def served_incident_records(
+    attack: AttackRun,
+    served: Sequence[tuple[str, Sequence[MemoryEntry]]],
+    flagged_keys: Sequence[str],
+    *,
+    flagged_benign: Sequence[MemoryEntry] = (),
+) -> list[dict[str, Any]]:
+    """The incident log lines of ``attack`` given what each served query retrieved, in serving order.
+
+    Flagged keys (poisons, or ``flagged_benign`` entries an audit flagged wrongly) are ``contaminated``:
+    the recovery seeds. Every benign entry a query read, or an audit flagged, is a ``memory-genesis`` write.
+    """
     clock = iter(START + i for i in range(10**9))
     lines: list[dict[str, Any]] = []
     flagged = set(flagged_keys)
@@ -90,21 +107,27 @@ def poisoning_incident_records(
         if poison.key in flagged:
             line["contaminated"] = True
         lines.append(line)
-    queries = list(attack.victim_queries[:max_victims] if max_victims else attack.victim_queries)
-    retrieved = memory.retrieve_vectors(embed_texts(memory.embedder, queries, "victim queries"))
     benign_lines: list[dict[str, Any]] = []
+
+    def genesis(entry: MemoryEntry, rank: int) -> None:
+        written[entry.key] = write_entry_id(entry.key)
+        line = _action(written[entry.key], "memory-genesis", "memory_write", entry.text, None, START - 1 - rank)
+        if entry.key in flagged:
+            line["contaminated"] = True
+        benign_lines.append(line)
+
+    for rank, entry in enumerate(flagged_benign):
+        if entry.key not in written:
+            genesis(entry, rank)
     victim_lines: list[dict[str, Any]] = []
-    for v, (query, entries) in enumerate(zip(queries, retrieved, strict=True)):
+    for v, (query, entries) in enumerate(served):
         episode = f"{attack.name}-victim-{v:04d}"
         q_id = f"victim:{v:04d}:query"
         victim_lines.append(_action(q_id, episode, "user_input", query, None, next(clock)))
         first = None
         for rank, entry in enumerate(entries):
             if entry.key not in written:
-                written[entry.key] = write_entry_id(entry.key)
-                benign_lines.append(
-                    _action(written[entry.key], "memory-genesis", "memory_write", entry.text, None, START - 1 - rank)
-                )
+                genesis(entry, rank)
             r_id = f"victim:{v:04d}:retrieved:{rank}"
             victim_lines.append(_action(r_id, episode, "memory_retrieval", entry.text, written[entry.key], next(clock)))
             first = first or r_id

@@ -8,28 +8,46 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
 from rvu_pipelines.memory_poisoning.defenses.base import WriteDetector
+from rvu_pipelines.memory_poisoning.defenses.benign_kappa import KappaChoice, kappa_on_benign
 from rvu_pipelines.memory_poisoning.defenses.composite import composite_defense
 from rvu_pipelines.memory_poisoning.defenses.memsad import MemsadDetector
 from rvu_pipelines.memory_poisoning.report import (
     paper_comparison_markdown,
+    plot_retro_scan,
     plot_roc_curves,
     plot_score_histograms,
     retrieval_markdown,
+    retro_scan_markdown,
+    write_time_markdown,
 )
 from rvu_pipelines.memory_poisoning.retrieval import Embedder
 from rvu_pipelines.memory_poisoning.sir import SIRConfig, SIRCurves, plot_sir, simulate_sir
 from rvu_pipelines.memory_poisoning.study import attack_defense_matrix, context_for, detector_suite, protocol_contrast
 from rvu_pipelines.memory_poisoning.study_adaptive import AdaptiveResult, adaptive_study
 from rvu_pipelines.memory_poisoning.study_cells import ATTACKS, AttackCell, EmbeddingCache, StudyConfig, build_cell
+from rvu_pipelines.memory_poisoning.timeline import (
+    GOAL_FPR,
+    GOAL_TRIGGERED,
+    ScanConfig,
+    ScanRun,
+    flag_curve,
+    retro_scan_study,
+    scan_incident,
+)
 from rvu_pipelines.tracking import metric_name
 
+if TYPE_CHECKING:
+    from rvu_pipelines.memory_poisoning.defenses.hybrid import HybridDetector
+
 Progress = Callable[[str], None]
+HYBRID_FPR_TARGET = 0.01  # the hybrid's kappa: the smallest whose cross-validated benign FPR is at most this
+SCAN_DETECTORS = ("memsad", "energy", "composite", "hybrid")  # the detectors whose score depends on the served queries
 
 
 @dataclass
@@ -41,6 +59,8 @@ class StudyResult:
     protocol: dict[str, float]
     adaptive: list[AdaptiveResult] = field(default_factory=list)
     sir: list[SIRCurves] = field(default_factory=list)
+    retro: pl.DataFrame = field(default_factory=pl.DataFrame)
+    hybrid_kappa: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
 
@@ -57,6 +77,13 @@ class StudyResult:
                     out[f"adaptive_{a.method}_{key}"] = float(value)
         for curves in self.sir:
             out.update({f"sir_{curves.defense}_{k}": v for k, v in curves.summary().items()})
+        for r in self.retro.iter_rows(named=True):
+            for key, value in r.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    out[f"retro_{r['attack']}_{r['defense']}_{key}"] = float(value)
+        if self.hybrid_kappa:
+            out["hybrid_kappa"] = float(self.hybrid_kappa["kappa"])
+            out["hybrid_kappa_cv_fpr"] = float(self.hybrid_kappa["cv_fpr"])
         out.update({f"seconds_{k}": v for k, v in self.timings.items()})
         return {metric_name(k): v for k, v in out.items()}
 
@@ -67,6 +94,8 @@ class StudyResult:
             "matrix": self.matrix.to_dicts(),
             "adaptive": [a.as_dict() for a in self.adaptive],
             "sir": {c.defense: c.summary() for c in self.sir},
+            "retro_scan": self.retro.to_dicts(),
+            "hybrid_kappa": self.hybrid_kappa,
             "timings": self.timings,
             "files": {k: str(v) for k, v in self.files.items()},
         }
@@ -79,9 +108,9 @@ def _config_dict(config: StudyConfig) -> dict[str, Any]:
     return out
 
 
-def hybrid_factory(llm_path: Path | None) -> Callable[[], WriteDetector]:
-    """The hybrid discrete check at its own defaults (``defenses/hybrid.py``: lexical coverage with WordNet
-    synonyms, trigger tokens, kappa 2.5); with ``llm_path`` its perplexity feature runs on the local LLM."""
+def hybrid_maker(llm_path: Path | None) -> Callable[[float], HybridDetector]:
+    """The hybrid discrete check at a given kappa (``defenses/hybrid.py``: lexical coverage with WordNet
+    synonyms, trigger tokens); with ``llm_path`` its perplexity feature runs on the local LLM."""
     from rvu_pipelines.memory_poisoning.defenses.hybrid import DEFAULT_FEATURES, HybridDetector
 
     scorer = None
@@ -90,7 +119,21 @@ def hybrid_factory(llm_path: Path | None) -> Callable[[], WriteDetector]:
 
         scorer = LlamaPerplexity(llm_path)
     features = DEFAULT_FEATURES if scorer is not None else tuple(f for f in DEFAULT_FEATURES if f != "perplexity")
-    return lambda: HybridDetector(features=features, nll_scorer=scorer)
+    return lambda kappa: HybridDetector(kappa, features=features, nll_scorer=scorer)
+
+
+def hybrid_factory(llm_path: Path | None, kappa: float | None = None) -> Callable[[], WriteDetector]:
+    """The hybrid at ``kappa`` (its module default when None), a fresh instance per call."""
+    from rvu_pipelines.memory_poisoning.defenses.hybrid import HYBRID_KAPPA
+
+    make = hybrid_maker(llm_path)
+    chosen = HYBRID_KAPPA if kappa is None else kappa
+    return lambda: make(chosen)
+
+
+def benign_hybrid_kappa(cell: AttackCell, llm_path: Path | None, fpr_target: float = HYBRID_FPR_TARGET) -> KappaChoice:
+    """The hybrid's kappa from the benign reference entries alone (5-fold, plain history): no attack data."""
+    return kappa_on_benign(hybrid_maker(llm_path), context_for(cell, "plain"), fpr_target=fpr_target)
 
 
 def run_study(
@@ -103,6 +146,7 @@ def run_study(
     attacks: tuple[str, ...] = ATTACKS,
     adaptive: bool = True,
     sir: SIRConfig | None = SIRConfig(),
+    scan: ScanConfig | None = ScanConfig(),
     progress: Progress | None = None,
 ) -> StudyResult:
     """Cells -> matrix (+ protocol contrast) -> adaptive attacks and hybrid -> SIR; tables and plots to ``out_dir``."""
@@ -118,13 +162,21 @@ def run_study(
         victims = sum(len(m.victim_vectors) for m in cells[-1].members or (cells[-1],))
         say(f"{attack}: {len(cells[-1].attack.poisons)} poisons, {victims} victim queries (ASR-R)")
     start = time.perf_counter()
-    hybrid = hybrid_factory(llm_path)
+    kappa = benign_hybrid_kappa(cells[0], llm_path)
+    say(f"hybrid: kappa {kappa.kappa:g} (5-fold benign FPR {kappa.cv_fpr:.3f}, target {kappa.fpr_target:g})")
+    hybrid = hybrid_factory(llm_path, kappa.kappa)
     detectors = {**detector_suite(config.kappa), "hybrid": hybrid}
     matrix, raw = attack_defense_matrix(cells, detectors, top_k=config.top_k, progress=say)
     timings["matrix"] = time.perf_counter() - start
     ap = next((c for c in cells if c.name == "agentpoison"), None)
     protocol = protocol_contrast(ap, config.top_k) if ap is not None else {}
-    result = StudyResult(config, matrix, protocol, timings=timings)
+    result = StudyResult(config, matrix, protocol, timings=timings, hybrid_kappa=kappa.as_dict())
+    runs: dict[tuple[str, str], list[ScanRun]] = {}
+    if scan is not None:
+        start = time.perf_counter()
+        scanned = {name: detectors[name] for name in SCAN_DETECTORS}
+        result.retro, runs = retro_scan_study(cells, scanned, replace(scan, top_k=config.top_k), progress=say)
+        timings["retro_scan"] = time.perf_counter() - start
     if adaptive and ap is not None:
         start = time.perf_counter()
         result.adaptive = adaptive_study(
@@ -142,7 +194,7 @@ def run_study(
         start = time.perf_counter()
         result.sir = sir_study(ap, embedder, config, sir, progress=say)
         timings["sir"] = time.perf_counter() - start
-    result.files = write_outputs(result, raw, out_dir)
+    result.files = write_outputs(result, raw, out_dir, runs)
     return result
 
 
@@ -173,16 +225,35 @@ def sir_study(
     ]
 
 
-def write_outputs(result: StudyResult, raw: Mapping[tuple[str, str, str], Any], out_dir: Path) -> dict[str, Path]:
+def write_outputs(
+    result: StudyResult,
+    raw: Mapping[tuple[str, str, str], Any],
+    out_dir: Path,
+    runs: Mapping[tuple[str, str], list[ScanRun]] | None = None,
+) -> dict[str, Path]:
     files = {
         "matrix_parquet": out_dir / "matrix.parquet",
         "paper_table_md": out_dir / "paper_table.md",
+        "write_time_md": out_dir / "write_time.md",
         "retrieval_md": out_dir / "retrieval.md",
         "summary_json": out_dir / "summary.json",
     }
     result.matrix.write_parquet(files["matrix_parquet"])
     files["paper_table_md"].write_text(paper_comparison_markdown(result.matrix) + "\n")
+    files["write_time_md"].write_text(write_time_markdown(result.matrix) + "\n")
     files["retrieval_md"].write_text(retrieval_markdown(result.matrix) + "\n")
+    if runs:
+        files["retro_scan_parquet"] = out_dir / "retro_scan.parquet"
+        result.retro.write_parquet(files["retro_scan_parquet"])
+        files["retro_scan_md"] = out_dir / "retro_scan.md"
+        files["retro_scan_md"].write_text(retro_scan_markdown(result.retro, GOAL_TRIGGERED, GOAL_FPR) + "\n")
+        files["retro_scan_png"] = plot_retro_scan(
+            {key: [flag_curve(r) for r in scans] for key, scans in runs.items()}, out_dir / "retro_scan.png"
+        )
+        first = runs.get(("agentpoison", "memsad"))
+        incident = scan_incident(first[0], out_dir / "retro_scan_incident.jsonl") if first else None
+        if incident is not None:
+            files["retro_scan_incident"] = incident
     files["roc_png"] = plot_roc_curves(raw, out_dir / "roc.png")
     files["memsad_hist_png"] = plot_score_histograms(raw, out_dir / "memsad_scores.png")
     if result.sir:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.memory_poisoning import stats
 from rvu_pipelines.memory_poisoning.defenses.base import WriteContext, WriteDetector
 from rvu_pipelines.memory_poisoning.defenses.baselines import (
@@ -76,6 +77,9 @@ class DetectionRow:
     attack: str
     defense: str
     calibration: str
+    history: str  # what the detector's query history holds
+    n_history: int
+    n_history_triggered: int
     n_poisons: int
     n_benign: int
     auroc: float
@@ -114,14 +118,73 @@ class CellScores:
     n_benign_queries: int
 
 
+# The triggered shares of the write-time histories (plain traffic first, then triggered queries as victims
+# arrive); "triggered" is the seed's history of triggered queries only.
+TRIGGERED_SHARES: tuple[float, ...] = (0.01, 0.02, 0.05, 0.25)
+
+
+def share_calibration(share: float) -> str:
+    """The calibration label of a history with ``share`` triggered queries (0.05 -> ``triggered_5pct``)."""
+    return f"triggered_{round(share * 100)}pct"
+
+
+@dataclass(frozen=True)
+class History:
+    """The queries a detector is fitted against, and what they are (the README names it beside each number)."""
+
+    vectors: np.ndarray
+    texts: tuple[str, ...]
+    n_triggered: int
+    description: str
+
+    @property
+    def triggered_share(self) -> float:
+        return self.n_triggered / max(len(self.texts), 1)
+
+
+def mixed_history(cell: AttackCell, share: float) -> History:
+    """The plain history with its newest ``share`` (at least one query when share > 0) replaced by triggered
+    victim queries: what the defender has served when the first victims have sent the trigger."""
+    if cell.plain_history_vectors is None:
+        raise MemoryPoisoningInputError(f"{cell.name} has no untriggered history to mix (not an AgentPoison cell)")
+    if not 0.0 <= share <= 1.0:
+        raise MemoryPoisoningInputError(f"the triggered share of a history must be in [0, 1], got {share!r}")
+    n = len(cell.plain_history_texts)
+    k = 0 if share == 0 else min(max(1, round(share * n)), n, len(cell.history_texts))
+    vectors = np.concatenate([cell.plain_history_vectors[: n - k], cell.history_vectors[:k]])
+    texts = cell.plain_history_texts[: n - k] + cell.history_texts[:k]
+    what = "plain queries only" if k == 0 else f"{n - k} plain then {k} triggered queries ({k / n:.0%} triggered)"
+    return History(vectors, texts, k, what)
+
+
+def history_for(cell: AttackCell, calibration: str) -> History:
+    """The history a calibration names: ``plain``, ``triggered_<p>pct`` (mixed) or ``triggered`` (the seed's)."""
+    if calibration == "triggered" or cell.plain_history_vectors is None:
+        if calibration not in ("plain", "triggered"):
+            raise MemoryPoisoningInputError(f"{cell.name} has one history; calibration {calibration!r} needs two")
+        n = len(cell.history_texts)
+        what = "triggered victim queries only" if cell.plain_history_vectors is not None else "the victim queries"
+        return History(cell.history_vectors, cell.history_texts, n if calibration == "triggered" else 0, what)
+    if calibration == "plain":
+        return mixed_history(cell, 0.0)
+    for share in TRIGGERED_SHARES:
+        if calibration == share_calibration(share):
+            return mixed_history(cell, share)
+    raise MemoryPoisoningInputError(
+        f"unknown calibration {calibration!r}; choose plain, triggered or one of "
+        f"{[share_calibration(s) for s in TRIGGERED_SHARES]}"
+    )
+
+
 def context_for(cell: AttackCell, calibration: str) -> WriteContext:
-    """The defender's knowledge: plain calibration uses the untriggered history where there is one."""
-    plain = calibration == "plain" and cell.plain_history_vectors is not None
+    """The defender's knowledge under ``calibration``: vectors *and* texts of the same history, so no feature
+    reads a triggered query the calibration does not grant."""
+    history = history_for(cell, calibration)
     return WriteContext(
         reference_vectors=cell.reference_vectors,
         reference_texts=tuple(e.text for e in cell.reference),
-        history_vectors=cell.plain_history_vectors if plain else cell.history_vectors,  # type: ignore[arg-type]
-        history_texts=cell.history_texts,
+        history_vectors=history.vectors,
+        history_texts=history.texts,
         memory_vectors=cell.memory_vectors,
         memory_texts=tuple(e.text for e in cell.memory),
     )
@@ -226,10 +289,14 @@ def detection_fields(scores: CellScores) -> dict[str, float | int]:
 
 
 def detection_row(cell: AttackCell, defense: str, calibration: str, scores: CellScores) -> DetectionRow:
+    history = history_for(cell, calibration)
     return DetectionRow(
         attack=cell.name,
         defense=defense,
         calibration=calibration,
+        history=history.description,
+        n_history=len(history.texts),
+        n_history_triggered=history.n_triggered,
         **detection_fields(scores),  # type: ignore[arg-type]
         threshold=float(np.mean(scores.thresholds)),
         asr_r_undefended=scores.asr_r_undefended,
@@ -241,8 +308,11 @@ def detection_row(cell: AttackCell, defense: str, calibration: str, scores: Cell
 
 
 def calibrations_for(cell: AttackCell) -> tuple[str, ...]:
-    """AgentPoison is calibrated both ways (the paper's plain vs triggered); the others see one history."""
-    return ("plain", "triggered") if cell.plain_history_vectors is not None else ("plain",)
+    """AgentPoison (and its random-trigger control) at write time against plain, mixed and all-triggered
+    histories; the others see one history."""
+    if cell.plain_history_vectors is None:
+        return ("plain",)
+    return ("plain", *(share_calibration(s) for s in TRIGGERED_SHARES), "triggered")
 
 
 def attack_defense_matrix(

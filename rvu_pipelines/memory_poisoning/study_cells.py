@@ -8,9 +8,13 @@ A cell holds everything a detector and the retrieval metrics need, embedded once
   victim queries, sent as the victims send them) and the victim queries ASR-R is measured on (the
   second half); for AgentPoison also the untriggered history (plain calibration) beside the
   triggered one (triggered calibration), and the untriggered evaluation queries (the inconsistent
-  protocol);
+  protocol); ``study.history_for`` mixes the two into the histories a defender has at write time;
 - benign queries whose top-k a defense must not disturb: each benign write's own question (a false
   rejection removes exactly the entry that question retrieves) and the plain test questions.
+
+The random-trigger control (``agentpoison_random_trigger``) is AgentPoison with an unoptimised random
+trigger of the same length: the same split, poison template, memory and protocol. Whatever it reaches
+(ASR-R, a detector's AUROC) the trigger optimisation cannot claim.
 
 Memories: AgentPoison and InjecMEM attack the StrategyQA memory of the regime. MINJA attacks a
 shopping agent, so its memory is the regime's size drawn half from StrategyQA and half from benign
@@ -33,10 +37,10 @@ import polars as pl
 from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.memory_poisoning.attacks import agentpoison, injecmem, minja
 from rvu_pipelines.memory_poisoning.attacks.base import AttackRun
-from rvu_pipelines.memory_poisoning.corpus import MemoryEntry, minja_victims, strategyqa_corpus
+from rvu_pipelines.memory_poisoning.corpus import MemoryEntry, PoisoningCorpus, minja_victims, strategyqa_corpus
 from rvu_pipelines.memory_poisoning.retrieval import Embedder, embed_texts
 
-ATTACKS = ("agentpoison", "minja", "injecmem")
+ATTACKS = ("agentpoison", "agentpoison_random_trigger", "minja", "injecmem")
 
 
 @dataclass(frozen=True)
@@ -88,9 +92,12 @@ class AttackCell:
     history_vectors: np.ndarray
     history_texts: tuple[str, ...]
     victim_vectors: np.ndarray
+    victim_texts: tuple[str, ...]
     benign_query_vectors: np.ndarray
     plain_history_vectors: np.ndarray | None = None  # AgentPoison: the history without the trigger
+    plain_history_texts: tuple[str, ...] = ()
     plain_victim_vectors: np.ndarray | None = None  # AgentPoison: the inconsistent protocol's queries
+    plain_victim_texts: tuple[str, ...] = ()
     members: tuple[AttackCell, ...] = ()
 
     @property
@@ -155,6 +162,7 @@ def _cell(
         history_vectors=embed(list(history), "query history"),
         history_texts=tuple(history),
         victim_vectors=embed(list(victims), "victim queries"),
+        victim_texts=tuple(victims),
         benign_query_vectors=embed(list(benign_queries), "benign queries"),
     )
 
@@ -172,6 +180,27 @@ def agentpoison_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, 
         n_train=config.agentpoison_train,
         config=replace(config.trigger, seed=config.seed),
     )
+    return _triggered_cell(embed, run, corpus)
+
+
+def random_trigger_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, config: StudyConfig) -> AttackCell:
+    """The control: AgentPoison's split, poisons and protocol with a random trigger of the same length."""
+    corpus = strategyqa_corpus(
+        _frame(frames, "agentpoison_strategyqa"), regime=config.regime, seed=config.seed, n_queries=config.n_queries
+    )
+    run = agentpoison.random_trigger_attack(
+        embed.embedder,
+        corpus.queries,
+        n_poisons=config.agentpoison_poisons,
+        n_train=config.agentpoison_train,
+        length=config.trigger.length,
+        seed=config.seed,
+        trigger_seed=config.seed + 1_000_003,
+    )
+    return _triggered_cell(embed, run, corpus)
+
+
+def _triggered_cell(embed: EmbeddingCache, run: AttackRun, corpus: PoisoningCorpus) -> AttackCell:
     history, victims = _halves(run.victim_queries)
     plain_history, plain_victims = _halves(agentpoison.untriggered_queries(run))
     benign_queries = [question_of(e) for e in corpus.benign_writes] + plain_victims
@@ -179,7 +208,9 @@ def agentpoison_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, 
     return replace(
         cell,
         plain_history_vectors=embed(plain_history, "plain query history"),
+        plain_history_texts=tuple(plain_history),
         plain_victim_vectors=embed(plain_victims, "plain victim queries"),
+        plain_victim_texts=tuple(plain_victims),
     )
 
 
@@ -243,7 +274,12 @@ def minja_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, config
     return replace(first, attack=pooled, members=tuple(members))
 
 
-CELL_BUILDERS = {"agentpoison": agentpoison_cell, "minja": minja_cell, "injecmem": injecmem_cell}
+CELL_BUILDERS = {
+    "agentpoison": agentpoison_cell,
+    agentpoison.RANDOM_NAME: random_trigger_cell,
+    "minja": minja_cell,
+    "injecmem": injecmem_cell,
+}
 
 
 def build_cell(

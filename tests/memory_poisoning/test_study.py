@@ -52,8 +52,9 @@ def cells(strategyqa_frame, minja_frame, shared_data: Path, embedder):
 def test_the_matrix_measures_every_attack_against_every_detector(cells) -> None:
     suite = {k: v for k, v in detector_suite(2.0).items() if k in ("memsad", "energy", "knn")}
     table, raw = attack_defense_matrix(list(cells.values()), suite)
-    # AgentPoison twice (plain and triggered calibration), MINJA and InjecMEM once, three detectors each
-    assert table.height == (2 + 1 + 1) * 3 and len(raw) == table.height
+    # AgentPoison against six histories (plain, 1 / 2 / 5 / 25 % triggered, all triggered), MINJA and InjecMEM
+    # against one, three detectors each
+    assert table.height == (6 + 1 + 1) * 3 and len(raw) == table.height
     assert table.filter(pl.col("attack") == "minja")["n_poisons"].to_list() == [6, 6, 6]
     ap = table.filter((pl.col("attack") == "agentpoison") & (pl.col("defense") == "memsad"))
     triggered = ap.filter(pl.col("calibration") == "triggered").row(0, named=True)
