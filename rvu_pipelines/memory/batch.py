@@ -38,7 +38,7 @@ from rvu_pipelines.memory.model import (
     Read,
     Write,
 )
-from rvu_pipelines.memory.rules import _BATCH_CODES, _KEY_BITS, SHARED_CODE
+from rvu_pipelines.memory.rules import _BATCH_CODES, _KEY_BITS, SHARED_CODE, WRITE_CONTENT_REJECTED
 from rvu_pipelines.memory.user_channel import ContentCheck, UserChannel
 from rvu_pipelines.text_rules import text_problem
 
@@ -106,6 +106,11 @@ def _hit_before(
     out = np.zeros(q_rows.size, np.bool_)
     out[ok] = first[q_id[ok]] < q_rows[ok]
     return out
+
+
+def _check_header(found: dict[str, Any]) -> dict[str, Any]:
+    """The write check's rejections for a batch's audit header (nothing when it rejected nothing)."""
+    return {"write_check": found["write_check"]} if found.get("write_check") else {}
 
 
 def _segment_any(flags: np.ndarray, ptr: np.ndarray) -> np.ndarray:
@@ -327,6 +332,9 @@ class BatchPath:
         w3, w4, w5, w9 = is_w & immut, is_w & dep_t, is_w & ~trusted, is_w & ~own
         w8 = w4 & dep_i
         w_ok = is_w & ~(w3 | w4 | w5 | w9)
+        # the enforced content check, on the writes the rules accept (as the single-call path runs it)
+        rejected, verdicts = self._content_rejected(b, w_ok)
+        w_ok &= ~rejected
         # pre-batch item at (namespace, key) for the rows that need it
         r9 = is_r & ~(own | (ns == SHARED_CODE))
         pin = is_p & own
@@ -402,7 +410,23 @@ class BatchPath:
             | (r_ok.astype(u8) << 1)
         )
         codes = _BATCH_CODES[idx]
-        return codes, {"w_ok": w_ok, "p_ok": p_ok, "r_ok": r_ok, "r_taint": r_taint, "sid": sid, "slot": slot}
+        codes[rejected] = WRITE_CONTENT_REJECTED
+        found_rows = {"w_ok": w_ok, "p_ok": p_ok, "r_ok": r_ok, "r_taint": r_taint, "sid": sid, "slot": slot}
+        return codes, {**found_rows, "write_check": verdicts}  # type: ignore[dict-item]
+
+    def _content_rejected(self, b: BatchActions, w_ok: np.ndarray) -> tuple[np.ndarray, list[dict[str, Any]]]:
+        """Rows whose value the write check flags (among ``w_ok``), and their verdicts for the audit header."""
+        rejected = np.zeros(len(b), np.bool_)
+        if self.write_check is None or not w_ok.any():
+            return rejected, []
+        assert b.values is not None  # _batch_write_values checked every WRITE has a str value
+        verdicts = []
+        for row in np.flatnonzero(w_ok).tolist():
+            verdict = self.write_check.check(cast("str", b.values[row]))
+            if verdict.flagged:
+                rejected[row] = True
+                verdicts.append({"row": row, **verdict.audit_view()})
+        return rejected, verdicts
 
     def _audit_names(self) -> None:
         if self.audit is None:
@@ -451,18 +475,12 @@ class BatchPath:
 
         The §9.5 USER-channel policy is not applied (it needs a diff per write); see submit_batch.
         """
-        self._refuse_checked_writes(batch)
-        codes, _ = self._decide_batch(batch)
+        if self.write_check is not None:
+            self._batch_write_values(batch)  # the check reads the values: each WRITE needs a str
+        codes, f = self._decide_batch(batch)
         nodes = np.full(len(batch), -1, np.int64)
-        self._audit_batch("batch_check", batch, codes, nodes, {})
+        self._audit_batch("batch_check", batch, codes, nodes, _check_header(f))
         return BatchDecisions(codes, nodes)
-
-    def _refuse_checked_writes(self, b: BatchActions) -> None:
-        if self.write_check is not None and len(b) and bool(np.any(b.op == Op.WRITE)):
-            raise UserChannelError(
-                "With a write-time content check attached, writes are checked one by one through write() "
-                "(score many candidates at once with the detector's own batch API before writing)."
-            )
 
     def submit_batch(self, batch: BatchActions) -> BatchDecisions:
         """Decide and commit a batch in order (same result as one ``submit`` per action); audited.
@@ -471,7 +489,6 @@ class BatchPath:
         (each one gets its own diff and review), so a batch holding them is refused.
         """
         b = batch
-        self._refuse_checked_writes(b)
         if (
             self.user_channel is not None
             and len(b)
@@ -513,7 +530,12 @@ class BatchPath:
                 self._context.setdefault(name, []).extend(chunk_nodes.tolist())
                 self._context_taint[name] = int(self._context_taint.get(name, 0) or bool(chunk_taint.any()))
         self._started = True
-        header: dict[str, Any] = {"first_node": base, "n_writes": write_values, "values_sha256": values_digest}
+        header: dict[str, Any] = {
+            "first_node": base,
+            "n_writes": write_values,
+            "values_sha256": values_digest,
+            **_check_header(f),
+        }
         self._audit_batch("batch", b, codes, nodes, header)
         return BatchDecisions(codes, nodes)
 

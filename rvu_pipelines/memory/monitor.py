@@ -31,7 +31,7 @@ from rvu_pipelines.memory.batch import BatchPath
 from rvu_pipelines.memory.model import BeliefNode, Channel, MemoryItem, NodeKind
 from rvu_pipelines.memory.rules import _KEY_BITS, _TRUSTED, SHARED_CODE, SingleCallPath
 from rvu_pipelines.memory.store import InMemoryStore, MemoryStore
-from rvu_pipelines.memory.user_channel import ContentCheck, UserChannel
+from rvu_pipelines.memory.user_channel import ContentCheck, QueryAwareCheck, UserChannel
 from rvu_pipelines.text_rules import text_problem
 
 
@@ -244,7 +244,8 @@ class ReferenceMonitor(SingleCallPath, BatchPath):
     def observe(self, session: str, channel: Channel, content: str = "") -> int:
         """Label an input entering the session's context (§3.4 source labeling); returns its node.
 
-        Untrusted channels (WEB, TOOL, SKILL) produce tainted nodes; USER and SYSTEM do not.
+        Untrusted channels (WEB, TOOL, SKILL) produce tainted nodes; USER and SYSTEM do not. A USER input is a
+        query the agent serves: a write check that scores against served queries (``QueryAwareCheck``) gets it.
         """
         if session not in self._sessions_ok:
             self._check_session(session)
@@ -253,6 +254,8 @@ class ReferenceMonitor(SingleCallPath, BatchPath):
         own = 0 if _TRUSTED[channel] else 1
         node = self._add_node(NodeKind.OBSERVE, session, int(channel), own, own)
         self._started = True
+        if channel is Channel.USER and content and isinstance(self.write_check, QueryAwareCheck):
+            self.write_check.observe_query(content)
         if self.audit is not None:
             self.audit.record((_encode_belief, node, NodeKind.OBSERVE, session, int(channel), content, (), own))
         return node

@@ -124,6 +124,14 @@ class ContentCheck(Protocol):
     def check(self, text: str) -> ContentVerdict: ...
 
 
+@runtime_checkable
+class QueryAwareCheck(ContentCheck, Protocol):
+    """A write check whose decision depends on the queries the agent has served (MEMSAD): the monitor hands it
+    every USER-channel input it observes."""
+
+    def observe_query(self, text: str) -> bool: ...
+
+
 # A small default: phrases that recur in public injection corpora. The D1 heuristic (40+ patterns)
 # and the trained detectors replace it through ``ScoreContentCheck``.
 DEFAULT_PATTERNS: tuple[tuple[str, str], ...] = (

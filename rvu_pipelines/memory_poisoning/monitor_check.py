@@ -23,6 +23,11 @@ encoder's own window is full. The value is therefore cut into overlapping token 
 own tokenizer, ``rvu_pipelines.text_windows``) about the length of the entries the detector was
 calibrated on; each window is scored, the verdict's score is the max and it is flagged if any window is.
 A value no longer than one window is one window: scored whole, exactly as the calibration entries were.
+
+The served-query history. A detector that scores against the queries the agent has served (MEMSAD) must
+see them as they are served: the monitor hands every USER-channel input it observes to ``observe_query``,
+which embeds it and appends it to the detector's rolling history, so each write is decided against the
+history the defender has at that moment, never one assembled afterwards.
 """
 
 from __future__ import annotations
@@ -141,6 +146,7 @@ class DetectorWriteCheck:
         self.max_windows = int(max_windows)
         self.max_tokens = max_tokens(self.max_windows, self.window_tokens, self.stride_tokens)
         self.max_chars = self.max_tokens * CHARS_PER_TOKEN_CEILING
+        self.queries_observed = self.history_errors = 0
         self._unscored()  # an unfitted detector is a configuration error: say so now, not at every write
 
     def _unscored(self) -> float:
@@ -163,6 +169,21 @@ class DetectorWriteCheck:
         if len(offsets) <= self.window_tokens:
             return [text]
         return [text[start:end] for start, end in char_spans(offsets, self.window_tokens, self.stride_tokens)]
+
+    def observe_query(self, text: str) -> bool:
+        """A query the agent served joins the detector's history (MEMSAD's rolling calibration, ``observe``), so
+        the check decides against what the defender has served up to now. False when the detector keeps no
+        history or the text cannot be embedded (counted in ``history_errors``; the history is then one short)."""
+        observe = getattr(self.detector, "observe", None)
+        if observe is None or text_problem(text) is not None or not text.strip():
+            return False
+        try:
+            observe(embed_texts(self.embedder, [text], "served query"))
+        except Exception:  # noqa: BLE001 - serving a query must not fail because its history update did
+            self.history_errors += 1
+            return False
+        self.queries_observed += 1
+        return True
 
     def check(self, text: str) -> ContentVerdict:
         """The verdict on one value; never raises: what cannot be scored is a flagged verdict naming why."""

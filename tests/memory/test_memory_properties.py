@@ -14,6 +14,7 @@ from rvu_pipelines.memory import (
     Promote,
     Read,
     ReferenceMonitor,
+    ScoreContentCheck,
     TheoremChecker,
     Write,
 )
@@ -70,8 +71,8 @@ def _decode_step(x: int) -> tuple:
 steps = st.lists(st.integers(0, 2**40), max_size=40).map(lambda xs: [_decode_step(x) for x in xs])
 
 
-def _world(genesis: list[MemoryItem]) -> ReferenceMonitor:
-    m = ReferenceMonitor(InMemoryStore())
+def _world(genesis: list[MemoryItem], write_check: ScoreContentCheck | None = None) -> ReferenceMonitor:
+    m = ReferenceMonitor(InMemoryStore(), write_check=write_check)
     m.install_many([MemoryItem(SHARED, "SOUL.md", "soul", Channel.SYSTEM, immutable=True), *genesis])
     return m
 
@@ -145,6 +146,30 @@ def test_batch_decides_exactly_like_one_call_at_a_time(
     assert [batched.node(i) for i in range(batched.n_nodes)] == [single.node(i) for i in range(single.n_nodes)]
     assert {s: batched.context(s) for s in SESSIONS} == {s: single.context(s) for s in SESSIONS}
     assert batched.audit.verify().ok
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(genesis=items, nodes=st.lists(channels, min_size=6, max_size=6), batch=actions)
+def test_batched_writes_meet_the_write_check_exactly_as_single_writes_do(
+    genesis: list[MemoryItem], nodes: list[Channel], batch: list
+) -> None:
+    """A value the content check flags is rejected in a batch as it is one call at a time, and a READ or
+    PROMOTE later in the batch does not see it."""
+
+    def worlds() -> list[ReferenceMonitor]:
+        return [_world(genesis, ScoreContentCheck("flags-b", lambda t: float(t == "b"))) for _ in range(3)]
+
+    single, batched, dry = worlds()
+    for m in (single, batched, dry):
+        for i, channel in enumerate(nodes):
+            m.observe(SESSIONS[i % 3], channel, "x") if i < 4 else m.derive(SESSIONS[i % 3], [i - 4, i - 3])
+    expected = [single.submit(a).code for a in batch]
+    assert dry.check_batch(dry.encode(batch)).codes.tolist() == expected
+    out = batched.submit_batch(batched.encode(batch))
+    assert out.codes.tolist() == expected
+    assert batched.snapshot() == single.snapshot()
+    assert batched.audit.verify().ok
+    assert "b" not in {v[0] for v in batched.snapshot().values()} or any(item.value == "b" for item in genesis)
 
 
 def test_checker_catches_a_monitor_that_skips_rule_3() -> None:

@@ -261,3 +261,54 @@ def test_a_malformed_call_is_the_documented_error(check) -> None:
     monitor = ReferenceMonitor(write_check=check)
     with pytest.raises(MemoryMonitorError):
         monitor.write("agent", "k", None, channel=Channel.USER)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------ served queries and batched writes
+
+TRIGGER = "quartz lantern vocabulary"
+
+
+def test_the_queries_the_monitor_serves_join_memsads_history(strategyqa_frame, embedder) -> None:
+    """At write time the defender has served plain queries only and the triggered poison passes; once victims'
+    triggered queries reach the monitor, the same write is refused (the history is what was served, when)."""
+    corpus = strategyqa_corpus(strategyqa_frame, regime="small", n_queries=N_QUERIES)
+    reference = [e.text for e in corpus.reference[:N_REFERENCE]]
+    victims, plain = list(corpus.queries[:5]), list(corpus.queries[5:])
+    context = WriteContext(
+        embed_texts(embedder, reference, "reference"), tuple(reference), embed_texts(embedder, plain, "plain")
+    )
+    check = DetectorWriteCheck(MemsadDetector().fit(context), embedder, reference_texts=reference)
+    poison = f"Question: {victims[0]} {TRIGGER}\n{PAYLOAD}\nAnswer: I don't know\n"
+    monitor = ReferenceMonitor(write_check=check)
+    before = monitor.write("agent", "early", poison, channel=Channel.USER)
+    assert before.accepted, "the poison passes a history of plain queries"
+    for query in victims:
+        monitor.observe("agent", Channel.USER, f"{query} {TRIGGER}")
+    monitor.observe("agent", Channel.TOOL, f"{victims[0]} {TRIGGER}")  # a tool output is not a served query
+    assert check.queries_observed == len(victims) and check.history_errors == 0
+    after = monitor.write("agent", "late", poison, channel=Channel.USER)
+    assert not after.accepted and after.rule is Rule.WRITE_CHECK
+
+
+def test_batched_writes_meet_the_same_check_and_the_audit_names_the_rejection(fitted, check) -> None:
+    from rvu_pipelines.memory import Read, Write
+
+    benign = fitted["memory"][int(np.argmin(fitted["scores"]))]
+    poison = fitted["poisons"][0]
+    monitor = ReferenceMonitor(write_check=check)
+    out = monitor.submit_many(
+        [
+            Write("agent", "benign", benign, Channel.USER),
+            Write("agent", "poison", poison, Channel.USER),
+            Read("agent", "poison"),
+            Read("agent", "benign"),
+        ]
+    )
+    assert out.accepted.tolist() == [True, False, False, True]
+    assert {item.key for item in monitor.items()} == {"benign"}
+    single = ReferenceMonitor(write_check=check).write("agent", "poison", poison, channel=Channel.USER)
+    assert int(out.codes[1]) == single.code
+    assert monitor.audit is not None
+    [batch] = [r for r in monitor.audit.records() if r.kind == "batch"]
+    [rejected] = batch.payload()["write_check"]
+    assert rejected["row"] == 1 and "above_threshold" in str(rejected)
