@@ -3,10 +3,15 @@
 ``adaptive_study`` takes an attack cell, fits MEMSAD the way the defender would, and lets the two
 adaptive attackers rewrite each poison against it (white-box access to the detector's score, which
 is the paper's adaptive threat model): DPR/HotFlip-style optimisation and greedy word-level synonym
-substitution (WordNet synonyms). Reported: ASR-R before and after (all poisons written together),
+substitution (WordNet synonyms). ``synonym`` is the seed's construction: only what the attack needs is
+kept verbatim (``needed_spans``), no substitution budget, and the ASR-R change measured by retrieval
+afterwards; ``synonym_retrieval_kept`` is the stricter attacker that keeps every retrieving victim and
+stops at 10 swaps. Reported: ASR-R before and after (all poisons written together),
 how many poisons MEMSAD still flags, and the mean score shift; then the hybrid discrete check is
 fitted on benign data only and scores the rewritten poisons against the benign writes (TPR / FPR at
-its threshold, AUROC) and its cost in benign retrieval accuracy.
+its threshold, AUROC) and its cost in benign retrieval accuracy, under the attack's history and under
+the plain one (``hybrid_plain``: served queries without the trigger, so its trigger feature has nothing
+to find).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.memory_poisoning.attacks.adaptive import (
     AdaptiveSummary,
     EvasionResult,
@@ -42,6 +48,7 @@ class AdaptiveResult:
     memsad_threshold: float
     hybrid: dict[str, Any] = field(default_factory=dict)
     texts: tuple[str, ...] = ()
+    hybrid_plain: dict[str, Any] = field(default_factory=dict)  # the hybrid against a history without the trigger
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -49,14 +56,30 @@ class AdaptiveResult:
             **self.summary.as_dict(),
             "memsad_threshold": self.memsad_threshold,
             **{f"hybrid_{k}": v for k, v in self.hybrid.items()},
+            **{f"hybrid_plain_{k}": v for k, v in self.hybrid_plain.items()},
         }
 
 
+METHODS = ("synonym", "synonym_retrieval_kept", "hotflip")
+
+
 def protected_words(cell: AttackCell) -> tuple[str, ...]:
-    """Words the attacker keeps verbatim: the trigger (it must match the victims' queries) and the payload's
-    target words are part of what the attack needs; everything else may be rewritten."""
+    """The trigger's words, kept wherever they occur (the retrieval-kept contrast and HotFlip)."""
     words = set((cell.attack.trigger or "").split())
     return tuple(sorted(words))
+
+
+def needed_spans(text: str, trigger: str | None) -> list[tuple[int, int]]:
+    """What the attack needs verbatim, and nothing else: the trigger where the question carries it (the victims'
+    queries end with it) and the answer line (the malicious action). The trigger's mention in the reasoning,
+    the question's own words and the reasoning may all be rewritten."""
+    spans = []
+    first = text.split("\n", 1)[0]
+    if trigger and (at := first.rfind(trigger)) >= 0:
+        spans.append((at, at + len(trigger)))
+    if (answer := text.rfind("\nAnswer:")) >= 0:
+        spans.append((answer, len(text)))
+    return spans
 
 
 def adaptive_study(
@@ -80,13 +103,29 @@ def adaptive_study(
     def score_fn(vectors: np.ndarray) -> np.ndarray:
         return np.asarray(memsad.score(vectors, []), dtype=float)
 
-    synonyms = WordNetSynonyms() if "synonym" in methods else None
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown:
+        raise MemoryPoisoningInputError(f"unknown adaptive method(s) {unknown}; choose from {METHODS}")
+    synonyms = WordNetSynonyms() if any(m.startswith("synonym") for m in methods) else None
     keep = protected_words(cell)
     out = []
     for method in methods:
         results: list[EvasionResult] = []
         for i, poison in enumerate(poisons):
-            if method == "synonym":
+            if method == "synonym":  # as the seed ran it: no budget, retrieval measured afterwards, not enforced
+                assert synonyms is not None
+                result = synonym_substitution(
+                    embedder,
+                    poison.text,
+                    score_fn,
+                    memsad.threshold,
+                    objective,
+                    synonyms,
+                    protected_spans=needed_spans(poison.text, cell.attack.trigger),
+                    max_substitutions=None,
+                    keep_retrieval=False,
+                )
+            elif method == "synonym_retrieval_kept":  # the stricter attacker: every retrieving victim kept, <= 10 swaps
                 assert synonyms is not None
                 result = synonym_substitution(
                     embedder, poison.text, score_fn, memsad.threshold, objective, synonyms, protected=keep
@@ -103,8 +142,12 @@ def adaptive_study(
                 )
         summary = summarise(results, objective, embedder, memsad.threshold)
         texts = tuple(r.text for r in results)
-        hybrid = {} if hybrid_factory is None else hybrid_on(cell, texts, embedder, hybrid_factory, calibration, top_k)
-        out.append(AdaptiveResult(method, summary, float(memsad.threshold), hybrid, texts))
+        hybrid = plain = {}
+        if hybrid_factory is not None:
+            hybrid = hybrid_on(cell, texts, embedder, hybrid_factory, calibration, top_k)
+            if calibration != "plain":  # does it catch the rewrite without reading the trigger in served queries?
+                plain = hybrid_on(cell, texts, embedder, hybrid_factory, "plain", top_k)
+        out.append(AdaptiveResult(method, summary, float(memsad.threshold), hybrid, texts, plain))
     return out
 
 

@@ -96,6 +96,38 @@ def test_synonym_substitution_uses_listed_synonyms_and_never_raises_the_score(se
     assert summary.asr_r_after >= summary.asr_r_before and summary.mean_score_shift < 0
 
 
+def test_the_seeds_synonym_attack_keeps_only_what_the_attack_needs_and_measures_retrieval(setting, embedder):
+    from rvu_pipelines.memory_poisoning.study_adaptive import needed_spans
+
+    _, _, poisons, objective, score, threshold = setting
+    text = poisons[0].text
+    spans = needed_spans(text, TRIGGER)
+    question, answer = text.split("\n", 1)[0], text[text.rfind("\nAnswer:") :]
+    assert [text[a:b] for a, b in spans] == [TRIGGER, answer] and question.endswith(TRIGGER)
+    result = synonym_substitution(
+        embedder,
+        text,
+        score,
+        threshold,
+        objective,
+        WordNetSynonyms(),
+        protected_spans=spans,
+        max_substitutions=None,
+        stop_below_threshold=False,
+        keep_retrieval=False,
+    )
+    # unbounded: more swaps than the retrieval-kept attacker's budget of 10 where the dictionary allows
+    assert len(result.edits) > 2
+    assert result.text.split("\n", 1)[0].endswith(TRIGGER) and result.text.endswith(answer)
+    # the trigger's second mention (in the reasoning) is not protected by position, only the question's is
+    thought_words = {w.lower() for w in text.split("\n")[1].split()}
+    assert any(old.lower().strip("'.,") in thought_words for old, _ in result.edits)
+    scores = [result.score_before] + [s for s, _ in result.trajectory]
+    assert all(b < a for a, b in zip(scores, scores[1:], strict=False))
+    summary = summarise([result], objective, embedder)  # measured, whichever way it went
+    assert 0.0 <= summary.asr_r_after <= 1.0
+
+
 def test_hotflip_evasion_relaxes_then_swaps_without_losing_retrieval(setting, embedder):
     _, _, poisons, objective, score, threshold = setting
     result = hotflip_evasion(

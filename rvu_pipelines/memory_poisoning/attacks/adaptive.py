@@ -19,8 +19,9 @@ similarity (then at most k - 1 benign entries outrank it; exact top-k membership
 - :func:`synonym_substitution` (the seed's loophole, black-box): greedy word-level substitution from a
   dictionary (:mod:`.synonyms`, WordNet): each step tries every listed synonym of every unprotected, not yet
   substituted word of three or more letters outside a contraction, and applies the one that lowers the score
-  most among those that keep every retrieving victim query; it stops when none lowers the score, the budget
-  is spent, or (``stop_below_threshold``) the entry is no longer flagged. The score therefore never rises.
+  most (with ``keep_retrieval``, among those that keep every retrieving victim query); it stops when none
+  lowers the score, the budget (if any) is spent, or (``stop_below_threshold``) the entry is no longer
+  flagged. The score therefore never rises.
 """
 
 from __future__ import annotations
@@ -239,17 +240,27 @@ def synonym_substitution(
     synonyms: SynonymSource,
     *,
     protected: Collection[str] = (),
-    max_substitutions: int = 10,
+    protected_spans: Sequence[tuple[int, int]] = (),
+    max_substitutions: int | None = 10,
     stop_below_threshold: bool = True,
+    keep_retrieval: bool = True,
 ) -> EvasionResult:
-    """Greedy word-level synonym substitution (see module docstring)."""
+    """Greedy word-level synonym substitution (see module docstring). ``protected`` words are kept wherever they
+    occur, ``protected_spans`` (character ranges of ``text``) where they are; ``max_substitutions=None`` lets
+    the search run until no swap lowers the score; ``keep_retrieval=False`` drops the constraint that every
+    retrieving victim keeps retrieving the poison, so the ASR-R change is measured rather than enforced."""
     if not text.strip():
         raise MemoryPoisoningInputError("synonym substitution: the poison text is empty")
     keep = {w.lower() for p in protected for w in _WORD.findall(p)}
     spans = [(m.start(), m.end()) for m in _WORD.finditer(text)]
     # words of 3+ letters outside contractions ("don't" stays whole) and not protected may be substituted
     fixed = {
-        i for i, (a, b) in enumerate(spans) if b - a < 3 or text[a:b].lower() in keep or _in_contraction(text, a, b)
+        i
+        for i, (a, b) in enumerate(spans)
+        if b - a < 3
+        or text[a:b].lower() in keep
+        or _in_contraction(text, a, b)
+        or any(a < end and start < b for start, end in protected_spans)
     }
     vector = embed_texts(embedder, [text], "poison")
     score = float(_scores(score_fn, vector)[0])
@@ -260,7 +271,8 @@ def synonym_substitution(
     used: set[int] = set()
     edits: list[tuple[str, str]] = []
     trajectory: list[tuple[float, int]] = []
-    while len(edits) < max_substitutions and not (stop_below_threshold and score <= threshold):
+    budget = len(spans) if max_substitutions is None else max_substitutions
+    while len(edits) < budget and not (stop_below_threshold and score <= threshold):
         options = [
             (i, s)
             for i, w in enumerate(words)
@@ -273,8 +285,8 @@ def synonym_substitution(
         texts = [_replace(current, spans, i, _match_case(s, words[i])) for i, s in options]
         vectors = embed_texts(embedder, texts, "synonym candidates")
         scores = _scores(score_fn, vectors)
-        feasible = _keeps(objective.retrieved(vectors), required)
-        scores = np.where(feasible, scores, np.inf)
+        if keep_retrieval:
+            scores = np.where(_keeps(objective.retrieved(vectors), required), scores, np.inf)
         best = int(np.argmin(scores))
         if not scores[best] < score:
             break
