@@ -32,11 +32,9 @@ Each feature is standardised on the benign reference entries, z_j = (f_j − µ�
 (the floors keep a feature that is almost always 0 on benign data from turning one coincidence into a
 huge z), and the score is max_j z_j: a write is suspicious if any feature is. The threshold is calibrated
 on the benign reference entries only, never on attack data: µ̂ + κσ̂ of their combined scores
-(``threshold_rule="mean_std"``, as every detector here, with κ = 2.5 by default: the max of several
-standardised features has a heavier benign tail than one score, and each benign write rejected near the
-served queries costs retrieval accuracy; at κ = 2.0 the benign FPR on StrategyQA was 1.5-2.0 % and the
-overlap@5 drop up to 2 points, at 2.5 it was 0.5-1.0 % and at most 1 point, with every synonym-evaded
-poison still flagged), or ``"quantile"``: the reference order
+(``threshold_rule="mean_std"``, as every detector here; the max of several standardised features has a
+heavier benign tail than one score, so κ = 2.5 is the default and the studies choose κ from benign data
+alone with ``defenses.benign_kappa.kappa_on_benign``), or ``"quantile"``: the reference order
 statistic whose false-positive rate is ≤ ``fpr_target`` with probability ``confidence`` (distribution-free:
 FPR(X_(N−j)) ~ Beta(j+1, N−j)). The reference entries are scored in-sample for the standardisation and
 the threshold; the test benign writes are what measures the FPR.
