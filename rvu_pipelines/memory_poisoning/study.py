@@ -2,7 +2,10 @@
 
 For every attack cell (``study_cells``) and every detector, the detector is fitted on what the
 defender has before the writes (reference entries, the query history), then scores the attack's
-poisons (positives) and the benign writes (negatives). Reported per (attack, detector, calibration):
+poisons (positives) and the benign writes (negatives). AgentPoison-shaped cells are scored against
+each history a defender may hold at write time (``history_for``: plain traffic, plain traffic whose
+newest 1-25 % are triggered victim queries, and the seed's all-triggered history); every row names it.
+Reported per (attack, detector, calibration):
 
 - AUROC of the score (for MINJA, pooled over victim settings on the calibrated margin score minus
   threshold, since each victim has its own history and threshold), with a bootstrap 95 % CI;

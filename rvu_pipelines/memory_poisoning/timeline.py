@@ -274,10 +274,9 @@ def retro_scan_study(
 
 
 def flag_curve(run: ScanRun) -> list[tuple[int, float]]:
-    """(triggered queries served, share of poisons flagged) after each triggered query, for the plot."""
+    """(triggered queries served, share of poisons flagged) after 0, 1, ... triggered queries, for the plot."""
     poisons = run.poisons
-    most = max((q.triggered for q, _ in run.retrievals), default=0)
-    total = sum(q.triggered for q, _ in run.retrievals) if most else 0
+    total = sum(query.triggered for query, _ in run.retrievals)
     return [
         (n, sum(1 for p in poisons if p.key in run.flagged_at and run.triggered_before[p.key] <= n) / len(poisons))
         for n in range(total + 1)
