@@ -305,7 +305,7 @@ class BatchPath:
             active, c = active[keep], c[keep]
         return out
 
-    def _decide_batch(self, b: BatchActions) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def _decide_batch(self, b: BatchActions) -> tuple[np.ndarray, dict[str, Any]]:
         """Rules 1-9 over a whole batch with the same result as deciding it one action at a time.
 
         WRITE decisions never depend on M_t (only on ι(k), deps, π, σ), and accepted WRITEs and
@@ -411,8 +411,8 @@ class BatchPath:
         )
         codes = _BATCH_CODES[idx]
         codes[rejected] = WRITE_CONTENT_REJECTED
-        found_rows = {"w_ok": w_ok, "p_ok": p_ok, "r_ok": r_ok, "r_taint": r_taint, "sid": sid, "slot": slot}
-        return codes, {**found_rows, "write_check": verdicts}  # type: ignore[dict-item]
+        rows = {"w_ok": w_ok, "p_ok": p_ok, "r_ok": r_ok, "r_taint": r_taint, "sid": sid, "slot": slot}
+        return codes, {**rows, "write_check": verdicts}
 
     def _content_rejected(self, b: BatchActions, w_ok: np.ndarray) -> tuple[np.ndarray, list[dict[str, Any]]]:
         """Rows whose value the write check flags (among ``w_ok``), and their verdicts for the audit header."""

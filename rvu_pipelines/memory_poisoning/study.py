@@ -183,11 +183,16 @@ def context_for(cell: AttackCell, calibration: str) -> WriteContext:
     """The defender's knowledge under ``calibration``: vectors *and* texts of the same history, so no feature
     reads a triggered query the calibration does not grant."""
     history = history_for(cell, calibration)
+    return history_context(cell, history.vectors, history.texts)
+
+
+def history_context(cell: AttackCell, vectors: np.ndarray, texts: Sequence[str]) -> WriteContext:
+    """The cell's reference entries and memory with the given served-query history."""
     return WriteContext(
         reference_vectors=cell.reference_vectors,
         reference_texts=tuple(e.text for e in cell.reference),
-        history_vectors=history.vectors,
-        history_texts=history.texts,
+        history_vectors=vectors,
+        history_texts=tuple(texts),
         memory_vectors=cell.memory_vectors,
         memory_texts=tuple(e.text for e in cell.memory),
     )

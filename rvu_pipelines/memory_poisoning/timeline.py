@@ -32,9 +32,9 @@ from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.memory_poisoning import stats
 from rvu_pipelines.memory_poisoning.attacks.base import AttackRun
 from rvu_pipelines.memory_poisoning.corpus import MemoryEntry
-from rvu_pipelines.memory_poisoning.defenses.base import WriteContext, WriteDetector
+from rvu_pipelines.memory_poisoning.defenses.base import WriteDetector
 from rvu_pipelines.memory_poisoning.incident import served_incident_records
-from rvu_pipelines.memory_poisoning.study import history_for
+from rvu_pipelines.memory_poisoning.study import history_context, history_for
 from rvu_pipelines.memory_poisoning.study_cells import AttackCell
 from rvu_pipelines.provenance.incident import load_incident, write_incident
 
@@ -113,30 +113,29 @@ class ScanRun:
         return [e for e in self.entries if not e.is_poison]
 
 
-def _context(cell: AttackCell, vectors: np.ndarray, texts: Sequence[str]) -> WriteContext:
-    return WriteContext(
-        reference_vectors=cell.reference_vectors,
-        reference_texts=tuple(e.text for e in cell.reference),
-        history_vectors=vectors,
-        history_texts=tuple(texts),
-        memory_vectors=cell.memory_vectors,
-        memory_texts=tuple(e.text for e in cell.memory),
-    )
+def _stored(cell: AttackCell) -> tuple[tuple[MemoryEntry, ...], np.ndarray]:
+    """What the memory holds once the attack has written: benign memory, benign writes, poisons (and vectors)."""
+    entries = (*cell.memory, *cell.benign_writes, *cell.attack.poisons)
+    return entries, np.concatenate([cell.memory_vectors, cell.benign_vectors, cell.poison_vectors])
+
+
+def _top_k(vectors: np.ndarray, query: np.ndarray, k: int, live: np.ndarray | None = None) -> np.ndarray:
+    """Exact top-k by cosine among the ``live`` rows (every row when None)."""
+    sims = vectors @ query if live is None else np.where(live, vectors @ query, -np.inf)
+    return np.argsort(-sims, kind="stable")[: min(k, len(vectors) if live is None else int(live.sum()))]
 
 
 def retro_scan(cell: AttackCell, factory: DetectorFactory, name: str, config: ScanConfig, seed: int) -> ScanRun:
     """Write-time check against the plain history, then serve the stream, re-scoring as the history grows."""
     config.validate()
     warm = history_for(cell, "plain")
-    detector = factory().fit(_context(cell, warm.vectors, warm.texts))
+    detector = factory().fit(history_context(cell, warm.vectors, warm.texts))
     # at t = 0: benign writes and poisons meet the write check; what it rejects is never stored
     write_flags = np.r_[
         np.asarray(detector.flags(cell.benign_vectors, [e.text for e in cell.benign_writes]), dtype=bool),
         np.asarray(detector.flags(cell.poison_vectors, [p.text for p in cell.attack.poisons]), dtype=bool),
     ]
-    candidates = (*cell.benign_writes, *cell.attack.poisons)
-    entries = (*cell.memory, *candidates)
-    vectors = np.concatenate([cell.memory_vectors, cell.benign_vectors, cell.poison_vectors])
+    entries, vectors = _stored(cell)
     texts = [e.text for e in entries]
     live = np.ones(len(entries), dtype=bool)
     run = ScanRun(cell.attack, name, seed, tuple(entries), {}, {})
@@ -151,8 +150,7 @@ def retro_scan(cell: AttackCell, factory: DetectorFactory, name: str, config: Sc
     n_triggered = 0
     stream = served_stream(cell, config, seed)
     for t, query in enumerate(stream, start=1):
-        sims = np.where(live, vectors @ query.vector, -np.inf)
-        top = np.argsort(-sims, kind="stable")[: min(config.top_k, int(live.sum()))]
+        top = _top_k(vectors, query.vector, config.top_k, live)
         keys = tuple(entries[i].key for i in top)
         run.retrievals.append((query, keys))
         for i in top:
@@ -163,7 +161,7 @@ def retro_scan(cell: AttackCell, factory: DetectorFactory, name: str, config: Sc
         n_triggered += query.triggered
         if t % config.scan_every and t != len(stream):
             continue
-        detector = factory().fit(_context(cell, np.concatenate(history_vectors), history_texts))
+        detector = factory().fit(history_context(cell, np.concatenate(history_vectors), history_texts))
         run.thresholds.append(float(detector.threshold))
         idx = np.flatnonzero(live)
         flags = np.asarray(detector.flags(vectors[idx], [texts[i] for i in idx]), dtype=bool)
@@ -203,17 +201,11 @@ class ScanSummary:
         return asdict(self)
 
 
-def undefended_retrievals(cell: AttackCell, config: ScanConfig, seed: int) -> int:
-    """Poisons served by the same stream when nothing is ever flagged (the no-defense line)."""
-    vectors = np.concatenate([cell.memory_vectors, cell.benign_vectors, cell.poison_vectors])
-    is_poison = np.r_[
-        np.zeros(len(cell.memory) + len(cell.benign_writes), bool), np.ones(len(cell.attack.poisons), bool)
-    ]
-    total = 0
-    for query in served_stream(cell, config, seed):
-        top = np.argsort(-(vectors @ query.vector), kind="stable")[: config.top_k]
-        total += int(is_poison[top].sum())
-    return total
+def undefended_retrievals(cell: AttackCell, run: ScanRun, top_k: int) -> int:
+    """Poisons the run's served queries would have retrieved had nothing ever been flagged (the no-defense line)."""
+    entries, vectors = _stored(cell)
+    is_poison = np.array([e.is_poison for e in entries])
+    return sum(int(is_poison[_top_k(vectors, query.vector, top_k)].sum()) for query, _ in run.retrievals)
 
 
 def summarise(cell: AttackCell, runs: Sequence[ScanRun], config: ScanConfig) -> ScanSummary:
@@ -226,7 +218,7 @@ def summarise(cell: AttackCell, runs: Sequence[ScanRun], config: ScanConfig) -> 
     tpr, fpr = stats.rate(len(flagged), len(poisons)), stats.rate(n_false, len(benign))
     per_seed = [np.mean([p.key in run.flagged_at for p in run.poisons]) for run in runs]
     within = all(k in run.flagged_at and run.triggered_before[k] <= GOAL_TRIGGERED for run, k in poisons)
-    stream = served_stream(cell, config, runs[0].seed)
+    stream = [query for query, _ in runs[0].retrievals]
     return ScanSummary(
         attack=cell.name,
         defense=runs[0].detector,
@@ -246,7 +238,7 @@ def summarise(cell: AttackCell, runs: Sequence[ScanRun], config: ScanConfig) -> 
         median_triggered_to_flag=float(np.median(flagged)) if flagged else float("nan"),
         max_triggered_to_flag=float(max(flagged)) if flagged else float("nan"),
         poisoned_retrievals_before_flag=sum(sum(run.poisoned_retrievals.values()) for run in runs),
-        poisoned_retrievals_undefended=sum(undefended_retrievals(cell, config, run.seed) for run in runs),
+        poisoned_retrievals_undefended=sum(undefended_retrievals(cell, run, config.top_k) for run in runs),
         goal_met=bool(within and fpr.rate <= GOAL_FPR),
     )
 

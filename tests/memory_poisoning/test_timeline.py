@@ -150,7 +150,8 @@ def test_memsad_finds_the_poisons_only_as_triggered_queries_arrive(cells) -> Non
     assert row["median_triggered_to_flag"] >= 1
     assert row["poisoned_retrievals_before_flag"] < row["poisoned_retrievals_undefended"]
     assert 0 <= row["fpr_low"] <= row["fpr"] <= row["fpr_high"] <= 1 and row["n_benign"] > 0
-    assert "not met" in retro_scan_markdown(table, 25, 0.05) or "| met |" in retro_scan_markdown(table, 25, 0.05)
+    line = next(ln for ln in retro_scan_markdown(table, 25, 0.05).splitlines() if ln.startswith("| agentpoison |"))
+    assert line.endswith("| met |" if row["goal_met"] else "| not met |")
 
 
 def test_a_flagging_scan_opens_an_incident_that_rvu_recover_closes(memsad_scan: ScanRun, tmp_path: Path) -> None:
