@@ -9,7 +9,7 @@ RVU_DATA_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data),$(abspath $(CURDIR)
 export RVU_DATA_MIRROR
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run attacks scale-up scale-down scale-status doctor detectors detector-validity memory-poisoning memsad-synonym spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-report bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-llama bench-llm-throughput bench-memsad bench-spectral regress clean
+.PHONY: setup run attacks scale-up scale-down scale-status doctor detectors detector-validity memory-poisoning memory-poisoning-seeds memsad-synonym spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-report bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-llama bench-llm-throughput bench-memsad bench-spectral regress clean
 
 setup:
 	@bash scripts/setup.sh
@@ -39,6 +39,11 @@ attacks: setup
 memory-poisoning: setup
 	$(BIN)/dg launch --job memory_poisoning_job -m rvu_pipelines.definitions
 	cat .rvu/memory_poisoning/study/paper_table.md
+
+# Seed 003's matrix over five splits x seeds at |M| = 1,000 and full: mean ± sd, Bonferroni comparisons (about an hour)
+memory-poisoning-seeds: setup
+	$(BIN)/dg launch --job memory_poisoning_seeds_job -m rvu_pipelines.definitions
+	cat .rvu/memory_poisoning/seeds/seeds.md .rvu/memory_poisoning/seeds/seeds_comparisons.md
 
 # Seed 003's synonym loophole as the seed ran it: 60 poisons, no substitution budget, ASR-R measured (tens of minutes)
 memsad-synonym: setup

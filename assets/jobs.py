@@ -27,6 +27,7 @@ DEFAULT_DETECTORS = AssetSelection.assets(
 # Studies too long for `make run` (their sampled siblings are in the default job) and their partitioned cells.
 FULL_STUDIES = AssetSelection.assets(
     "memory_poisoning_study",
+    "memory_poisoning_seeds",
     "memory_poisoning_cell",
     "spectral_kill_switch_cell",
     "adapter_zoo",
@@ -94,6 +95,14 @@ memory_poisoning_job = define_asset_job(
     executor_def=JOB_EXECUTOR,
     description="Seed 003 in full at |M| = 1,000: the attack-defense matrix with CIs, the adaptive attacks and the "
     "hybrid check, the SIR figure (`make memory-poisoning`).",
+)
+
+memory_poisoning_seeds_job = define_asset_job(
+    "memory_poisoning_seeds_job",
+    selection=AssetSelection.assets("memory_poisoning_seeds").upstream(),
+    executor_def=JOB_EXECUTOR,
+    description="Seed 003's matrix over five splits x seeds at |M| = 1,000 and full, mean ± sd and the Bonferroni "
+    "comparisons per seed (`make memory-poisoning-seeds`; about an hour on 2 cores).",
 )
 
 memory_poisoning_cells_job = define_asset_job(
@@ -165,6 +174,7 @@ JOBS = [
     detectors_job,
     nightly_regression_job,
     memory_poisoning_job,
+    memory_poisoning_seeds_job,
     memory_poisoning_cells_job,
     spectral_cells_job,
     adapter_zoo_job,

@@ -4,7 +4,9 @@
   trigger search, two MINJA victims, a small SIR) so ``make run`` shows every part within its budget;
 - ``memory_poisoning_cell``: partitioned by attack class x memory regime, the matrix for one attack;
 - ``memory_poisoning_study``: the full study at |M| = 1,000 (the paper's table, adaptive attacks and the
-  hybrid check, the SIR figure); its own job (``make memory-poisoning``).
+  hybrid check, the SIR figure); its own job (``make memory-poisoning``);
+- ``memory_poisoning_seeds``: the matrix and its Bonferroni comparisons over five splits x seeds at
+  |M| = 1,000 and ``full``, mean ± sd; its own job (``make memory-poisoning-seeds``).
 
 Each logs one MLflow run (every metric, the tables, ROC curves, score histograms with the threshold,
 the SIR plot) and checks what the paper claims, so a regression shows as a failed check, not a number.
@@ -324,5 +326,78 @@ def memory_poisoning_cell(
     yield from gen
 
 
+@asset(
+    group_name=GROUP,
+    kinds={"faiss", "mlflow"},
+    description="The attack-defense matrix and its Bonferroni comparisons over five splits x seeds at |M| = 1,000 "
+    "and full: AUROC / TPR / FPR / ASR-R mean ± sd per (regime, attack, history, detector), and in how many seeds "
+    "each comparison is significant. `make memory-poisoning-seeds`.",
+)
+def memory_poisoning_seeds(
+    context: AssetExecutionContext,
+    mlflow_tracker: MlflowTrackerResource,
+    embedder: EmbedderResource,
+    embedder_model: dict,
+    agentpoison_strategyqa: pl.DataFrame,
+    minja: pl.DataFrame,
+    injecagent: pl.DataFrame,
+):
+    from rvu_pipelines.memory_poisoning.seeds import SweepConfig, seed_sweep, seeds_markdown, write_sweep
+
+    frames = _frames(agentpoison_strategyqa, minja, injecagent)
+    config = SweepConfig()
+    out = state_dir() / "memory_poisoning" / "seeds"
+    params = {
+        "seeds": ",".join(map(str, config.seeds)),
+        "regimes": ",".join(config.regimes),
+        "embedder": embedder_model["name"],
+        "embedder_sha256": embedder_model["sha256"],
+        "llm": "none (hybrid without perplexity)",
+    }
+    memo = ResultMemo.default().entry(
+        "memory_poisoning_seeds",
+        {
+            "params": params,
+            "config": repr(config),
+            "frames": {name: frame_digest(frame) for name, frame in sorted(frames.items())},
+            "out_dir": str(out),
+        },
+    )
+    stored = memo.load()
+    reused = stored is not None
+    if stored is not None:
+        context.log.info(reuse_message(stored))
+    else:
+        with mlflow_tracker.run_for(context, params=params) as run:
+            model = embedder.build(Path(embedder_model["path"]), name=embedder_model["name"])
+            result = seed_sweep(frames, model, config, progress=context.log.info)
+            files = write_sweep(result, out)
+            run.log_metrics(result.metrics())
+            for path in files.values():
+                run.log_artifact(path)
+        stored = memo.save(
+            {
+                "files": {k: str(v) for k, v in files.items()},
+                "summary": result.summary.to_dicts(),
+                "seconds": round(sum(result.timings.values()), 1),
+                "mlflow_run_id": run.run_id,
+            },
+            files=list(files.values()),
+        )
+    files = {name: Path(path) for name, path in stored["files"].items()}
+    summary = pl.DataFrame(stored["summary"])
+    yield Output(
+        stored["summary"],
+        metadata={
+            "seeds": MetadataValue.md(seeds_markdown(summary)),
+            "comparisons": MetadataValue.md(files["comparisons_md"].read_text()),
+            "plot": MetadataValue.path(str(files["seeds_png"])),
+            "mlflow_run_id": stored["mlflow_run_id"],
+            "seconds": stored["seconds"],
+            "reused_unchanged_result": reused,
+        },
+    )
+
+
 def memory_poisoning_assets() -> list:
-    return [memory_poisoning_sample, memory_poisoning_study, memory_poisoning_cell]
+    return [memory_poisoning_sample, memory_poisoning_study, memory_poisoning_cell, memory_poisoning_seeds]

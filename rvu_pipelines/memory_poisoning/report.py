@@ -46,7 +46,8 @@ def paper_comparison_markdown(table: pl.DataFrame) -> str:
             )
         lines.append(f"| {defense} | " + " | ".join(cells_auroc + cells_tpr) + " |")
     ns = ", ".join(
-        f"{ATTACK_LABEL[a]}: {r['n_poisons']} poisons vs {r['n_benign']} benign writes"
+        f"{ATTACK_LABEL[a]}: {r['n_poisons']} poisons vs {r['n_benign']} benign writes "
+        f"({r['n_benign_records']} distinct records)"
         for a in attacks
         for r in [rows.filter(pl.col("attack") == a).row(0, named=True)]
     )

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
+from rvu_pipelines.memory_poisoning.comparisons import comparisons_markdown, paired_comparisons
 from rvu_pipelines.memory_poisoning.defenses.base import WriteDetector
 from rvu_pipelines.memory_poisoning.defenses.benign_kappa import KappaChoice, kappa_on_benign
 from rvu_pipelines.memory_poisoning.defenses.composite import composite_defense
@@ -60,6 +61,7 @@ class StudyResult:
     adaptive: list[AdaptiveResult] = field(default_factory=list)
     sir: list[SIRCurves] = field(default_factory=list)
     retro: pl.DataFrame = field(default_factory=pl.DataFrame)
+    comparisons: pl.DataFrame = field(default_factory=pl.DataFrame)
     hybrid_kappa: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
@@ -81,6 +83,11 @@ class StudyResult:
             for key, value in r.items():
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     out[f"retro_{r['attack']}_{r['defense']}_{key}"] = float(value)
+        for r in self.comparisons.iter_rows(named=True):
+            prefix = f"compare_{r['attack']}_{r['calibration']}_{r['a']}_vs_{r['b']}"
+            out.update(
+                {f"{prefix}_delta_auroc": float(r["difference"]), f"{prefix}_p_adjusted": float(r["p_adjusted"])}
+            )
         if self.hybrid_kappa:
             out["hybrid_kappa"] = float(self.hybrid_kappa["kappa"])
             out["hybrid_kappa_cv_fpr"] = float(self.hybrid_kappa["cv_fpr"])
@@ -95,6 +102,7 @@ class StudyResult:
             "adaptive": [a.as_dict() for a in self.adaptive],
             "sir": {c.defense: c.summary() for c in self.sir},
             "retro_scan": self.retro.to_dicts(),
+            "comparisons": self.comparisons.to_dicts(),
             "hybrid_kappa": self.hybrid_kappa,
             "timings": self.timings,
             "files": {k: str(v) for k, v in self.files.items()},
@@ -171,6 +179,9 @@ def run_study(
     ap = next((c for c in cells if c.name == "agentpoison"), None)
     protocol = protocol_contrast(ap, config.top_k) if ap is not None else {}
     result = StudyResult(config, matrix, protocol, timings=timings, hybrid_kappa=kappa.as_dict())
+    start = time.perf_counter()
+    result.comparisons = paired_comparisons(raw)
+    timings["comparisons"] = time.perf_counter() - start
     runs: dict[tuple[str, str], list[ScanRun]] = {}
     if scan is not None:
         start = time.perf_counter()
@@ -236,12 +247,16 @@ def write_outputs(
         "paper_table_md": out_dir / "paper_table.md",
         "write_time_md": out_dir / "write_time.md",
         "retrieval_md": out_dir / "retrieval.md",
+        "comparisons_md": out_dir / "comparisons.md",
+        "comparisons_parquet": out_dir / "comparisons.parquet",
         "summary_json": out_dir / "summary.json",
     }
     result.matrix.write_parquet(files["matrix_parquet"])
     files["paper_table_md"].write_text(paper_comparison_markdown(result.matrix) + "\n")
     files["write_time_md"].write_text(write_time_markdown(result.matrix) + "\n")
     files["retrieval_md"].write_text(retrieval_markdown(result.matrix) + "\n")
+    result.comparisons.write_parquet(files["comparisons_parquet"])
+    files["comparisons_md"].write_text(comparisons_markdown(result.comparisons) + "\n")
     if runs:
         files["retro_scan_parquet"] = out_dir / "retro_scan.parquet"
         result.retro.write_parquet(files["retro_scan_parquet"])

@@ -2,7 +2,10 @@
 
 - ``auroc_ci``: AUROC (Mann-Whitney, ties counted half) with a percentile bootstrap 95% CI. Resamples
   are stratified (poisons and benign writes resampled separately, each to its own n), so every resample
-  holds both classes; 2,000 resamples, seed 20260505 unless told.
+  holds both classes; 2,000 resamples, seed 20260505 unless told. With ``clusters`` (one id per example,
+  e.g. the memory record it is) the bootstrap resamples whole clusters within each class: when the same
+  benign record is a negative in several victim settings, its copies are one draw, not several independent
+  ones, so the interval is as wide as the number of distinct records allows.
 - ``rate``, ``operating_point``: TPR and FPR at a threshold with Clopper-Pearson exact intervals
   (beta quantiles, scipy), e.g. 0 of 10 → [0, 0.3085].
 - ``compare_aurocs``: pairwise AUROC differences on the *same* examples, Bonferroni-corrected: each of
@@ -10,7 +13,9 @@
   percentile interval of the resampled differences; the two-sided p-value is the share of centred
   resampled differences at least as large as the observed one), or ``method="permutation"``: a paired
   permutation test that swaps, per example, the two detectors' normalised ranks (their AUROC is
-  rank-based, so ranks make scores on different scales exchangeable under H0: equal AUROC).
+  rank-based, so ranks make scores on different scales exchangeable under H0: equal AUROC). Both take
+  ``clusters`` (resampled / swapped per cluster) and ``family_size``: the m of the Bonferroni family when
+  the pairs of one call are part of a larger one (a table of comparisons made over several cells).
 - ``binomial_test_tpr``: the seed's "H0: TPR = tpr0" one-sided exact binomial test.
 
 Every result is a frozen dataclass with ``as_dict()`` for MLflow / asset metadata.
@@ -82,9 +87,58 @@ class AurocResult:
     n_resamples: int
     seed: int
     level: float
+    n_positive_clusters: int  # distinct clusters resampled (= n_positive without clusters)
+    n_negative_clusters: int
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _cluster_codes(clusters: Sequence[Any] | np.ndarray | None, n: int) -> np.ndarray | None:
+    if clusters is None:
+        return None
+    c = np.asarray(clusters).reshape(-1)
+    if c.size != n:
+        raise MemoryPoisoningInputError(f"need one cluster id per example: {n} examples, {c.size} cluster ids")
+    return np.unique(c, return_inverse=True)[1].reshape(-1)
+
+
+def _cluster_weights(codes: np.ndarray, rng: np.random.Generator, n_resamples: int) -> np.ndarray:
+    """(resamples x examples) weights: how often each example's cluster is drawn when the k clusters of
+    one class are resampled with replacement (k draws)."""
+    _, inverse = np.unique(codes, return_inverse=True)
+    k = int(inverse.max()) + 1
+    counts = rng.multinomial(k, np.full(k, 1.0 / k), size=n_resamples)
+    return counts[:, inverse].astype(np.float64)
+
+
+def _weighted_auroc_rows(pos: np.ndarray, neg: np.ndarray, w_pos: np.ndarray, w_neg: np.ndarray) -> np.ndarray:
+    """Row-wise Mann-Whitney AUROC with example weights (rows = resamples; ties count half). The scores are
+    fixed, only the weights change, so the score levels are sorted once."""
+    from scipy import sparse
+
+    levels, inverse = np.unique(np.r_[pos, neg], return_inverse=True)
+    inverse = inverse.reshape(-1)
+
+    def per_level(weights: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        onehot = sparse.csr_matrix(
+            (np.ones(codes.size), (np.arange(codes.size), codes)), shape=(codes.size, levels.size)
+        )
+        return np.asarray((onehot.T @ weights.T).T)
+
+    at_pos, at_neg = per_level(w_pos, inverse[: pos.size]), per_level(w_neg, inverse[pos.size :])
+    below = np.cumsum(at_neg, axis=1) - at_neg
+    wins = (at_pos * (below + 0.5 * at_neg)).sum(axis=1)
+    return wins / (at_pos.sum(axis=1) * at_neg.sum(axis=1))
+
+
+def _class_resamples(
+    y: np.ndarray, codes: np.ndarray | None, rng: np.random.Generator, n_resamples: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-example weights of the positives and the negatives in each clustered resample."""
+    pos_codes = codes[y == 1] if codes is not None else np.arange(int((y == 1).sum()))
+    neg_codes = codes[y == 0] if codes is not None else np.arange(int((y == 0).sum()))
+    return _cluster_weights(pos_codes, rng, n_resamples), _cluster_weights(neg_codes, rng, n_resamples)
 
 
 def auroc_ci(
@@ -94,19 +148,30 @@ def auroc_ci(
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
     level: float = DEFAULT_LEVEL,
+    clusters: Sequence[Any] | np.ndarray | None = None,
 ) -> AurocResult:
-    """AUROC and its stratified percentile-bootstrap CI."""
+    """AUROC and its stratified percentile-bootstrap CI (clustered when ``clusters`` is given)."""
     _check_resampling(n_resamples, level)
     y, s = _labels_scores(y_true, scores)
+    codes = _cluster_codes(clusters, y.size)
     pos, neg = s[y == 1], s[y == 0]
     rng = np.random.Generator(np.random.PCG64(seed))
-    boot = _auroc_rows(
-        pos[rng.integers(0, pos.size, (n_resamples, pos.size))], neg[rng.integers(0, neg.size, (n_resamples, neg.size))]
-    )
+    if codes is None:
+        boot = _auroc_rows(
+            pos[rng.integers(0, pos.size, (n_resamples, pos.size))],
+            neg[rng.integers(0, neg.size, (n_resamples, neg.size))],
+        )
+        k_pos, k_neg = int(pos.size), int(neg.size)
+    else:
+        w_pos, w_neg = _class_resamples(y, codes, rng, n_resamples)
+        boot = _weighted_auroc_rows(pos, neg, w_pos, w_neg)
+        k_pos, k_neg = np.unique(codes[y == 1]).size, np.unique(codes[y == 0]).size
     tail = (1 - level) / 2
     low, high = np.quantile(boot, [tail, 1 - tail])
     point = float(_auroc_rows(pos[None, :], neg[None, :])[0])
-    return AurocResult(point, float(low), float(high), int(pos.size), int(neg.size), n_resamples, seed, level)
+    return AurocResult(
+        point, float(low), float(high), int(pos.size), int(neg.size), n_resamples, seed, level, int(k_pos), int(k_neg)
+    )
 
 
 def clopper_pearson(k: int, n: int, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
@@ -237,8 +302,11 @@ def compare_aurocs(
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
     level: float = DEFAULT_LEVEL,
+    clusters: Sequence[Any] | np.ndarray | None = None,
+    family_size: int | None = None,
 ) -> list[Comparison]:
-    """Every pair (or ``pairs``) of detectors compared on the same labelled examples, Bonferroni over m pairs."""
+    """Every pair (or ``pairs``) of detectors compared on the same labelled examples, Bonferroni over m pairs
+    (m = ``family_size`` when these pairs belong to a larger family)."""
     _check_resampling(n_resamples, level)
     if method not in ("bootstrap", "permutation"):
         raise MemoryPoisoningInputError(f"method must be 'bootstrap' or 'permutation', got {method!r}")
@@ -252,19 +320,33 @@ def compare_aurocs(
         raise MemoryPoisoningInputError(
             f"pairs name unknown detectors {missing} (have {names})" if missing else "no pairs"
         )
+    if family_size is not None and family_size < len(pairs):
+        raise MemoryPoisoningInputError(f"the Bonferroni family ({family_size}) is smaller than the {len(pairs)} pairs")
     y = checked[names[0]][0]
+    codes = _cluster_codes(clusters, y.size)
     pos_idx, neg_idx = np.flatnonzero(y == 1), np.flatnonzero(y == 0)
-    m = len(pairs)
+    m = family_size or len(pairs)
     rng = np.random.Generator(np.random.PCG64(seed))
-    boot_pos = pos_idx[rng.integers(0, pos_idx.size, (n_resamples, pos_idx.size))]
-    boot_neg = neg_idx[rng.integers(0, neg_idx.size, (n_resamples, neg_idx.size))]
+    if codes is None:
+        boot_pos = pos_idx[rng.integers(0, pos_idx.size, (n_resamples, pos_idx.size))]
+        boot_neg = neg_idx[rng.integers(0, neg_idx.size, (n_resamples, neg_idx.size))]
+
+        def resampled(s: np.ndarray) -> np.ndarray:
+            return _auroc_rows(s[boot_pos], s[boot_neg])
+    else:
+        w_pos, w_neg = _class_resamples(y, codes, rng, n_resamples)
+
+        def resampled(s: np.ndarray) -> np.ndarray:
+            return _weighted_auroc_rows(s[pos_idx], s[neg_idx], w_pos, w_neg)
+
+    swap_units = codes if codes is not None else np.arange(y.size)
     results = []
     for a, b in pairs:
         sa, sb = checked[a][1], checked[b][1]
         auc_a = float(_auroc_rows(sa[pos_idx][None, :], sa[neg_idx][None, :])[0])
         auc_b = float(_auroc_rows(sb[pos_idx][None, :], sb[neg_idx][None, :])[0])
         observed = auc_a - auc_b
-        boot = _auroc_rows(sa[boot_pos], sa[boot_neg]) - _auroc_rows(sb[boot_pos], sb[boot_neg])
+        boot = resampled(sa) - resampled(sb)
         tail = (1 - level) / 2
         low, high = (float(v) for v in np.quantile(boot, [tail, 1 - tail]))
         if method == "bootstrap":
@@ -272,7 +354,7 @@ def compare_aurocs(
         else:
             ra, rb = _normalised_ranks(sa), _normalised_ranks(sb)
             perm_rng = np.random.Generator(np.random.PCG64(seed + 1))
-            swap = perm_rng.random((n_resamples, y.size)) < 0.5
+            swap = (perm_rng.random((n_resamples, int(swap_units.max()) + 1)) < 0.5)[:, swap_units]
             pa, pb = np.where(swap, rb, ra), np.where(swap, ra, rb)
             diff = _auroc_rows(pa[:, pos_idx], pa[:, neg_idx]) - _auroc_rows(pb[:, pos_idx], pb[:, neg_idx])
             p = float((1 + (np.abs(diff) >= abs(observed) - 1e-12).sum()) / (n_resamples + 1))

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 
 from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.memory_poisoning.stats import (
+    _weighted_auroc_rows,
     auroc,
     auroc_ci,
     binomial_test_tpr,
@@ -98,3 +101,70 @@ def test_binomial_test_of_tpr():
     assert binomial_test_tpr(0, 10).reject is False
     assert binomial_test_tpr(5, 10, tpr0=0.1, alpha=0.003).reject  # P(X >= 5 | 0.1) ~ 0.0016
     assert not binomial_test_tpr(2, 10, tpr0=0.1, alpha=0.003).reject
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 4), min_size=2, max_size=12),
+    st.lists(st.integers(0, 4), min_size=2, max_size=12),
+    st.data(),
+)
+def test_weighted_auroc_equals_auroc_on_the_repeated_examples(pos, neg, data) -> None:
+    """Weights are how often a cluster was drawn: the weighted AUROC must be the AUROC of the data with each
+    example repeated that often (integer scores, so ties are exercised)."""
+    w_pos = data.draw(st.lists(st.integers(1, 3), min_size=len(pos), max_size=len(pos)))
+    w_neg = data.draw(st.lists(st.integers(1, 3), min_size=len(neg), max_size=len(neg)))
+    weighted = _weighted_auroc_rows(
+        np.asarray(pos, float), np.asarray(neg, float), np.asarray([w_pos], float), np.asarray([w_neg], float)
+    )[0]
+    repeated_pos, repeated_neg = np.repeat(pos, w_pos), np.repeat(neg, w_neg)
+    labels = np.r_[np.ones(repeated_pos.size), np.zeros(repeated_neg.size)]
+    assert weighted == pytest.approx(auroc(labels, np.r_[repeated_pos, repeated_neg]))
+
+
+def test_the_clustered_bootstrap_counts_a_repeated_negative_once() -> None:
+    """30 benign records each scored in 9 victim settings: the item bootstrap treats 270 negatives as
+    independent and is too narrow; resampling records gives the width 30 distinct negatives allow."""
+    rng = np.random.default_rng(3)
+    pos = rng.normal(1.0, 1.0, 30)
+    neg_records = rng.normal(0.0, 1.0, 30)
+    repeats = 9
+    neg = np.repeat(neg_records, repeats) + rng.normal(0.0, 0.05, 30 * repeats)  # near-identical copies
+    y = np.r_[np.ones(30), np.zeros(neg.size)]
+    scores = np.r_[pos, neg]
+    clusters = np.r_[[f"p{i}" for i in range(30)], np.repeat([f"b{i}" for i in range(30)], repeats)]
+    naive = auroc_ci(y, scores, n_resamples=2000)
+    clustered = auroc_ci(y, scores, n_resamples=2000, clusters=clusters)
+    distinct = auroc_ci(np.r_[np.ones(30), np.zeros(30)], np.r_[pos, neg_records], n_resamples=2000)
+    width = {name: r.ci_high - r.ci_low for name, r in (("naive", naive), ("clustered", clustered), ("d", distinct))}
+    assert clustered.auroc == naive.auroc
+    assert (clustered.n_positive_clusters, clustered.n_negative_clusters) == (30, 30)
+    assert (naive.n_positive_clusters, naive.n_negative_clusters) == (30, 270)
+    assert width["clustered"] > 1.2 * width["naive"]
+    assert width["clustered"] == pytest.approx(width["d"], rel=0.2)
+    # singleton clusters are the ordinary stratified bootstrap (a different random stream, the same interval)
+    singletons = auroc_ci(y, scores, n_resamples=4000, clusters=np.arange(y.size))
+    assert singletons.ci_low == pytest.approx(naive.ci_low, abs=0.02)
+    assert singletons.ci_high == pytest.approx(naive.ci_high, abs=0.02)
+    with pytest.raises(MemoryPoisoningInputError, match="one cluster id per example"):
+        auroc_ci(y, scores, clusters=clusters[:-1])
+
+
+def test_clustered_comparisons_use_the_whole_family() -> None:
+    rng = np.random.default_rng(5)
+    y, strong = _data(n_pos=20, n_neg=20, shift=0.8, seed=5)
+    weak = strong + rng.normal(0.0, 1.5, y.size)
+    repeats = 6
+    yy = np.r_[y[y == 1], np.repeat(y[y == 0], repeats)]
+    expand = {name: np.r_[s[y == 1], np.repeat(s[y == 0], repeats)] for name, s in (("strong", strong), ("weak", weak))}
+    clusters = np.r_[np.arange(20), np.repeat(np.arange(100, 120), repeats)]
+    naive = compare_aurocs(yy, expand, n_resamples=2000)[0]
+    clustered = compare_aurocs(yy, expand, n_resamples=2000, clusters=clusters, family_size=12)[0]
+    assert clustered.difference == naive.difference
+    assert clustered.ci_high - clustered.ci_low > 1.2 * (naive.ci_high - naive.ci_low)
+    assert clustered.m == 12 and clustered.alpha_corrected == pytest.approx(0.05 / 12)
+    assert clustered.p_adjusted == pytest.approx(min(1.0, 12 * clustered.p_value))
+    permuted = compare_aurocs(yy, expand, n_resamples=500, clusters=clusters, method="permutation")[0]
+    assert 0 < permuted.p_value <= 1
+    with pytest.raises(MemoryPoisoningInputError, match="smaller than"):
+        compare_aurocs(yy, expand, clusters=clusters, family_size=1, pairs=[("strong", "weak"), ("weak", "strong")])

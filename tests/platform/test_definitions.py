@@ -59,6 +59,7 @@ def test_default_job_selects_every_asset_with_checks() -> None:
         AssetKey(name)
         for name in (
             "memory_poisoning_study",
+            "memory_poisoning_seeds",
             "adapter_gate_evaluation",
             "adapter_membership",
             "wmdp_cyber_evaluation",
