@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rvu_pipelines.cli_adapters import adapters
+from rvu_pipelines.cli_memory import memory
 from rvu_pipelines.cli_recovery import RECOVERY_COMMANDS
 from rvu_pipelines.cli_scale import scale
 from rvu_pipelines.errors import RvuError, SigningKeyError
@@ -331,6 +332,7 @@ for command in RECOVERY_COMMANDS:
     cli.add_command(command)
 cli.add_command(scale)
 cli.add_command(adapters)
+cli.add_command(memory)
 
 
 def main() -> None:

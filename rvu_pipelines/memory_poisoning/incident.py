@@ -18,33 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.memory_poisoning.attacks.base import AttackRun
 from rvu_pipelines.memory_poisoning.corpus import MemoryEntry
 from rvu_pipelines.memory_poisoning.retrieval import RetrievalMemory, embed_texts
+from rvu_pipelines.provenance.entry_ids import write_entry_id
 from rvu_pipelines.provenance.incident import load_incident, write_incident
-from rvu_pipelines.text_rules import digest_bytes
 
 START = 1_718_000_000.0  # fixed clock: the same attack gives the same log (and incident id)
-ID_LIMIT = 128  # the incident schema's identifier length
-_ID_PUNCTUATION = "._:@/-"  # the identifier alphabet's punctuation, less the escape character +
-
-
-def write_entry_id(key: str) -> str:
-    """The incident-log entry id of the write of memory ``key``, one-to-one: no two keys share an entry id.
-
-    Characters outside the identifier alphabet (and ``+`` itself) are written as ``+XX`` per UTF-8 byte, so
-    ``note/1``, ``note_1`` and ``note?1`` stay apart; an id that would pass the 128-character limit keeps
-    its head and ends in ``++`` and 16 hex digits of the key's sha256 (a short id never holds ``++``)."""
-    escaped = "".join(
-        c if c.isascii() and (c.isalnum() or c in _ID_PUNCTUATION) else "".join(f"+{b:02X}" for b in digest_bytes(c))
-        for c in key
-    )
-    entry_id = f"write:{escaped}"
-    if len(entry_id) <= ID_LIMIT:
-        return entry_id
-    digest = sha256_bytes(digest_bytes(key))[:16]
-    return f"{entry_id[: ID_LIMIT - len(digest) - 2]}++{digest}"
 
 
 def poisoning_incident_records(

@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from rvu_pipelines.memory_poisoning.attacks.base import AttackRun
 from rvu_pipelines.memory_poisoning.corpus import MemoryEntry
-from rvu_pipelines.memory_poisoning.incident import write_entry_id, write_poisoning_incident
+from rvu_pipelines.memory_poisoning.incident import write_poisoning_incident
 from rvu_pipelines.memory_poisoning.retrieval import RetrievalMemory
 from rvu_pipelines.paths import config_dir
+from rvu_pipelines.provenance.entry_ids import write_entry_id
 from rvu_pipelines.provenance.incident import load_incident, write_incident
 from rvu_pipelines.text_rules import InvalidTextError
 

@@ -15,13 +15,14 @@ from rvu_pipelines.memory.model import Channel, Reason, Rule
 from rvu_pipelines.memory.monitor import ReferenceMonitor
 from rvu_pipelines.memory_poisoning.attacks.agentpoison import TriggerConfig
 from rvu_pipelines.memory_poisoning.defenses.memsad import MemsadDetector
-from rvu_pipelines.memory_poisoning.incident import flagged_poisons, write_entry_id, write_poisoning_incident
+from rvu_pipelines.memory_poisoning.incident import flagged_poisons, write_poisoning_incident
 from rvu_pipelines.memory_poisoning.monitor_check import DetectorWriteCheck
 from rvu_pipelines.memory_poisoning.retrieval import build_memory
 from rvu_pipelines.memory_poisoning.runner import StudyResult
 from rvu_pipelines.memory_poisoning.sir import SIRConfig, simulate_sir
 from rvu_pipelines.memory_poisoning.study import attack_defense_matrix, context_for, detector_suite, protocol_contrast
 from rvu_pipelines.memory_poisoning.study_cells import EmbeddingCache, StudyConfig, build_cell
+from rvu_pipelines.provenance.entry_ids import write_entry_id
 from rvu_pipelines.provenance.incident import load_incident
 from rvu_pipelines.recovery.pipeline import recover
 

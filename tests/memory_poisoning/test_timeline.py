@@ -16,7 +16,6 @@ import pytest
 from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.memory_poisoning.attacks.agentpoison import RANDOM_NAME, TriggerConfig
 from rvu_pipelines.memory_poisoning.defenses.memsad import MemsadDetector
-from rvu_pipelines.memory_poisoning.incident import write_entry_id
 from rvu_pipelines.memory_poisoning.report import retro_scan_markdown, write_time_markdown
 from rvu_pipelines.memory_poisoning.study import (
     attack_defense_matrix,
@@ -34,6 +33,7 @@ from rvu_pipelines.memory_poisoning.timeline import (
     scan_incident,
     served_stream,
 )
+from rvu_pipelines.provenance.entry_ids import write_entry_id
 from rvu_pipelines.provenance.incident import load_incident
 
 CONFIG = StudyConfig(
