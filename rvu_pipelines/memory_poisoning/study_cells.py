@@ -14,7 +14,10 @@ A cell holds everything a detector and the retrieval metrics need, embedded once
 
 The random-trigger control (``agentpoison_random_trigger``) is AgentPoison with an unoptimised random
 trigger of the same length: the same split, poison template, memory and protocol. Whatever it reaches
-(ASR-R, a detector's AUROC) the trigger optimisation cannot claim.
+(ASR-R, a detector's AUROC) the trigger optimisation cannot claim. ``agentpoison_varied`` is AgentPoison's
+own trigger, split and victims with poisons that carry no template (``attacks/varied.py``: real search lines,
+InjecAgent instructions and flipped answers in the memory's format): what a template filter reaches on
+AgentPoison and not here was the template's.
 
 Memories: AgentPoison and InjecMEM attack the StrategyQA memory of the regime. MINJA attacks a
 shopping agent, so its memory is the regime's size drawn half from StrategyQA and half from benign
@@ -35,12 +38,12 @@ import numpy as np
 import polars as pl
 
 from rvu_pipelines.errors import MemoryPoisoningInputError
-from rvu_pipelines.memory_poisoning.attacks import agentpoison, injecmem, minja
+from rvu_pipelines.memory_poisoning.attacks import agentpoison, injecmem, minja, varied
 from rvu_pipelines.memory_poisoning.attacks.base import AttackRun
 from rvu_pipelines.memory_poisoning.corpus import MemoryEntry, PoisoningCorpus, minja_victims, strategyqa_corpus
 from rvu_pipelines.memory_poisoning.retrieval import Embedder, embed_texts
 
-ATTACKS = ("agentpoison", "agentpoison_random_trigger", "minja", "injecmem")
+ATTACKS = ("agentpoison", "agentpoison_random_trigger", "agentpoison_varied", "minja", "injecmem")
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,7 @@ class EmbeddingCache:
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
         self._vectors: dict[str, np.ndarray] = {}
+        self.trigger_runs: dict[tuple[object, ...], AttackRun] = {}  # one trigger search per split and config
 
     def __call__(self, texts: Sequence[str], what: str) -> np.ndarray:
         missing = sorted({t for t in texts if t not in self._vectors})
@@ -171,15 +175,42 @@ def agentpoison_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, 
     corpus = strategyqa_corpus(
         _frame(frames, "agentpoison_strategyqa"), regime=config.regime, seed=config.seed, n_queries=config.n_queries
     )
-    memory_vectors = embed([e.text for e in corpus.memory], "memory")
-    run = agentpoison.agentpoison_attack(
-        embed.embedder,
+    return _triggered_cell(embed, _agentpoison_run(embed, corpus, config), corpus)
+
+
+def _agentpoison_run(embed: EmbeddingCache, corpus: PoisoningCorpus, config: StudyConfig) -> AttackRun:
+    """The trigger search for this split and config, run once per study (the varied cell reuses it)."""
+    key = (
+        corpus.regime,
         corpus.queries,
-        memory_vectors,
-        n_poisons=config.agentpoison_poisons,
-        n_train=config.agentpoison_train,
-        config=replace(config.trigger, seed=config.seed),
+        tuple(e.key for e in corpus.memory),
+        config.seed,
+        config.agentpoison_poisons,
+        config.agentpoison_train,
+        config.trigger,
     )
+    if key not in embed.trigger_runs:
+        embed.trigger_runs[key] = agentpoison.agentpoison_attack(
+            embed.embedder,
+            corpus.queries,
+            embed([e.text for e in corpus.memory], "memory"),
+            n_poisons=config.agentpoison_poisons,
+            n_train=config.agentpoison_train,
+            config=replace(config.trigger, seed=config.seed),
+        )
+    return embed.trigger_runs[key]
+
+
+def varied_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, config: StudyConfig) -> AttackCell:
+    """AgentPoison's trigger, split and victims; poisons of real content in the memory's format."""
+    strategyqa = _frame(frames, "agentpoison_strategyqa")
+    corpus = strategyqa_corpus(strategyqa, regime=config.regime, seed=config.seed, n_queries=config.n_queries)
+    sources = [
+        varied.SourceRecord(str(r["qid"]), str(r["question"]), str(r["term"]), str(r["description"]), str(r["answer"]))
+        for r in strategyqa.filter(pl.col("split") == "train").drop_nulls(["term", "description"]).to_dicts()
+    ]
+    instructions = injecmem.injecagent_payloads(_frame(frames, "injecagent"))
+    run = varied.varied_attack(_agentpoison_run(embed, corpus, config), sources, instructions, seed=config.seed)
     return _triggered_cell(embed, run, corpus)
 
 
@@ -277,6 +308,7 @@ def minja_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, config
 CELL_BUILDERS = {
     "agentpoison": agentpoison_cell,
     agentpoison.RANDOM_NAME: random_trigger_cell,
+    varied.NAME: varied_cell,
     "minja": minja_cell,
     "injecmem": injecmem_cell,
 }

@@ -29,3 +29,10 @@ def embedder(tiny_models):
     from rvu_pipelines.models.embedder import SentenceEmbedder
 
     return SentenceEmbedder(tiny_models["embedder"].path)
+
+
+@pytest.fixture(scope="session")
+def injecagent_frame(shared_data: Path) -> pl.DataFrame:
+    from rvu_pipelines.data.parsers import injecagent
+
+    return injecagent({p.name: p for p in (shared_data / "injecagent").rglob("*") if p.is_file()})

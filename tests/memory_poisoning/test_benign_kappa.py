@@ -54,3 +54,14 @@ def test_an_unreachable_target_takes_the_largest_kappa_and_says_so(context) -> N
 def test_bad_settings_are_refused(context, kwargs, message) -> None:
     with pytest.raises(MemoryPoisoningInputError, match=message):
         kappa_on_benign(MemsadDetector, context, **kwargs)
+
+
+def test_the_grid_stops_at_the_largest_kappa_the_reference_set_can_calibrate(context) -> None:
+    """200 reference entries calibrate kappa <= 5.25 (seed 003's bound): the choice, met or not, is a kappa the
+    detector can then be fitted with, never the grid's 6.0."""
+    choice = kappa_on_benign(MemsadDetector, context, fpr_target=1e-9)
+    assert max(float(k) for k in choice.grid_fpr) == 5.25 and choice.kappa <= 5.25
+    MemsadDetector(choice.kappa).fit(context)  # fits on the whole reference set
+    small = WriteContext(context.reference_vectors[:30], (), context.history_vectors)
+    with pytest.raises(MemoryPoisoningInputError, match="calibrate no kappa"):
+        kappa_on_benign(MemsadDetector, small)

@@ -5,7 +5,9 @@ a choice, and a choice made while looking at attack results would let the evalua
 defense. Here the reference entries are split into folds; each fold is held out in turn, the detector is
 fitted on the rest, and the held-out benign entries' scores give, for every κ on the grid, how many a
 threshold µ̂ + κσ̂ would have rejected. The pooled rate is the benign FPR estimate; the smallest κ at or
-under ``fpr_target`` is taken (the largest on the grid, flagged ``met=False``, when none is).
+under ``fpr_target`` is taken (the largest on the grid, flagged ``met=False``, when none is). The grid is
+cut to the κ the reference set can calibrate (seed 003's bound: 200 entries support κ up to 5.25), so the
+choice can always be fitted on the whole reference set.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 
 from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.memory_poisoning.defenses.base import WriteContext, WriteDetector
-from rvu_pipelines.memory_poisoning.defenses.memsad import Calibration
+from rvu_pipelines.memory_poisoning.defenses.memsad import Calibration, minimum_calibration_size
 
 KAPPA_GRID: tuple[float, ...] = tuple(round(1.5 + 0.25 * i, 2) for i in range(19))  # 1.5 .. 6.0
 
@@ -62,6 +64,12 @@ def kappa_on_benign(
     vectors = np.asarray(context.reference_vectors)
     texts = tuple(context.reference_texts)
     n = vectors.shape[0]
+    kappas = [k for k in kappas if minimum_calibration_size(k) <= n]
+    if not kappas:
+        raise MemoryPoisoningInputError(
+            f"{n} reference entries calibrate no kappa on the grid {list(grid)} (the smallest needs "
+            f"{minimum_calibration_size(min(float(k) for k in grid))}); add reference entries"
+        )
     if folds < 2 or n < 2 * folds:
         raise MemoryPoisoningInputError(f"{folds}-fold selection needs at least {2 * folds} reference entries, got {n}")
     if texts and len(texts) != n:
