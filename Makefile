@@ -9,7 +9,7 @@ RVU_DATA_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data),$(abspath $(CURDIR)
 export RVU_DATA_MIRROR
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run attacks scale-up scale-down scale-status doctor detectors detector-validity memory-poisoning memory-poisoning-seeds memsad-synonym spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-report bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-llama bench-llm-throughput bench-memsad bench-spectral regress clean
+.PHONY: setup run attacks scale-up scale-down scale-status doctor detectors detector-validity memory-poisoning memory-poisoning-seeds memsad-synonym minja-agent spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-report bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-llama bench-llm-throughput bench-memsad bench-spectral regress clean
 
 setup:
 	@bash scripts/setup.sh
@@ -48,6 +48,10 @@ memory-poisoning-seeds: setup
 # Seed 003's synonym loophole as the seed ran it: 60 poisons, no substitution budget, ASR-R measured (tens of minutes)
 memsad-synonym: setup
 	$(BIN)/python scripts/memsad_synonym_study.py
+
+# MINJA through the real agent on llama.cpp (its memory behind the monitor): ISR, ASR-R, ASR-A, control, MEMSAD arm
+minja-agent: setup
+	$(BIN)/python scripts/minja_agent.py
 
 # Seed 004 in full: HFER / spectral features per layer on four real sets, 20/50/200 calibration, histograms, and the
 # kill switch against Attention Tracker, perplexity and D1-D5 (incl. leave-one-dataset-out); then the same switch

@@ -174,9 +174,10 @@ def minja_attack(
     )
     step = bridging_step(victim, templates)
     stages = shortening_stages(n_attack, len(templates))
-    poisons = []
+    poisons, sent_queries = [], []
     for i, (query, stage) in enumerate(zip(attacker, stages, strict=True)):
         sent = query if stage == len(templates) else f"{query} {_fill(templates[stage], victim)}"
+        sent_queries.append(sent)
         text = session_record(sent, [f"think[{step}]", f"search[{victim.target}]"])
         poisons.append(MemoryEntry(key=f"{NAME}/{victim.victim}/{i}", text=text, origin=NAME))
     return AttackRun(
@@ -188,6 +189,7 @@ def minja_attack(
             "target": victim.target,
             "target_price": victim.target_price,
             "attacker_queries": tuple(attacker),
+            "sent_queries": tuple(sent_queries),  # as the attacker sends them: indication prompt at its stage
             "shortening_stages": tuple(stages),
             "bridging_step": step,
             "benign_records": benign,

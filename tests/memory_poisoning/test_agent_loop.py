@@ -1,0 +1,96 @@
+"""MINJA through the real agent (SmolLM2-135M on llama.cpp, real MiniLM, real MINJA data): every memory action
+goes through the reference monitor, the episodes it stores are served to later queries, each arm (attack, no-attack
+control, MEMSAD as the write check) runs the same day, and the monitor's audit log of a day becomes an incident that
+recovery closes over."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rvu_pipelines.errors import MemoryPoisoningInputError
+from rvu_pipelines.memory.audit import AuditLog
+from rvu_pipelines.memory.incident_export import export_audit_incident
+from rvu_pipelines.memory.monitor import ReferenceMonitor
+from rvu_pipelines.memory_poisoning.agent_loop import (
+    SHARED,
+    AgentConfig,
+    MemoryAgent,
+    agent_markdown,
+    minja_agent_study,
+    names_target,
+    plan_minja,
+)
+from rvu_pipelines.memory_poisoning.attacks.minja import indication_templates
+from rvu_pipelines.memory_poisoning.corpus import minja_victims
+from rvu_pipelines.memory_poisoning.retrieval import embed_texts
+from rvu_pipelines.recovery.pipeline import recover
+
+CONFIG = AgentConfig(top_k=2, max_tokens=16)
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_models, llama_generates):
+    from rvu_pipelines.models.llm import LlamaCppChatModel
+
+    return LlamaCppChatModel(tiny_models["llm"].path, n_ctx=2048, name="agent")
+
+
+@pytest.fixture(scope="module")
+def plan(minja_frame, shared_data: Path):
+    templates = indication_templates(shared_data / "minja" / "indication_prompt_template.json")
+    return plan_minja(minja_victims(minja_frame), templates, "camera", n_attack=2, n_victims=2, n_benign=2, seed=0)
+
+
+def test_the_plan_keeps_every_group_apart(plan) -> None:
+    memory = {e.key for e in plan.memory}
+    assert not memory & {e.key for e in plan.reference}
+    assert not set(plan.benign_queries) & set(plan.victim_queries)
+    assert "(" in plan.attacker_queries[0] and plan.attacker_queries[-1] not in plan.victim_queries  # prompt, then none
+    assert len(plan.history) == 20 and len(plan.reference) == 200
+
+
+def test_a_stored_episode_is_served_and_its_audit_reaches_recovery(plan, llm, embedder, tmp_path: Path) -> None:
+    audit = AuditLog()
+    memory = plan.memory[:60]
+    vectors = embed_texts(embedder, [e.text for e in memory], "memory")
+    agent = MemoryAgent(llm, embedder, ReferenceMonitor(audit=audit), memory, vectors, CONFIG)
+    query = plan.attacker_queries[0]
+    first = agent.run("attacker", query, "attacker")
+    again = agent.run("victim-000", query, "victim")  # the same words: the stored episode is the nearest
+    assert first.stored and first.key in again.retrieved
+    assert agent.monitor.read("someone", first.key, namespace=SHARED).value.startswith(f"Instruction: {query}")
+    exported = export_audit_incident(
+        audit, tmp_path / "day.jsonl", flagged_keys={("attacker", first.key)}, contents=None
+    )
+    result = recover(exported.path, tmp_path / "s.duckdb", None, tmp_path / "keys", tmp_path / "cert.json")
+    assert set(result.seeds) == set(exported.seeds) and len(exported.seeds) == 1
+    reads = [line for line in _lines(exported.path) if line["action_type"] == "memory_retrieval"]
+    victim_reads = {r["entry_id"] for r in reads if r["episode_id"].endswith("victim-000")}
+    promoted = {r["entry_id"] for r in reads if r["parent_id"] and "promote" in r["parent_id"]}
+    assert victim_reads & promoted and (victim_reads & promoted) <= set(result.closure_v2)
+
+
+def test_each_arm_runs_the_day_in_order_and_its_rates_are_its_episodes(plan, llm, embedder) -> None:
+    results = {r.arm: r for r in minja_agent_study(plan, llm, embedder, config=CONFIG)}
+    assert set(results) == {"undefended", "control", "memsad"}
+    control, attacked = results["control"], results["undefended"]
+    assert control.isr is None and attacked.isr is not None and attacked.isr.n == 2
+    assert [e.role for e in control.episodes] == ["benign"] * 2 + ["victim"] * 2
+    assert [e.role for e in attacked.episodes] == ["benign"] * 2 + ["attacker"] * 2 + ["victim"] * 2
+    assert attacked.asr_a.n == control.asr_a.n == 2
+    # the rates are what the episodes say
+    hits = sum(names_target(e.answer, plan.victim.target) for e in attacked.episodes if e.role == "victim")
+    assert attacked.asr_a.k == hits
+    defended = results["memsad"]
+    assert defended.benign_rejected.n == 2
+    assert "| memsad |" in agent_markdown(list(results.values()), plan)
+    with pytest.raises(MemoryPoisoningInputError, match="unknown arm"):
+        minja_agent_study(plan, llm, embedder, arms=("nope",))
+
+
+def _lines(path: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
