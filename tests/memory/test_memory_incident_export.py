@@ -105,6 +105,10 @@ def test_nothing_is_exported_from_a_broken_chain_or_for_a_flag_that_matches_noth
     assert not (tmp_path / "bad.jsonl").exists() and not (tmp_path / "none.jsonl").exists()
 
 
+def _rvu(env: dict[str, str], *args: str, timeout: int = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([RVU, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
 def test_rvu_memory_incident_then_rvu_recover_purges_what_the_poison_reached(tmp_path: Path) -> None:
     path = tmp_path / "audit.duckdb"
     audit = AuditLog.open(path)
@@ -112,24 +116,12 @@ def test_rvu_memory_incident_then_rvu_recover_purges_what_the_poison_reached(tmp
     audit.close()
     incident, home, cert = tmp_path / "incident.jsonl", tmp_path / "home", tmp_path / "cert.json"
     env = {**os.environ, "RVU_HOME": str(home)}
-    exported = subprocess.run(
-        [RVU, "memory", "incident", str(path), "--flag", "attacker/camera_tip", "--out", str(incident)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    exported = _rvu(env, "memory", "incident", str(path), "--flag", "attacker/camera_tip", "--out", str(incident))
     assert exported.returncode == 0, exported.stdout + exported.stderr
     assert "1 seed" in exported.stdout
     log = load_incident(incident)
     seeds = {r.entry_id for r in log.records if r.contaminated}
-    recovered = subprocess.run(
-        [RVU, "recover", str(incident), "--cert-out", str(cert), "--no-membership"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    recovered = _rvu(env, "recover", str(incident), "--cert-out", str(cert), "--no-membership", timeout=300)
     assert recovered.returncode == 0, recovered.stdout + recovered.stderr
     body = json.loads(cert.read_text())["runtime_recovery"]
     assert set(body["seed_ids"]) == seeds
@@ -139,31 +131,14 @@ def test_rvu_memory_incident_then_rvu_recover_purges_what_the_poison_reached(tmp
     # alice's notes never touched the poison: outside the closure
     alice = {r.entry_id for r in log.records if r.episode_id.endswith("alice")}
     assert alice and not alice & closure
-    # bad input: a flag naming no stored write, a file that is not an audit log
-    wrong = subprocess.run(
-        [RVU, "memory", "incident", str(path), "--flag", "nobody/nothing", "--out", str(tmp_path / "x.jsonl")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-    assert wrong.returncode == 2 and "nobody/nothing" in wrong.stdout + wrong.stderr
-    malformed = subprocess.run(
-        [RVU, "memory", "incident", str(path), "--flag", "no-slash", "--out", str(tmp_path / "y.jsonl")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-    assert malformed.returncode == 2 and "namespace/key" in malformed.stdout + malformed.stderr
+    # bad input: a flag naming no stored write, a malformed flag, a file that is not an audit log (read, never written)
     not_audit = tmp_path / "notes.txt"
     not_audit.write_text("not a database\n")
-    foreign = subprocess.run(
-        [RVU, "memory", "incident", str(not_audit), "--flag", "a/b", "--out", str(tmp_path / "z.jsonl")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-    assert foreign.returncode == 2 and "notes.txt" in foreign.stdout + foreign.stderr
-    assert not_audit.read_text() == "not a database\n"  # read, never written
+    for source, flag, expected in (
+        (path, "nobody/nothing", "nobody/nothing"),
+        (path, "no-slash", "namespace/key"),
+        (not_audit, "a/b", "notes.txt"),
+    ):
+        refused = _rvu(env, "memory", "incident", str(source), "--flag", flag, "--out", str(tmp_path / "x.jsonl"))
+        assert refused.returncode == 2 and expected in refused.stdout + refused.stderr, (flag, refused.stdout)
+    assert not_audit.read_text() == "not a database\n" and not (tmp_path / "x.jsonl").exists()
