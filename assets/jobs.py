@@ -28,6 +28,7 @@ DEFAULT_DETECTORS = AssetSelection.assets(
 FULL_STUDIES = AssetSelection.assets(
     "memory_poisoning_study",
     "memory_poisoning_seeds",
+    "memory_poisoning_agent",
     "memory_poisoning_cell",
     "spectral_kill_switch_cell",
     "adapter_zoo",
@@ -91,10 +92,10 @@ nightly_regression_job = define_asset_job(
 
 memory_poisoning_job = define_asset_job(
     "memory_poisoning_job",
-    selection=AssetSelection.assets("memory_poisoning_study").upstream(),
+    selection=AssetSelection.assets("memory_poisoning_study", "memory_poisoning_agent").upstream(),
     executor_def=JOB_EXECUTOR,
-    description="Seed 003 in full at |M| = 1,000: the attack-defense matrix with CIs, the adaptive attacks and the "
-    "hybrid check, the SIR figure (`make memory-poisoning`).",
+    description="Seed 003 in full at |M| = 1,000 (the attack-defense matrix with CIs, the adaptive attacks and the "
+    "hybrid check, the SIR figure) and MINJA through the real agent (`make memory-poisoning`).",
 )
 
 memory_poisoning_seeds_job = define_asset_job(

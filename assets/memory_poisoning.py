@@ -6,12 +6,16 @@
 - ``memory_poisoning_study``: the full study at |M| = 1,000 (the paper's table, adaptive attacks and the
   hybrid check, the SIR figure); its own job (``make memory-poisoning``);
 - ``memory_poisoning_seeds``: the matrix and its Bonferroni comparisons over five splits x seeds at
-  |M| = 1,000 and ``full``, mean ± sd; its own job (``make memory-poisoning-seeds``).
+  |M| = 1,000 and ``full``, mean ± sd; its own job (``make memory-poisoning-seeds``);
+- ``memory_poisoning_agent``: MINJA through the real agent on llama.cpp, its memory behind the reference
+  monitor: ISR, ASR-R, ASR-A beside a no-attack control and MEMSAD as the write check (``make minja-agent``
+  runs the same call as a script).
 
 Each logs one MLflow run (every metric, the tables, ROC curves, score histograms with the threshold,
 the SIR plot) and checks what the paper claims, so a regression shows as a failed check, not a number.
 """
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -399,5 +403,54 @@ def memory_poisoning_seeds(
     )
 
 
+@asset(
+    group_name=GROUP,
+    kinds={"llama_cpp", "mlflow"},
+    description="MINJA through the real agent: the attacker's queries go through a memory-augmented shopping agent "
+    "on llama.cpp whose memory sits behind the reference monitor; ISR, ASR-R and ASR-A (k / n, exact intervals) "
+    "beside a no-attack control and MEMSAD as the monitor's write check. `make minja-agent` runs the same call.",
+)
+def memory_poisoning_agent(
+    context: AssetExecutionContext,
+    mlflow_tracker: MlflowTrackerResource,
+    embedder: EmbedderResource,
+    embedder_model: dict,
+    llm_model: dict,
+    minja: pl.DataFrame,
+):
+    from rvu_pipelines.memory_poisoning.agent_loop import (
+        AgentConfig,
+        agent_metrics,
+        minja_agent_study,
+        plan_minja,
+        write_agent_outputs,
+    )
+    from rvu_pipelines.memory_poisoning.attacks.minja import indication_templates
+    from rvu_pipelines.memory_poisoning.corpus import minja_victims
+    from rvu_pipelines.models.llm import LlamaCppChatModel
+
+    config = AgentConfig()
+    plan = plan_minja(minja_victims(minja), indication_templates(), "camera")
+    params = {"victim": "camera", "llm": llm_model["name"], "llm_sha256": llm_model["sha256"], **asdict(config)}
+    with mlflow_tracker.run_for(context, params=params) as run:
+        llm = LlamaCppChatModel(Path(llm_model["path"]), n_ctx=2048, name=llm_model["name"])
+        model = embedder.build(Path(embedder_model["path"]), name=embedder_model["name"])
+        results = minja_agent_study(plan, llm, model, config=config, progress=context.log.info)
+        files = write_agent_outputs(results, plan, state_dir() / "memory_poisoning" / "agent", llm=llm_model["name"])
+        run.log_metrics(agent_metrics(results))
+        for path in files.values():
+            run.log_artifact(path)
+    yield Output(
+        [r.as_dict() for r in results],
+        metadata={"arms": MetadataValue.md(files["table_md"].read_text()), "mlflow_run_id": run.run_id},
+    )
+
+
 def memory_poisoning_assets() -> list:
-    return [memory_poisoning_sample, memory_poisoning_study, memory_poisoning_cell, memory_poisoning_seeds]
+    return [
+        memory_poisoning_sample,
+        memory_poisoning_study,
+        memory_poisoning_cell,
+        memory_poisoning_seeds,
+        memory_poisoning_agent,
+    ]

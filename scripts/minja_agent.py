@@ -11,16 +11,13 @@ Outputs (minja_agent.md, minja_agent_episodes.parquet with every episode, summar
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-import polars as pl
-
 from rvu_pipelines.data.catalog import load_catalog, load_dataset
 from rvu_pipelines.data.sources import dataset_source_from_env
-from rvu_pipelines.memory_poisoning.agent_loop import AgentConfig, agent_markdown, minja_agent_study, plan_minja
+from rvu_pipelines.memory_poisoning.agent_loop import AgentConfig, minja_agent_study, plan_minja, write_agent_outputs
 from rvu_pipelines.memory_poisoning.attacks.minja import indication_templates
 from rvu_pipelines.memory_poisoning.corpus import minja_victims
 from rvu_pipelines.models import ModelStore, load_model_config
@@ -40,7 +37,6 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="output folder (default .rvu/memory_poisoning/agent)")
     args = parser.parse_args()
     out = args.out or state_dir() / "memory_poisoning" / "agent"
-    out.mkdir(parents=True, exist_ok=True)
     frame = load_dataset(load_catalog().datasets["minja"], dataset_source_from_env()).frame
     plan = plan_minja(
         minja_victims(frame),
@@ -58,18 +54,8 @@ def main() -> None:
     start = time.perf_counter()
     config = AgentConfig(max_tokens=args.max_tokens, seed=args.seed)
     results = minja_agent_study(plan, llm, embedder, config=config, progress=lambda m: print(m, flush=True))
-    table = agent_markdown(results, plan)
-    (out / "minja_agent.md").write_text(table + "\n")
-    episodes = [{"arm": r.arm, **asdict(e)} for r in results for e in r.episodes]
-    pl.DataFrame(episodes).write_parquet(out / "minja_agent_episodes.parquet")
-    summary = {
-        "arms": [r.as_dict() for r in results],
-        "victim": args.victim,
-        "llm": resolved.name,
-        "config": asdict(config),
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str))
-    print(table)
+    files = write_agent_outputs(results, plan, out, llm=resolved.name, config=asdict(config))
+    print(files["table_md"].read_text())
     print(f"wall time {time.perf_counter() - start:.0f} s; outputs in {out}")
 
 

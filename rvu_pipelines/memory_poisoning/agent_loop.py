@@ -25,9 +25,11 @@ above it is the attack's. The defended arm adds the write check's FPR on the ben
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -303,3 +305,34 @@ def agent_markdown(results: Sequence[ArmResult], plan: MinjaAgentPlan) -> str:
         f"shortening), {len(plan.victim_queries)} victims, memory of {len(plan.memory)} episodes. Control: no "
         "attacker; its ASR-A is the rate at which the agent names the target anyway."
     )
+
+
+def write_agent_outputs(
+    results: Sequence[ArmResult], plan: MinjaAgentPlan, out_dir: Path, **about: Any
+) -> dict[str, Path]:
+    """minja_agent.md (the table), minja_agent_episodes.parquet (every episode of every arm), summary.json."""
+    import polars as pl
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = {
+        "table_md": out_dir / "minja_agent.md",
+        "episodes_parquet": out_dir / "minja_agent_episodes.parquet",
+        "summary_json": out_dir / "summary.json",
+    }
+    files["table_md"].write_text(agent_markdown(results, plan) + "\n")
+    pl.DataFrame([{"arm": r.arm, **asdict(e)} for r in results for e in r.episodes]).write_parquet(
+        files["episodes_parquet"]
+    )
+    summary = {"arms": [r.as_dict() for r in results], "victim": plan.victim.victim, **about}
+    files["summary_json"].write_text(json.dumps(summary, indent=1, sort_keys=True, default=str))
+    return files
+
+
+def agent_metrics(results: Sequence[ArmResult]) -> dict[str, float]:
+    """Flat numbers for MLflow: each arm's rates and their counts."""
+    out: dict[str, float] = {}
+    for r in results:
+        for key, value in r.as_dict().items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out[f"agent_{r.arm}_{key}"] = float(value)
+    return out
