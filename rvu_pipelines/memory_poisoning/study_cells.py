@@ -109,7 +109,8 @@ class AttackCell:
 
 
 class EmbeddingCache:
-    """Embeds each distinct text once per study (the same records recur across cells)."""
+    """What a study computes once: each distinct text's embedding (the same records recur across cells) and
+    each split's AgentPoison trigger search (``trigger_runs``; the varied-poison cell reuses it)."""
 
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
