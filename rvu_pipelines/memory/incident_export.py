@@ -26,7 +26,8 @@ PROMOTE accepted       memory_promote             the write promoted
 
 The incident format has one parent per entry: a derivation or write with several keeps the one through
 memory (what recovery purges) and names all of them in its content. Dry runs (``batch_check``) decided
-nothing and are skipped.
+nothing and are skipped. A chain that several monitors appended to in turn (restarts over one audit file)
+numbers its context nodes from 0 in each; the second run's nodes are ``node:1.<n>``, and so on.
 
 **Seeds.** The writes an operator, or a retro-scan, flags are ``contaminated``: by ``(namespace, key)``
 (every accepted write of that key) or by the sha256 of the value (that exact single-call write; batch
@@ -80,6 +81,8 @@ class _Export:
     lines: list[dict[str, Any]] = field(default_factory=list)
     node_entry: dict[int, str] = field(default_factory=dict)
     node_kind: dict[int, str] = field(default_factory=dict)
+    epoch: int = 0  # monitors that appended to this chain so far, less one
+    last_node: int = -1
     holder: dict[tuple[str, str], str] = field(default_factory=dict)  # (namespace, key) -> entry id of its value
     namespaces: list[str] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
@@ -108,6 +111,19 @@ class _Export:
             return self.contents[digest]
         return json.dumps({"value_sha256": digest, **where}, sort_keys=True, ensure_ascii=False)
 
+    def new_node(self, node: int, kind: str) -> str:
+        """The entry id of a context node. A monitor numbers its nodes from 0, so a number that does not rise
+        means a new monitor appended to the chain (a restart over the same audit file): a new epoch, whose
+        nodes are named apart and cannot be the parents of the earlier ones'."""
+        if node <= self.last_node:
+            self.epoch += 1
+            self.node_entry.clear()
+            self.node_kind.clear()
+        self.last_node = node
+        entry = f"node:{node}" if self.epoch == 0 else f"node:{self.epoch}.{node}"
+        self.node_entry[node], self.node_kind[node] = entry, kind
+        return entry
+
     def parent_of(self, nodes: Sequence[int]) -> str | None:
         """The newest READ node among ``nodes`` (memory is what recovery purges), else the newest node."""
         known = [n for n in nodes if n in self.node_entry]
@@ -128,8 +144,7 @@ class _Export:
 
     def belief(self, payload: Mapping[str, Any]) -> None:
         node, session = int(payload["node"]), str(payload["session"])
-        entry = f"node:{node}"
-        self.node_entry[node], self.node_kind[node] = entry, str(payload["kind"])
+        entry = self.new_node(node, str(payload["kind"]))
         digest = payload.get("content_sha256")
         if payload["kind"] == NodeKind.OBSERVE.name:
             action = OBSERVED_ACTION.get(str(payload["channel"]), "observed_input")
@@ -144,15 +159,14 @@ class _Export:
         where = f"{namespace}/{key}@{seq}{row}"
         if op == Op.READ.name:
             if d["accepted"] and d["node"] is not None:
-                node = int(d["node"])
-                entry = f"node:{node}"
-                self.node_entry[node], self.node_kind[node] = entry, NodeKind.READ.name
                 parent = self.stored(namespace, key)
+                entry = self.new_node(int(d["node"]), NodeKind.READ.name)
                 self.add(entry, session, "memory_retrieval", self.text(None, namespace=namespace, key=key), parent)
         elif op == Op.WRITE.name:
             deps = [int(x) for x in d["deps"]]
             digest = d.get("value_sha256")
-            content = self.text(digest, namespace=namespace, key=key, depends_on=[f"node:{x}" for x in deps])
+            depends_on = [self.node_entry.get(x, f"node:{x}") for x in deps]
+            content = self.text(digest, namespace=namespace, key=key, depends_on=depends_on)
             if not d["accepted"]:
                 entry = escaped_entry_id("rejected", where)
                 self.add(entry, session, "memory_write_rejected", content, self.parent_of(deps))

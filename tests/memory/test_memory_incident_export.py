@@ -15,7 +15,12 @@ import pytest
 from rvu_pipelines.errors import MemoryMonitorError
 from rvu_pipelines.memory import AuditLog, Channel, Read, ReferenceMonitor, Write
 from rvu_pipelines.memory.audit import AuditRecord
-from rvu_pipelines.memory.incident_export import audit_incident_records, export_audit_incident, value_digest
+from rvu_pipelines.memory.incident_export import (
+    audit_incident_records,
+    export_audit_incident,
+    read_audit_file,
+    value_digest,
+)
 from rvu_pipelines.provenance.incident import load_incident
 
 RVU = shutil.which("rvu") or str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "rvu")
@@ -88,6 +93,28 @@ def test_a_flag_by_value_digest_seeds_that_exact_write() -> None:
     _incident_world(audit)
     _, seeds, _ = audit_incident_records(audit.records(), flagged_values={value_digest(POISON)})
     assert len(seeds) == 1 and "camera_tip" in seeds[0]
+
+
+def test_a_monitor_restarted_over_the_same_audit_file_gets_entries_of_its_own(tmp_path: Path) -> None:
+    """A new monitor numbers its context nodes from 0 again; the export must keep both runs' nodes apart."""
+    path = tmp_path / "audit.duckdb"
+    first = AuditLog.open(path)
+    _incident_world(first)
+    first.close()
+    second_log = AuditLog.open(path)
+    again = ReferenceMonitor(audit=second_log)
+    query = again.observe("dave", Channel.USER, "a second day")
+    assert again.write("dave", "note", "day two", channel=Channel.USER, deps=(query,)).accepted
+    assert again.read("dave", "note").node is not None
+    second_log.close()
+    exported = export_audit_incident(
+        read_audit_file(path), tmp_path / "two_days.jsonl", flagged_keys={("attacker", "camera_tip")}
+    )
+    log = load_incident(exported.path)  # parsing checks entry ids are unique and parents defined
+    day_two = [r for r in log.records if r.episode_id.endswith("dave")]
+    assert [r.action_type for r in day_two] == ["user_input", "memory_write", "memory_retrieval"]
+    assert day_two[0].entry_id == "node:1.0" and day_two[1].parent_id == "node:1.0"
+    assert day_two[2].parent_id == day_two[1].entry_id
 
 
 def test_nothing_is_exported_from_a_broken_chain_or_for_a_flag_that_matches_nothing(tmp_path: Path) -> None:
