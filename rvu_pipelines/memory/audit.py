@@ -108,8 +108,13 @@ def decode_decision(row: list[Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------- audit encoders (run at seal time)
 
 
+def value_digest(text: str) -> str:
+    """The sha256 the audit stores for a value or a belief's content (UTF-8, lone surrogates kept)."""
+    return sha256_bytes(digest_bytes(text))
+
+
 def _value_digest(value: str | None) -> str | None:
-    return None if value is None else sha256_bytes(digest_bytes(value))
+    return None if value is None else value_digest(value)
 
 
 def _q(text: str | None) -> str:

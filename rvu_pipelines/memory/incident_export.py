@@ -48,11 +48,9 @@ from pathlib import Path
 from typing import Any
 
 from rvu_pipelines.errors import MemoryMonitorError
-from rvu_pipelines.hashing import sha256_bytes
 from rvu_pipelines.memory.audit import AuditLog, AuditRecord, verify_chain
 from rvu_pipelines.memory.model import Channel, NodeKind, Op, decision_of
 from rvu_pipelines.provenance.entry_ids import escaped_entry_id
-from rvu_pipelines.text_rules import digest_bytes
 
 START = 1_718_000_000.0  # fixed clock (the audit has order, not wall time): the same log gives the same incident
 GENESIS_EPISODE = "memory-genesis"
@@ -63,11 +61,6 @@ OBSERVED_ACTION = {
     Channel.SKILL.name: "skill_content",
     Channel.SYSTEM.name: "system_input",
 }
-
-
-def value_digest(text: str) -> str:
-    """The sha256 the audit stores for a value (UTF-8, lone surrogates kept)."""
-    return sha256_bytes(digest_bytes(text))
 
 
 @dataclass

@@ -120,7 +120,7 @@ def retro_scan_markdown(table: pl.DataFrame, goal_triggered: int, goal_fpr: floa
 
 def plot_retro_scan(curves: Mapping[tuple[str, str], list[list[tuple[int, float]]]], path: Path) -> Path:
     """Share of poisons flagged against triggered queries served, per (attack, defense), mean over seeds."""
-    plt = _plt()
+    plt = agg_pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for (attack, defense), runs in sorted(curves.items()):
         steps = min(len(c) for c in runs)
@@ -150,7 +150,8 @@ def retrieval_markdown(table: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def _plt():
+def agg_pyplot():
+    """matplotlib's pyplot on the Agg backend (files only, no display), imported when a plot is drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -161,7 +162,7 @@ def _plt():
 
 def plot_roc_curves(raw: Mapping[tuple[str, str, str], CellScores], path: Path, calibration: str = "triggered") -> Path:
     """ROC per attack (one panel each), every detector; AgentPoison with ``calibration``."""
-    plt = _plt()
+    plt = agg_pyplot()
     attacks = sorted({a for a, _, _ in raw})
     fig, axes = plt.subplots(1, len(attacks), figsize=(5 * len(attacks), 4.5), squeeze=False)
     for ax, attack in zip(axes[0], attacks, strict=True):
@@ -185,7 +186,7 @@ def plot_roc_curves(raw: Mapping[tuple[str, str, str], CellScores], path: Path, 
 
 def plot_score_histograms(raw: Mapping[tuple[str, str, str], CellScores], path: Path, defense: str = "memsad") -> Path:
     """Score margins (score - threshold) of poisons vs benign writes, threshold at 0, per (attack, calibration)."""
-    plt = _plt()
+    plt = agg_pyplot()
     keys = sorted(k for k in raw if k[1] == defense and k[2] in ("plain", "triggered"))
     fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.6), squeeze=False)
     for ax, key in zip(axes[0], keys, strict=True):

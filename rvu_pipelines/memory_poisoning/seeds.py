@@ -21,7 +21,9 @@ import polars as pl
 
 from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.memory_poisoning.comparisons import paired_comparisons
+from rvu_pipelines.memory_poisoning.report import agg_pyplot
 from rvu_pipelines.memory_poisoning.retrieval import Embedder
+from rvu_pipelines.memory_poisoning.runner import benign_hybrid_kappa, hybrid_factory
 from rvu_pipelines.memory_poisoning.study import attack_defense_matrix, detector_suite
 from rvu_pipelines.memory_poisoning.study_cells import ATTACKS, EmbeddingCache, StudyConfig, build_cell
 from rvu_pipelines.tracking import metric_name
@@ -110,8 +112,6 @@ def seed_sweep(
     progress: Progress | None = None,
 ) -> SweepResult:
     """Every (regime, seed): cells, the hybrid's κ on that split's benign entries, the matrix, the comparisons."""
-    from rvu_pipelines.memory_poisoning.runner import benign_hybrid_kappa, hybrid_factory
-
     say = progress or (lambda _: None)
     embed = EmbeddingCache(embedder)  # texts recur across seeds and regimes: each is embedded once
     matrices, comparisons, timings = [], [], {}
@@ -187,9 +187,7 @@ def comparison_seeds_markdown(summary: pl.DataFrame) -> str:
 
 def plot_seeds(summary: pl.DataFrame, path: Path, calibration: str = "plain") -> Path:
     """AUROC mean ± sd per detector, one panel per attack, regimes side by side (``calibration``'s history)."""
-    from rvu_pipelines.memory_poisoning.report import _plt
-
-    plt = _plt()
+    plt = agg_pyplot()
     rows = summary.filter(pl.col("calibration") == calibration)
     attacks = sorted(set(rows["attack"].to_list()))
     regimes = sorted(set(rows["regime"].to_list()))

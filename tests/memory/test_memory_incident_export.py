@@ -14,12 +14,11 @@ import pytest
 
 from rvu_pipelines.errors import MemoryMonitorError
 from rvu_pipelines.memory import AuditLog, Channel, Read, ReferenceMonitor, Write
-from rvu_pipelines.memory.audit import AuditRecord
+from rvu_pipelines.memory.audit import AuditRecord, value_digest
 from rvu_pipelines.memory.incident_export import (
     audit_incident_records,
     export_audit_incident,
     read_audit_file,
-    value_digest,
 )
 from rvu_pipelines.provenance.incident import load_incident
 
