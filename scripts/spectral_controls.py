@@ -19,6 +19,7 @@ import hashlib
 import json
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sets", nargs="*", default=["bipia", "injecagent", "agentdojo", "deepset", "context_verification"]
     )
-    parser.add_argument("--graphs", nargs="*", default=["seed_study", "sink_free", "spectral_trust"])
+    parser.add_argument("--graphs", nargs="*", default=["seed_study", "sink_free", "sink_free_norm", "spectral_trust"])
     parser.add_argument("--groups", type=int, default=40, help="groups (pairs / triples) per set, 40 %% held out")
     parser.add_argument("--max-tokens", type=int, default=384)
     parser.add_argument("--threads", type=int, default=1)
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     from rvu_pipelines.spectral import load_profile_model
     from rvu_pipelines.spectral.attention_tracker import head_focus
     from rvu_pipelines.spectral.baselines import AttentionTracker, BaselineFeatures, extract_baselines, synthetic_pairs
+    from rvu_pipelines.spectral.config import graph_config
     from rvu_pipelines.spectral.controls import best_by_calibration, feature_table, score_controls, switch_controls
     from rvu_pipelines.spectral.controls_report import holm, render_controls
     from rvu_pipelines.spectral.probe import leave_one_dataset_out
@@ -107,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     features: dict[str, dict[str, FeatureSet]] = {}
     baselines: dict[str, BaselineFeatures] = {}
     for name, frame in frames.items():
-        digest = _digest(frame, args.max_tokens, args.graphs, HEAD_LAYERS)
+        definitions = [asdict(graph_config(graph)) for graph in args.graphs]  # a changed definition recomputes
+        digest = _digest(frame, args.max_tokens, args.graphs, definitions, HEAD_LAYERS)
         paths = {graph: cache / f"{name}_{graph}_{digest}.npz" for graph in args.graphs}
         if all(path.is_file() for path in paths.values()):
             features[name] = {graph: FeatureSet.load(str(path)) for graph, path in paths.items()}

@@ -12,6 +12,10 @@ eigenvector weight, whatever the text says. A configuration states the remedy (o
   direction every token carries is a graph-independent DC term, not a frequency), and the symmetric
   normalised Laplacian, whose spectrum lies in [0, 2] whatever the degrees: a hub's degree no longer
   sets the top of the spectrum, so the 10 % cut-off compares like with like across layers and lengths.
+* ``"sink_free_norm"``: ``sink_free`` plus the *norm* rule: a token whose hidden state at the layer is a
+  massive activation (raw L2 norm at least ``sink_norm_factor`` times the median of the other tokens) is
+  dropped too. Such a token (a "the" deep in the text, say) can hold a third of the centred energy at the
+  early layers without being attended to, so the attention rule alone keeps it.
 * ``"spectral_trust"``: the author's public pipeline as its code states it. Symmetrised attention,
   uniform head mean, self-loops kept (vcnoel/spectral-trust src/spectral_trust/graph.py:
   ``symmetrize_attention``, ``aggregate_heads``, ``construct_laplacian``); random-walk Laplacian
@@ -49,13 +53,12 @@ from rvu_pipelines.spectral.graph import (
 )
 
 SignalKind = Literal["raw", "centred", "normalised"]
-HeadsKind = Literal["mean", "per_head"]
 Method = Literal["exact", "fast"]
 METHODS: tuple[str, ...] = ("exact", "fast")
 SIGNALS: tuple[str, ...] = ("raw", "centred", "normalised")
-HEADS: tuple[str, ...] = ("mean", "per_head")
 DEFAULT_SINK_THRESHOLD = 0.1
 DEFAULT_SINK_MIN_FOLLOWERS = 8
+DEFAULT_SINK_NORM_FACTOR = 4.0
 
 
 @dataclass(frozen=True)
@@ -67,18 +70,20 @@ class GraphConfig:
     is a sink when the head-mean attention it receives, averaged over the positions after it, is at least
     this; only positions with at least ``sink_min_followers`` later tokens qualify (the last few tokens
     get heavy *recency* attention from their one or two successors, which is locality, not a sink).
+    ``sink_norm_factor``: also drop every position whose raw hidden-state norm is at least this many times
+    the median norm of the positions the attention rule keeps (``None``: attention rule only).
     ``signal``: ``"raw"`` hidden states; ``"centred"`` minus the mean kept-token vector; ``"normalised"``
     centred, then every token's vector scaled to unit L2 norm (a zero vector stays zero), so each token
-    weighs the same. ``heads``: one head-mean graph per layer, or one graph per head (same kept tokens
-    and signal for every head). ``eigenpairs``: ``None`` for every mode, else ``graph.kept_modes``.
+    weighs the same. ``eigenpairs``: ``None`` for every mode, else ``graph.kept_modes``. The graph is the
+    head mean; ``per_head_stats`` gives one graph per head on the same kept tokens and signal.
     """
 
     laplacian: LaplacianKind = "combinatorial"
     exclude_sinks: bool = False
     sink_threshold: float = DEFAULT_SINK_THRESHOLD
     sink_min_followers: int = DEFAULT_SINK_MIN_FOLLOWERS
+    sink_norm_factor: float | None = None
     signal: SignalKind = "raw"
-    heads: HeadsKind = "mean"
     eigenpairs: int | None = None
     cutoff_ratio: float = DEFAULT_CUTOFF_RATIO
 
@@ -87,8 +92,13 @@ class GraphConfig:
             raise SpectralInputError(f"Unknown Laplacian '{self.laplacian}'. Allowed values: {list(LAPLACIANS)}")
         if self.signal not in SIGNALS:
             raise SpectralInputError(f"Unknown signal '{self.signal}'. Allowed values: {list(SIGNALS)}")
-        if self.heads not in HEADS:
-            raise SpectralInputError(f"Unknown heads '{self.heads}'. Allowed values: {list(HEADS)}")
+        factor = self.sink_norm_factor
+        if factor is not None and not (np.isfinite(factor) and factor > 1.0):
+            raise SpectralInputError(
+                f"sink_norm_factor must be None or a finite number above 1; got {self.sink_norm_factor}."
+            )
+        if self.sink_norm_factor is not None and not self.exclude_sinks:
+            raise SpectralInputError("sink_norm_factor needs exclude_sinks=True (it names sinks to exclude).")
         if not 0.0 < self.sink_threshold <= 1.0:
             raise SpectralInputError(f"sink_threshold must lie in (0, 1]; got {self.sink_threshold}.")
         if self.sink_min_followers < 1:
@@ -102,6 +112,9 @@ class GraphConfig:
 GRAPH_CONFIGS: dict[str, GraphConfig] = {
     "seed_study": GraphConfig(),
     "sink_free": GraphConfig(laplacian="normalized", exclude_sinks=True, signal="centred"),
+    "sink_free_norm": GraphConfig(
+        laplacian="normalized", exclude_sinks=True, signal="centred", sink_norm_factor=DEFAULT_SINK_NORM_FACTOR
+    ),
     "spectral_trust": GraphConfig(laplacian="random_walk", eigenpairs=50),
 }
 DEFAULT_GRAPH_CONFIG = "sink_free"
@@ -146,13 +159,39 @@ def sink_positions(
     return np.flatnonzero(sinks)
 
 
-def kept_positions(attention: np.ndarray, config: GraphConfig, token_slice: slice | None = None) -> np.ndarray:
+def norm_sink_positions(signal: np.ndarray, candidates: np.ndarray, factor: float) -> np.ndarray:
+    """Sorted positions among ``candidates`` whose raw hidden-state L2 norm is at least ``factor`` times the
+    median norm over ``candidates`` (massive activations: a few tokens carry norms many times the rest)."""
+    x = np.asarray(signal, dtype=np.float64)
+    if x.ndim != 2:
+        raise SpectralInputError(f"Signal must be N × d; got shape {x.shape}.")
+    if candidates.size == 0:
+        return candidates
+    norms = np.linalg.norm(x[candidates], axis=1)
+    return candidates[norms >= factor * float(np.median(norms))]
+
+
+def kept_positions(
+    attention: np.ndarray,
+    config: GraphConfig,
+    token_slice: slice | None = None,
+    *,
+    signal: np.ndarray | None = None,
+) -> np.ndarray:
     """Token positions the graph keeps: the slice (all tokens by default) minus the sinks when excluded.
-    Sinks are found on the whole text's attention, so a span's statistic drops the same tokens."""
+    Sinks are found on the whole text (its attention; with ``sink_norm_factor``, also its hidden states
+    ``signal``, which that rule needs), so a span's statistic drops the same tokens."""
     n = np.asarray(attention).shape[-1]
     positions = np.arange(n)[token_slice or slice(None)]
     if config.exclude_sinks:
         sinks = sink_positions(attention, config.sink_threshold, min_followers=config.sink_min_followers)
+        if config.sink_norm_factor is not None:
+            if signal is None:
+                raise SpectralInputError("The norm sink rule (sink_norm_factor) needs the layer's hidden states.")
+            if np.asarray(signal).shape[0] != n:
+                raise SpectralInputError(f"Signal has {np.asarray(signal).shape[0]} tokens, attention {n}.")
+            others = np.setdiff1d(np.arange(n), sinks)
+            sinks = np.union1d(sinks, norm_sink_positions(signal, others, config.sink_norm_factor))
         positions = np.setdiff1d(positions, sinks)
     if positions.size == 0:
         raise SpectralInputError(
@@ -185,6 +224,14 @@ def _checked_method(method: str) -> None:
         raise SpectralInputError(f"Unknown method '{method}'. Allowed values: {list(METHODS)}")
 
 
+def _graph_stats(adjacency: np.ndarray, x: np.ndarray, config: GraphConfig, method: Method) -> SpectralStats:
+    if method == "fast":
+        return fast_spectral_stats(adjacency, x, kind=config.laplacian, cutoff_ratio=config.cutoff_ratio)
+    return spectral_stats(
+        adjacency, x, kind=config.laplacian, cutoff_ratio=config.cutoff_ratio, eigenpairs=config.eigenpairs
+    )
+
+
 def config_stats(
     attention: np.ndarray,
     signal: np.ndarray,
@@ -195,14 +242,9 @@ def config_stats(
 ) -> SpectralStats:
     """The head-mean graph's statistics under ``config`` (``method="fast"``: ``fast.fast_spectral_stats``)."""
     _checked_method(method)
-    keep = kept_positions(attention, config, token_slice)
+    keep = kept_positions(attention, config, token_slice, signal=signal)
     adjacency = attention_adjacency(attention)[np.ix_(keep, keep)]
-    x = prepare_signal(np.asarray(signal)[keep], config.signal)
-    if method == "fast":
-        return fast_spectral_stats(adjacency, x, kind=config.laplacian, cutoff_ratio=config.cutoff_ratio)
-    return spectral_stats(
-        adjacency, x, kind=config.laplacian, cutoff_ratio=config.cutoff_ratio, eigenpairs=config.eigenpairs
-    )
+    return _graph_stats(adjacency, prepare_signal(np.asarray(signal)[keep], config.signal), config, method)
 
 
 def per_head_stats(
@@ -219,16 +261,10 @@ def per_head_stats(
     a = np.asarray(attention)
     if a.ndim != 3:
         raise SpectralInputError(f"Per-head statistics need heads × N × N attention; got shape {a.shape}.")
-    keep = kept_positions(a, config, token_slice)
+    keep = kept_positions(a, config, token_slice, signal=signal)
     x = prepare_signal(np.asarray(signal)[keep], config.signal)
     out = np.empty((a.shape[0], len(STAT_NAMES)))
     for head in range(a.shape[0]):
-        adjacency = attention_adjacency(a[head])[np.ix_(keep, keep)]
-        if method == "fast":
-            stats = fast_spectral_stats(adjacency, x, kind=config.laplacian, cutoff_ratio=config.cutoff_ratio)
-        else:
-            stats = spectral_stats(
-                adjacency, x, kind=config.laplacian, cutoff_ratio=config.cutoff_ratio, eigenpairs=config.eigenpairs
-            )
+        stats = _graph_stats(attention_adjacency(a[head])[np.ix_(keep, keep)], x, config, method)
         out[head] = [getattr(stats, name) for name in STAT_NAMES]
     return out

@@ -51,7 +51,7 @@ def test_seed_study_is_bit_identical_to_the_old_path(token_slice: slice | None) 
 def test_graph_config_names_the_allowed_values() -> None:
     with pytest.raises(SpectralInputError) as error:
         graph_config("nope")
-    for name in ("seed_study", "sink_free", "spectral_trust"):
+    for name in ("seed_study", "sink_free", "sink_free_norm", "spectral_trust"):
         assert name in str(error.value)
     assert graph_config("sink_free") is GRAPH_CONFIGS["sink_free"]
     with pytest.raises(SpectralInputError, match="Allowed values"):
@@ -72,6 +72,40 @@ def test_sinks_are_token_zero_and_a_planted_heavy_column() -> None:
     assert 0 not in kept and 5 not in kept and kept.size == 38
     # the recency-heavy last positions are not sinks
     assert sink_positions(np.tril(np.ones((12, 12))) / np.arange(1, 13)[:, None], 0.3).tolist() == [0]
+
+
+def test_the_norm_rule_drops_an_unattended_massive_activation_the_attention_rule_keeps() -> None:
+    rng = np.random.default_rng(2)
+    attention = causal_attention(rng, 2, 40)
+    signal = rng.normal(size=(40, 16))
+    signal[27] *= 9.0  # a massive activation nobody attends to
+    attention_only = kept_positions(attention, GRAPH_CONFIGS["sink_free"], signal=signal)
+    with_norm = kept_positions(attention, GRAPH_CONFIGS["sink_free_norm"], signal=signal)
+    assert 27 in attention_only
+    assert np.setdiff1d(attention_only, with_norm).tolist() == [27]
+    # it changes the statistic: the planted token no longer dominates the centred energy
+    free = config_stats(attention, signal, GRAPH_CONFIGS["sink_free"])
+    norm = config_stats(attention, signal, GRAPH_CONFIGS["sink_free_norm"])
+    assert norm.n_tokens == free.n_tokens - 1 and norm != free
+    # ordinary spread of norms (none near the factor) drops nothing
+    plain = rng.normal(size=(40, 16))
+    assert np.array_equal(
+        kept_positions(attention, GRAPH_CONFIGS["sink_free_norm"], signal=plain),
+        kept_positions(attention, GRAPH_CONFIGS["sink_free"], signal=plain),
+    )
+
+
+def test_the_norm_rule_needs_the_signal_and_a_sensible_factor() -> None:
+    attention = causal_attention(np.random.default_rng(3), 2, 12)
+    with pytest.raises(SpectralInputError, match="hidden states"):
+        kept_positions(attention, GRAPH_CONFIGS["sink_free_norm"])
+    with pytest.raises(SpectralInputError, match="tokens"):
+        kept_positions(attention, GRAPH_CONFIGS["sink_free_norm"], signal=np.ones((5, 3)))
+    for bad in (1.0, 0.5, float("nan"), float("inf")):
+        with pytest.raises(SpectralInputError, match="sink_norm_factor"):
+            GraphConfig(exclude_sinks=True, sink_norm_factor=bad)
+    with pytest.raises(SpectralInputError, match="exclude_sinks"):
+        GraphConfig(sink_norm_factor=4.0)
 
 
 def test_centred_signal_of_a_constant_vector_has_no_energy() -> None:
