@@ -8,6 +8,7 @@ from rvu_pipelines.spectral.config import (
     DEFAULT_GRAPH_CONFIG,
     GRAPH_CONFIGS,
     GraphConfig,
+    config_statistic,
     config_stats,
     graph_config,
     per_head_stats,
@@ -22,7 +23,7 @@ from rvu_pipelines.spectral.errors import (
     SpectralError,
     SpectralInputError,
 )
-from rvu_pipelines.spectral.fast import fast_spectral_stats
+from rvu_pipelines.spectral.fast import fast_fiedler, fast_spectral_stats
 from rvu_pipelines.spectral.graph import (
     DEFAULT_CUTOFF_RATIO,
     STAT_NAMES,
@@ -49,7 +50,9 @@ __all__ = [
     "DEFAULT_GRAPH_CONFIG",
     "GRAPH_CONFIGS",
     "GraphConfig",
+    "config_statistic",
     "config_stats",
+    "fast_fiedler",
     "fast_spectral_stats",
     "graph_config",
     "head_stats_from_trace",

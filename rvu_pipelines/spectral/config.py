@@ -41,7 +41,7 @@ from typing import Literal
 import numpy as np
 
 from rvu_pipelines.spectral.errors import SpectralInputError
-from rvu_pipelines.spectral.fast import fast_spectral_stats
+from rvu_pipelines.spectral.fast import fast_spectral_stats, symmetric_fiedler
 from rvu_pipelines.spectral.graph import (
     DEFAULT_CUTOFF_RATIO,
     LAPLACIANS,
@@ -226,6 +226,11 @@ def _checked_method(method: str) -> None:
 
 def _graph_stats(adjacency: np.ndarray, x: np.ndarray, config: GraphConfig, method: Method) -> SpectralStats:
     if method == "fast":
+        if config.eigenpairs is not None:
+            raise SpectralInputError(
+                f"method='fast' estimates every mode; this configuration keeps {config.eigenpairs} eigenpairs. "
+                "Use method='exact'."
+            )
         return fast_spectral_stats(adjacency, x, kind=config.laplacian, cutoff_ratio=config.cutoff_ratio)
     return spectral_stats(
         adjacency, x, kind=config.laplacian, cutoff_ratio=config.cutoff_ratio, eigenpairs=config.eigenpairs
@@ -268,3 +273,29 @@ def per_head_stats(
         stats = _graph_stats(attention_adjacency(a[head])[np.ix_(keep, keep)], x, config, method)
         out[head] = [getattr(stats, name) for name in STAT_NAMES]
     return out
+
+
+def config_statistic(
+    attention: np.ndarray,
+    signal: np.ndarray,
+    config: GraphConfig,
+    statistic: str,
+    *,
+    token_slice: slice | None = None,
+    method: Method = "exact",
+) -> float:
+    """One statistic of ``config_stats`` at the least cost: with ``method="fast"`` the Fiedler value is a
+    single-precision Lanczos solve on a graph built in single precision (no signal, no eigendecomposition:
+    an inline switch on λ_2 pays only this); every other statistic is ``config_stats``' value."""
+    _checked_method(method)
+    if statistic not in STAT_NAMES:
+        raise SpectralInputError(f"Unknown statistic '{statistic}'. Allowed values: {list(STAT_NAMES)}")
+    if method == "fast" and statistic == "fiedler":
+        a = np.asarray(attention, dtype=np.float32)
+        if not np.all(np.isfinite(a)) or a.min() < 0:
+            raise SpectralInputError("Attention must be finite and non-negative to be a graph's edge weights.")
+        mean = a.mean(axis=0) if a.ndim == 3 else a  # float32 in, float32 out: a fifth of the float64 cost
+        keep = kept_positions(mean, config, token_slice, signal=signal)
+        part = mean[np.ix_(keep, keep)]
+        return symmetric_fiedler((part + part.T) / 2.0, config.laplacian)
+    return float(getattr(config_stats(attention, signal, config, token_slice=token_slice, method=method), statistic))

@@ -11,6 +11,9 @@ from hypothesis.extra.numpy import arrays
 from rvu_pipelines.spectral import (
     SpectralInputError,
     attention_adjacency,
+    config_statistic,
+    config_stats,
+    fast_fiedler,
     fast_spectral_stats,
     graph_config,
     prepare_signal,
@@ -78,3 +81,38 @@ def test_fast_is_bounded_and_exact_where_it_can_be(data, kind) -> None:
     # λ_2 by Lanczos and, with fewer channels than the sketch, the Rayleigh quotient, are exact
     assert fast.fiedler == pytest.approx(exact.fiedler, abs=1e-5)
     assert fast.smoothness == pytest.approx(exact.smoothness, rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize("name", ["sink_free", "sink_free_norm", "seed_study"])
+def test_the_switch_statistic_alone_matches_the_exact_one(name: str) -> None:
+    attention, hidden = real_shaped(3)
+    config = graph_config(name)
+    exact = config_stats(attention, hidden, config)
+    fast = config_statistic(attention.astype(np.float32), hidden, config, "fiedler", method="fast")
+    assert fast == pytest.approx(exact.fiedler, abs=FIEDLER_TOL)
+    for statistic in ("hfer", "smoothness"):  # the exact method reads the full statistics
+        assert config_statistic(attention, hidden, config, statistic) == getattr(exact, statistic)
+    with pytest.raises(SpectralInputError, match="Allowed values"):
+        config_statistic(attention, hidden, config, "energy")
+
+
+def test_fast_refuses_a_configuration_that_keeps_few_eigenpairs() -> None:
+    attention, hidden = real_shaped(4, n=60)
+    with pytest.raises(SpectralInputError, match="eigenpairs"):
+        config_stats(attention, hidden, graph_config("spectral_trust"), method="fast")
+
+
+@settings(max_examples=30, deadline=None)
+@given(graphs.map(lambda pair: pair[0]), st.sampled_from(["combinatorial", "normalized", "random_walk"]))
+def test_fast_fiedler_is_the_exact_fiedler(weights, kind) -> None:
+    w = (weights + weights.T) / 2
+    exact = spectral_stats(w, np.ones((w.shape[0], 1)), kind=kind).fiedler
+    assert fast_fiedler(w, kind) == pytest.approx(exact, abs=1e-5)
+
+
+def test_fast_fiedler_rejects_what_is_not_a_graph() -> None:
+    for bad in (np.ones((3, 4)), -np.eye(3), np.array([[0.0, 1.0], [0.0, 0.0]]), np.full((2, 2), np.nan)):
+        with pytest.raises(SpectralInputError):
+            fast_fiedler(bad)
+    with pytest.raises(SpectralInputError, match="Allowed"):
+        fast_fiedler(np.eye(3), "laplace")  # type: ignore[arg-type]
