@@ -85,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=384)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--no-detectors",
+        dest="detectors",
+        action="store_false",
+        help="skip D1–D5 (training D2 / D4 on deepset takes minutes)",
+    )
     parser.add_argument("--out", default=".rvu/spectral/controls")
     args = parser.parse_args(argv)  # fmt: skip
 
@@ -96,8 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     from rvu_pipelines.spectral import load_profile_model
     from rvu_pipelines.spectral.attention_tracker import head_focus
     from rvu_pipelines.spectral.baselines import AttentionTracker, BaselineFeatures, extract_baselines, synthetic_pairs
+    from rvu_pipelines.spectral.comparison import shipped_detectors
     from rvu_pipelines.spectral.config import graph_config
-    from rvu_pipelines.spectral.controls import best_by_calibration, feature_table, score_controls, switch_controls
+    from rvu_pipelines.spectral.controls import (
+        best_by_calibration,
+        detector_controls,
+        feature_table,
+        score_controls,
+        switch_controls,
+    )
     from rvu_pipelines.spectral.controls_report import holm, render_controls
     from rvu_pipelines.spectral.probe import leave_one_dataset_out
     from rvu_pipelines.spectral.study import FeatureSet, extract_by_graph
@@ -139,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         "switch": [],
         "best_feature": [],
         "attention_tracker": [],
+        "detectors": [],
     }
+    detectors = shipped_detectors() if args.detectors else {}
     for name in frames:
         for graph in args.graphs:
             feats = features[name][graph]
@@ -155,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
             report["attention_tracker"].append(
                 {"set": name} | score_controls(tracker_scores, features[name][args.graphs[0]])
             )
+        for row in detector_controls(detectors, baselines[name].spans, features[name][args.graphs[0]], seed=args.seed):
+            report["detectors"].append({"set": name} | row)
     tests = {f"{r['set']}/{r['graph']}": r["paired_test"]["p_value"] for r in report["switch"] if "paired_test" in r}
     adjusted = holm(tests)
     for r in report["switch"]:

@@ -17,7 +17,7 @@ A set without pairs (deepset: one prompt per group) gets the unpaired numbers an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -76,6 +76,24 @@ def score_controls(
             s[padded_rows], y[padded_rows], groups[padded_rows], n_boot=resamples, seed=seed
         ).as_dict()
     return out
+
+
+def detector_controls(
+    detectors: Mapping[str, Any], spans: np.ndarray, features: FeatureSet, *, seed: int = 0
+) -> list[dict[str, Any]]:
+    """Every text detector (``name → object with .score(texts)``, e.g. ``comparison.shipped_detectors``)
+    under the same controls as the switch, on the same examples: ``spans`` holds each example's
+    statement / document text (``BaselineFeatures.spans``), one per row of ``features``."""
+    texts = np.asarray(spans).reshape(-1)
+    if texts.size != features.labels.size:
+        raise SpectralInputError(f"{texts.size} texts for {features.labels.size} examples of '{features.name}'.")
+    rows = []
+    for name, detector in detectors.items():
+        scores = np.asarray(detector.score(texts.tolist()), dtype=np.float64)
+        if scores.shape != (texts.size,) or not np.isfinite(scores).all():
+            raise SpectralInputError(f"Detector {name!r} returned {scores.shape} scores (finite expected).")
+        rows.append({"detector": name} | score_controls(scores, features, seed=seed))
+    return rows
 
 
 def _main_part(features: FeatureSet, split: str) -> tuple[np.ndarray, np.ndarray]:

@@ -70,6 +70,18 @@ def _best_rows(report: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def _lodo_vs(report: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for r in report["probe_lodo"]:
+        candidates = [d for d in report["detectors"] if d["set"] == r["source"]]
+        if not candidates:
+            continue
+        best = max(candidates, key=lambda d: d["raw"]["value"])
+        meets = "yes" if r["auroc_value"] >= best["raw"]["value"] else "no"
+        rows.append([r["source"], f"{r['auroc_value']:.3f}", _estimate(best["raw"]), best["detector"], meets])
+    return rows
+
+
 def render_controls(report: dict[str, Any]) -> str:
     """Markdown: the stamp, the switch under its controls, the defender's best feature, Attention Tracker,
     the probe's leave-one-set-out."""
@@ -125,6 +137,27 @@ def render_controls(report: dict[str, Any]) -> str:
             for r in report["attention_tracker"]
         ],
     )
+    if report.get("detectors"):
+        lines += [
+            "",
+            "#### D1–D5 as shipped (text classifiers on the statement / document), same examples and controls",
+            "",
+        ]
+        lines += _table(
+            ["set", "detector", "n held-out", "raw AUROC", "beyond length", "vs length-matched clean", "paired p"],
+            [
+                [
+                    r["set"],
+                    r["detector"],
+                    str(r["n_heldout"]),
+                    _estimate(r["raw"]),
+                    _estimate(r["beyond_length"]),
+                    _estimate(r.get("padded")),
+                    f"{r['paired_test']['p_value']:.2g}" if r.get("paired_test") else "–",
+                ]  # fmt: skip
+                for r in report["detectors"]
+            ],
+        )
     if report.get("probe_lodo"):
         lines += ["", "#### Logistic probe over per-head spectral and attention features, leave one set out", ""]
         lines += _table(
@@ -139,4 +172,9 @@ def render_controls(report: dict[str, Any]) -> str:
                 for r in report["probe_lodo"]
             ],
         )
+        if report.get("detectors"):
+            lines += ["", "#### The probe left out vs the best of D1–D5 on the same held-out examples", ""]
+            lines += _table(
+                ["held-out set", "probe (LODO)", "best of D1–D5", "which", "probe ≥ best"], _lodo_vs(report)
+            )
     return "\n".join(lines) + "\n"

@@ -9,8 +9,15 @@ import numpy as np
 import polars as pl
 import pytest
 
-from rvu_pipelines.spectral.controls import best_by_calibration, feature_table, score_controls, switch_controls
+from rvu_pipelines.spectral.controls import (
+    best_by_calibration,
+    detector_controls,
+    feature_table,
+    score_controls,
+    switch_controls,
+)
 from rvu_pipelines.spectral.controls_report import holm, render_controls
+from rvu_pipelines.spectral.errors import SpectralInputError
 from rvu_pipelines.spectral.graph import STAT_NAMES
 from rvu_pipelines.spectral.study import FeatureSet
 
@@ -84,6 +91,48 @@ def test_feature_table_orients_on_calibration_and_the_defender_picks_the_real_si
     assert result["tpr"] > 0.8 and result["fpr"] < 0.2 and result["fpr_padded"] < 0.2
 
 
+class _Counting:
+    """A text classifier that only counts tokens (log scale, as the length control fits)."""
+
+    def score(self, texts: list[str]) -> list[float]:
+        return [float(np.log(text.count("w "))) for text in texts]
+
+
+class _Marker:
+    """A text classifier that reads the injection's words."""
+
+    def score(self, texts: list[str]) -> list[float]:
+        return [float("ignore previous" in text) + len(text) * 1e-6 for text in texts]
+
+
+def _spans(features: FeatureSet) -> np.ndarray:
+    return np.asarray(
+        [
+            "w " * int(n) + ("ignore previous instructions" if role == "injected" else "")
+            for n, role in zip(features.n_tokens, features.roles, strict=True)  # type: ignore[arg-type]
+        ]
+    )
+
+
+def test_detectors_meet_the_same_controls_on_the_same_examples() -> None:
+    features = _triples()
+    rows = {
+        r["detector"]: r
+        for r in detector_controls({"count": _Counting(), "marker": _Marker()}, _spans(features), features)
+    }
+    count, marker = rows["count"], rows["marker"]
+    assert count["raw"]["value"] > 0.7  # length separates raw …
+    assert count["beyond_length"]["value"] < 0.65 and count["padded"]["value"] < 0.65  # … and nothing else
+    assert marker["beyond_length"]["value"] > 0.95 and marker["padded"]["value"] > 0.95
+    assert (
+        count["n_heldout"]
+        == marker["n_heldout"]
+        == int(((features.splits == "heldout") & (features.roles != "padded")).sum())
+    )
+    with pytest.raises(SpectralInputError, match="texts"):
+        detector_controls({"count": _Counting()}, _spans(features)[:-1], features)
+
+
 def test_holm_matches_the_step_down_rule() -> None:
     adjusted = holm({"a": 0.01, "b": 0.04, "c": 0.03})
     assert adjusted == pytest.approx({"a": 0.03, "c": 0.06, "b": 0.06})
@@ -105,8 +154,14 @@ def test_the_report_renders_from_its_json_alone() -> None:
         "probe_lodo": [
             {"source": "synthetic", "auroc_value": 0.7, "auroc_low": 0.6, "auroc_high": 0.8, "auroc_n": 48, "C": 0.1}
         ],  # fmt: skip
+        "detectors": [
+            {"set": "synthetic"} | row
+            for row in detector_controls({"D1 marker": _Marker()}, _spans(features), features)
+        ],
     }
     markdown = render_controls(json.loads(json.dumps(report, default=str)))
     assert "| synthetic | sink_free | 48 | L1 hfer |" in markdown
     assert "0.001" in markdown and "| synthetic | 0.700 [0.60, 0.80] | 48 | 0.1 |" in markdown
     assert markdown.startswith("Measured today.")
+    assert "| synthetic | D1 marker | 48 | 1.000" in markdown
+    assert "| synthetic | 0.700 | 1.000 [1.00, 1.00] | D1 marker | no |" in markdown
