@@ -28,7 +28,7 @@ from resources import MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.errors import ModelUnavailableError
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.result_memo import ResultMemo, frame_digest, reuse_message
-from rvu_pipelines.spectral import load_spectral_model
+from rvu_pipelines.spectral import SpectralInputError, load_spectral_model
 from rvu_pipelines.spectral.cell import (
     AUROC_GOALS,
     CALIBRATION_GAP,
@@ -41,7 +41,7 @@ from rvu_pipelines.spectral.cell import (
     load_cell_model,
     run_cell,
 )
-from rvu_pipelines.spectral.config import DEFAULT_GRAPH_CONFIG, GRAPH_CONFIGS
+from rvu_pipelines.spectral.config import DEFAULT_GRAPH_CONFIG, GRAPH_CONFIGS, graph_config
 from rvu_pipelines.spectral.data import context_verification, injecagent_contamination
 from rvu_pipelines.spectral.study import SampledResult, sampled_study
 
@@ -58,8 +58,11 @@ GRAPH_DESCRIPTION = (
 
 
 def _checked_graph(graph: str) -> str:
-    if graph not in GRAPH_CONFIGS:
-        raise Failure(description=f"config graph={graph!r} is invalid; allowed values: {', '.join(GRAPH_CONFIGS)}.")
+    """The library names the allowed values; the asset says which config field was wrong."""
+    try:
+        graph_config(graph)
+    except SpectralInputError as exc:
+        raise Failure(description=f"config graph: {exc}") from exc
     return graph
 
 

@@ -41,7 +41,7 @@ from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.spectral.config import DEFAULT_GRAPH_CONFIG, graph_config
 from rvu_pipelines.spectral.detector import DEFAULT_CALIBRATION_SETS, DEFAULT_CALIBRATION_SIZE, HferDetector
 from rvu_pipelines.spectral.errors import SpectralInputError
-from rvu_pipelines.spectral.killswitch import MIN_PER_CLASS, KillSwitch, stratified_draw
+from rvu_pipelines.spectral.killswitch import MIN_PER_CLASS, KillSwitch, spread_over_strata, stratified_draw
 from rvu_pipelines.spectral.model import DEFAULT_N_CTX, SpectralModel, load_spectral_model, spectral_cache_root
 
 logger = logging.getLogger(__name__)
@@ -229,16 +229,10 @@ def benign_outputs(spec: SwitchSpec) -> Any:
 
     outputs = agentdojo_tool_outputs()
     pool = outputs.filter((pl.col("split") == "calibration") & (pl.col("label") == 0))
+    count = min(int(spec.benign_size), pool.height)
     rng = np.random.default_rng(int(spec.seed))
-    order = rng.permutation(pool.height)
-    suites = pool["source"].to_numpy()
-    by_suite = {suite: [i for i in order if suites[i] == suite] for suite in sorted(set(suites))}
-    chosen: list[int] = []
-    while len(chosen) < min(int(spec.benign_size), pool.height):
-        for suite in by_suite:
-            if by_suite[suite] and len(chosen) < int(spec.benign_size):
-                chosen.append(int(by_suite[suite].pop(0)))
-    return pool[sorted(chosen)]
+    chosen = spread_over_strata(np.arange(pool.height), pool["source"].to_numpy(), count, rng)
+    return pool[np.sort(chosen).tolist()]
 
 
 def fpr_threshold(detector: HferDetector, texts: Sequence[str], fpr: float) -> tuple[float, int]:

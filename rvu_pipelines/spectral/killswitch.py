@@ -186,7 +186,7 @@ def evaluate(switch: KillSwitch, features: np.ndarray, labels: np.ndarray, **boo
     )
 
 
-def _spread(pool: np.ndarray, strata: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+def spread_over_strata(pool: np.ndarray, strata: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
     """``count`` indices of ``pool`` spread as evenly as availability allows over the strata present."""
     by_stratum = {value: rng.permutation(pool[strata[pool] == value]) for value in sorted(set(strata[pool].tolist()))}
     taken: dict[object, int] = dict.fromkeys(by_stratum, 0)
@@ -214,4 +214,5 @@ def stratified_draw(labels: np.ndarray, size: int, seed: int, strata: np.ndarray
     groups = np.asarray(strata)
     if groups.shape != y.shape:
         raise CalibrationError(f"strata has shape {groups.shape}; it needs one value per example {y.shape}.")
-    return np.sort(np.concatenate([_spread(pos, groups, n_pos, rng), _spread(neg, groups, n_neg, rng)]))
+    chosen = [spread_over_strata(pos, groups, n_pos, rng), spread_over_strata(neg, groups, n_neg, rng)]
+    return np.sort(np.concatenate(chosen))

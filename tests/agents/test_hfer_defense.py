@@ -160,6 +160,16 @@ def test_a_stopped_episode_is_a_defense_abort_record_that_recover_reads(scenario
     assert abort["entry_id"] in recovery["closure_ids"]  # and the abort record is its child in the graph
 
 
+def _fits(detector, text: str) -> bool:  # type: ignore[no-untyped-def]
+    from rvu_pipelines.spectral.errors import ContextLengthError
+
+    try:
+        detector.model.tokenize(text)
+    except ContextLengthError:
+        return False
+    return True
+
+
 def test_the_real_switch_stops_an_episode_and_names_layer_and_statistic(
     scenario, smollm, small_switch, tiny_models, tmp_path: Path
 ) -> None:
@@ -189,12 +199,14 @@ def test_the_real_switch_stops_an_episode_and_names_layer_and_statistic(
     from rvu_pipelines.spectral.agent_switch import benign_outputs
 
     benign = benign_outputs(small_switch.spec)
-    assert kept["benign"]["groups"] == benign["group"].to_list() and kept["benign"]["n_benign"] == 20
+    assert kept["benign"]["groups"] == benign["group"].to_list() and benign.height == 20
     assert set(benign["split"]) == {"calibration"} and set(benign["label"]) == {0}
     assert len(set(benign["source"])) == 4  # spread over the suites
     detector = small_switch.detector()
-    fired = [float(switch.score(detector.features(text))[0]) >= switch.threshold for text in benign["text"]]
-    assert sum(fired) <= 1 and kept["benign"]["bayes_threshold"] != switch.threshold
+    fitting = [text for text in benign["text"] if _fits(detector, text)]  # the switch cannot score the rest either
+    assert kept["benign"]["n_benign"] == len(fitting) >= 15
+    fired = [float(switch.score(detector.features(text))[0]) >= switch.threshold for text in fitting]
+    assert sum(fired) <= len(fitting) // 20 and kept["benign"]["bayes_threshold"] != switch.threshold
     # once per process, and a later process reads the kept switch instead of calibrating
     from rvu_pipelines.spectral import agent_switch
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from dagster import AssetCheckSeverity, DagsterInstance, MultiPartitionKey, materialize
+from dagster import AssetCheckSeverity, DagsterInstance, Failure, MultiPartitionKey, materialize
 
 from assets.datasets import dataset_assets
 from assets.models import model_assets
 from assets.partitions import spectral_partitions
-from assets.spectral import spectral_kill_switch_cell, spectral_kill_switch_sample
+from assets.spectral import _checked_graph, spectral_kill_switch_cell, spectral_kill_switch_sample
 from resources import LocalTableIOManager, MlflowTrackerResource
 from resources.deployments import deployment_resources
 from rvu_pipelines.errors import ModelUnavailableError
@@ -154,3 +154,10 @@ def test_a_cell_sample_keeps_whole_pairs_and_both_classes(spectral_sets, spectra
     assert 0 < dropped < bipia.height and fitting.height == bipia.height - dropped
     assert set(fitting.group_by("group").len()["len"]) == {2}
     assert max(token_counts(spectral_model, fitting["text"].to_list())) <= 200
+
+
+def test_an_unknown_graph_configuration_fails_naming_the_field_and_the_choices() -> None:
+    assert _checked_graph("sink_free_norm") == "sink_free_norm"
+    with pytest.raises(Failure) as failure:
+        _checked_graph("sinkfree")
+    assert "config graph" in str(failure.value.description) and "sink_free_norm" in str(failure.value.description)
