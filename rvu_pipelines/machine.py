@@ -43,3 +43,16 @@ def results_stamp(command: str) -> dict[str, str]:
 def stamp_line(stamp: dict[str, str]) -> str:
     """``Measured <date> on <machine> at commit <commit>: `<command>`.``"""
     return f"Measured {stamp['date']} on {stamp['machine']} at commit {stamp['commit'][:12]}: `{stamp['command']}`."
+
+
+def write_stamp(folder: Path, command: str | None = None) -> Path:
+    """``folder/stamp.json``: the ``results_stamp`` of the outputs a study just wrote there (``rvu report`` reads
+    it). ``command`` defaults to this process's command line."""
+    import json
+    import sys
+
+    folder.mkdir(parents=True, exist_ok=True)
+    line = command if command is not None else " ".join(["python", *sys.argv])
+    path = folder / "stamp.json"
+    path.write_text(json.dumps(results_stamp(line), indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return path

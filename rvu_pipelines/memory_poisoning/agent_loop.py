@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from rvu_pipelines.errors import MemoryPoisoningInputError
+from rvu_pipelines.machine import write_stamp
 from rvu_pipelines.memory.model import Channel, MemoryItem
 from rvu_pipelines.memory.monitor import ReferenceMonitor
 from rvu_pipelines.memory_poisoning.attacks import minja
@@ -336,6 +337,7 @@ def write_agent_outputs(
     )
     summary = {"arms": [r.as_dict() for r in results], "victim": plan.victim.victim, **about}
     files["summary_json"].write_text(json.dumps(summary, indent=1, sort_keys=True, default=str))
+    files["stamp_json"] = write_stamp(out_dir)
     return files
 
 

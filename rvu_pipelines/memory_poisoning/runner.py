@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
+from rvu_pipelines.machine import write_stamp
 from rvu_pipelines.memory_poisoning.comparisons import comparisons_markdown, paired_comparisons
 from rvu_pipelines.memory_poisoning.defenses.base import WriteDetector
 from rvu_pipelines.memory_poisoning.defenses.benign_kappa import KappaChoice, kappa_on_benign
@@ -274,6 +275,7 @@ def write_outputs(
     if result.sir:
         files["sir_png"] = Path(plot_sir(result.sir, str(out_dir / "sir.png")))
     files["summary_json"].write_text(json.dumps(result.summary(), indent=1, sort_keys=True, default=_json))
+    files["stamp_json"] = write_stamp(out_dir)
     return files
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from rvu_pipelines.errors import MemoryPoisoningInputError
+from rvu_pipelines.machine import write_stamp
 from rvu_pipelines.memory_poisoning.comparisons import paired_comparisons
 from rvu_pipelines.memory_poisoning.report import agg_pyplot
 from rvu_pipelines.memory_poisoning.retrieval import Embedder
@@ -230,5 +231,6 @@ def write_sweep(result: SweepResult, out_dir: Path) -> dict[str, Path]:
     result.comparisons.write_parquet(files["comparisons_parquet"])
     files["comparisons_md"].write_text(comparison_seeds_markdown(result.comparison_summary) + "\n")
     files["seeds_png"] = plot_seeds(result.summary, out_dir / "seeds.png")
+    files["stamp_json"] = write_stamp(out_dir)
     result.files = files
     return files

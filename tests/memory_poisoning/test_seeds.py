@@ -16,6 +16,8 @@ from rvu_pipelines.memory_poisoning.comparisons import comparisons_markdown, pai
 from rvu_pipelines.memory_poisoning.seeds import SweepConfig, seed_sweep, write_sweep
 from rvu_pipelines.memory_poisoning.study import attack_defense_matrix, detector_suite
 from rvu_pipelines.memory_poisoning.study_cells import EmbeddingCache, StudyConfig, build_cell
+from rvu_pipelines.results_pages import write_result_pages
+from rvu_pipelines.tracking import git_commit
 
 CONFIG = StudyConfig(
     regime="small",
@@ -96,11 +98,21 @@ def test_the_sweep_draws_each_seed_afresh_and_reports_its_spread(frames, embedde
     compared = result.comparison_summary
     assert set(compared["n_seeds"].to_list()) == {2}
     assert all(0 <= s <= 2 for s in compared["seeds_significant"].to_list())
-    files = write_sweep(result, tmp_path)
+    state = tmp_path / "state"
+    files = write_sweep(result, state / "memory_poisoning" / "seeds")
     text = files["seeds_md"].read_text()
     assert "small / agentpoison" in text and "±" in text and "2 seeds" in text
     assert files["seeds_png"].stat().st_size > 0
     assert pl.read_parquet(files["per_seed_parquet"]).height == per_seed.height
+    # the docs' result page is this run's table under this run's stamp (``rvu report``)
+    outcomes = {o.source.name: o for o in write_result_pages(state, tmp_path / "results")}
+    assert outcomes["memory-poisoning-seeds"].status == "written"
+    assert outcomes["spectral-controls"].status == "missing"
+    page = (tmp_path / "results" / "memory-poisoning-seeds.md").read_text()
+    assert text.strip() in page and f"at commit {git_commit()[:12]}" in page
+    assert page.count("Measured ") == 1 and "Unstamped" not in page
+    index = (tmp_path / "results" / "index.md").read_text()
+    assert "| regenerated |" in index and "`make spectral`" in index
 
 
 def test_a_sweep_needs_two_seeds() -> None:
