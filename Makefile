@@ -9,7 +9,7 @@ RVU_DATA_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data),$(abspath $(CURDIR)
 export RVU_DATA_MIRROR
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run attacks scale-up scale-down scale-status doctor detectors detector-validity memory-poisoning memory-poisoning-seeds memsad-synonym minja-agent spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-report bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-llama bench-llm-throughput bench-memsad bench-spectral regress clean
+.PHONY: setup run attacks scale-up scale-down scale-status doctor detectors detector-validity memory-poisoning memory-poisoning-seeds memsad-synonym minja-agent spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-report bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-llama bench-llm-throughput bench-memsad bench-spectral regress report docs docs-serve test-fast clean
 
 setup:
 	@bash scripts/setup.sh
@@ -59,8 +59,8 @@ minja-agent: setup
 # set out) and the inline hfer defense's cost on AgentDojo's tool outputs; hours of CPU
 spectral: setup
 	$(BIN)/python scripts/spectral_study.py --limit 500 bipia=300 deepset=700 --scopes text --out .rvu/spectral
-	$(BIN)/python scripts/spectral_controls.py --groups 40 --out .rvu/spectral/controls
-	$(BIN)/python scripts/hfer_defense_cost.py --out .rvu/spectral
+	$(BIN)/python scripts/spectral_controls.py --groups 100 --out .rvu/spectral/controls
+	$(BIN)/python scripts/hfer_defense_cost.py --per-source 60 --out .rvu/spectral
 	cat .rvu/spectral/comparison.md .rvu/spectral/controls/controls.md .rvu/spectral/hfer_cost.md
 
 # Seed 000 E4-E7 on real LoRA adapters: train the zoo (configs/adapter_zoo.yaml; unchanged adapters reused), the gate
@@ -103,6 +103,11 @@ format: setup
 
 test: setup
 	$(BIN)/pytest -m "not slow and not network"
+
+# the inner loop (under 2 minutes): every test that loads no model, trains nothing and starts no server
+# (tests/conftest.py --fast); CI runs the full default suite
+test-fast: setup
+	$(BIN)/pytest -m "not slow and not network" --fast -q
 
 test-slow: setup
 	$(BIN)/pytest -m slow
@@ -166,6 +171,21 @@ bench-llm-throughput: setup
 # the nightly comparison outside Dagster: canonical attack cells vs configs/golden/
 regress: setup
 	$(BIN)/rvu regress
+
+# the result pages (docs/results/) from the studies' latest tables in .rvu, each with its stamp
+report: setup
+	$(BIN)/rvu report
+
+# the documentation site (MkDocs + Material): docs/reference/ regenerated from the code, then a strict build into
+# site/ (a broken link or anchor fails it)
+docs: setup
+	$(BIN)/python scripts/docs_reference.py
+	$(BIN)/mkdocs build --strict --site-dir site
+
+# the site on http://127.0.0.1:8000, rebuilt as pages change
+docs-serve: setup
+	$(BIN)/python scripts/docs_reference.py
+	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
 clean:
 	rm -rf .rvu .dagster_home

@@ -74,7 +74,7 @@ if ! cmp -s "$(dirname "$wheel")/build-info.json" "$build_info"; then
 fi
 
 echo "set-up: installing the project and its pinned dependencies"
-"$VENV/bin/uv" pip install --python "$VENV/bin/python" -c requirements/constraints.txt -e '.[dev]'
+"$VENV/bin/uv" pip install --python "$VENV/bin/python" -c requirements/constraints.txt -e '.[dev,docs]'
 
 echo "$inputs_hash" > "$STAMP"
 smoke_generation

@@ -11,6 +11,37 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("RVU_TEST_DATA_MIRROR", REPO_ROOT.parent / "shared" / "data")).resolve()
 
 
+# ``--fast`` (``make test-fast``): the inner loop skips every test that loads a model, trains one or starts a
+# server — through one of these fixtures, or in a module listed below — and keeps everything else.
+HEAVY_FIXTURES = frozenset(
+    "smollm smollm_gguf llama llama_generates tiny_models spectral_model trace small_switch hfer_detector "
+    "dequantized hf_base embedder encoder embedded_reference tiny_d2 tiny_d4 d2_deepset nanoguard trained "
+    "registered exported production tiny_hub_classifier buried_d4 random_adapter gate_base harness cells matrix "
+    "memsad_scan agentpoison_run optimised postgres_server postgres_location base model".split()
+)
+HEAVY_MODULES = (
+    "tests/platform/test_materialize.py",
+    "tests/platform/test_definitions.py",
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fast", action="store_true", help="skip tests that load models, train or start servers")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--fast"):
+        return
+    kept, dropped = [], []
+    for item in items:
+        heavy = HEAVY_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        module = Path(str(item.fspath)).resolve().relative_to(REPO_ROOT).as_posix()
+        (dropped if heavy or module.startswith(HEAVY_MODULES) else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not (SHARED_DATA / "SOURCES.md").is_file():
