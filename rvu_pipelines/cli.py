@@ -20,6 +20,7 @@ from rich.table import Table
 from rvu_pipelines.cli_adapters import adapters
 from rvu_pipelines.cli_memory import memory
 from rvu_pipelines.cli_recovery import RECOVERY_COMMANDS
+from rvu_pipelines.cli_report import report
 from rvu_pipelines.cli_scale import scale
 from rvu_pipelines.errors import RvuError, SigningKeyError
 from rvu_pipelines.scenarios.axes import ATTACKS, DEFENSES, NATIVE  # plain names (the package root loads no AgentDojo)
@@ -256,11 +257,25 @@ def regress(
 
 
 @cli.command()
-def summary() -> None:
-    """What the last runs produced and where to look (Dagster UI, MLflow UI, files)."""
+@click.option("--all", "show_all", is_flag=True, help="Every metric of every recent run instead of the headlines.")
+def summary(show_all: bool) -> None:
+    """Did each domain run, its headline metrics against their goals, and where to look (Dagster UI, MLflow UI)."""
     from rvu_pipelines.paths import state_dir
     from rvu_pipelines.tracking import MlflowTracker
 
+    if not show_all:
+        from rvu_pipelines.run_summary import build_rows, summary_table
+
+        tracker, state = MlflowTracker(), state_dir()
+        where = f"MLflow {escape(tracker.tracking_uri)}; outputs in {escape(str(state))}"
+        console.print(f"[bold]Last runs by domain[/bold] ({where})")
+        console.print(summary_table(build_rows(tracker, state)))
+        console.print(
+            "Where to look:\n"
+            "  Dagster UI  make dev        -> http://127.0.0.1:3000 (assets, every check, lineage, runs)\n"
+            "  MLflow UI   make mlflow-ui  -> http://127.0.0.1:5000 (experiments above; all metrics: rvu summary --all)"
+        )
+        return
     outputs = sorted((state_dir() / "assets").glob("**/*.*"))
     console.print(f"[bold]Asset outputs[/bold] ({len(outputs)}) in {state_dir() / 'assets'}")
     tracker = MlflowTracker()
@@ -333,6 +348,7 @@ for command in RECOVERY_COMMANDS:
 cli.add_command(scale)
 cli.add_command(adapters)
 cli.add_command(memory)
+cli.add_command(report)
 
 
 def main() -> None:
