@@ -83,7 +83,11 @@ class ScreeningGate:
         except AdapterRefused as exc:  # a ledger that is a link, or too large: said, and the recovery goes on
             return {"status": "unreadable", "reason": str(exc)}, None
         if row is None:
-            return {"status": "none", "reason": f"the ledger {self.ledger.path} has no verdict on this sha256"}, None
+            # the file's name, not its path: a certificate's body holds no machine-specific path
+            return {
+                "status": "none",
+                "reason": f"the ledger {self.ledger.path.name} has no verdict on this sha256",
+            }, None
         return {k: row[k] for k in AT_LOAD_FIELDS if k in row}, row
 
     def _behaviour(self, adapter: IncidentRecord, sha: str, ledger_row: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -309,6 +309,7 @@ def test_the_certificate_gate_section_carries_the_load_verdict_and_scores_at_rec
     assert found["verdict"] == ("refuse" if expected > 0.2 else "pass")
     assert gone["behaviour"] == "not screened" and "not at hand" in gone["behaviour_reason"]
     assert gone["at_load"]["status"] == "none" and gone["verdict"] == "unknown"
+    assert str(tmp_path) not in gone["at_load"]["reason"]  # a certificate body names no machine path
 
 
 def test_an_unreadable_ledger_is_said_in_the_certificate_not_fatal(tmp_path: Path) -> None:
