@@ -33,7 +33,7 @@ def report(state: Path | None, out: Path) -> None:
     outcomes = write_result_pages(folder, out, command="rvu report " + " ".join(sys.argv[2:]))
     table = Table("result", "this report", "measured")
     for outcome in outcomes:
-        status = {"written": "[green]regenerated[/green]", "kept": "kept", "missing": "[yellow]not measured[/yellow]"}
+        status = {"written": "[green]regenerated[/green]", "kept": "kept", "missing": "[yellow]not here[/yellow]"}
         table.add_row(outcome.source.name, status[outcome.status], outcome.stamp or f"run `{outcome.source.make}`")
     console.print(table)
     console.print(f"Pages in {out} (index: {out / 'index.md'}); `make docs` builds the site with them.")

@@ -50,7 +50,7 @@ def test_an_unstamped_table_says_so_and_a_missing_one_keeps_the_committed_page(t
     assert outcomes["minja-agent"].status == "missing"
     assert "make minja-agent" in (out / "minja-agent.md").read_text()
     index = (out / "index.md").read_text()
-    assert index.count("\n| [") == len(RESULT_SOURCES) and "| kept |" in index and "| not measured |" in index
+    assert index.count("\n| [") == len(RESULT_SOURCES) and "| kept |" in index and "| not here |" in index
 
 
 def test_the_command_writes_the_pages_and_refuses_a_missing_state_folder(tmp_path: Path) -> None:
