@@ -128,7 +128,7 @@ HEADLINES: tuple[Headline, ...] = (
         "spectral switch",
         "spectral_kill_switch_sample",
         "context_verification_statistic_ms_per_layer",
-        "statistic ms/layer",
+        "statistic ms/layer, sample texts",
         1.0,
         False,
     ),
