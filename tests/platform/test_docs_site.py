@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -146,3 +147,12 @@ def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
     assert done.returncode == 0, f"mkdocs build --strict failed:\n{(done.stdout + done.stderr)[-4000:]}"
     for page in ("index.html", "reference/cli/index.html", "reference/incident-log/index.html"):
         assert (site / page).is_file(), page
+
+
+def test_readme_stays_a_front_page() -> None:
+    """README is what the platform is, the two commands, the headline results: the rest lives in the docs site."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 250
+    assert "make run" in readme and "make test" in readme
+    for figure in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", readme):
+        assert (REPO / figure).is_file(), f"README shows {figure}, which does not exist"
