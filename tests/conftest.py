@@ -11,8 +11,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("RVU_TEST_DATA_MIRROR", REPO_ROOT.parent / "shared" / "data")).resolve()
 
 
-# ``--fast`` (``make test-fast``): the inner loop skips every test that loads a model, trains one or starts a
-# server — through one of these fixtures, or in a module listed below — and keeps everything else.
+# ``--fast`` (``make test-fast``): the inner loop skips every test that loads a model, trains one, starts a server
+# or rebuilds whole corpora — through one of these fixtures, or in a module listed below — and keeps the rest.
 HEAVY_FIXTURES = frozenset(
     "smollm smollm_gguf llama llama_generates tiny_models spectral_model trace small_switch hfer_detector "
     "dequantized hf_base embedder encoder embedded_reference tiny_d2 tiny_d4 d2_deepset nanoguard trained "
@@ -26,6 +26,12 @@ HEAVY_MODULES = (
     "tests/recovery/test_recovery_cli.py",  # whole recoveries through the command line
     "tests/memory/test_memory_incident_export.py",
     "tests/spectral/test_probe.py",  # grouped cross-validation over a C grid
+    # whole corpora rebuilt from the data mirror
+    "tests/detectors/test_overdefense.py",
+    "tests/detectors/test_detectors_corpora.py",
+    "tests/detectors/test_deployment_texts.py",
+    "tests/detectors/test_detector_validity.py",
+    "tests/agents/test_agentdojo_clock.py",  # every AgentDojo suite's tool traces, twice
 )
 
 
