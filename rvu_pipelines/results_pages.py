@@ -83,11 +83,10 @@ def source_by_name(name: str) -> ResultSource:
     raise KeyError(f"No result source named {name!r}; known: {', '.join(s.name for s in RESULT_SOURCES)}")
 
 
-def table_stamp(table: Path) -> str:
-    """The measurement stamp of a study's table: its own stamp line, else ``stamp.json`` beside it, else the
-    file's modification time marked as unstamped."""
-    text = table.read_text(encoding="utf-8")
-    found = STAMP_PATTERN.search(text)
+def table_stamp(table: Path, text: str | None = None) -> str:
+    """The measurement stamp of a study's table (``text``: its content, when already read): its own stamp line,
+    else ``stamp.json`` beside it, else the file's modification time marked as unstamped."""
+    found = STAMP_PATTERN.search(table.read_text(encoding="utf-8") if text is None else text)
     if found:
         return found.group(0)
     kept = table.parent / "stamp.json"  # machine.write_stamp, beside the study's outputs
@@ -102,11 +101,9 @@ def table_stamp(table: Path) -> str:
     return f"Unstamped: written {written} (the study recorded no command, commit or machine)."
 
 
-def render_page(source: ResultSource, table: Path, stamp: str) -> str:
-    """The generated page body for one table: a mark, where it came from, its stamp, the table."""
-    body = table.read_text(encoding="utf-8").strip()
-    if STAMP_PATTERN.search(body):  # the table states its stamp itself: do not repeat it
-        body = STAMP_PATTERN.sub("", body, count=1).strip()
+def render_page(source: ResultSource, text: str, stamp: str) -> str:
+    """The generated page body for one table (``text``): a mark, where it came from, its stamp, the table."""
+    body = STAMP_PATTERN.sub("", text, count=1).strip()  # a table that states its stamp: not repeated
     return (
         f"{GENERATED_MARK}\n\n*{stamp}* Source: `{source.path}` (regenerate: `{source.make}`, then `rvu report`).\n\n"
         f"{body}\n"
@@ -122,12 +119,14 @@ def write_result_pages(
     for source in sources:
         table = state / source.path
         page = out / f"{source.name}.md"
+        kept = _kept_stamp(page) if page.is_file() else ""
         if table.is_file():
-            stamp = table_stamp(table)
-            write_atomically(page, render_page(source, table, stamp), fsync=False)
+            text = table.read_text(encoding="utf-8")
+            stamp = table_stamp(table, text)
+            write_atomically(page, render_page(source, text, stamp), fsync=False)
             outcomes.append(PageOutcome(source, "written", stamp))
-        elif page.is_file():
-            outcomes.append(PageOutcome(source, "kept", _kept_stamp(page)))
+        elif kept:  # a page an earlier report generated from a real table (a "not here" page has no stamp)
+            outcomes.append(PageOutcome(source, "kept", kept))
         else:
             text = (f"{GENERATED_MARK}\n\n*No output of this study was in the state folder these pages were generated "
                     f"from; the research page gives its last published table with that table's stamp. Regenerate: "
@@ -139,9 +138,8 @@ def write_result_pages(
 
 
 def _kept_stamp(page: Path) -> str:
-    found = STAMP_PATTERN.search(page.read_text(encoding="utf-8")) or re.search(
-        r"Unstamped: written [^*]*", page.read_text(encoding="utf-8")
-    )
+    text = page.read_text(encoding="utf-8")
+    found = STAMP_PATTERN.search(text) or re.search(r"Unstamped: written [^*]*", text)
     return found.group(0) if found else ""
 
 

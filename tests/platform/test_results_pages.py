@@ -51,6 +51,9 @@ def test_an_unstamped_table_says_so_and_a_missing_one_keeps_the_committed_page(t
     assert "make minja-agent" in (out / "minja-agent.md").read_text()
     index = (out / "index.md").read_text()
     assert index.count("\n| [") == len(RESULT_SOURCES) and "| kept |" in index and "| not here |" in index
+    # a second report over the same state: a "not here" page stays not here, it is never "kept"
+    again = {o.source.name: o for o in write_result_pages(state, out)}
+    assert again["minja-agent"].status == "missing" and again["detector-validity"].status == "kept"
 
 
 def test_the_command_writes_the_pages_and_refuses_a_missing_state_folder(tmp_path: Path) -> None:
