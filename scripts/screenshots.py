@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from rvu_pipelines.scale.postgres_server import free_port  # a port free now on 127.0.0.1; the server binds it next
 
 REPO = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
@@ -108,14 +109,6 @@ def log(message: str) -> None:
 
 
 # ---------------------------------------------------------------- pure parts: ports, URLs, choice of runs
-
-
-def free_port(host: str = HOST) -> int:
-    """A port the kernel reports free now, so two runs (or a `make dev` on 3000) never collide; the server binds it
-    a moment later, and a lost race shows as that server failing to start."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def dagster_job_url(base: str, repository: str, location: str, job: str) -> str:
