@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -34,18 +36,35 @@ def converted_folder(sha256: str) -> Path:
 
 
 def _save_converted(model: Any, tokenizer: Any, folder: Path) -> None:
-    """float32 weights as safetensors (shared tensors handled), the config without its GGUF marker."""
+    """float32 weights as safetensors (shared tensors handled), the config without its GGUF marker.
+
+    Written into a private folder and renamed into place in one step, so another process (a parallel test
+    worker, Dagster's multiprocess executor) never loads a half-written copy; the first to finish wins."""
     from safetensors.torch import save_model
 
+    staging = folder.with_name(f".{folder.name}.{os.getpid()}.{threading.get_ident()}.partial")
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
         config = model.config.to_dict()
         config.pop("quantization_config", None)
-        (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-        tokenizer.save_pretrained(folder)
-        save_model(model, str(folder / "model.safetensors"))
-    except OSError as exc:  # a read-only state folder only costs the next load its time
+        (staging / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        tokenizer.save_pretrained(staging)
+        save_model(model, str(staging / "model.safetensors"))
+        try:
+            staging.rename(folder)  # refused when the folder exists and is not empty
+        except OSError:
+            if _is_converted(folder):
+                return  # another process finished first
+            stale = folder.with_name(f".{folder.name}.{os.getpid()}.stale")
+            folder.rename(stale)  # a partial folder a crashed writer left: set aside in one step, then replace
+            shutil.rmtree(stale, ignore_errors=True)
+            staging.rename(folder)
+    except OSError as exc:  # a read-only state folder (or a lost race) only costs the next load its time
         logger.warning("Could not cache the converted weights in %s: %s", folder, exc)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _load_converted(folder: Path, attn_implementation: str) -> tuple[Any, Any]:

@@ -37,3 +37,28 @@ def test_cached_load_equals_the_reference_construction_and_is_a_fresh_copy(tiny_
     with torch.no_grad():
         other.model.embed_tokens.weight.add_(1.0)  # a caller changing its copy touches nobody else's
     assert torch.equal(model.model.embed_tokens.weight, reference.model.embed_tokens.weight)
+
+
+def test_a_converted_folder_appears_in_one_step_and_a_partial_one_is_replaced(
+    tiny_models, tmp_path, monkeypatch
+) -> None:
+    """Parallel processes share the cache: a reader never sees a half-written folder, a writer that loses the
+    race keeps the winner's copy, and a partial folder a crashed writer left is replaced, not trusted."""
+    from rvu_pipelines.models import dequantized
+
+    llm = tiny_models["llm"]
+    model, tokenizer = load_dequantized(llm.path, sha256=llm.sha256, attn_implementation="sdpa")
+    monkeypatch.setenv("RVU_SPECTRAL_CACHE", str(tmp_path))
+
+    partial = converted_folder("abc")
+    partial.mkdir(parents=True)
+    (partial / "config.json").write_text("{}")  # a crashed writer: no weights, no tokenizer
+    dequantized._save_converted(model, tokenizer, partial)
+    assert dequantized._is_converted(partial)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["abc"]  # no staging or stale folder left behind
+
+    weights = partial / "model.safetensors"
+    before = weights.stat().st_mtime_ns
+    dequantized._save_converted(model, tokenizer, partial)  # the loser of a race keeps the finished copy
+    assert weights.stat().st_mtime_ns == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["abc"]
