@@ -20,6 +20,15 @@ def machine() -> dict[str, str | int | None]:
     return {"cpus": os.cpu_count(), "cpu": model, "arch": platform.machine(), "python": platform.python_version()}
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's cpuset, a pinned test worker), which
+    is what a thread pool should be sized to; ``os.cpu_count()`` counts the whole machine."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity call on this platform
+        return max(1, os.cpu_count() or 1)
+
+
 def machine_line() -> str:
     """One line for a results stamp, e.g. ``AMD EPYC, 2 cores (x86_64)``."""
     found = machine()

@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.hashing import sha256_bytes, sha256_file
+from rvu_pipelines.machine import usable_cores
 from rvu_pipelines.models.chat_tokens import (
     PLAIN_CONTENT_HEADER,
     PLAIN_CONTENT_VALUE,
@@ -173,7 +174,7 @@ class LlamaCppChatModel:
         self.model_path = Path(model_path)
         self._lock = threading.Lock()  # a llama.cpp context is not thread-safe
         self.runtime = runtime or LlamaRuntimeSettings.from_env()
-        self.n_ctx, self.n_threads = int(n_ctx), n_threads or max(1, os.cpu_count() or 1)
+        self.n_ctx, self.n_threads = int(n_ctx), n_threads or usable_cores()
         self._model_sha256 = model_sha256
         # a crash inside llama.cpp would kill this process: try the same load + generation in a child first
         # (imported here so `python -m rvu_pipelines.models.native_probe` does not find itself pre-imported)

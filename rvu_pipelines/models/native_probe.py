@@ -26,6 +26,7 @@ from typing import Any
 
 from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.errors import RvuError
+from rvu_pipelines.machine import usable_cores
 from rvu_pipelines.models.llama_runtime import (
     BUILD_TARGET_ENV,
     EXTRA_BUFTS_ENV,
@@ -183,7 +184,7 @@ def run_probe(
             "--n-ctx",
             str(n_ctx),
             "--n-threads",
-            str(n_threads or os.cpu_count() or 1),
+            str(n_threads or usable_cores()),
             "--extra-bufts",
             "1" if settings.extra_bufts else "0",
         ]
@@ -331,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--report", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--n-ctx", type=int, default=1024)
-    parser.add_argument("--n-threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--n-threads", type=int, default=usable_cores())
     parser.add_argument(
         "--extra-bufts", choices=("0", "1"), default=None, help=f"override {EXTRA_BUFTS_ENV} for this probe"
     )

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rvu_pipelines.errors import ConfigError, StoreError
+from rvu_pipelines.machine import usable_cores
 from rvu_pipelines.paths import project_root, state_dir
 from rvu_pipelines.scale.dagster_instance import dagster_postgres_url, write_instance
 from rvu_pipelines.scale.postgres_server import LocalPostgres
@@ -308,7 +309,7 @@ class ScaleProfile:
         from rvu_pipelines.models.kv_prefixes import CHUNK_TOKENS
 
         model = ModelStore().resolve("llm", load_model_config().profile()["llm"])
-        threads = max(1, (os.cpu_count() or 1) // self.llm_server_count)
+        threads = max(1, usable_cores() // self.llm_server_count)
         for i in range(self.llm_server_count):
             self._start(
                 f"llm-server-{i}",

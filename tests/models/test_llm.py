@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import time
 import pytest
 import requests
 
+from rvu_pipelines.machine import usable_cores
 from rvu_pipelines.models import OpenAICompatibleChatModel
 from rvu_pipelines.models.chat_tokens import ChatTokenizer
 from rvu_pipelines.smoke import run_llm_smoke
@@ -71,7 +71,7 @@ def test_openai_compatible_backend_against_llama_cpp_server(tiny_models, smollm,
                 "--model_alias",
                 "smollm2",
                 "--n_threads",
-                str(os.cpu_count() or 1),
+                str(usable_cores()),
                 "--seed",
                 "0",
                 "--verbose",

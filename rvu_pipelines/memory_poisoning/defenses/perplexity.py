@@ -16,7 +16,6 @@ instead of killing the caller.
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rvu_pipelines.errors import MemoryPoisoningInputError
+from rvu_pipelines.machine import usable_cores
 from rvu_pipelines.models.llama_runtime import LlamaRuntimeSettings, open_llama
 
 DEFAULT_N_CTX = 512
@@ -63,7 +63,7 @@ class LlamaPerplexity:
             raise MemoryPoisoningInputError(f"perplexity: no GGUF model at {self.model_path}")
         self.name = name or self.model_path.name
         self.n_ctx = int(n_ctx)
-        threads = n_threads or max(1, os.cpu_count() or 1)
+        threads = n_threads or usable_cores()
         self.runtime = runtime or LlamaRuntimeSettings.from_env()
         # the probe's verdict is remembered per (model, build, settings, threads): None = the default key
         ensure_llama_runs(self.model_path, settings=self.runtime, n_threads=n_threads)
