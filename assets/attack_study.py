@@ -20,7 +20,7 @@ from dagster import (
 )
 from pydantic import Field
 
-from assets.attacks import GROUP, HarnessConfig, _log_cell, open_harness
+from assets.attacks import GROUP, HarnessConfig, log_attack_cell, open_harness
 from assets.production_detector import KEY as PRODUCTION_ASSET
 from resources import LLMResource, MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.agents.evaluation import attack_table
@@ -97,7 +97,7 @@ def attack_table_full(
     plan = TablePlan(tuple(config.benchmarks), tuple(config.attacks), tuple(config.defenses), config.per_benchmark)
     harness = open_harness(config, llm_model, llm, model_store, mlflow_tracker)
     runs, skipped = run_table(harness, plan, progress=config.progress)
-    run_ids = [_log_cell(context, mlflow_tracker, harness, run, llm_model) for run in runs]
+    run_ids = [log_attack_cell(context, mlflow_tracker, harness, run, llm_model) for run in runs]
     table = attack_table(runs)
     paired = paired_defense_tests(episode_rows(runs))
     markdown = study_markdown(table, paired, skipped)

@@ -167,7 +167,7 @@ def _params(harness: Harness, run: CellRun, llm_model: dict) -> dict:
     }
 
 
-def _log_cell(
+def log_attack_cell(
     context: AssetExecutionContext, tracker: MlflowTrackerResource, harness: Harness, run: CellRun, llm_model: dict
 ) -> str:
     """One MLflow run per cell: metrics with CIs and what the cell cost (inference vs cache)."""
@@ -257,7 +257,7 @@ def attack_cell(
         progress=config.progress,
         rerun=config.rerun,
     )
-    run_id = _log_cell(context, mlflow_tracker, harness, run, llm_model)
+    run_id = log_attack_cell(context, mlflow_tracker, harness, run, llm_model)
     return Output(
         run.rows,
         metadata={
@@ -342,7 +342,7 @@ def attack_table_1(
             for attack in attacks
             for run in harness.run_table(CANONICAL, DEFENSES, progress=config.progress, attack=attack)
         ]
-    run_ids = [_log_cell(context, mlflow_tracker, harness, run, llm_model) for run in runs]
+    run_ids = [log_attack_cell(context, mlflow_tracker, harness, run, llm_model) for run in runs]
     table, output = _table_output(
         context, runs, run_ids, f"Table 1 — canonical scenarios ({harness.profile})", "table1"
     )
@@ -383,7 +383,7 @@ def attack_benchmark_samples(
             attack=attack,
         )
     ]
-    run_ids = [_log_cell(context, mlflow_tracker, harness, run, llm_model) for run in runs]
+    run_ids = [log_attack_cell(context, mlflow_tracker, harness, run, llm_model) for run in runs]
     _, output = _table_output(context, runs, run_ids, f"Benchmark samples ({harness.profile})", "samples")
     return output
 

@@ -260,8 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     agent_system = system_prompt("synthetic")
     prompts = [scenario_messages(agent_system, i) for i in range(args.n)]
     probe = model("off")
-    tokenize = probe._llm.tokenize
-    prefix_tokens = len(tokenize(agent_system.encode()))
+    prefix_tokens = len(probe.tokenize(agent_system))
     print(
         f"machine : {platform.machine()} {platform.processor() or ''}, {os.cpu_count()} cores, "
         f"llama.cpp threads {args.threads or os.cpu_count()}, python {platform.python_version()}"

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     system = AGENT_RULES + tool_schema()
     prompts = [scenario_messages(system, i) for i in range(args.scenarios)]
     harness = LlamaCppChatModel(path, n_ctx=2048, n_threads=threads, name=resolved.name, prefix_reuse="off")
-    agent_tokens = harness._llm.tokenize(system.encode())  # shape only: the rendered prompt is ~150 tokens longer
+    agent_tokens = harness.tokenize(system)  # shape only: the rendered prompt is ~150 tokens longer
     agent_prompt = (agent_tokens + filler)[:730]
     knobs = {
         "threads 1, n_batch 64": raw_llama(path, threads=1, n_batch=64),

@@ -118,8 +118,7 @@ def workload(w: World, n: int, rng: np.random.Generator) -> BatchActions:
 
 def to_actions(w: World, b: BatchActions) -> list[Action]:
     m = w.monitor
-    ns_names = m._ns_names  # noqa: SLF001 (benchmark decodes its own codes)
-    key_names = m._key_names  # noqa: SLF001
+    ns_names, key_names = m.namespace_names, m.key_names
     out: list[Action] = []
     for i in range(len(b)):
         s = ns_names[int(b.session[i])]
@@ -160,14 +159,14 @@ def time_single(m: ReferenceMonitor, actions: list[Action]) -> dict[str, float |
             submit(a)
             lat[i] = clock() - t0
     else:
-        seq = audit._seq  # noqa: SLF001 (a seal moves the sequence number; read outside the timed span)
+        seq = audit.sealed  # a seal moves it; read outside the timed span
         for i, a in enumerate(actions):
             t0 = clock()
             submit(a)
             lat[i] = clock() - t0
-            if audit._seq != seq:  # noqa: SLF001
+            if audit.sealed != seq:
                 sealed[i] = True
-                seq = audit._seq  # noqa: SLF001
+                seq = audit.sealed
     total = clock() - start
     tail = 0
     if audit is not None:

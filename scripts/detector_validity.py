@@ -41,7 +41,7 @@ from rvu_pipelines.detectors import (
 from rvu_pipelines.detectors.base import MemoizedDetector
 from rvu_pipelines.detectors.buried import build_buried_set, cut_to_tokens
 from rvu_pipelines.detectors.deployment_texts import load_deployment_texts
-from rvu_pipelines.detectors.finetune import FinetuneSettings, _tokenizer, resolve_encoder
+from rvu_pipelines.detectors.finetune import FinetuneSettings, encoder_tokenizer, resolve_encoder
 from rvu_pipelines.detectors.overdefense import build_overdefense_set
 from rvu_pipelines.detectors.production import (
     CANDIDATES,
@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
     deployment = load_deployment_texts()
     overdefense = build_overdefense_set().frame
     encoder = resolve_encoder("tiny" if args.quick else None)
-    tokenizer = _tokenizer(encoder)
+    tokenizer = encoder_tokenizer(encoder)
     documents = evaluation_documents(corpora, deployment)
     if args.quick:
         documents = documents.group_by("source", "label", maintain_order=True).head(12)

@@ -12,7 +12,7 @@ from dagster import DagsterInstance, materialize
 
 from assets.datasets import dataset_assets
 from assets.detectors import detector_assets
-from rvu_pipelines.definitions import _resources
+from resources.deployments import deployment_resources
 from rvu_pipelines.detectors.corpora import CORPUS_NAMES, SOURCE_DATASETS
 
 
@@ -27,7 +27,7 @@ def main(argv: list[str]) -> int:
     selected += [a for a in detector_assets() if a.key.path[-1].rsplit("_", 1)[-1] in corpora]
     instance = DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
     with instance:
-        result = materialize(selected, resources=_resources(), instance=instance)
+        result = materialize(selected, resources=deployment_resources(), instance=instance)
     for event in result.get_asset_materialization_events():
         metadata = event.materialization.metadata
         if "table" in metadata:

@@ -181,11 +181,6 @@ def _frame(rows: Iterable[_Row]) -> pl.DataFrame:
     return frame.sort("source", "split", "id")
 
 
-def _natural(task_id: str) -> tuple[str, int]:
-    head, _, num = task_id.rpartition("_")
-    return (head, int(num)) if num.isdigit() else (task_id, -1)
-
-
 # ---------------------------------------------------------------- BIPIA
 
 
@@ -254,7 +249,7 @@ def injecagent_texts(frame: pl.DataFrame) -> _Parts:
     injected texts are the cases' responses as served; GoogleCalendarReadEvents' differ from its template
     beyond the instruction (``\\"`` for ``"``), a cue that only its injected rows carry.
     """
-    from rvu_pipelines.scenarios.injecagent import _unquote
+    from rvu_pipelines.scenarios.injecagent import unquote_response
 
     require_columns(frame, "injecagent", _INJECAGENT_COLUMNS)
     cases = list(frame.sort("setting", "case_index").iter_rows(named=True))
@@ -290,7 +285,7 @@ def injecagent_texts(frame: pl.DataFrame) -> _Parts:
     for case in cases:
         instruction = case["attacker_instruction"] or ""
         pid, group = instructions[(case["setting"], instruction)]
-        text = _unquote(case["tool_response"] or "")
+        text = unquote_response(case["tool_response"] or "")
         context = case["tool_response_template"].replace(PLACEHOLDER, "")
         if instruction and instruction in text and context_split[context] == band[group]:
             where = f"{case['setting']}:case_{case['case_index']}"
@@ -348,7 +343,7 @@ def _agentdojo_texts(benchmark_version: str, suite_names: tuple[str, ...] | None
     """
     from agentdojo.functions_runtime import FunctionsRuntime
 
-    from rvu_pipelines.scenarios.agentdojo_tasks import ATTACK, _attack
+    from rvu_pipelines.scenarios.agentdojo_tasks import ATTACK, agentdojo_attack, natural_task_order
 
     available = _agentdojo_suites(benchmark_version)
     unknown = sorted(set(suite_names or ()) - set(available))
@@ -364,7 +359,7 @@ def _agentdojo_texts(benchmark_version: str, suite_names: tuple[str, ...] | None
         env = suite.load_and_inject_default_environment({})
         canaries = {vector: f"<CANARY---{vector}--->" for vector in vectors[name]}
         canary_env = suite.load_and_inject_default_environment(canaries)
-        for uid in sorted(suite.user_tasks, key=_natural):
+        for uid in sorted(suite.user_tasks, key=natural_task_order):
             task = suite.user_tasks[uid]
             outputs = clean[(name, uid)] = _ground_truth_outputs(runtime, task, env)
             marked = _ground_truth_outputs(runtime, task, canary_env)
@@ -388,8 +383,8 @@ def _agentdojo_texts(benchmark_version: str, suite_names: tuple[str, ...] | None
 
     planted: dict[str, tuple[str, str, str]] = {}  # payload group -> (suite, injection task, text)
     for name in sorted(available):
-        suite, attack = available[name], _attack(benchmark_version, name, ATTACK)
-        for iid in sorted(suite.injection_tasks, key=_natural):
+        suite, attack = available[name], agentdojo_attack(benchmark_version, name, ATTACK)
+        for iid in sorted(suite.injection_tasks, key=natural_task_order):
             planted[f"{name}:{iid}"] = (name, iid, _attack_text(attack, suite, list(suite.user_tasks), iid))
     band = _rank_split(planted, stratum=lambda group: group.split(":")[0])
     payloads = _dedupe(
@@ -431,7 +426,9 @@ def _agentdojo_texts(benchmark_version: str, suite_names: tuple[str, ...] | None
 
 def _attack_text(attack: Any, suite: Any, user_ids: Sequence[str], injection_id: str) -> str:
     """The attack's text for ``injection_id`` (the same for every vector and user task of the platform's attack)."""
-    for uid in sorted(user_ids, key=_natural):
+    from rvu_pipelines.scenarios.agentdojo_tasks import natural_task_order
+
+    for uid in sorted(user_ids, key=natural_task_order):
         try:
             injections = attack.attack(suite.user_tasks[uid], suite.injection_tasks[injection_id])
         except ValueError:  # AgentDojo: this user task reads no injection vector

@@ -183,7 +183,7 @@ def _build_model(encoder: EncoderRef, settings: FinetuneSettings) -> Any:
     return model
 
 
-def _tokenizer(encoder: EncoderRef) -> Any:
+def encoder_tokenizer(encoder: EncoderRef) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(encoder.path))
@@ -332,7 +332,7 @@ class FinetunedDetector(DetectorBase):
                 "not match the D4 architecture; refused."
             )
         model.load_state_dict(state, strict=False)
-        return cls(model, _tokenizer(base), settings, base)
+        return cls(model, encoder_tokenizer(base), settings, base)
 
 
 def offset_probability(logits: np.ndarray, offset: float) -> np.ndarray:
@@ -425,7 +425,7 @@ def finetune(
         )
     start = time.perf_counter()
     base = encoder or resolve_encoder()
-    tokenizer = _tokenizer(base)
+    tokenizer = encoder_tokenizer(base)
     model = _build_model(base, settings)
     encoded = tokenizer(list(texts), truncation=True, max_length=settings.max_length)["input_ids"]
     if feature_cache is None:
@@ -488,4 +488,4 @@ def untrained_detector(
     """The D4 architecture with a fresh head: for latency benchmarks (latency does not depend on weights)."""
     base = encoder or resolve_encoder()
     settings = settings or FinetuneSettings()
-    return FinetunedDetector(_build_model(base, settings), _tokenizer(base), settings, base)
+    return FinetunedDetector(_build_model(base, settings), encoder_tokenizer(base), settings, base)

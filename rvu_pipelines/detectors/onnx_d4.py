@@ -27,8 +27,8 @@ from rvu_pipelines.detectors.finetune import (
     EncoderRef,
     FinetunedDetector,
     FinetuneSettings,
-    _tokenizer,
     base_encoder_for,
+    encoder_tokenizer,
     offset_probability,
 )
 from rvu_pipelines.errors import ChecksumMismatchError, DetectorError
@@ -206,7 +206,7 @@ class OnnxDetector(DetectorBase):
         options.inter_op_num_threads = 1
         session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         settings = FinetuneSettings(**record["settings"])
-        return cls(session, _tokenizer(base), settings, variant, batch_size=batch_size, folder=folder)
+        return cls(session, encoder_tokenizer(base), settings, variant, batch_size=batch_size, folder=folder)
 
     def _window_spans(self, text: str) -> list[Span]:
         return tokenizer_window_spans(self.tokenizer, text, self.settings.max_length)

@@ -375,13 +375,13 @@ def train_production(
     progress: bool = False,
 ) -> ProductionDetector:
     """Train on every training example with the chosen setting (``lodo.chosen`` when given), then calibrate."""
-    from rvu_pipelines.detectors.finetune import _tokenizer, finetune, resolve_encoder
+    from rvu_pipelines.detectors.finetune import encoder_tokenizer, finetune, resolve_encoder
 
     settings = settings or RecipeSettings()
     if lodo is not None:
         settings = replace(settings, finetune=lodo.chosen)
     base = encoder or resolve_encoder()
-    examples = training_examples(corpora, deployment, hard_negatives, _tokenizer(base), settings)
+    examples = training_examples(corpora, deployment, hard_negatives, encoder_tokenizer(base), settings)
     detector, _ = finetune(
         examples["text"].to_list(),
         examples["label"].to_numpy().astype(np.int64),

@@ -95,7 +95,7 @@ DECISION_FIELDS = (
 
 def decode_decision(row: list[Any]) -> dict[str, Any]:
     """Name the fields of a decision record and spell out its packed code (op, rule, reason)."""
-    out = dict(zip(DECISION_FIELDS, row, strict=True))  # _encode_decision writes exactly these fields
+    out = dict(zip(DECISION_FIELDS, row, strict=True))  # encode_decision writes exactly these fields
     d = decision_of(out["code"])
     out.update(
         op=d.op.name, accepted=d.accepted, rule=int(d.rule), reason=d.reason.name, rules=sorted(int(r) for r in d.rules)
@@ -121,7 +121,7 @@ def _q(text: str | None) -> str:
     return "null" if text is None else _json_str(text)
 
 
-def _encode_decision(e: tuple[Any, ...]) -> tuple[str, bytes]:
+def encode_decision(e: tuple[Any, ...]) -> tuple[str, bytes]:
     """A decision as a positional JSON array (see audit.DECISION_FIELDS): cheap to build and hash."""
     _, _op, code, session, ns, key, channel, claimed, deps, value, node, extra = e
     text = "[{:d},{},{},{},{},{},[{}],{},{},{}]".format(
@@ -142,7 +142,8 @@ def _encode_decision(e: tuple[Any, ...]) -> tuple[str, bytes]:
         return "decision", _json_utf8(text)
 
 
-def _encode_belief(e: tuple[Any, ...]) -> tuple[str, bytes]:
+def encode_belief(e: tuple[Any, ...]) -> tuple[str, bytes]:
+    """A belief-graph node as its audit record (kind, canonical JSON)."""
     _, node, kind, session, channel, content, parents, tainted = e
     return "belief", canonical_json(
         {
@@ -157,7 +158,8 @@ def _encode_belief(e: tuple[Any, ...]) -> tuple[str, bytes]:
     )
 
 
-def _encode_context_reset(e: tuple[Any, ...]) -> tuple[str, bytes]:
+def encode_context_reset(e: tuple[Any, ...]) -> tuple[str, bytes]:
+    """A session's context reset as its audit record."""
     return "context_reset", canonical_json({"session": e[1]})
 
 
@@ -397,6 +399,11 @@ class AuditLog:
 
     def __len__(self) -> int:
         return self._seq + len(self._pending)
+
+    @property
+    def sealed(self) -> int:
+        """Records sealed into the chain so far (a seal moves it; pending records do not)."""
+        return self._seq
 
     def __bool__(self) -> bool:  # an empty log is still a log
         return True

@@ -2,9 +2,8 @@
 
 ``encode`` turns actions into a ``BatchActions``; ``check_batch``/``submit_batch`` decide it in one
 vectorised pass that must give, code for code, what ``rules.py`` decides one call at a time (the
-tests compare the two). Kept apart because it changes for speed, not for the rules. It stays one unit
-(past 500 lines once formatted): every method reads and updates the same numpy mirrors of the monitor's
-state, so splitting it would scatter one invariant over several files.
+tests compare the two). Kept apart because it changes for speed, not for the rules; every method reads and
+updates the same numpy mirrors of the monitor's state.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from rvu_pipelines.memory.model import (
     Read,
     Write,
 )
-from rvu_pipelines.memory.rules import _BATCH_CODES, _KEY_BITS, SHARED_CODE, WRITE_CONTENT_REJECTED
+from rvu_pipelines.memory.rules import BATCH_CODES, KEY_BITS, SHARED_CODE, WRITE_CONTENT_REJECTED
 from rvu_pipelines.memory.user_channel import ContentCheck, UserChannel
 from rvu_pipelines.text_rules import text_problem
 
@@ -344,7 +343,7 @@ class BatchPath:
         found = slot >= 0
         pre_taint = np.zeros(n, np.bool_)
         pre_taint[found] = slot_taint[slot[found]].astype(np.bool_)
-        sid = (ns.astype(np.int64) << _KEY_BITS) | key.astype(np.int64)
+        sid = (ns.astype(np.int64) << KEY_BITS) | key.astype(np.int64)
         w_rows = np.flatnonzero(w_ok)
         w_new = sid[w_rows[~found[w_rows]]]
         # PROMOTE: Rule 9, then Rule 7 (authorizer, existence, taint) and Rule 3, else Rule 6
@@ -409,7 +408,7 @@ class BatchPath:
             | r9.astype(u8)
             | (r_ok.astype(u8) << 1)
         )
-        codes = _BATCH_CODES[idx]
+        codes = BATCH_CODES[idx]
         codes[rejected] = WRITE_CONTENT_REJECTED
         rows = {"w_ok": w_ok, "p_ok": p_ok, "r_ok": r_ok, "r_taint": r_taint, "sid": sid, "slot": slot}
         return codes, {**rows, "write_check": verdicts}

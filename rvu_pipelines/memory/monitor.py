@@ -26,10 +26,10 @@ from rvu_pipelines.errors import (
     UnknownBeliefError,
 )
 from rvu_pipelines.hashing import sha256_bytes
-from rvu_pipelines.memory.audit import AuditLog, _encode_belief, _encode_context_reset
+from rvu_pipelines.memory.audit import AuditLog, encode_belief, encode_context_reset
 from rvu_pipelines.memory.batch import BatchPath
 from rvu_pipelines.memory.model import BeliefNode, Channel, MemoryItem, NodeKind
-from rvu_pipelines.memory.rules import _KEY_BITS, _TRUSTED, SHARED_CODE, SingleCallPath
+from rvu_pipelines.memory.rules import KEY_BITS, SHARED_CODE, TRUSTED_BY_CHANNEL, SingleCallPath
 from rvu_pipelines.memory.store import InMemoryStore, MemoryStore
 from rvu_pipelines.memory.user_channel import ContentCheck, QueryAwareCheck, UserChannel
 from rvu_pipelines.text_rules import text_problem
@@ -251,13 +251,13 @@ class ReferenceMonitor(SingleCallPath, BatchPath):
             self._check_session(session)
         if type(channel) is not Channel:
             raise self._provenance_error(channel)
-        own = 0 if _TRUSTED[channel] else 1
+        own = 0 if TRUSTED_BY_CHANNEL[channel] else 1
         node = self._add_node(NodeKind.OBSERVE, session, int(channel), own, own)
         self._started = True
         if channel is Channel.USER and content and isinstance(self.write_check, QueryAwareCheck):
             self.write_check.observe_query(content)
         if self.audit is not None:
-            self.audit.record((_encode_belief, node, NodeKind.OBSERVE, session, int(channel), content, (), own))
+            self.audit.record((encode_belief, node, NodeKind.OBSERVE, session, int(channel), content, (), own))
         return node
 
     def derive(self, session: str, parents: Sequence[int] | None = None) -> int:
@@ -277,7 +277,7 @@ class ReferenceMonitor(SingleCallPath, BatchPath):
         self._node_parents[node] = parents_t
         self._started = True
         if self.audit is not None:
-            self.audit.record((_encode_belief, node, NodeKind.DERIVE, session, None, None, parents_t, taint))
+            self.audit.record((encode_belief, node, NodeKind.DERIVE, session, None, None, parents_t, taint))
         return node
 
     def reset_context(self, session: str) -> None:
@@ -287,7 +287,7 @@ class ReferenceMonitor(SingleCallPath, BatchPath):
         self._context[session] = []
         self._context_taint[session] = 0
         if self.audit is not None:
-            self.audit.record((_encode_context_reset, session))
+            self.audit.record((encode_context_reset, session))
 
     def context(self, session: str) -> tuple[int, ...]:
         return tuple(self._context.get(session, ()))
@@ -299,7 +299,7 @@ class ReferenceMonitor(SingleCallPath, BatchPath):
         ref = self._node_ref[node]
         source = None
         if kind is NodeKind.READ:
-            source = (self._ns_names[ref >> _KEY_BITS], self._key_names[ref & 0xFFFFFFFF])
+            source = (self._ns_names[ref >> KEY_BITS], self._key_names[ref & 0xFFFFFFFF])
         return BeliefNode(
             id=node,
             kind=kind,
@@ -310,6 +310,16 @@ class ReferenceMonitor(SingleCallPath, BatchPath):
             channel=Channel(ref) if kind is NodeKind.OBSERVE else None,
             source=source,
         )
+
+    @property
+    def namespace_names(self) -> Sequence[str]:
+        """Interned namespace names by code (code 0 is the shared namespace)."""
+        return tuple(self._ns_names)
+
+    @property
+    def key_names(self) -> Sequence[str]:
+        """Interned key names by code."""
+        return tuple(self._key_names)
 
     @property
     def n_nodes(self) -> int:

@@ -1,6 +1,6 @@
 """Rules 1-9 of seed 002 §3.3-3.4: the packed decision codes and the single-call deciders.
 
-This is the reference semantics; ``batch.py`` indexes ``_BATCH_CODES``, built here from the same
+This is the reference semantics; ``batch.py`` indexes ``BATCH_CODES``, built here from the same
 tables, so both paths give the same code. Every call returns a ``Decision`` naming the rule that
 decided and every rule whose premise held. Seed-level choices (documented once here):
 
@@ -28,7 +28,7 @@ import numpy as np
 
 from rvu_pipelines.bounded_io import truncate_for_message
 from rvu_pipelines.errors import MemoryMonitorError, ProvenanceError
-from rvu_pipelines.memory.audit import AuditLog, _encode_decision
+from rvu_pipelines.memory.audit import AuditLog, encode_decision
 from rvu_pipelines.memory.model import (
     DECISIONS,
     TRUST_BY_CHANNEL,
@@ -53,7 +53,7 @@ from rvu_pipelines.text_rules import lone_surrogate_at
 SHARED_CODE = 0
 _B0, _B1, _B2, _B3, _B4, _B5, _B6, _B7, _B8, _B9, _B10, _B11 = (1 << r for r in range(12))
 _WRITE_REJECT_BITS = _B3 | _B4 | _B5 | _B9
-_KEY_BITS = 32
+KEY_BITS = 32  # a (namespace, key) pair packs into one int: namespace << KEY_BITS | key
 
 # ---------------------------------------------------------------- precomputed decision codes
 
@@ -124,8 +124,8 @@ def _batch_codes() -> np.ndarray:
     return lut
 
 
-_BATCH_CODES = _batch_codes()
-_TRUSTED = tuple(t is Trust.TRUSTED for t in TRUST_BY_CHANNEL)
+BATCH_CODES = _batch_codes()  # the batch path's decision table (memory.batch)
+TRUSTED_BY_CHANNEL = tuple(t is Trust.TRUSTED for t in TRUST_BY_CHANNEL)
 _USER = Channel.USER
 
 
@@ -189,7 +189,7 @@ class SingleCallPath:
             taint, inherited = self._deps_taint(deps)
             if taint:
                 mask |= _B4 | _B8 if inherited else _B4
-        if not _TRUSTED[channel]:
+        if not TRUSTED_BY_CHANNEL[channel]:
             mask |= _B5
         if ns != session:
             mask |= _B9
@@ -211,7 +211,7 @@ class SingleCallPath:
         if self.audit is not None:
             self.audit.record(
                 (
-                    _encode_decision,
+                    encode_decision,
                     Op.WRITE,
                     code,
                     session,
@@ -281,13 +281,13 @@ class SingleCallPath:
                 code = READ_NOT_FOUND
             else:
                 taint = self._slot_taint[slot]
-                ref = self._slot_ns[slot] << _KEY_BITS | self._slot_key[slot]
+                ref = self._slot_ns[slot] << KEY_BITS | self._slot_key[slot]
                 node = self._add_node(NodeKind.READ, session, ref, taint, taint)
                 value = self._slot_value[slot]
                 code = READ_OK
         self._started = True
         if self.audit is not None:
-            self.audit.record((_encode_decision, Op.READ, code, session, ns, key, None, None, (), None, node, None))
+            self.audit.record((encode_decision, Op.READ, code, session, ns, key, None, None, (), None, node, None))
         return ReadResult(DECISIONS[code], value, node)
 
     def promote(self, session: str, key: str, *, authorizer: Channel, source: str | None = None) -> Decision:
@@ -306,7 +306,7 @@ class SingleCallPath:
         else:
             keys = self._index.get(src)
             slot = None if keys is None else keys.get(key)
-            if not _TRUSTED[authorizer]:
+            if not TRUSTED_BY_CHANNEL[authorizer]:
                 r7: Reason | None = Reason.UNTRUSTED_AUTHORIZER
             elif slot is None:
                 r7 = Reason.NOT_FOUND
@@ -322,7 +322,7 @@ class SingleCallPath:
         self._started = True
         if self.audit is not None:
             self.audit.record(
-                (_encode_decision, Op.PROMOTE, code, session, src, key, int(authorizer), None, (), None, None, extra)
+                (encode_decision, Op.PROMOTE, code, session, src, key, int(authorizer), None, (), None, None, extra)
             )
         return DECISIONS[code]
 
@@ -350,7 +350,7 @@ class SingleCallPath:
         if self.audit is not None:
             self.audit.record(
                 (
-                    _encode_decision,
+                    encode_decision,
                     Op.INTERNAL,
                     INTERNAL_OK,
                     session,

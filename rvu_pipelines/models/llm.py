@@ -252,6 +252,11 @@ class LlamaCppChatModel:
         sha, build = self._namespace_base
         return KVNamespace(sha, build, self.n_ctx, self.n_threads, CHUNK_TOKENS, adapter_key)
 
+    def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
+        """The model's tokens for ``text`` as llama.cpp counts them (special-token text stays text)."""
+        with self._lock:
+            return list(self._llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=False))
+
     def reset(self) -> None:
         """Forget every reused prefix (live context and snapshots): the next call starts cold."""
         with self._lock:

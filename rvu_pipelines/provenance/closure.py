@@ -24,7 +24,7 @@ from functools import cached_property
 
 import numpy as np
 
-from rvu_pipelines.provenance.intsets import _csr, _gather, _in_sorted, _unique
+from rvu_pipelines.provenance.intsets import csr_by_key, gather_rows, in_sorted, sorted_unique
 
 DEFAULT_MAX_DEPTH = 10
 
@@ -61,29 +61,31 @@ class ProvenanceGraph:
         return int(self.parent.size)
 
     @cached_property
-    def _children(self) -> tuple[np.ndarray, np.ndarray]:
-        return _csr(self.parent, self.n)
+    def children_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        """(indptr, children) of every entry, built once: the closure and propagation walk it."""
+        return csr_by_key(self.parent, self.n)
 
     @cached_property
-    def _members(self) -> tuple[np.ndarray, np.ndarray]:
-        return _csr(self.adapter, self.n_adapters)
+    def members_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        """(indptr, entries) of every adapter, built once."""
+        return csr_by_key(self.adapter, self.n_adapters)
 
     @cached_property
-    def _edges(self) -> tuple[np.ndarray, np.ndarray]:
+    def edges(self) -> tuple[np.ndarray, np.ndarray]:
         """(child, parent) index arrays of every parent edge."""
         child = np.flatnonzero(self.parent >= 0)
         return child, self.parent[child]
 
     @cached_property
     def adapter_sizes(self) -> np.ndarray:
-        return np.diff(self._members[0])
+        return np.diff(self.members_csr[0])
 
     def children_of(self, node: int) -> np.ndarray:
-        indptr, values = self._children
+        indptr, values = self.children_csr
         return values[indptr[node] : indptr[node + 1]]
 
     def members_of(self, adapter: int) -> np.ndarray:
-        indptr, values = self._members
+        indptr, values = self.members_csr
         return values[indptr[adapter] : indptr[adapter + 1]]
 
 
@@ -103,11 +105,11 @@ class ClosureResult:
         return int(self.members.size)
 
     def contains(self, nodes: np.ndarray) -> np.ndarray:
-        return _in_sorted(self.members, np.asarray(nodes, dtype=np.int64))
+        return in_sorted(self.members, np.asarray(nodes, dtype=np.int64))
 
 
 def _check_seeds(graph: ProvenanceGraph, seeds: np.ndarray | list[int]) -> np.ndarray:
-    seeds = _unique(np.asarray(seeds, dtype=np.int64))
+    seeds = sorted_unique(np.asarray(seeds, dtype=np.int64))
     if seeds.size and (seeds[0] < 0 or seeds[-1] >= graph.n):
         raise ValueError("seed indices must be in [0, n)")
     return seeds
@@ -123,19 +125,19 @@ def _closure(
     depth_of[seeds] = 0
     expanded = np.zeros(graph.n_adapters, dtype=bool)
     stamp = np.full(graph.n, -1, dtype=np.int64)
-    children_indptr, children = graph._children
-    members_indptr, members = graph._members
+    children_indptr, children = graph.children_csr
+    members_indptr, members = graph.members_csr
     frontier = seeds
     depth = 0
     while frontier.size and depth < max_depth:
         parents = graph.parent[frontier]
-        parts = [parents[parents >= 0], _gather(children_indptr, children, frontier)[1]]
+        parts = [parents[parents >= 0], gather_rows(children_indptr, children, frontier)[1]]
         if adapter_aware:
             adapters = graph.adapter[frontier]
-            adapters = _unique(adapters[adapters >= 0])
+            adapters = sorted_unique(adapters[adapters >= 0])
             adapters = adapters[~expanded[adapters]]
             expanded[adapters] = True
-            parts.append(_gather(members_indptr, members, adapters)[1])
+            parts.append(gather_rows(members_indptr, members, adapters)[1])
         candidates = np.concatenate(parts)
         candidates = candidates[depth_of[candidates] < 0]
         # deduplicate in O(k): the last write of each node wins, keep exactly that occurrence

@@ -1,7 +1,7 @@
 """Sorted int64 sets and CSR grouping on numpy arrays, shared by the closure, the store and recovery.
 
 Entry and adapter sets travel through recovery as sorted int64 arrays of seqs; these helpers keep every
-set operation on that path a sort or a binary search (see ``_unique`` for why not ``np.unique``).
+set operation on that path a sort or a binary search (see ``sorted_unique`` for why not ``np.unique``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def _csr(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+def csr_by_key(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     """CSR of node indices grouped by ``keys`` (entries with key < 0 are left out)."""
     nodes = np.flatnonzero(keys >= 0)
     order = np.argsort(keys[nodes], kind="stable")
@@ -22,7 +22,7 @@ def _csr(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     return indptr, values
 
 
-def _gather_positions(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def gather_positions(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each row in ``rows``: the positions of its CSR values. Returns (position in ``rows``, index)."""
     starts = indptr[rows]
     lengths = indptr[rows + 1] - starts
@@ -34,13 +34,13 @@ def _gather_positions(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray,
     return owner, np.arange(total, dtype=np.int64) + (starts - (ends - lengths))[owner]
 
 
-def _gather(indptr: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def gather_rows(indptr: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each row in ``rows``: its CSR values. Returns (position in ``rows``, value) pairs."""
-    owner, positions = _gather_positions(indptr, rows)
+    owner, positions = gather_positions(indptr, rows)
     return owner, values[positions]
 
 
-def _unique(values: np.ndarray) -> np.ndarray:
+def sorted_unique(values: np.ndarray) -> np.ndarray:
     """Sorted distinct values. numpy 2.4's ``np.unique`` (and ``union1d``) take a hash path that is
     50-100x slower than a sort on these arrays (0.6-0.9 s for 10^6 ints); every set operation in the
     recovery path goes through this instead. Input that is already strictly increasing (a closure, a
@@ -56,7 +56,7 @@ def _unique(values: np.ndarray) -> np.ndarray:
     return ordered[keep]
 
 
-def _unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def sorted_unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sorted distinct values and, for each input, the index of its value among them."""
     order = np.argsort(values, kind="stable")
     ordered = values[order]
@@ -69,12 +69,12 @@ def _unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ordered[new], inverse
 
 
-def _unique_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    distinct, inverse = _unique_inverse(values)
+def sorted_unique_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    distinct, inverse = sorted_unique_inverse(values)
     return distinct, np.bincount(inverse, minlength=distinct.size).astype(np.int64)
 
 
-def _unique_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def unique_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Distinct rows of a 2-D integer table and, for each row, the index of its distinct row."""
     if table.shape[0] == 0:
         return table, np.zeros(0, dtype=np.int64)
@@ -89,8 +89,8 @@ def _unique_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def unique_ints(values: np.ndarray | Sequence[int]) -> np.ndarray:
-    """Sorted distinct int64 values (fast; see ``_unique``)."""
-    return _unique(np.asarray(values, dtype=np.int64).ravel())
+    """Sorted distinct int64 values (fast; see ``sorted_unique``)."""
+    return sorted_unique(np.asarray(values, dtype=np.int64).ravel())
 
 
 def union_ints(*arrays: np.ndarray) -> np.ndarray:
@@ -98,7 +98,7 @@ def union_ints(*arrays: np.ndarray) -> np.ndarray:
     return unique_ints(np.concatenate([np.asarray(a, dtype=np.int64).ravel() for a in arrays]))
 
 
-def _in_sorted(sorted_codes: np.ndarray, queries: np.ndarray) -> np.ndarray:
+def in_sorted(sorted_codes: np.ndarray, queries: np.ndarray) -> np.ndarray:
     """Boolean mask: which ``queries`` occur in the sorted array ``sorted_codes``."""
     if sorted_codes.size == 0 or queries.size == 0:
         return np.zeros(queries.shape, dtype=bool)
@@ -107,7 +107,7 @@ def _in_sorted(sorted_codes: np.ndarray, queries: np.ndarray) -> np.ndarray:
     return sorted_codes[positions] == queries
 
 
-def _lookup(sorted_codes: np.ndarray, values: np.ndarray, codes: np.ndarray) -> np.ndarray:
+def lookup_codes(sorted_codes: np.ndarray, values: np.ndarray, codes: np.ndarray) -> np.ndarray:
     """values[i] where sorted_codes[i] == code, else 0."""
     if sorted_codes.size == 0 or codes.size == 0:
         return np.zeros(codes.size, dtype=np.int64)

@@ -19,14 +19,14 @@ import numpy as np
 
 from rvu_pipelines.provenance.closure import ProvenanceGraph, reference_closure_sizes
 from rvu_pipelines.provenance.intsets import (
-    _gather,
-    _gather_positions,
-    _in_sorted,
-    _lookup,
-    _unique,
-    _unique_counts,
-    _unique_inverse,
-    _unique_rows,
+    gather_positions,
+    gather_rows,
+    in_sorted,
+    lookup_codes,
+    sorted_unique,
+    sorted_unique_counts,
+    sorted_unique_inverse,
+    unique_rows,
 )
 
 
@@ -67,7 +67,7 @@ def _tree_ball_sizes(graph: ProvenanceGraph, targets: np.ndarray, radius: int) -
 
 def _within_mask(graph: ProvenanceGraph, base: np.ndarray, radius: int) -> np.ndarray:
     """Nodes with a ``base`` node within ``radius`` parent/child steps."""
-    child, par = graph._edges
+    child, par = graph.edges
     mask = base.copy()
     for _ in range(radius):
         grown = mask.copy()
@@ -107,8 +107,8 @@ def _single_class_radius3(graph: ProvenanceGraph) -> np.ndarray:
     """
     adapter = graph.adapter
     n = graph.n
-    child, par = graph._edges
-    children_indptr, children = graph._children
+    child, par = graph.edges
+    children_indptr, children = graph.children_csr
     has_children = np.flatnonzero(np.diff(children_indptr) > 0)
     starts = children_indptr[:-1][has_children]
 
@@ -145,7 +145,7 @@ def _tree_ball_pairs(
     graph: ProvenanceGraph, targets: np.ndarray, radius: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(target position, node, distance) for every node within ``radius`` tree steps of each target."""
-    children_indptr, children = graph._children
+    children_indptr, children = graph.children_csr
     owner = np.arange(targets.size, dtype=np.int64)
     node = targets.astype(np.int64)
     prev = np.full(targets.size, -1, dtype=np.int64)
@@ -153,7 +153,7 @@ def _tree_ball_pairs(
     for distance in range(1, radius + 1):
         up = graph.parent[node]
         keep = (up >= 0) & (up != prev)
-        child_owner, child = _gather(children_indptr, children, node)
+        child_owner, child = gather_rows(children_indptr, children, node)
         keep_child = child != prev[child_owner]
         next_owner = np.concatenate([owner[keep], owner[child_owner[keep_child]]])
         next_node = np.concatenate([up[keep], child[keep_child]])
@@ -200,7 +200,7 @@ def _extensions(graph: ProvenanceGraph, ext_codes: np.ndarray) -> _Extensions:
     """
     n, m = graph.n, graph.n_adapters
     parent, adapter = graph.parent, graph.adapter
-    children_indptr, children = graph._children
+    children_indptr, children = graph.children_csr
     n_ext = ext_codes.size
     ext_class, ext_budget = ext_codes // 3, ext_codes % 3
 
@@ -225,7 +225,7 @@ def _extensions(graph: ProvenanceGraph, ext_codes: np.ndarray) -> _Extensions:
         ids, ok = ext_ids(edge_class, budget)
         f1_parts_owner.append(ids)
         f1_parts_node.append(edge_node[ok])
-    f1_codes = _unique(np.concatenate(f1_parts_owner) * n + np.concatenate(f1_parts_node))
+    f1_codes = sorted_unique(np.concatenate(f1_parts_owner) * n + np.concatenate(f1_parts_node))
     f1_owner, f1_node = f1_codes // n, f1_codes % n
 
     # F2: tree neighbours of F1 entries (budget-2 extensions), outside K and F1
@@ -233,16 +233,16 @@ def _extensions(graph: ProvenanceGraph, ext_codes: np.ndarray) -> _Extensions:
     g_owner, g_node = f1_owner[two], f1_node[two]
     up = parent[g_node]
     has_up = up >= 0
-    c_owner, c_node = _gather(children_indptr, children, g_node)
+    c_owner, c_node = gather_rows(children_indptr, children, g_node)
     n_owner = np.concatenate([g_owner[has_up], g_owner[c_owner]])
     n_node = np.concatenate([up[has_up], c_node])
     keep = adapter[n_node] != ext_class[n_owner]
-    f2_codes = _unique(n_owner[keep] * n + n_node[keep])
-    f2_codes = f2_codes[~_in_sorted(f1_codes, f2_codes)]
+    f2_codes = sorted_unique(n_owner[keep] * n + n_node[keep])
+    f2_codes = f2_codes[~in_sorted(f1_codes, f2_codes)]
 
     # whole classes: K itself, plus (budget 2) every class met in F1
     f1_classed = two & (adapter[f1_node] >= 0)
-    ccls_codes = _unique(
+    ccls_codes = sorted_unique(
         np.concatenate(
             [np.arange(n_ext, dtype=np.int64) * m + ext_class, f1_owner[f1_classed] * m + adapter[f1_node[f1_classed]]]
         )
@@ -252,7 +252,7 @@ def _extensions(graph: ProvenanceGraph, ext_codes: np.ndarray) -> _Extensions:
     lse_owner, lse_node = lse_codes // n, lse_codes % n
     classed = adapter[lse_node] >= 0
     in_whole = np.zeros(lse_codes.size, dtype=bool)
-    in_whole[classed] = _in_sorted(ccls_codes, lse_owner[classed] * m + adapter[lse_node[classed]])
+    in_whole[classed] = in_sorted(ccls_codes, lse_owner[classed] * m + adapter[lse_node[classed]])
     lse_codes = np.sort(lse_codes[~in_whole])
     lse_owner, lse_node = lse_codes // n, lse_codes % n
 
@@ -262,7 +262,7 @@ def _extensions(graph: ProvenanceGraph, ext_codes: np.ndarray) -> _Extensions:
     ccls_ptr = np.zeros(n_ext + 1, dtype=np.int64)
     np.cumsum(np.bincount(ccls_owner, minlength=n_ext), out=ccls_ptr[1:])
     classed = adapter[lse_node] >= 0
-    hist_codes, hist_counts = _unique_counts(lse_owner[classed] * m + adapter[lse_node[classed]])
+    hist_codes, hist_counts = sorted_unique_counts(lse_owner[classed] * m + adapter[lse_node[classed]])
     whole = np.bincount(ccls_owner, weights=graph.adapter_sizes[ccls_classes], minlength=n_ext).astype(np.int64)
     return _Extensions(
         ccls_codes,
@@ -313,22 +313,22 @@ class _HeavyUnion:
         other_key, other_ext = o_key[~is_base], o_ext[~is_base]
 
         # whole classes the other extensions add (and the base's loose entries they swallow)
-        oc_owner, oc_class = _gather(ext.ccls_ptr, ext.ccls_classes, other_ext)
+        oc_owner, oc_class = gather_rows(ext.ccls_ptr, ext.ccls_classes, other_ext)
         oc_key = other_key[oc_owner]
-        fresh = ~_in_sorted(ext.ccls_codes, base0[oc_key] * m + oc_class)
-        extra_c = _unique(oc_key[fresh] * m + oc_class[fresh])
+        fresh = ~in_sorted(ext.ccls_codes, base0[oc_key] * m + oc_class)
+        extra_c = sorted_unique(oc_key[fresh] * m + oc_class[fresh])
         ec_key, ec_class = extra_c // m, extra_c % m
         sizes += np.bincount(
             ec_key,
             weights=graph.adapter_sizes[ec_class]
-            - _lookup(ext.hist_codes, ext.hist_counts, base0[ec_key] * m + ec_class),
+            - lookup_codes(ext.hist_codes, ext.hist_counts, base0[ec_key] * m + ec_class),
             minlength=n_keys,
         ).astype(np.int64)
         # loose entries of the other extensions, minus those in whole classes of the union
         sizes += np.bincount(other_key, weights=ext.n_loose[other_ext], minlength=n_keys).astype(np.int64)
         hist_ptr = np.zeros(n_ext + 1, dtype=np.int64)
         np.cumsum(np.bincount(ext.hist_codes // m, minlength=n_ext), out=hist_ptr[1:])
-        h_owner, h_pos = _gather_positions(hist_ptr, other_ext)
+        h_owner, h_pos = gather_positions(hist_ptr, other_ext)
         h_key, h_class = other_key[h_owner], ext.hist_codes[h_pos] % m
         whole = self.has_class(h_key, h_class)
         sizes -= np.bincount(h_key[whole], weights=ext.hist_counts[h_pos][whole], minlength=n_keys).astype(np.int64)
@@ -340,7 +340,7 @@ class _HeavyUnion:
         keep = ~in_w
         sizes -= np.bincount(dup_key[keep], weights=dup_mult[keep] - 1, minlength=n_keys).astype(np.int64)
         keep &= classed
-        self.dup_codes, self.dup_counts = _unique_counts(
+        self.dup_codes, self.dup_counts = sorted_unique_counts(
             np.repeat(dup_key[keep] * m + adapter[dup_node[keep]], dup_mult[keep] - 1)
         )
         self.sizes = sizes
@@ -352,8 +352,8 @@ class _HeavyUnion:
         if multi_keys.size == 0:
             return empty, empty, empty
         # item pairs (i < j) of every multi-extension key
-        k_owner, k_item = _gather(self.item_ptr, self.item_ext, multi_keys)
-        p_owner, p_item = _gather(self.item_ptr, self.item_ext, multi_keys[k_owner])
+        k_owner, k_item = gather_rows(self.item_ptr, self.item_ext, multi_keys)
+        p_owner, p_item = gather_rows(self.item_ptr, self.item_ext, multi_keys[k_owner])
         first, second = k_item[p_owner], p_item
         keep = first < second
         pair_key = multi_keys[k_owner[p_owner[keep]]]
@@ -376,7 +376,7 @@ class _HeavyUnion:
         group_ptr = np.zeros(int(group[-1]) + 2, dtype=np.int64)
         np.cumsum(np.bincount(group), out=group_ptr[1:])
         entry = np.flatnonzero(np.diff(group_ptr)[group] >= 2)
-        e_owner, partner = _gather(group_ptr, owners, group[entry])
+        e_owner, partner = gather_rows(group_ptr, owners, group[entry])
         a, b = owners[entry][e_owner], partner
         keep = a < b
         triple_codes = a[keep] * n_ext + b[keep]
@@ -387,14 +387,14 @@ class _HeavyUnion:
         span = hi - lo
         t_owner = np.repeat(np.arange(triple_codes.size, dtype=np.int64), span)
         position = np.arange(int(span.sum()), dtype=np.int64) + (lo - (np.cumsum(span) - span))[t_owner]
-        key_node = _unique(pair_key[position] * self.n + triple_nodes[t_owner])
+        key_node = sorted_unique(pair_key[position] * self.n + triple_nodes[t_owner])
         dup_key, dup_node = key_node // self.n, key_node % self.n
         mult = self._count_items(dup_key, dup_node, ext.lse_codes, self.n)
         return dup_key, dup_node, mult
 
     def _count_items(self, key: np.ndarray, values: np.ndarray, codes: np.ndarray, scale: int) -> np.ndarray:
-        owner, item = _gather(self.item_ptr, self.item_ext, key)
-        hit = _in_sorted(codes, item * scale + values[owner])
+        owner, item = gather_rows(self.item_ptr, self.item_ext, key)
+        hit = in_sorted(codes, item * scale + values[owner])
         return np.bincount(owner[hit], minlength=key.size).astype(np.int64)
 
     def _any_item(self, key: np.ndarray, values: np.ndarray, codes: np.ndarray, scale: int) -> np.ndarray:
@@ -402,10 +402,10 @@ class _HeavyUnion:
         found = np.zeros(key.size, dtype=bool)
         one = np.flatnonzero(length == 1)
         item = self.item_ext[self.item_ptr[key[one]]]
-        found[one] = _in_sorted(codes, item * scale + values[one])
+        found[one] = in_sorted(codes, item * scale + values[one])
         multi = np.flatnonzero(length >= 2)
-        owner, item = _gather(self.item_ptr, self.item_ext, key[multi])
-        hit = _in_sorted(codes, item * scale + values[multi][owner])
+        owner, item = gather_rows(self.item_ptr, self.item_ext, key[multi])
+        hit = in_sorted(codes, item * scale + values[multi][owner])
         found[multi[owner[hit]]] = True
         return found
 
@@ -420,10 +420,10 @@ class _HeavyUnion:
     def loose_of_class(self, key: np.ndarray, classes: np.ndarray) -> np.ndarray:
         """How many loose entries of class K (not whole in the union) the key's union holds."""
         ext, m = self.ext, self.m
-        owner, item = _gather(self.item_ptr, self.item_ext, key)
-        counts = _lookup(ext.hist_codes, ext.hist_counts, item * m + classes[owner])
+        owner, item = gather_rows(self.item_ptr, self.item_ext, key)
+        counts = lookup_codes(ext.hist_codes, ext.hist_counts, item * m + classes[owner])
         total = np.bincount(owner, weights=counts, minlength=key.size).astype(np.int64)
-        return total - _lookup(self.dup_codes, self.dup_counts, key * m + classes)
+        return total - lookup_codes(self.dup_codes, self.dup_counts, key * m + classes)
 
 
 def closure_sizes(
@@ -458,7 +458,7 @@ def closure_sizes(
         return reference_closure_sizes(graph, targets, radius)
     if targets.size < 2 or bool(np.all(targets[1:] > targets[:-1])):  # already sorted and distinct (a closure)
         return _closure_sizes_parallel(graph, targets, radius, workers)
-    unique_targets, inverse = _unique_inverse(targets)
+    unique_targets, inverse = sorted_unique_inverse(targets)
     sizes = _closure_sizes_parallel(graph, unique_targets, radius, workers)
     return sizes[inverse]
 
@@ -497,7 +497,7 @@ def _closure_sizes_parallel(
 
     if workers == 1:
         return _closure_sizes_unique(graph, targets, radius, far_from_classes(), pure_mask())
-    cached = (graph._edges, graph._children, graph.adapter_sizes)  # built once here, before threads read them
+    cached = (graph.edges, graph.children_csr, graph.adapter_sizes)  # built once here, before threads read them
     del cached
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rvu-closure-sizes") as pool:
         empty_future, pure_future = pool.submit(far_from_classes), pool.submit(pure_mask)
@@ -550,7 +550,7 @@ def _closure_sizes_unique(
 
     pure_classes = adapter[targets[pure]]
     present = np.flatnonzero(np.bincount(pure_classes, minlength=m))  # few distinct classes, many targets
-    ext_codes = _unique(np.concatenate([item_class * 3 + item_budget, present * 3 + budget_max]))
+    ext_codes = sorted_unique(np.concatenate([item_class * 3 + item_budget, present * 3 + budget_max]))
     ext = _extensions(graph, ext_codes)
     sizes[pure] = ext.sizes[np.searchsorted(ext_codes, pure_classes * 3 + budget_max)]
     if not n_mixed:
@@ -567,7 +567,7 @@ def _closure_sizes_unique(
     np.cumsum(counts[:-1], out=starts[1:])
     table = np.full((n_mixed, max(int(counts.max()), 1)), -1, dtype=np.int64)
     table[h_owner, np.arange(h_owner.size, dtype=np.int64) - starts[h_owner]] = h_ext
-    keys, key_of = _unique_rows(table)
+    keys, key_of = unique_rows(table)
     heavy_union = _HeavyUnion(graph, ext, keys)
     key_size = heavy_union.sizes
     in_heavy_classes = heavy_union.has_class
@@ -576,22 +576,22 @@ def _closure_sizes_unique(
 
     # ---- light extensions and the tree ball, target by target ----
     l_owner, l_ext = item_owner[~heavy], item_ext[~heavy]
-    lc_owner, lc_class = _gather(ext.ccls_ptr, ext.ccls_classes, l_ext)
+    lc_owner, lc_class = gather_rows(ext.ccls_ptr, ext.ccls_classes, l_ext)
     lc_owner = l_owner[lc_owner]
     fresh = ~in_heavy_classes(key_of[lc_owner], lc_class)
-    light_c = _unique(lc_owner[fresh] * m + lc_class[fresh])
+    light_c = sorted_unique(lc_owner[fresh] * m + lc_class[fresh])
     lc_owner, lc_class = light_c // m, light_c % m
     class_add = graph.adapter_sizes[lc_class] - heavy_loose_of_class(key_of[lc_owner], lc_class)
     sizes_mixed = key_size[key_of] + np.bincount(lc_owner, weights=class_add, minlength=n_mixed).astype(np.int64)
 
-    ll_owner, ll_node = _gather(ext.lse_ptr, ext.lse_nodes, l_ext)
-    cand = _unique(np.concatenate([l_owner[ll_owner] * n + ll_node, owner * n + node]))
+    ll_owner, ll_node = gather_rows(ext.lse_ptr, ext.lse_nodes, l_ext)
+    cand = sorted_unique(np.concatenate([l_owner[ll_owner] * n + ll_node, owner * n + node]))
     c_owner, c_node = cand // n, cand % n
     c_key = key_of[c_owner]
     covered = in_heavy_loose(c_key, c_node)
     classed = adapter[c_node] >= 0
     c_class = adapter[c_node[classed]]
-    covered[classed] |= in_heavy_classes(c_key[classed], c_class) | _in_sorted(light_c, c_owner[classed] * m + c_class)
+    covered[classed] |= in_heavy_classes(c_key[classed], c_class) | in_sorted(light_c, c_owner[classed] * m + c_class)
     sizes_mixed += np.bincount(c_owner[~covered], minlength=n_mixed)
     sizes[mixed] = sizes_mixed
     return sizes

@@ -51,7 +51,8 @@ def suites(benchmark_version: str) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=16)
-def _attack(benchmark_version: str, suite_name: str, attack_name: str) -> Any:
+def agentdojo_attack(benchmark_version: str, suite_name: str, attack_name: str) -> Any:
+    """AgentDojo's registered attack ``attack_name`` for one suite (a clear error naming the config field)."""
     from agentdojo.attacks.attack_registry import ATTACKS, load_attack  # with the suites: on first use
 
     if attack_name not in ATTACKS:
@@ -129,7 +130,7 @@ class AgentDojoScenario:
     @property
     def injections(self) -> dict[str, str]:
         """Injection placeholder -> attack text, as the configured AgentDojo attack builds them."""
-        attack = _attack(self.benchmark_version, self.suite_name, self.attack_name)
+        attack = agentdojo_attack(self.benchmark_version, self.suite_name, self.attack_name)
         built = dict(sorted(attack.attack(self.user_task_obj, self.injection_task_obj).items()))
         if self.injection_override is None:
             return built
@@ -244,18 +245,19 @@ def agentdojo_scenarios(
     return out
 
 
-def _natural(task_id: str) -> tuple[str, int]:
+def natural_task_order(task_id: str) -> tuple[str, int]:
+    """Sort key putting ``user_task_2`` before ``user_task_10``."""
     head, _, num = task_id.rpartition("_")
     return (head, int(num)) if num.isdigit() else (task_id, -1)
 
 
 def _pick(wanted: list[str] | None, available: list[str], where: str) -> list[str]:
     if wanted is None:
-        return sorted(available, key=_natural)
+        return sorted(available, key=natural_task_order)
     unknown = sorted(set(wanted) - set(available))
     if unknown:
         raise ConfigError(
             f"configs/benchmarks.yaml {where}: unknown task id(s) {unknown}; "
-            f"allowed: {', '.join(sorted(available, key=_natural))} (or 'all')."
+            f"allowed: {', '.join(sorted(available, key=natural_task_order))} (or 'all')."
         )
-    return sorted(set(wanted), key=_natural)
+    return sorted(set(wanted), key=natural_task_order)

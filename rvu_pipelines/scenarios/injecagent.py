@@ -178,7 +178,7 @@ class InjecAgentScenario:
         return ScenarioOutcome(succeeded, utility, trace.messages, judge, details)
 
 
-def _unquote(response: str) -> str:
+def unquote_response(response: str) -> str:
     """``tool_response`` is the case's response wrapped in one pair of double quotes; drop them."""
     response = response.strip()
     return response[1:-1] if len(response) >= 2 and response[0] == response[-1] == '"' else response
@@ -197,7 +197,7 @@ def injecagent_scenarios(frame: Any, tools_json: Path, setting: str) -> list[Inj
             attacker_tools=tuple(row["attacker_tools"]),
             attacker_instruction=row["attacker_instruction"],
             attack_type=row["attack_type"],
-            tool_response=_unquote(row["tool_response"]),
+            tool_response=unquote_response(row["tool_response"]),
             tool_specs=specs,
             tool_parameters=row.get("tool_parameters") or "{}",
         )

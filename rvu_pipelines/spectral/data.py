@@ -52,7 +52,7 @@ def heldout_split(group: str, fraction: float = HELDOUT_FRACTION) -> str:
     return "heldout" if bucket < fraction else "calibration"
 
 
-def _frame(rows: Iterable[dict]) -> pl.DataFrame:
+def example_frame(rows: Iterable[dict]) -> pl.DataFrame:
     schema = {
         "text": pl.String,
         "label": pl.Int8,
@@ -97,7 +97,7 @@ def context_verification(
         for label, candidate in ((0, answer), (1, perturbed[0].strip().rstrip("."))):
             statement = STATEMENT_TEMPLATE.format(question=question, candidate=candidate)
             rows.append(_example(prefix, statement, "", label, f"tofu_{row['subset']}", group, split))
-    return _frame(rows)
+    return example_frame(rows)
 
 
 def _insert(context: str, attack: str, position: str) -> str:
@@ -129,7 +129,7 @@ def bipia_contamination(bipia: pl.DataFrame, max_chars: int = MAX_DOCUMENT_CHARS
         rows.append(_example(prefix, context, "", 0, f"bipia_{row['task']}", group, split))
         injected = _insert(context, attack.strip(), positions[number % len(positions)])
         rows.append(_example(prefix, injected, "", 1, f"bipia_{row['task']}", group, split))
-    return _frame(rows)
+    return example_frame(rows)
 
 
 def injecagent_contamination(injecagent: pl.DataFrame, tofu: pl.DataFrame, max_pairs: int = 200) -> pl.DataFrame:
@@ -150,7 +150,7 @@ def injecagent_contamination(injecagent: pl.DataFrame, tofu: pl.DataFrame, max_p
         attacked = template.replace(PLACEHOLDER, row["attacker_instruction"].strip())
         rows.append(_example(prefix, clean, "", 0, "injecagent", group, split))
         rows.append(_example(prefix, attacked, "", 1, "injecagent", group, split))
-    return _frame(rows)
+    return example_frame(rows)
 
 
 def deepset_contamination(deepset: pl.DataFrame) -> pl.DataFrame:
@@ -162,7 +162,7 @@ def deepset_contamination(deepset: pl.DataFrame) -> pl.DataFrame:
             continue
         split = "heldout" if row["split"] == "test" else "calibration"
         rows.append(_example("", text, "", int(row["label"]), "deepset", f"deepset:{index}", split))
-    return _frame(rows)
+    return example_frame(rows)
 
 
 def load_spectral_datasets(source: object | None = None) -> dict[str, pl.DataFrame]:
@@ -301,7 +301,7 @@ def length_matched_clean(
         padded = _example(prefix, padded_doc, suffix, 0, clean["source"], group, clean["split"])
         for row, role in ((clean, "clean"), (injected, "injected"), (padded, "padded")):
             rows.append({**{c: row[c] for c in EXAMPLE_COLUMNS}, ROLE_COLUMN: role})
-    frame = _frame({c: r[c] for c in EXAMPLE_COLUMNS} for r in rows)
+    frame = example_frame({c: r[c] for c in EXAMPLE_COLUMNS} for r in rows)
     return frame.with_columns(pl.Series(ROLE_COLUMN, [r[ROLE_COLUMN] for r in rows], dtype=pl.String))
 
 

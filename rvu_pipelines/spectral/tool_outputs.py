@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import polars as pl
 
-from rvu_pipelines.spectral.data import DOCUMENT_TEMPLATE, _frame, heldout_split
+from rvu_pipelines.spectral.data import DOCUMENT_TEMPLATE, example_frame, heldout_split
 
 SOURCE_PREFIX = "agentdojo_"
 
@@ -65,7 +65,7 @@ def agentdojo_tool_outputs(
 def _tool_outputs(benchmark_version: str, suite_names: tuple[str, ...] | None, attack: str) -> pl.DataFrame:
     from agentdojo.functions_runtime import FunctionsRuntime
 
-    from rvu_pipelines.scenarios.agentdojo_tasks import _attack, _natural, suites
+    from rvu_pipelines.scenarios.agentdojo_tasks import agentdojo_attack, natural_task_order, suites
 
     available = suites(benchmark_version)
     chosen = sorted(available) if suite_names is None else list(suite_names)
@@ -76,9 +76,9 @@ def _tool_outputs(benchmark_version: str, suite_names: tuple[str, ...] | None, a
     for suite_name in chosen:
         suite = available[suite_name]
         runtime = FunctionsRuntime(suite.tools)
-        injection_ids = sorted(suite.injection_tasks, key=_natural)
-        planter = _attack(benchmark_version, suite_name, attack)
-        for number, user_id in enumerate(sorted(suite.user_tasks, key=_natural)):
+        injection_ids = sorted(suite.injection_tasks, key=natural_task_order)
+        planter = agentdojo_attack(benchmark_version, suite_name, attack)
+        for number, user_id in enumerate(sorted(suite.user_tasks, key=natural_task_order)):
             task = suite.get_user_task_by_id(user_id)
             injection = suite.get_injection_task_by_id(injection_ids[number % len(injection_ids)])
             planted = planter.attack(task, injection)
@@ -96,4 +96,4 @@ def _tool_outputs(benchmark_version: str, suite_names: tuple[str, ...] | None, a
                 rows.append(_example(task.PROMPT, plain, 0, source, group, split))
                 if attacked != plain:
                     rows.append(_example(task.PROMPT, attacked, 1, source, group, split))
-    return _frame(rows)
+    return example_frame(rows)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from rvu_pipelines.detectors import HeuristicDetector, TfidfDetector
 from rvu_pipelines.detectors.buried import build_buried_set, tpr_at_fpr
-from rvu_pipelines.detectors.finetune import FinetuneSettings, _tokenizer
+from rvu_pipelines.detectors.finetune import FinetuneSettings, encoder_tokenizer
 from rvu_pipelines.detectors.production import THRESHOLD_MARGIN, select_settings, threshold_for_fpr
 from rvu_pipelines.detectors.validity import (
     DetectorSpec,
@@ -50,7 +50,7 @@ def test_tpr_at_fpr_reads_the_benign_quantile() -> None:
 
 @pytest.fixture(scope="module")
 def tokenizer(encoder):
-    return _tokenizer(encoder)
+    return encoder_tokenizer(encoder)
 
 
 def test_buried_pairs_reach_their_length_and_hold_the_payload(deepset, tokenizer) -> None:

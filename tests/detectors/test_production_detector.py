@@ -69,9 +69,9 @@ def registered(production, served):
 def test_training_examples_cover_every_source_and_keep_held_out_text_out(
     corpora, deployment, hard_negatives, encoder
 ) -> None:
-    from rvu_pipelines.detectors.finetune import _tokenizer
+    from rvu_pipelines.detectors.finetune import encoder_tokenizer
 
-    tokenizer = _tokenizer(encoder)
+    tokenizer = encoder_tokenizer(encoder)
     examples = training_examples(corpora, deployment, hard_negatives, tokenizer, TINY_RECIPE)
     counts = {(s, int(label)) for s, label in examples.select("source", "label").unique().iter_rows()}
     for source in ("deepset", "jailbreak", "agentdojo", "bipia", "injecagent"):

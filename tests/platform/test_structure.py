@@ -1,13 +1,11 @@
-"""The house stays easy to change: README's layout matches the tree, and a long module says why it is one."""
+"""README's layout matches the tree (how modules meet is tested in test_private_names and test_import_graph)."""
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-MAX_LINES = 500
 
 
 def _layout_block() -> str:
@@ -38,16 +36,3 @@ def test_readme_layout_names_every_package_and_only_paths_that_exist() -> None:
         if p.is_dir() and (p / "__init__.py").exists()
     }
     assert packages - named == set(), f"packages missing from README's layout: {sorted(packages - named)}"
-
-
-def test_no_module_over_500_lines_without_saying_why() -> None:
-    """A module past the limit must say in its docstring why it stays one unit ("one unit", "one algorithm")."""
-    offenders = []
-    for path in sorted((REPO / "rvu_pipelines").rglob("*.py")):
-        source = path.read_text()
-        if source.count("\n") <= MAX_LINES:
-            continue
-        docstring = ast.get_docstring(ast.parse(source)) or ""
-        if not re.search(r"\bone (unit|algorithm)\b", docstring):
-            offenders.append(f"{path.relative_to(REPO)} ({source.count(chr(10))} lines)")
-    assert offenders == [], offenders
