@@ -1,9 +1,9 @@
 """The DuckDB provenance store: one file holding what the agent did and every recovery decision.
 
-It implements :class:`rvu_pipelines.provenance.store.ProvenanceStore`; all of its SQL lives here and in
-:mod:`duckdb_ingest` (the write path for new rows, split off for length). The class stays one unit
-because every method shares one connection, its transaction depth and its temporary-view helpers
-(which is why this file runs past 600 lines rather than being cut through the class).
+It implements :class:`rvu_pipelines.provenance.store.ProvenanceStore`; all of its SQL lives here, the bulk
+write paths included: an incident's new rows (:class:`SqlProvenanceStore.ingest` decides them), raised scores,
+and a synthetic graph (``bulk_load``). The class is one unit because every method shares one connection, its
+transaction depth and its temporary-view helpers.
 
 Tables (seed 000 §3.2, plus what recovery at scale needs):
 
@@ -34,7 +34,6 @@ import duckdb
 import numpy as np
 
 from rvu_pipelines.errors import EntryNotFoundError, StoreError
-from rvu_pipelines.provenance import duckdb_ingest
 from rvu_pipelines.provenance.closure import ProvenanceGraph
 from rvu_pipelines.provenance.incident import IncidentLog
 from rvu_pipelines.provenance.ingest_plan import IngestPlan, StoredEntry, SyntheticGraph
@@ -185,15 +184,42 @@ class DuckDBProvenanceStore(SqlProvenanceStore):
             return self._rows(f"SELECT {columns} FROM {table} JOIN {view} USING (seq)")
 
     def _stored_entries(self, entry_ids: Sequence[str]) -> dict[str, StoredEntry]:
-        return duckdb_ingest.stored_entries(self, entry_ids)
+        if not entry_ids:
+            return {}
+        with self._registered({"entry_id": np.array(list(entry_ids), dtype=object)}) as view:
+            rows = self._rows(
+                "SELECT p.entry_id, p.seq, p.record_hash, p.incident_id "
+                f"FROM provenance p JOIN {view} v USING (entry_id)"
+            )
+        return {row[0]: StoredEntry(int(row[1]), row[2], row[3]) for row in rows}
 
     def _write_new_entries(
         self, incident: IncidentLog, plan: IngestPlan, vectors: np.ndarray | None, embedder: str | None
     ) -> None:
-        duckdb_ingest.write_new_entries(self, incident, plan, vectors, embedder)
+        """The plan's new provenance rows (and vectors) in one INSERT ... SELECT each, from registered numpy views."""
+        with self._registered(plan.entry_columns) as view:
+            self._con.execute(
+                f"INSERT INTO provenance SELECT entry_id, episode_id, action_type, content, content_hash, parent_id, "
+                f"ts, 0, 0, active_adapter_id, seq, nullif(parent_seq, -1), nullif(adapter_seq, -1), score, "
+                f"record_hash, ?, line_no FROM {view}",
+                [incident.incident_id],
+            )
+        if vectors is not None:
+            blobs = np.array([vectors[i].tobytes() for i in plan.new_rows], dtype=object)
+            with self._registered({"seq": plan.seqs[plan.new_rows], "vector": blobs}) as view:
+                self._con.execute(f"INSERT INTO embeddings SELECT seq, vector FROM {view}")
+            if self.embedding_dim is None:
+                self._set_meta("embedding_dim", str(vectors.shape[1]))
+                self._set_meta("embedder", embedder or "unknown")
 
     def _raise_scores(self, plan: IngestPlan) -> list[int]:
-        return duckdb_ingest.raise_scores(self, plan)
+        with self._registered({"seq": plan.seqs[plan.present], "score": plan.scores[plan.present]}) as view:
+            raised = self._con.execute(
+                f"UPDATE provenance SET contamination_score = v.score FROM {view} v "
+                f"WHERE provenance.seq = v.seq AND v.score > coalesce(provenance.contamination_score, 0) "
+                f"RETURNING provenance.seq"
+            ).fetchnumpy()["seq"]
+        return [int(seq) for seq in np.asarray(raised).tolist()]
 
     def _set_meta(self, key: str, value: str) -> None:
         with self.transaction():
@@ -283,7 +309,67 @@ class DuckDBProvenanceStore(SqlProvenanceStore):
         }
 
     def _bulk_load(self, graph: SyntheticGraph) -> None:
-        duckdb_ingest.bulk_load(self, graph)
+        """Load a synthetic graph into an empty store in one statement per table (benchmarks, migrations).
+
+        Skips per-record validation (the caller vouches for ids being unique and parents coming first)
+        but records one ``ingested`` event like a normal ingest.
+        """
+        entry_ids, parent_seq, adapter_seq, contamination = (
+            graph.entry_ids,
+            graph.parent_seq,
+            graph.adapter_seq,
+            graph.contamination,
+        )
+        adapter_ids, influence, vectors, episode_ids = (
+            graph.adapter_ids,
+            graph.influence,
+            graph.vectors,
+            graph.episode_ids,
+        )
+        n = graph.n
+        seqs = np.arange(n, dtype=np.int64)
+        with self.transaction():
+            frame = {
+                "entry_id": entry_ids,
+                "seq": seqs,
+                "parent_seq": np.asarray(parent_seq, dtype=np.int64),
+                "adapter_seq": np.asarray(adapter_seq, dtype=np.int64),
+                "score": np.asarray(contamination, dtype=np.float64),
+                "episode_id": episode_ids if episode_ids is not None else np.full(n, "bulk", dtype=object),
+            }
+            with self._registered(frame) as view:
+                self._con.execute(
+                    f"INSERT INTO provenance SELECT v.entry_id, v.episode_id, 'tool_output', 'entry ' || v.entry_id, "
+                    f"sha256('entry ' || v.entry_id), NULL, v.seq, 0, 0, NULL, v.seq, nullif(v.parent_seq, -1), "
+                    f"nullif(v.adapter_seq, -1), v.score, NULL, 'bulk', NULL FROM {view} v"
+                )
+            with self._registered(
+                {
+                    "adapter_id": adapter_ids,
+                    "seq": np.arange(adapter_ids.size, dtype=np.int64),
+                    "influence": np.asarray(influence, dtype=np.float64),
+                }
+            ) as view:
+                self._con.execute(
+                    f"INSERT INTO adapter_provenance (adapter_id, adapter_name, adapter_hash, seq, influence) "
+                    f"SELECT adapter_id, adapter_id, sha256(adapter_id), seq, influence FROM {view}"
+                )
+            self._con.execute(
+                "UPDATE provenance SET parent_id = p.entry_id FROM provenance p WHERE provenance.parent_seq = p.seq"
+            )
+            self._con.execute(
+                "UPDATE provenance SET active_adapter_id = a.adapter_id FROM adapter_provenance a "
+                "WHERE provenance.adapter_seq = a.seq"
+            )
+            if vectors is not None:
+                vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+                blobs = np.empty(n, dtype=object)
+                blobs[:] = [row.tobytes() for row in vectors]
+                with self._registered({"seq": seqs, "vector": blobs}) as view:
+                    self._con.execute(f"INSERT INTO embeddings SELECT seq, vector FROM {view}")
+                self._set_meta("embedding_dim", str(vectors.shape[1]))
+                self._set_meta("embedder", "bulk")
+            self._append_event("ingested", "entry", [], {"bulk": True, "entries": n})
 
     def _update_where(
         self, table: str, seqs: np.ndarray, condition: str, assignment: str, params: Sequence[Any] = ()

@@ -11,25 +11,28 @@ connection, leaving nothing half written. Row-level idempotency (``... WHERE tai
 makes a retried step change nothing twice. Unlike the DuckDB tables these carry primary keys and unique
 constraints: PostgreSQL updates indexed rows in place, and a second line of defence costs nothing here.
 
-Bulk loads use ``COPY ... FROM STDIN`` (10^6 entries in seconds); large reads come back as one packed bytea per
-five million rows, read by numpy, instead of a million Python tuples. The class stays one unit, as the DuckDB
-store does: every method shares one connection and its transaction depth (new rows: :mod:`postgres_ingest`).
+Bulk writes use ``COPY ... FROM STDIN``: an incident's new rows (:class:`SqlProvenanceStore.ingest` decides them)
+and a synthetic graph (``bulk_load``, 10^6 entries in seconds). Large reads come back as one packed bytea per five
+million rows, read by numpy, instead of a million Python tuples. PostgreSQL text cannot hold U+0000, so an
+incident carrying one is refused before any write. The class is one unit, as the DuckDB store is: every method
+shares one connection and its transaction depth.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import time
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import polars as pl
 
-from rvu_pipelines.errors import EntryNotFoundError, StoreError
-from rvu_pipelines.provenance import postgres_ingest
+from rvu_pipelines.errors import EntryNotFoundError, IncidentValidationError, StoreError
 from rvu_pipelines.provenance.closure import ProvenanceGraph
-from rvu_pipelines.provenance.incident import IncidentLog
+from rvu_pipelines.provenance.incident import IncidentIssue, IncidentLog
 from rvu_pipelines.provenance.ingest_plan import IngestPlan, StoredEntry, SyntheticGraph
 from rvu_pipelines.provenance.postgres_location import redact, split_location
 from rvu_pipelines.provenance.sql_store import SqlProvenanceStore
@@ -104,6 +107,49 @@ CREATE TABLE IF NOT EXISTS incidents (
     ingested_at DOUBLE PRECISION
 );
 """
+
+_ENTRY_COLUMNS = (
+    'entry_id, episode_id, action_type, content, content_hash, parent_id, "timestamp", active_adapter_id, seq, '
+    "parent_seq, adapter_seq, contamination_score, record_hash, incident_id, line_no"
+)
+
+
+_TEXT_FIELDS = (
+    "entry_id",
+    "episode_id",
+    "action_type",
+    "content",
+    "parent_id",
+    "active_adapter_id",
+    "adapter_id",
+    "adapter_name",
+    "adapter_hash",
+    "source",
+    "parent_adapter_id",
+)
+
+
+def refuse_nul_characters(incident: IncidentLog) -> None:
+    """PostgreSQL text cannot hold U+0000 (DuckDB can): refuse such an incident by line and field, before any write,
+    rather than fail half-way with a driver error."""
+    issues = [
+        IncidentIssue(
+            incident.path,
+            record.line,
+            name,
+            "contains a NUL character (\\u0000), which a PostgreSQL store cannot hold; remove it, or recover into "
+            "a DuckDB store",
+        )
+        for record in incident.records
+        for name in _TEXT_FIELDS
+        if "\x00" in (getattr(record, name) or "")
+    ]
+    if issues:
+        raise IncidentValidationError(incident.path, issues)
+
+
+def _sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 class PostgresProvenanceStore(SqlProvenanceStore):
@@ -205,12 +251,41 @@ class PostgresProvenanceStore(SqlProvenanceStore):
         return {row[0]: StoredEntry(int(row[1]), row[2], row[3]) for row in rows}
 
     def _check_incident(self, incident: IncidentLog) -> None:
-        postgres_ingest.refuse_nul_characters(incident)
+        refuse_nul_characters(incident)
 
     def _write_new_entries(
         self, incident: IncidentLog, plan: IngestPlan, vectors: np.ndarray | None, embedder: str | None
     ) -> None:
-        postgres_ingest.write_new_entries(self, incident, plan, vectors, embedder)
+        """The plan's new provenance rows (and vectors) through ``COPY ... FROM STDIN``."""
+        columns = plan.entry_columns
+        rows = zip(
+            columns["entry_id"].tolist(),
+            columns["episode_id"].tolist(),
+            columns["action_type"].tolist(),
+            columns["content"].tolist(),
+            columns["content_hash"].tolist(),
+            columns["parent_id"].tolist(),
+            columns["ts"].tolist(),
+            columns["active_adapter_id"].tolist(),
+            columns["seq"].tolist(),
+            [None if s < 0 else s for s in columns["parent_seq"].tolist()],
+            [None if s < 0 else s for s in columns["adapter_seq"].tolist()],
+            columns["score"].tolist(),
+            columns["record_hash"].tolist(),
+            [incident.incident_id] * len(plan.new_rows),
+            columns["line_no"].tolist(),
+            strict=True,
+        )
+        self._copy_rows(f"provenance ({_ENTRY_COLUMNS})", rows)
+        if vectors is not None:
+            seqs = plan.seqs[plan.new_rows].tolist()
+            self._copy_rows(
+                "embeddings (seq, vector)",
+                ((s, vectors[i].tobytes()) for s, i in zip(seqs, plan.new_rows, strict=True)),
+            )
+            if self.embedding_dim is None:
+                self._set_meta("embedding_dim", str(vectors.shape[1]))
+                self._set_meta("embedder", embedder or "unknown")
 
     def _raise_scores(self, plan: IngestPlan) -> list[int]:
         raised = self._rows(
@@ -303,7 +378,75 @@ class PostgresProvenanceStore(SqlProvenanceStore):
     # ---------------------------------------------------------------- ingest
 
     def _bulk_load(self, graph: SyntheticGraph) -> None:
-        postgres_ingest.bulk_load(self, graph)
+        """Load a synthetic graph into an empty store with ``COPY`` (benchmarks, migrations); one ``ingested``
+        event. The caller vouches for unique ids and parents before children (the primary keys still check)."""
+        entry_ids, parent_seq, adapter_seq, contamination = (
+            graph.entry_ids,
+            graph.parent_seq,
+            graph.adapter_seq,
+            graph.contamination,
+        )
+        adapter_ids, influence, vectors, episode_ids = (
+            graph.adapter_ids,
+            graph.influence,
+            graph.vectors,
+            graph.episode_ids,
+        )
+        n = graph.n
+        ids = np.asarray(entry_ids, dtype=object)
+        names = np.asarray(adapter_ids, dtype=object)
+        parents, adapters_of = np.asarray(parent_seq, dtype=np.int64), np.asarray(adapter_seq, dtype=np.int64)
+        content = ["entry " + str(entry_id) for entry_id in ids.tolist()]
+        ordered = pl.DataFrame(
+            {
+                "entry_id": ids.tolist(),
+                "episode_id": ["bulk"] * n if episode_ids is None else np.asarray(episode_ids, dtype=object).tolist(),
+                "action_type": ["tool_output"] * n,
+                "content": content,
+                "content_hash": [_sha256_text(text) for text in content],
+                "parent_id": [None if p < 0 else ids[p] for p in parents.tolist()],
+                "timestamp": np.arange(n, dtype=np.float64),
+                "active_adapter_id": [None if a < 0 else names[a] for a in adapters_of.tolist()],
+                "seq": np.arange(n, dtype=np.int64),
+                "parent_seq": [None if p < 0 else p for p in parents.tolist()],
+                "adapter_seq": [None if a < 0 else a for a in adapters_of.tolist()],
+                "contamination_score": np.asarray(contamination, dtype=np.float64),
+                "record_hash": [None] * n,
+                "incident_id": ["bulk"] * n,
+                "line_no": [None] * n,
+            },
+            schema_overrides={
+                "parent_seq": pl.Int64,
+                "adapter_seq": pl.Int64,
+                "record_hash": pl.String,
+                "line_no": pl.Int64,
+                "parent_id": pl.String,
+                "active_adapter_id": pl.String,
+            },
+        )
+        adapter_names = names.tolist()
+        with self.transaction():
+            self._copy_csv(f"provenance ({_ENTRY_COLUMNS})", ordered)
+            self._copy_rows(
+                "adapter_provenance (adapter_id, adapter_name, adapter_hash, seq, influence)",
+                (
+                    (name, name, _sha256_text(name), seq, float(value))
+                    for seq, (name, value) in enumerate(zip(adapter_names, np.asarray(influence).tolist(), strict=True))
+                ),
+            )
+            if vectors is not None:
+                vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+                self._copy_rows("embeddings (seq, vector)", ((i, vectors[i].tobytes()) for i in range(n)))
+                self._set_meta("embedding_dim", str(vectors.shape[1]))
+                self._set_meta("embedder", "bulk")
+            self._append_event("ingested", "entry", [], {"bulk": True, "entries": n})
+
+    def _copy_csv(self, target: str, frame: pl.DataFrame) -> None:
+        """``COPY target FROM STDIN`` of a polars frame as CSV (nulls as unquoted empty fields)."""
+        payload = frame.write_csv(include_header=False, null_value="", quote_style="non_numeric").encode()
+        with self._con.cursor() as cursor, cursor.copy(f"COPY {target} FROM STDIN WITH (FORMAT csv)") as copy:
+            for start in range(0, len(payload), 1 << 24):
+                copy.write(payload[start : start + (1 << 24)])
 
     def _copy_rows(self, target: str, rows: Any) -> None:
         """``COPY target FROM STDIN``, one Python row at a time (exact types: bytea, nulls)."""

@@ -117,24 +117,10 @@ def module_graph() -> nx.DiGraph:
 def test_module_graph_sees_imports() -> None:
     graph = module_graph()
     assert graph.has_edge("rvu_pipelines.recovery.pipeline", "rvu_pipelines.recovery.certificate")
-    assert graph.has_edge("rvu_pipelines.provenance.duckdb_store", "rvu_pipelines.provenance.duckdb_ingest")
-
-
-# One unit in two files: duckdb_ingest / postgres_ingest are their store's write path, split off for length
-# only; their functions take the store as their first argument and name its type under TYPE_CHECKING. The
-# edge back is a type annotation, never a runtime import; any other pair must not lean on each other.
-ONE_UNIT_EDGES: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("rvu_pipelines.provenance.duckdb_ingest", "rvu_pipelines.provenance.duckdb_store"),
-        ("rvu_pipelines.provenance.postgres_ingest", "rvu_pipelines.provenance.postgres_store"),
-    }
-)
 
 
 def test_no_cycle_between_modules() -> None:
     """Inside a subpackage too: no pair of modules leans on each other (the usual sign of a misplaced type)."""
     graph = module_graph()
-    assert ONE_UNIT_EDGES <= set(graph.edges), "an exception above no longer exists: remove it"
-    graph.remove_edges_from(ONE_UNIT_EDGES)
     cycles = sorted(" -> ".join(cycle) for cycle in nx.simple_cycles(graph))
     assert not cycles, f"import cycles between modules of rvu_pipelines/: {cycles}"
