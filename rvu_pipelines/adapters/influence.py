@@ -16,17 +16,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
+
+from rvu_pipelines.models.embedding import Embedder
 
 EMBEDDING_WEIGHT = 0.7
 TOKEN_WEIGHT = 0.3
 _WORD = re.compile(r"[a-z0-9]+")
-
-
-class Embedder(Protocol):
-    def encode(self, texts: list[str], *, show_progress: bool = False) -> np.ndarray: ...
 
 
 def words(text: str) -> set[str]:

@@ -41,8 +41,9 @@ from rvu_pipelines.memory.model import Channel, MemoryItem
 from rvu_pipelines.memory.monitor import ReferenceMonitor
 from rvu_pipelines.memory_poisoning.attacks import minja
 from rvu_pipelines.memory_poisoning.corpus import MemoryEntry, MinjaVictim
-from rvu_pipelines.memory_poisoning.retrieval import Embedder, RetrievalMemory, embed_texts
+from rvu_pipelines.memory_poisoning.retrieval import RetrievalMemory, embed_texts
 from rvu_pipelines.memory_poisoning.stats import RateResult, rate
+from rvu_pipelines.models.embedding import Embedder
 from rvu_pipelines.models.llm import ChatModel
 
 SYSTEM_PROMPT = (

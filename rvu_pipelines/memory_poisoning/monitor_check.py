@@ -41,7 +41,8 @@ import numpy as np
 
 from rvu_pipelines.memory.user_channel import ContentVerdict
 from rvu_pipelines.memory_poisoning.defenses.base import WriteDetector
-from rvu_pipelines.memory_poisoning.retrieval import Embedder, embed_texts
+from rvu_pipelines.memory_poisoning.retrieval import embed_texts
+from rvu_pipelines.models.embedding import Embedder
 from rvu_pipelines.text_rules import text_problem
 from rvu_pipelines.text_windows import char_spans, max_tokens, window_count
 

@@ -8,27 +8,16 @@ quarantine) by id. Every matrix that enters is checked: shape, dimension, finite
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
 
 import faiss
 import numpy as np
 
 from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.memory_poisoning.corpus import MemoryEntry
+from rvu_pipelines.models.embedding import Embedder
 
 DEFAULT_TOP_K = 5
 NORM_TOLERANCE = 1e-3
-
-
-class Embedder(Protocol):
-    """What the memory needs from an embedder (``rvu_pipelines.models.embedder.SentenceEmbedder``)."""
-
-    name: str
-
-    @property
-    def dimension(self) -> int: ...
-
-    def encode(self, texts: list[str], *, show_progress: bool = False) -> np.ndarray: ...
 
 
 def check_embeddings(vectors: object, n: int, dimension: int, what: str) -> np.ndarray:

@@ -28,7 +28,6 @@ from rvu_pipelines.memory_poisoning.report import (
     retro_scan_markdown,
     write_time_markdown,
 )
-from rvu_pipelines.memory_poisoning.retrieval import Embedder
 from rvu_pipelines.memory_poisoning.sir import SIRConfig, SIRCurves, plot_sir, simulate_sir
 from rvu_pipelines.memory_poisoning.study import attack_defense_matrix, context_for, detector_suite, protocol_contrast
 from rvu_pipelines.memory_poisoning.study_adaptive import AdaptiveResult, adaptive_study
@@ -42,6 +41,7 @@ from rvu_pipelines.memory_poisoning.timeline import (
     retro_scan_study,
     scan_incident,
 )
+from rvu_pipelines.models.embedding import Embedder
 from rvu_pipelines.tracking import metric_name
 
 if TYPE_CHECKING:

@@ -23,10 +23,10 @@ from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.machine import write_stamp
 from rvu_pipelines.memory_poisoning.comparisons import paired_comparisons
 from rvu_pipelines.memory_poisoning.report import agg_pyplot
-from rvu_pipelines.memory_poisoning.retrieval import Embedder
 from rvu_pipelines.memory_poisoning.runner import benign_hybrid_kappa, hybrid_factory
 from rvu_pipelines.memory_poisoning.study import attack_defense_matrix, detector_suite
 from rvu_pipelines.memory_poisoning.study_cells import ATTACKS, EmbeddingCache, StudyConfig, build_cell
+from rvu_pipelines.models.embedding import Embedder
 from rvu_pipelines.tracking import metric_name
 
 Progress = Callable[[str], None]

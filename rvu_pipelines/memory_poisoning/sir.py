@@ -24,7 +24,8 @@ import numpy as np
 from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.memory_poisoning.corpus import MemoryEntry
 from rvu_pipelines.memory_poisoning.defenses.base import WriteDetector
-from rvu_pipelines.memory_poisoning.retrieval import Embedder, RetrievalMemory, embed_texts
+from rvu_pipelines.memory_poisoning.retrieval import RetrievalMemory, embed_texts
+from rvu_pipelines.models.embedding import Embedder
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,10 @@ from rvu_pipelines.memory_poisoning.attacks.adaptive import (
 from rvu_pipelines.memory_poisoning.attacks.synonyms import WordNetSynonyms
 from rvu_pipelines.memory_poisoning.defenses.base import WriteDetector
 from rvu_pipelines.memory_poisoning.defenses.memsad import MemsadDetector
-from rvu_pipelines.memory_poisoning.retrieval import Embedder, embed_texts
+from rvu_pipelines.memory_poisoning.retrieval import embed_texts
 from rvu_pipelines.memory_poisoning.study import context_for, detection_fields, score_cell
 from rvu_pipelines.memory_poisoning.study_cells import AttackCell
+from rvu_pipelines.models.embedding import Embedder
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,8 @@ from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.memory_poisoning.attacks import agentpoison, injecmem, minja, varied
 from rvu_pipelines.memory_poisoning.attacks.base import AttackRun
 from rvu_pipelines.memory_poisoning.corpus import MemoryEntry, PoisoningCorpus, minja_victims, strategyqa_corpus
-from rvu_pipelines.memory_poisoning.retrieval import Embedder, embed_texts
+from rvu_pipelines.memory_poisoning.retrieval import embed_texts
+from rvu_pipelines.models.embedding import Embedder
 
 ATTACKS = ("agentpoison", "agentpoison_random_trigger", "agentpoison_varied", "minja", "injecmem")
 

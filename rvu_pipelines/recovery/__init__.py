@@ -5,6 +5,7 @@ agents' episode runner and the Dagster ``incident_recovery`` asset (once per inc
 functions in ``pipeline`` are its steps, public for tests and the paper reproductions (``reproductions``).
 """
 
+from rvu_pipelines.models.embedding import Embedder, HashingEmbedder
 from rvu_pipelines.recovery.certificate import (
     Verdict,
     check_certificate,
@@ -33,7 +34,7 @@ from rvu_pipelines.recovery.pipeline import (
 from rvu_pipelines.recovery.signing_keys import load_or_create_signing_key, open_signing_key, trusted_fingerprint
 from rvu_pipelines.recovery.tamper_audit import tamper_report
 from rvu_pipelines.recovery.tiers import AdapterRuntime, TierOutcome, TierPlan, apply_tiers, restore_entry
-from rvu_pipelines.recovery.vector_index import Embedder, HashingEmbedder, VectorIndex
+from rvu_pipelines.recovery.vector_index import VectorIndex
 
 __all__ = [
     "AdapterGate",

@@ -38,6 +38,7 @@ from rvu_pipelines.detectors.base import InjectionDetector
 from rvu_pipelines.detectors.exfiltration import ExfiltrationHeuristic
 from rvu_pipelines.errors import ConfigError, StoreError
 from rvu_pipelines.hashing import sha256_bytes
+from rvu_pipelines.models.embedding import Embedder, HashingEmbedder, embedder_name
 from rvu_pipelines.provenance.canonical import canonical_bytes
 from rvu_pipelines.provenance.closure import ProvenanceGraph
 from rvu_pipelines.provenance.engines import describe_store, open_store, store_exists
@@ -60,7 +61,7 @@ from rvu_pipelines.recovery.tiers import (
     restore_decisions,
     restore_entry,
 )
-from rvu_pipelines.recovery.vector_index import Embedder, HashingEmbedder, VectorIndex, embedder_name
+from rvu_pipelines.recovery.vector_index import VectorIndex
 
 # ------------------------------------------------------------------------------------ extension points
 

@@ -7,13 +7,10 @@ commit and a crash never leaves an isolated vector retrievable.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
 
 import faiss
 import numpy as np
@@ -24,54 +21,6 @@ from rvu_pipelines.provenance.intsets import unique_ints
 from rvu_pipelines.provenance.store import ProvenanceStore
 
 log = logging.getLogger(__name__)
-
-
-# ------------------------------------------------------------------------------------ embeddings
-
-
-@runtime_checkable
-class Embedder(Protocol):
-    """Turns entry content into vectors. ``rvu_pipelines.models.embedder.SentenceEmbedder`` fits."""
-
-    @property
-    def dimension(self) -> int: ...
-
-    def encode(self, texts: list[str]) -> np.ndarray: ...
-
-
-class HashingEmbedder:
-    """A dependency-free, deterministic embedder: signed feature hashing of lower-cased word tokens.
-
-    Good enough to give every entry a retrievable vector in tests and offline runs; swap in the
-    MiniLM ``SentenceEmbedder`` for semantic retrieval.
-    """
-
-    _TOKEN = re.compile(r"[a-z0-9]+")
-
-    def __init__(self, dimension: int = 64) -> None:
-        self._dimension = dimension
-        self.name = f"hashing-{dimension}-v1"
-
-    @property
-    def dimension(self) -> int:
-        return self._dimension
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self._dimension), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for token in self._TOKEN.findall(text.lower()):
-                digest = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
-                out[row, digest % self._dimension] += 1.0 if (digest >> 63) & 1 else -1.0
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms > 0, norms, 1.0)
-
-
-def embedder_name(embedder: Any) -> str:
-    name = getattr(embedder, "name", None)
-    if name:
-        return str(name)
-    path = getattr(embedder, "model_path", None)
-    return f"{type(embedder).__name__}:{path}" if path else type(embedder).__name__
 
 
 # ------------------------------------------------------------------------------------ vector index

@@ -47,7 +47,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -65,6 +65,9 @@ from rvu_pipelines.memory_poisoning.defenses.memsad import (
     history_matrix,
     reference_matrix,
 )
+
+if TYPE_CHECKING:
+    from rvu_pipelines.memory_poisoning.attacks.synonyms import SynonymSource
 from rvu_pipelines.memory_poisoning.defenses.perplexity import NllScorer
 from rvu_pipelines.memory_poisoning.retrieval import check_embeddings
 
@@ -89,12 +92,6 @@ STOPWORDS = frozenset(
 )
 
 Tokenizer = Callable[[str], Sequence[str]]
-
-
-class SynonymSource(Protocol):
-    """A synonym dictionary: ``synonyms(word)`` -> other words with the same sense (lower case)."""
-
-    def synonyms(self, word: str) -> tuple[str, ...]: ...
 
 
 def content_tokens(text: str) -> set[str]:
