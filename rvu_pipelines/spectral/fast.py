@@ -174,6 +174,7 @@ def fast_spectral_stats(
     if n < 2 or total <= 0.0:
         return SpectralStats(0.0, 0.0, 0.0, fiedler, 0.0, n)
 
+    x = x / np.abs(x).max()  # every statistic is a ratio, blind to scale; single precision is not (underflow)
     rng = np.random.default_rng(seed)
     y = x if x.shape[1] <= sketch else x @ (rng.standard_normal((x.shape[1], sketch)) / np.sqrt(sketch))
     z = rng.choice(np.array([-1.0, 1.0]), size=(n, probes))

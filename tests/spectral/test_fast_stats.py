@@ -116,3 +116,14 @@ def test_fast_fiedler_rejects_what_is_not_a_graph() -> None:
             fast_fiedler(bad)
     with pytest.raises(SpectralInputError, match="Allowed"):
         fast_fiedler(np.eye(3), "laplace")  # type: ignore[arg-type]
+
+
+def test_a_tiny_signal_gives_the_same_statistics_as_its_scaled_copy() -> None:
+    """Single precision would square 1e-91 to zero; the statistics are ratios, so scale must not matter."""
+    weights = np.ones((4, 4))
+    x = np.zeros((4, 3))
+    x[0, 0] = 2.19588303e-91
+    tiny = fast_spectral_stats(weights, x, kind="combinatorial")
+    exact = spectral_stats(weights, x, kind="combinatorial")
+    assert tiny.smoothness == pytest.approx(exact.smoothness, rel=1e-4) and tiny.smoothness > 0
+    assert fast_spectral_stats(weights, x / x[0, 0], kind="combinatorial") == tiny
