@@ -49,7 +49,7 @@ from rvu_pipelines.agents.regression import (
 )
 from rvu_pipelines.attacks.catalog import get_attack
 from rvu_pipelines.code_version import code_version
-from rvu_pipelines.detectors.resolve import PRODUCTION_CHOICE
+from rvu_pipelines.detectors.catalog import PRODUCTION_CHOICE
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.scenarios.axes import ATTACKS, BENCHMARKS, CANONICAL, DEFENSES, NATIVE

@@ -6,8 +6,8 @@ from pydantic import Field
 
 from assets.production_detector import KEY as PRODUCTION_ASSET
 from resources import MlflowTrackerResource
+from rvu_pipelines.detectors.catalog import PRODUCTION_CHOICE, content_check_for
 from rvu_pipelines.detectors.corpora import CORPUS_NAMES, build_corpus
-from rvu_pipelines.detectors.resolve import PRODUCTION_CHOICE, content_check_for
 from rvu_pipelines.memory import evaluate_monitor
 from rvu_pipelines.memory.user_channel import ContentCheck, RegexContentCheck
 from rvu_pipelines.memory.utility_cost import strategyqa_records

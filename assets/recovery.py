@@ -184,11 +184,11 @@ def incident_recovery(
         from rvu_pipelines.adapters.blocklist import record_evictions  # runtime only: keeps the code location light
         from rvu_pipelines.adapters.eviction_probe import probe_for_incident
         from rvu_pipelines.adapters.recovery_gate import gate_for_incident
-        from rvu_pipelines.detectors.resolve import resolve_detector
+        from rvu_pipelines.detectors.catalog import by_name
         from rvu_pipelines.provenance.incident import load_incident
 
         log = load_incident(source)
-        signal, signal_version = resolve_detector(recovery.detector, mlflow_tracker.tracker().tracking_uri)
+        signal, signal_version = by_name(recovery.detector, mlflow_tracker.tracker().tracking_uri)
         run.log_params({"detector": signal_version})
         result = recover(
             log,

@@ -175,7 +175,7 @@ def models_check(profile: str | None) -> None:
     default="production",
     show_default=True,
     help="Classifier defense's detector: production (rvu-injection-detector@production, registered by "
-    "`make run`), nanoguard, heuristic, exfiltration or registered:<name>[@<alias>].",
+    "`make run`) or any name `rvu detectors` lists (nanoguard, heuristic, registered:<name>[@<alias>], ...).",
 )
 @click.option(
     "--defense",
@@ -295,6 +295,19 @@ def summary(show_all: bool) -> None:
         "  Dagster UI  make dev        -> http://127.0.0.1:3000 (assets, checks, lineage, runs)\n"
         f"  MLflow UI   make mlflow-ui  -> http://127.0.0.1:5000 (tracking store {tracker.tracking_uri})"
     )
+
+
+@cli.command("detectors")
+def detectors_command() -> None:
+    """The detectors a --detector option (and an asset's detector config) accepts, with what each is."""
+    from rich.markup import escape
+
+    from rvu_pipelines.detectors.catalog import plugins
+
+    for plugin in plugins():
+        console.print(
+            f"[bold]{escape(plugin.choice)}[/bold]  {escape(plugin.summary)}", highlight=False, soft_wrap=True
+        )
 
 
 @cli.command("settings")

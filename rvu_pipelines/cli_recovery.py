@@ -54,7 +54,7 @@ STATE_HELP = "Recovery state folder (default .rvu/recovery)."
     default="exfiltration",
     show_default=True,
     help="Contamination signal on the action records: exfiltration (the exfiltration heuristic), production "
-    "(the calibrated injection detector in the MLflow registry), nanoguard, heuristic or registered:<name>[@<alias>].",
+    "(the calibrated injection detector in the MLflow registry) or any name `rvu detectors` lists.",
 )
 @click.option(
     "--membership/--no-membership",
@@ -77,7 +77,7 @@ def recover(
     from rvu_pipelines.adapters.blocklist import record_evictions
     from rvu_pipelines.adapters.eviction_probe import probe_for_incident
     from rvu_pipelines.adapters.recovery_gate import gate_for_incident
-    from rvu_pipelines.detectors.resolve import resolve_detector
+    from rvu_pipelines.detectors.catalog import by_name
     from rvu_pipelines.provenance.incident import load_incident
     from rvu_pipelines.recovery import recover as run_recovery
     from rvu_pipelines.recovery.first_ingest import check_against_new_store
@@ -88,7 +88,7 @@ def recover(
     log = load_incident(incident)  # validated once, first: a bad file changes nothing; recovery uses this copy
     check_against_new_store(log, paths.store)  # what a new store would refuse, refused before the embedder loads
     incident_id = log.incident_id
-    signal, _ = resolve_detector(detector, default_tracking_uri())
+    signal, _ = by_name(detector, default_tracking_uri())
     result = run_recovery(
         log,
         paths.store,

@@ -11,7 +11,6 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +19,9 @@ import numpy as np
 from rvu_pipelines.agents.evaluation import CellRun, CellSpec, run_cell
 from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
 from rvu_pipelines.attacks.catalog import AttackContext, attack_fingerprint, attacked, get_attack
-from rvu_pipelines.detectors import InjectionDetector, NanoGuardDetector
+from rvu_pipelines.detectors import InjectionDetector
 from rvu_pipelines.detectors.base import MemoizedDetector
-from rvu_pipelines.detectors.resolve import PRODUCTION_CHOICE, resolve_detector
+from rvu_pipelines.detectors.catalog import PRODUCTION_CHOICE, by_name, plugin_for
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.models.llm import AdapterHostingModel, ChatCompletion, ChatModel, Message, adapter_key_of
 from rvu_pipelines.paths import config_dir, state_dir
@@ -39,14 +38,15 @@ AGENT_N_CTX = 8192  # SmolLM2 and Qwen2.5 both take 8k; AgentDojo tool schemas n
 class LazyDetector:
     """A detector loaded on its first ``score``: a cell whose episodes are all saved never loads it."""
 
-    def __init__(self, choice: str, name: str) -> None:
+    def __init__(self, choice: str, name: str, tracking_uri: str | None = None) -> None:
         self.choice = choice
         self.name = name
+        self.tracking_uri = tracking_uri
         self._detector: InjectionDetector | None = None
 
     def score(self, texts: Sequence[str]) -> np.ndarray:
         if self._detector is None:
-            self._detector, _ = load_detector(self.choice)
+            self._detector, _ = by_name(self.choice, self.tracking_uri)
         return self._detector.score(texts)
 
     def predict(self, texts: Sequence[str], threshold: float = 0.5) -> np.ndarray:
@@ -91,14 +91,15 @@ class LazyChatModel:
 
 
 def detector_for(choice: str, tracking_uri: str | None = None) -> tuple[InjectionDetector, str]:
-    """The classifier defense's detector and its version string, loading nothing heavy up front:
-    NanoGuard's weights ship in a pinned package, so the package version identifies them.
+    """The classifier defense's detector and its version string (see :mod:`rvu_pipelines.detectors.catalog`),
+    loading nothing heavy up front where the version is known without the weights.
 
     ``tracking_uri``: the MLflow registry registered detectors come from (the tracker resource's, resolved at
     the edge); None uses the platform default."""
-    if choice == "nanoguard":
-        return LazyDetector(choice, NanoGuardDetector.name), f"nanoguard:{version('metatronnanoguard')}"
-    return load_detector(choice, tracking_uri)
+    plugin, _ = plugin_for(choice)
+    if plugin.version is not None:
+        return LazyDetector(choice, plugin.display_name or plugin.name, tracking_uri), plugin.version()
+    return by_name(choice, tracking_uri or default_tracking_uri())
 
 
 def version_of(detector: object) -> str:
@@ -107,13 +108,6 @@ def version_of(detector: object) -> str:
     if version_attr:
         return str(version_attr)
     return f"name:{getattr(detector, 'name', type(detector).__name__)}"
-
-
-def load_detector(choice: str, tracking_uri: str | None = None) -> tuple[InjectionDetector, str]:
-    """The classifier defense's detector and a version string for cache keys (see
-    :mod:`rvu_pipelines.detectors.resolve` for the choices; registered ones come from ``tracking_uri``'s
-    registry, by default the platform's)."""
-    return resolve_detector(choice, tracking_uri or default_tracking_uri())
 
 
 @dataclass

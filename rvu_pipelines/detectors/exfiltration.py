@@ -14,6 +14,7 @@ import re
 import numpy as np
 
 from rvu_pipelines.detectors.base import DetectorBase
+from rvu_pipelines.detectors.catalog import detector_plugin
 
 
 class ExfiltrationHeuristic(DetectorBase):
@@ -37,3 +38,9 @@ class ExfiltrationHeuristic(DetectorBase):
 
     def _score(self, texts: list[str]) -> np.ndarray:
         return np.array([1.0 if self._regex.search(text) else 0.0 for text in texts], dtype=np.float64)
+
+
+@detector_plugin("exfiltration", summary="recovery's exfiltration patterns (credentials, outbound URLs), no model")
+def _load_exfiltration(argument: str, tracking_uri: str | None) -> tuple[ExfiltrationHeuristic, str]:
+    exfiltration = ExfiltrationHeuristic()
+    return exfiltration, f"exfiltration:{getattr(exfiltration, 'version', exfiltration.name)}"

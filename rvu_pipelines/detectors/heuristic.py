@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rvu_pipelines.detectors.base import DetectorBase
+from rvu_pipelines.detectors.catalog import detector_plugin
 
 _PREV = r"(?:previous|prior|above|earlier|preceding|foregoing|original|initial|old|all|any|your|the)"
 _INSTR = r"(?:instructions?|prompts?|rules?|directions?|directives?|guidelines?|commands?|context|orders?|tasks?)"
@@ -199,3 +200,9 @@ class HeuristicDetector(DetectorBase):
 
     def _score(self, texts: list[str]) -> np.ndarray:
         return np.array([self._score_one(text) for text in texts], dtype=np.float64)
+
+
+@detector_plugin("heuristic", summary="D1: weighted groups of injection patterns, no model")
+def _load_heuristic(argument: str, tracking_uri: str | None) -> tuple[HeuristicDetector, str]:
+    heuristic = HeuristicDetector()
+    return heuristic, f"heuristic:{heuristic.name}"

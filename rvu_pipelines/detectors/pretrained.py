@@ -27,6 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rvu_pipelines.detectors.base import DetectorBase, Span, fitted_spans, tokenizer_window_spans
+from rvu_pipelines.detectors.catalog import detector_plugin
 from rvu_pipelines.errors import (
     ChecksumMismatchError,
     DetectorError,
@@ -333,3 +334,21 @@ def load_pretrained_detector(
                 reason = f"hub unreachable ({str(exc)[:160]}): NanoGuard stands in for protectai"
     nano = NanoGuardDetector()
     return PretrainedChoiceRecord(nano, "nanoguard", reason, nano.record)
+
+
+def _nanoguard_package_version() -> str:
+    """NanoGuard's weights ship in a pinned package, so the package version names them without loading."""
+    from importlib.metadata import version
+
+    return f"nanoguard:{version('metatronnanoguard')}"
+
+
+@detector_plugin(
+    "nanoguard",
+    summary="D3: NanoGuard, package-shipped weights (zero-shot)",
+    display_name=NanoGuardDetector.name,
+    version=_nanoguard_package_version,
+)
+def _load_nanoguard(argument: str, tracking_uri: str | None) -> tuple[DetectorBase, str]:
+    loaded = load_pretrained_detector("nanoguard")
+    return loaded.detector, f"nanoguard:{loaded.record.get('sha256', loaded.record.get('model'))}"

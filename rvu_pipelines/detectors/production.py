@@ -39,6 +39,7 @@ import numpy as np
 import polars as pl
 
 from rvu_pipelines.detectors.base import InjectionDetector, tokenizer_window_spans
+from rvu_pipelines.detectors.catalog import PRODUCTION_CHOICE, detector_plugin
 from rvu_pipelines.detectors.corpora import Corpus
 from rvu_pipelines.detectors.finetune import EncoderRef, FinetunedDetector, FinetuneSettings
 from rvu_pipelines.errors import DetectorError
@@ -462,3 +463,24 @@ def register_production(
     }
     out: dict[str, object] = {role: ref.record() for role, ref in registered.items()}
     return out | tags
+
+
+@detector_plugin(
+    PRODUCTION_CHOICE,
+    summary=f"{PRODUCTION_NAME} at alias '{PRODUCTION_ALIAS}' in the MLflow registry: the calibrated detector "
+    "(0.5 = 1 % FPR on benign tool outputs)",
+)
+def _load_production(argument: str, tracking_uri: str | None) -> tuple[InjectionDetector, str]:
+    from rvu_pipelines.detectors.registry import load_registered_detector
+    from rvu_pipelines.errors import RegisteredDetectorError
+
+    try:
+        detector = load_registered_detector(PRODUCTION_NAME, tracking_uri, alias=PRODUCTION_ALIAS)
+    except RegisteredDetectorError as exc:
+        raise RegisteredDetectorError(
+            f"{exc} The production detector is trained and registered by the asset 'detector_production' "
+            "(part of `make run`'s default job); materialize it, or choose another detector "
+            "(nanoguard, heuristic)."
+        ) from exc
+    ref = detector.registered  # type: ignore[attr-defined]
+    return detector, f"registered:{ref.name}@{PRODUCTION_ALIAS}={ref.version}"

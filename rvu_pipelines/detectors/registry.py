@@ -25,10 +25,11 @@ from typing import Any
 import yaml
 
 from rvu_pipelines.detectors.base import DetectorBase
+from rvu_pipelines.detectors.catalog import detector_plugin
 from rvu_pipelines.detectors.finetune import FinetunedDetector
 from rvu_pipelines.detectors.onnx_d4 import OnnxDetector
 from rvu_pipelines.detectors.tfidf import TfidfDetector
-from rvu_pipelines.errors import RegisteredDetectorError
+from rvu_pipelines.errors import ConfigError, RegisteredDetectorError
 from rvu_pipelines.tracking import default_tracking_uri
 
 CURRENT_ALIAS = "current"
@@ -261,3 +262,20 @@ def load_registered_detector(
     detector.registered = ref  # type: ignore[attr-defined]  # read back by registered_ref()
     detector.version = f"{ref.name}/{ref.version}"  # type: ignore[attr-defined]  # the certificate's detector version
     return detector
+
+
+@detector_plugin(
+    "registered",
+    parameter="<name>[@<alias>]",
+    summary="any D2 / D4 registered in the MLflow registry (alias 'current' by default)",
+)
+def _load_registered(argument: str, tracking_uri: str | None) -> tuple[DetectorBase, str]:
+    name, _, alias = argument.partition("@")
+    alias = alias or CURRENT_ALIAS
+    if not name:
+        raise ConfigError(
+            f"Invalid detector 'registered:{argument}': name the registered model, e.g. registered:<name>."
+        )
+    detector = load_registered_detector(name, tracking_uri, alias=alias)
+    ref = registered_ref(detector)
+    return detector, f"registered:{ref.name}@{alias}={ref.version}"

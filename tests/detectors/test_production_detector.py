@@ -103,7 +103,7 @@ def test_the_served_graph_flags_at_most_one_percent_of_benign_calibration_output
 def test_the_alias_production_is_what_every_consumer_loads(registered, served, monkeypatch) -> None:
     from rvu_pipelines.agents.defenses import DetectorFilter, EpisodeTrace
     from rvu_pipelines.agents.harness import detector_for
-    from rvu_pipelines.detectors.resolve import content_check_for, resolve_detector
+    from rvu_pipelines.detectors.catalog import by_name, content_check_for
     from rvu_pipelines.memory.user_channel import UserChannel
 
     uri, record = registered
@@ -116,7 +116,7 @@ def test_the_alias_production_is_what_every_consumer_loads(registered, served, m
     ]
     expected = served.detector.score(texts)
 
-    loaded, loaded_version = resolve_detector("production", uri)
+    loaded, loaded_version = by_name("production", uri)
     assert loaded.name == PRODUCTION_NAME and loaded_version.endswith(f"={version}")
     np.testing.assert_allclose(loaded.score(texts), expected, atol=1e-6)
 
@@ -166,7 +166,7 @@ def test_production_is_the_classifier_defense_default_and_its_absence_says_how_t
     from assets.attacks import HarnessConfig
     from rvu_pipelines.agents.harness import Harness
     from rvu_pipelines.cli import regress
-    from rvu_pipelines.detectors.resolve import resolve_detector
+    from rvu_pipelines.detectors.catalog import by_name
     from rvu_pipelines.errors import RegisteredDetectorError
 
     assert HarnessConfig().detector == "production"
@@ -174,4 +174,4 @@ def test_production_is_the_classifier_defense_default_and_its_absence_says_how_t
     assert next(p for p in regress.params if p.name == "detector").default == "production"
     empty = f"sqlite:///{tmp_path / 'empty.db'}"
     with pytest.raises(RegisteredDetectorError, match="detector_production"):
-        resolve_detector("production", empty)
+        by_name("production", empty)
