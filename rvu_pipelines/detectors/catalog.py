@@ -18,14 +18,13 @@ certificates.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from rvu_pipelines.detectors.base import InjectionDetector
 from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.plugins import import_package_modules
 
 Loader = Callable[[str, "str | None"], "tuple[InjectionDetector, str]"]
 PRODUCTION_CHOICE = "production"  # the default everywhere: the calibrated detector in the MLflow registry
@@ -49,7 +48,6 @@ class DetectorPlugin:
 
 
 _PLUGINS: dict[str, DetectorPlugin] = {}
-_DISCOVERED = False
 
 
 def detector_plugin(
@@ -74,22 +72,15 @@ def detector_plugin(
     return register
 
 
-def _discover() -> None:
+def import_detector_modules() -> None:
     """Import every module of this package once, so each registers its plugins. MLflow's model-from-code
     files (``mlflow_*.py``) are skipped: MLflow runs them when it loads a logged model, nothing imports them."""
-    global _DISCOVERED
-    if _DISCOVERED:
-        return
-    package = importlib.import_module(__package__ or "rvu_pipelines.detectors")
-    for module in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        if not module.name.startswith("mlflow_"):
-            importlib.import_module(f"{package.__name__}.{module.name}")
-    _DISCOVERED = True
+    import_package_modules("rvu_pipelines.detectors", skip=lambda name: name.startswith("mlflow_"))
 
 
 def plugins() -> tuple[DetectorPlugin, ...]:
     """Every registered detector, sorted by name."""
-    _discover()
+    import_detector_modules()
     return tuple(_PLUGINS[name] for name in sorted(_PLUGINS))
 
 
@@ -100,7 +91,7 @@ def choices() -> tuple[str, ...]:
 
 def plugin_for(choice: str) -> tuple[DetectorPlugin, str]:
     """The plugin ``choice`` names and its argument, or a clear error listing the allowed values."""
-    _discover()
+    import_detector_modules()
     name, _, argument = choice.partition(":")
     plugin = _PLUGINS.get(name)
     if plugin is None or bool(plugin.parameter) != (":" in choice):

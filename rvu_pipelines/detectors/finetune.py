@@ -39,6 +39,13 @@ from typing import Any, Final
 import numpy as np
 
 from rvu_pipelines.detectors.base import DetectorBase, Span, tokenizer_window_spans
+from rvu_pipelines.detectors.registry_formats import (
+    KIND_KEY,
+    NAME_KEY,
+    RegistryFormat,
+    pinned_requirements,
+    register_format,
+)
 from rvu_pipelines.errors import ChecksumMismatchError, DetectorError
 
 FORMAT = "rvu-d4-finetuned/1"
@@ -489,3 +496,28 @@ def untrained_detector(
     base = encoder or resolve_encoder()
     settings = settings or FinetuneSettings()
     return FinetunedDetector(_build_model(base, settings), encoder_tokenizer(base), settings, base)
+
+
+def _save_registered(detector: FinetunedDetector, folder: Path) -> None:
+    """D4 as an MLflow pyfunc model from code (``mlflow_d4_model.py``) over its safetensors weights, so MLflow
+    never cloudpickles a Python object."""
+    import mlflow.pyfunc
+
+    weights = detector.save(folder.parent / "d4_weights")
+    mlflow.pyfunc.save_model(
+        str(folder),
+        python_model=str(Path(__file__).with_name("mlflow_d4_model.py")),
+        artifacts={"detector": str(weights)},
+        pip_requirements=pinned_requirements("torch", "transformers", "safetensors", "mlflow"),
+        metadata={KIND_KEY: D4_FORMAT_TAG, NAME_KEY: detector.name, "encoder": detector.encoder.record()},
+    )
+
+
+def _load_registered(folder: Path, mlmodel: dict) -> FinetunedDetector:
+    artifacts = mlmodel.get("flavors", {}).get("python_function", {}).get("artifacts", {})
+    weights = (artifacts.get("detector") or {}).get("path", "artifacts/d4_weights")
+    return FinetunedDetector.load(folder / weights)
+
+
+D4_FORMAT_TAG = "d4-finetuned-safetensors"
+register_format(RegistryFormat("d4", D4_FORMAT_TAG, FinetunedDetector, _save_registered, _load_registered))

@@ -31,6 +31,13 @@ from rvu_pipelines.detectors.finetune import (
     encoder_tokenizer,
     offset_probability,
 )
+from rvu_pipelines.detectors.registry_formats import (
+    KIND_KEY,
+    NAME_KEY,
+    RegistryFormat,
+    pinned_requirements,
+    register_format,
+)
 from rvu_pipelines.errors import ChecksumMismatchError, DetectorError
 from rvu_pipelines.hashing import sha256_file
 
@@ -280,3 +287,41 @@ def agreement(
         f1_reference=f1s[0],
         f1_candidate=f1s[1],
     )
+
+
+def _save_registered(detector: OnnxDetector, folder: Path) -> None:
+    """D4 on ONNX Runtime as a pyfunc from code (``mlflow_d4_onnx_model.py``) over the exported graphs: another
+    version of the D4 registered model, needing onnxruntime instead of torch."""
+    import mlflow.pyfunc
+
+    mlflow.pyfunc.save_model(
+        str(folder),
+        python_model=str(Path(__file__).with_name("mlflow_d4_onnx_model.py")),
+        artifacts={"detector": str(detector.folder)},
+        model_config={"variant": detector.variant},
+        pip_requirements=pinned_requirements("onnxruntime", "transformers", "tokenizers", "mlflow"),
+        metadata={KIND_KEY: D4_ONNX_FORMAT_TAG, NAME_KEY: detector.name, "variant": detector.variant},
+    )
+
+
+def _load_registered(folder: Path, mlmodel: dict) -> OnnxDetector:
+    artifacts = mlmodel.get("flavors", {}).get("python_function", {}).get("artifacts", {})
+    graphs = (artifacts.get("detector") or {}).get("path", "artifacts/onnx")
+    variant = (mlmodel.get("metadata") or {}).get("variant", "int8")
+    # the session reads the graph into memory when it opens, so the temporary download may go
+    detector = OnnxDetector.load(folder / graphs, variant)
+    detector.folder = None  # the download is deleted after loading; register from the exported folder instead
+    return detector
+
+
+D4_ONNX_FORMAT_TAG = "d4-onnxruntime"
+register_format(
+    RegistryFormat(
+        "d4_onnx",
+        D4_ONNX_FORMAT_TAG,
+        OnnxDetector,
+        _save_registered,
+        _load_registered,
+        accepts=lambda detector: detector.folder is not None,
+    )
+)

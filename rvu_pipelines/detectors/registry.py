@@ -1,5 +1,6 @@
 """D2 and D4 as registered MLflow models, so any evaluation, the recovery pipeline or the attack
-harness can load "the current detector" by name.
+harness can load "the current detector" by name. How each type is stored is declared by its own module
+(:mod:`rvu_pipelines.detectors.registry_formats`):
 
 * D2 is logged with the ``mlflow.sklearn`` flavour in skops format (no pickle).
 * D4 is logged as an ``mlflow.pyfunc`` model from code (``mlflow_d4_model.py``) wrapping the
@@ -26,20 +27,19 @@ import yaml
 
 from rvu_pipelines.detectors.base import DetectorBase
 from rvu_pipelines.detectors.catalog import detector_plugin
-from rvu_pipelines.detectors.finetune import FinetunedDetector
-from rvu_pipelines.detectors.onnx_d4 import OnnxDetector
-from rvu_pipelines.detectors.tfidf import TfidfDetector
+from rvu_pipelines.detectors.registry_formats import (
+    KIND_KEY,
+    NAME_KEY,
+    format_for_detector,
+    format_for_tag,
+    formats,
+)
 from rvu_pipelines.errors import ConfigError, RegisteredDetectorError
 from rvu_pipelines.tracking import default_tracking_uri
 
 CURRENT_ALIAS = "current"
 ONNX_ALIAS = "onnx"
 MODEL_ARTIFACT = "model"
-KIND_KEY = "rvu_detector"
-NAME_KEY = "rvu_detector_name"  # the detector's display name, restored on load
-KINDS = {"d2": "d2-tfidf-skops", "d4": "d4-finetuned-safetensors", "d4_onnx": "d4-onnxruntime"}
-_D4_CODE = Path(__file__).with_name("mlflow_d4_model.py")
-_D4_ONNX_CODE = Path(__file__).with_name("mlflow_d4_onnx_model.py")
 
 
 def registered_name(kind: str, corpus: str) -> str:
@@ -80,55 +80,6 @@ def _client(tracking_uri: str) -> Any:  # MlflowClient, imported lazily (mlflow 
     return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
 
 
-def _requirements(*names: str) -> list[str]:
-    from importlib.metadata import version
-
-    return [f"{name}=={version(name)}" for name in names]
-
-
-def _save_model_folder(detector: DetectorBase, folder: Path) -> str:
-    """Write the MLflow model folder for D2 or D4; returns its kind."""
-    if isinstance(detector, TfidfDetector):
-        import mlflow.sklearn
-
-        mlflow.sklearn.save_model(
-            detector.pipeline,
-            str(folder),
-            serialization_format="skops",
-            pip_requirements=_requirements("scikit-learn", "skops"),
-            metadata={KIND_KEY: KINDS["d2"], NAME_KEY: detector.name},
-        )
-        return "d2"
-    if isinstance(detector, FinetunedDetector):
-        import mlflow.pyfunc
-
-        weights = detector.save(folder.parent / "d4_weights")
-        mlflow.pyfunc.save_model(
-            str(folder),
-            python_model=str(_D4_CODE),
-            artifacts={"detector": str(weights)},
-            pip_requirements=_requirements("torch", "transformers", "safetensors", "mlflow"),
-            metadata={KIND_KEY: KINDS["d4"], NAME_KEY: detector.name, "encoder": detector.encoder.record()},
-        )
-        return "d4"
-    if isinstance(detector, OnnxDetector) and detector.folder is not None:
-        import mlflow.pyfunc
-
-        mlflow.pyfunc.save_model(
-            str(folder),
-            python_model=str(_D4_ONNX_CODE),
-            artifacts={"detector": str(detector.folder)},
-            model_config={"variant": detector.variant},
-            pip_requirements=_requirements("onnxruntime", "transformers", "tokenizers", "mlflow"),
-            metadata={KIND_KEY: KINDS["d4_onnx"], NAME_KEY: detector.name, "variant": detector.variant},
-        )
-        return "d4_onnx"
-    raise RegisteredDetectorError(
-        "Only D2 (TfidfDetector), D4 (FinetunedDetector) and D4 on ONNX Runtime (OnnxDetector, loaded from an "
-        f"exported folder) are registered; got {type(detector).__name__}."
-    )
-
-
 def register_detector(
     detector: DetectorBase,
     *,
@@ -149,7 +100,9 @@ def register_detector(
     artifact = MODEL_ARTIFACT if alias == CURRENT_ALIAS else f"{MODEL_ARTIFACT}_{alias}"
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / MODEL_ARTIFACT
-        kind = _save_model_folder(detector, folder)
+        stored = format_for_detector(detector)
+        stored.save(detector, folder)
+        kind = stored.kind
         client.log_artifacts(run_id, str(folder), artifact)
     try:
         client.create_registered_model(name, description=description or None)
@@ -160,7 +113,7 @@ def register_detector(
         name,
         f"runs:/{run_id}/{artifact}",
         run_id=run_id,
-        tags={KIND_KEY: KINDS[kind], **str_tags},
+        tags={KIND_KEY: stored.tag, **str_tags},
         description=description or None,
     )
     client.set_registered_model_alias(name, alias, version.version)
@@ -187,7 +140,7 @@ def resolve_version(
             f"No registered detector '{name}' ({which}) in the MLflow registry at {uri}. Materialize the detector "
             "assets (group 'detectors') or register one with register_detector()."
         ) from exc
-    kind = next((k for k, v in KINDS.items() if v == found.tags.get(KIND_KEY)), "")
+    kind = next((f.kind for f in formats() if f.tag == found.tags.get(KIND_KEY)), "")
     return RegisteredDetector(name, str(found.version), str(found.run_id or ""), kind, uri)
 
 
@@ -236,28 +189,8 @@ def load_registered_detector(
         if not mlmodel.is_file():
             raise RegisteredDetectorError(f"{ref.model_uri} has no MLmodel file; it is not a logged detector.")
         spec = yaml.safe_load(mlmodel.read_text()) or {}
-        kind = (spec.get("metadata") or {}).get(KIND_KEY)
-        if kind == KINDS["d2"]:
-            flavor = spec.get("flavors", {}).get("sklearn", {})
-            if flavor.get("serialization_format") != "skops":
-                raise RegisteredDetectorError(f"{ref.model_uri} is not stored in skops format; refused (no pickle).")
-            detector: DetectorBase = TfidfDetector.load(local / flavor["pickled_model"])
-        elif kind == KINDS["d4"]:
-            artifacts = spec.get("flavors", {}).get("python_function", {}).get("artifacts", {})
-            weights = (artifacts.get("detector") or {}).get("path", "artifacts/d4_weights")
-            detector = FinetunedDetector.load(local / weights)
-        elif kind == KINDS["d4_onnx"]:
-            artifacts = spec.get("flavors", {}).get("python_function", {}).get("artifacts", {})
-            graphs = (artifacts.get("detector") or {}).get("path", "artifacts/onnx")
-            variant = (spec.get("metadata") or {}).get("variant", "int8")
-            # the session reads the graph into memory when it opens, so the temporary download may go
-            detector = OnnxDetector.load(local / graphs, variant)
-            detector.folder = None  # the download is deleted below; register from the exported folder instead
-        else:
-            raise RegisteredDetectorError(
-                f"{ref.model_uri} is not an RVU detector (metadata {KIND_KEY}={kind!r}); "
-                f"expected one of {sorted(KINDS.values())}."
-            )
+        stored = format_for_tag((spec.get("metadata") or {}).get(KIND_KEY), ref.model_uri)
+        detector = stored.load(local, spec)
     detector.name = str((spec.get("metadata") or {}).get(NAME_KEY) or detector.name)
     detector.registered = ref  # type: ignore[attr-defined]  # read back by registered_ref()
     detector.version = f"{ref.name}/{ref.version}"  # type: ignore[attr-defined]  # the certificate's detector version

@@ -20,7 +20,14 @@ from typing import Any
 import numpy as np
 
 from rvu_pipelines.detectors.base import DetectorBase, Span
-from rvu_pipelines.errors import DetectorError, UnsafePickleError
+from rvu_pipelines.detectors.registry_formats import (
+    KIND_KEY,
+    NAME_KEY,
+    RegistryFormat,
+    pinned_requirements,
+    register_format,
+)
+from rvu_pipelines.errors import DetectorError, RegisteredDetectorError, UnsafePickleError
 from rvu_pipelines.text_windows import char_spans
 
 # Seed 002 §11.3: char n-grams (1, 4), max 15,000 features, sublinear TF, no lowercasing (§5.1:
@@ -119,3 +126,27 @@ def load_skops(path: Path) -> Any:
             "Only a TF-IDF + logistic-regression pipeline is accepted."
         )
     return skops.io.load(path, trusted=[])
+
+
+def _save_registered(detector: TfidfDetector, folder: Path) -> None:
+    """D2 with MLflow's sklearn flavour in skops format (no pickle)."""
+    import mlflow.sklearn
+
+    mlflow.sklearn.save_model(
+        detector.pipeline,
+        str(folder),
+        serialization_format="skops",
+        pip_requirements=pinned_requirements("scikit-learn", "skops"),
+        metadata={KIND_KEY: D2_FORMAT_TAG, NAME_KEY: detector.name},
+    )
+
+
+def _load_registered(folder: Path, mlmodel: dict) -> TfidfDetector:
+    flavor = mlmodel.get("flavors", {}).get("sklearn", {})
+    if flavor.get("serialization_format") != "skops":
+        raise RegisteredDetectorError(f"{folder} is not stored in skops format; refused (no pickle).")
+    return TfidfDetector.load(folder / flavor["pickled_model"])
+
+
+D2_FORMAT_TAG = "d2-tfidf-skops"
+register_format(RegistryFormat("d2", D2_FORMAT_TAG, TfidfDetector, _save_registered, _load_registered))

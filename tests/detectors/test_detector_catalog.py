@@ -68,3 +68,14 @@ def test_rvu_detectors_lists_every_choice() -> None:
     assert result.exit_code == 0, result.output
     for choice in choices():
         assert choice in result.output
+
+
+def test_each_registrable_type_declares_its_stored_form_in_its_own_module() -> None:
+    from rvu_pipelines.detectors.registry_formats import formats
+
+    found = {f.kind: (f.tag, f.detector_type.__name__, f.save.__module__) for f in formats()}
+    assert found == {
+        "d2": ("d2-tfidf-skops", "TfidfDetector", "rvu_pipelines.detectors.tfidf"),
+        "d4": ("d4-finetuned-safetensors", "FinetunedDetector", "rvu_pipelines.detectors.finetune"),
+        "d4_onnx": ("d4-onnxruntime", "OnnxDetector", "rvu_pipelines.detectors.onnx_d4"),
+    }

@@ -98,7 +98,7 @@ def test_unknown_names_are_clear_errors(tracker) -> None:
         load_registered_detector("rvu-detector-d4-nowhere", tracker.tracking_uri)
     with pytest.raises(RegisteredDetectorError, match="Allowed values: d2, d4"):
         registered_name("d9", "deepset")
-    with pytest.raises(RegisteredDetectorError, match="Only D2"):
+    with pytest.raises(RegisteredDetectorError, match=r"registered: TfidfDetector \(d2\), FinetunedDetector \(d4\)"):
         from rvu_pipelines.detectors import HeuristicDetector
 
         register_detector(HeuristicDetector(), name="x", run_id="r", tracking_uri=tracker.tracking_uri)
