@@ -58,7 +58,7 @@ from rvu_pipelines.agents.defenses.elements import (
 )
 from rvu_pipelines.agents.defenses.fath import FATH_POLICY, episode_secret, load_or_create_fath_key
 from rvu_pipelines.agents.defenses.hfer import DEFAULT_THRESHOLD as HFER_THRESHOLD
-from rvu_pipelines.agents.defenses.hfer import hfer_pipeline
+from rvu_pipelines.agents.defenses.registry import Built, EpisodeStart, builder_for, defense_builder
 from rvu_pipelines.agents.defenses.rvg_policy import RvgPolicies, load_rvg_policies
 from rvu_pipelines.agents.llm_element import DEFAULT_SYSTEM_PROMPT, ChatModelLLM
 from rvu_pipelines.detectors.heuristic import HeuristicDetector
@@ -181,9 +181,9 @@ def request_planner(scenario: Scenario, policies: RvgPolicies) -> Planner:
 
 
 def build_pipeline(defense: str, llm: ChatModel, scenario: Scenario, settings: DefenseSettings) -> DefensePipeline:
-    """The pipeline of one defense for one scenario (fresh elements and trace per episode)."""
-    if defense not in DEFENSES:
-        raise ConfigError(f"Unknown defense '{defense}'; allowed values: {', '.join(DEFENSES)}.")
+    """The pipeline of one defense for one scenario (fresh elements and trace per episode), assembled by the
+    builder its module registered (:mod:`rvu_pipelines.agents.defenses.registry`)."""
+    build = builder_for(defense, DEFENSES)
     trace = EpisodeTrace()
     element = ChatModelLLM(
         llm, max_tokens=settings.max_tokens, seed=settings.seed, default_system=settings.system_prompt
@@ -192,61 +192,65 @@ def build_pipeline(defense: str, llm: ChatModel, scenario: Scenario, settings: D
     # below then executes through this defense's own tool boundary like any other call.
     prefill = prefill_calls(scenario)
     first: BasePipelineElement = PrefilledToolCalls(prefill) if prefill else element
-    if defense == "vanilla":
-        elements: list[BasePipelineElement] = [
-            SystemMessage(settings.system_prompt),
-            InitQuery(),
-            first,
-            ToolsExecutionLoop([ToolsExecutor(), element], max_iters=settings.max_iters),
-        ]
-    elif defense == "classifier":
-        elements = [
-            SystemMessage(settings.system_prompt),
-            InitQuery(),
-            first,
-            ToolsExecutionLoop(
-                [ToolsExecutor(), DetectorFilter(settings.detector, settings.threshold, trace), element],
-                max_iters=settings.max_iters,
-            ),
-        ]
-    elif defense == "hfer":  # the classifier's layout, the kill switch in place of the filter
-        return hfer_pipeline(
-            element,
-            settings.hfer_detector,
-            system_prompt=settings.system_prompt,
-            first=first,
+    built = build(defense, EpisodeStart(element, first, bool(prefill), trace), scenario, settings)
+    return built if isinstance(built, DefensePipeline) else DefensePipeline(built, defense, trace)
+
+
+@defense_builder("vanilla")
+def _vanilla(defense: str, start: EpisodeStart, scenario: Scenario, settings: DefenseSettings) -> Built:
+    return [
+        SystemMessage(settings.system_prompt),
+        InitQuery(),
+        start.first,
+        ToolsExecutionLoop([ToolsExecutor(), start.llm], max_iters=settings.max_iters),
+    ]
+
+
+@defense_builder("classifier")
+def _classifier(defense: str, start: EpisodeStart, scenario: Scenario, settings: DefenseSettings) -> Built:
+    return [
+        SystemMessage(settings.system_prompt),
+        InitQuery(),
+        start.first,
+        ToolsExecutionLoop(
+            [ToolsExecutor(), DetectorFilter(settings.detector, settings.threshold, start.trace), start.llm],
             max_iters=settings.max_iters,
-            threshold=settings.hfer_threshold,
-            trace=trace,
-        )
-    elif defense == "fath":
-        nonce = None if settings.fath_random_tags else scenario.scenario_id.encode()
-        session = FathSession(episode_secret(settings.resolved_fath_key(), nonce))
-        verify, parse = FathVerify(session, trace), FathResponse(session, trace)
-        # the pre-filled call is the benchmark protocol's own (made for the user), not the model's: it runs;
-        # every reply of the model goes through the parser
-        opening: list[BasePipelineElement] = [first] if prefill else [verify, first, parse]
-        elements = [
-            SystemMessage(f"{settings.system_prompt}\n\n{FATH_POLICY}"),
-            FathInitQuery(session),
-            *opening,
-            ToolsExecutionLoop(
-                [ToolsExecutor(), FathUntrustedTools(session, trace), verify, element, parse],
-                max_iters=settings.max_iters,
-            ),
-        ]
-    else:  # rvg, rvg_oracle, rvu_v1, rvu_v2: the same gated agent; the RVU ones recover after the episode
-        policy = settings.allowlist.policy_for(scenario.benchmark)
-        if defense == "rvg_oracle":  # upper bound: reads the answer key
-            gate = ToolGate(policy, scenario.task_tools, trace)
-        elif scenario.benchmark in PLANNED_BENCHMARKS:
-            gate = ToolGate(policy, None, trace, planner=request_planner(scenario, settings.rvg_policies))
-        else:  # InjecAgent, BIPIA: the protocol declares the tool of its pre-filled call
-            gate = ToolGate(policy, scenario.task_tools, trace)
-        elements = [
-            SystemMessage(settings.system_prompt),
-            InitQuery(),
-            first,
-            ToolsExecutionLoop([gate, element], max_iters=settings.max_iters),
-        ]
-    return DefensePipeline(elements, defense, trace)
+        ),
+    ]
+
+
+@defense_builder("fath")
+def _fath(defense: str, start: EpisodeStart, scenario: Scenario, settings: DefenseSettings) -> Built:
+    nonce = None if settings.fath_random_tags else scenario.scenario_id.encode()
+    session = FathSession(episode_secret(settings.resolved_fath_key(), nonce))
+    verify, parse = FathVerify(session, start.trace), FathResponse(session, start.trace)
+    # the pre-filled call is the benchmark protocol's own (made for the user), not the model's: it runs;
+    # every reply of the model goes through the parser
+    opening: list[BasePipelineElement] = [start.first] if start.prefilled else [verify, start.first, parse]
+    return [
+        SystemMessage(f"{settings.system_prompt}\n\n{FATH_POLICY}"),
+        FathInitQuery(session),
+        *opening,
+        ToolsExecutionLoop(
+            [ToolsExecutor(), FathUntrustedTools(session, start.trace), verify, start.llm, parse],
+            max_iters=settings.max_iters,
+        ),
+    ]
+
+
+@defense_builder(*sorted(GATED_DEFENSES))
+def _gated(defense: str, start: EpisodeStart, scenario: Scenario, settings: DefenseSettings) -> Built:
+    """rvg, rvg_oracle, rvu_v1, rvu_v2: the same gated agent; the RVU ones recover after the episode."""
+    policy = settings.allowlist.policy_for(scenario.benchmark)
+    if defense == "rvg_oracle":  # upper bound: reads the answer key
+        gate = ToolGate(policy, scenario.task_tools, start.trace)
+    elif scenario.benchmark in PLANNED_BENCHMARKS:
+        gate = ToolGate(policy, None, start.trace, planner=request_planner(scenario, settings.rvg_policies))
+    else:  # InjecAgent, BIPIA: the protocol declares the tool of its pre-filled call
+        gate = ToolGate(policy, scenario.task_tools, start.trace)
+    return [
+        SystemMessage(settings.system_prompt),
+        InitQuery(),
+        start.first,
+        ToolsExecutionLoop([gate, start.llm], max_iters=settings.max_iters),
+    ]

@@ -31,6 +31,7 @@ from agentdojo.functions_runtime import EmptyEnv, Env, FunctionsRuntime
 from agentdojo.types import ChatMessage, get_text_content_as_str
 
 from rvu_pipelines.agents.defenses.elements import DefenseAbort, DefensePipeline, EpisodeTrace
+from rvu_pipelines.agents.defenses.registry import EpisodeStart, defense_builder
 from rvu_pipelines.spectral.data import DOCUMENT_TEMPLATE
 
 ABORT_PREFIX = "Spectral kill switch:"
@@ -129,3 +130,17 @@ def hfer_pipeline(
         ToolsExecutionLoop([ToolsExecutor(), switch, llm_element], max_iters=max_iters),
     ]
     return DefensePipeline(elements, "hfer", trace)
+
+
+@defense_builder("hfer")
+def _hfer(defense: str, start: EpisodeStart, scenario: Any, settings: Any) -> DefensePipeline:
+    """The classifier's layout with the kill switch in place of the filter (``DefenseSettings.hfer_detector``)."""
+    return hfer_pipeline(
+        start.llm,
+        settings.hfer_detector,
+        system_prompt=settings.system_prompt,
+        first=start.first,
+        max_iters=settings.max_iters,
+        threshold=settings.hfer_threshold,
+        trace=start.trace,
+    )
