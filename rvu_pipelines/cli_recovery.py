@@ -78,11 +78,11 @@ def recover(
     from rvu_pipelines.adapters.eviction_probe import probe_for_incident
     from rvu_pipelines.adapters.recovery_gate import gate_for_incident
     from rvu_pipelines.detectors.catalog import by_name
+    from rvu_pipelines.paths import default_tracking_uri
     from rvu_pipelines.provenance.incident import load_incident
     from rvu_pipelines.recovery import recover as run_recovery
     from rvu_pipelines.recovery.first_ingest import check_against_new_store
     from rvu_pipelines.recovery.state import RecoveryPaths
-    from rvu_pipelines.tracking import default_tracking_uri
 
     paths = RecoveryPaths.default(state)
     log = load_incident(incident)  # validated once, first: a bad file changes nothing; recovery uses this copy

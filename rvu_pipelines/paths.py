@@ -1,4 +1,5 @@
-"""Where the project keeps its configs and its local state (DAGSTER_HOME, MLflow, outputs)."""
+"""Where the project keeps its configs, its local state (DAGSTER_HOME, MLflow, outputs) and its caches: the
+default locations, each overridable by a setting, read here so the rest of the library receives them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from rvu_pipelines.settings import env_value
 PROJECT_ROOT_ENV = "RVU_PROJECT_ROOT"
 STATE_DIR_ENV = "RVU_HOME"
 CONFIG_DIR_ENV = "RVU_CONFIG_DIR"
+TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+INCIDENT_DIR_ENV = "RVU_INCIDENT_DIR"
+SPECTRAL_CACHE_ENV = "RVU_SPECTRAL_CACHE"
 
 
 def project_root() -> Path:
@@ -36,3 +40,21 @@ def cache_dir(kind: str) -> Path:
     path = state_dir() / "cache" / kind
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def default_tracking_uri() -> str:
+    """The MLflow tracking store (``MLFLOW_TRACKING_URI``, else a SQLite file in the state folder)."""
+    return env_value(TRACKING_URI_ENV) or f"sqlite:///{state_dir() / 'mlflow.db'}"
+
+
+def incident_inbox_dir() -> Path:
+    """Where incident logs arrive for the recovery sensor (``RVU_INCIDENT_DIR``, else ``<state>/incidents``)."""
+    return Path(env_value(INCIDENT_DIR_ENV) or state_dir() / "incidents")
+
+
+def spectral_cache_dir() -> Path:
+    """``RVU_SPECTRAL_CACHE`` (default ``~/.cache/rvu/spectral``): content-addressed things only (converted
+    weights by GGUF sha256, calibrated switches by the hash of everything that made them), so a fresh state
+    folder (a test session, a clean clone) does not pay for them again."""
+    root = env_value(SPECTRAL_CACHE_ENV)
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "rvu" / "spectral"

@@ -16,10 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from rvu_pipelines.code_version import code_version
-from rvu_pipelines.paths import project_root, state_dir
-from rvu_pipelines.settings import env_value
+from rvu_pipelines.paths import default_tracking_uri, project_root, state_dir
 
-TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 DEFAULT_EXPERIMENT = "rvu"
 EXPERIMENT_PREFIX = "rvu-"
 
@@ -47,10 +45,6 @@ def experiment_for(domain: str | None) -> str:
 def metric_name(key: str) -> str:
     """An MLflow-valid metric name: runs of other characters (e.g. "MEMSAD (k=2)") become one underscore."""
     return re.sub(r"[^A-Za-z0-9_.\-/:]+", "_", key).strip("_")
-
-
-def default_tracking_uri() -> str:
-    return env_value(TRACKING_URI_ENV) or f"sqlite:///{state_dir() / 'mlflow.db'}"
 
 
 def default_artifact_root() -> Path:

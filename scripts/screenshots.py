@@ -516,7 +516,7 @@ def mlflow_experiments(base: str) -> list[Experiment]:
 def tracking_uri() -> str:
     """The store the pipelines write to (rvu_pipelines.tracking's default: .rvu/mlflow.db, or MLFLOW_TRACKING_URI)."""
     sys.path.insert(0, str(REPO))
-    from rvu_pipelines.tracking import default_tracking_uri
+    from rvu_pipelines.paths import default_tracking_uri
 
     return sqlite_uri_absolute(default_tracking_uri(), REPO)
 

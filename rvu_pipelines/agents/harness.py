@@ -24,10 +24,9 @@ from rvu_pipelines.detectors.base import MemoizedDetector
 from rvu_pipelines.detectors.catalog import PRODUCTION_CHOICE, by_name, plugin_for
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.models.llm import AdapterHostingModel, ChatCompletion, ChatModel, Message, adapter_key_of
-from rvu_pipelines.paths import config_dir, state_dir
+from rvu_pipelines.paths import config_dir, default_tracking_uri, state_dir
 from rvu_pipelines.scenarios import Scenario, scenarios_for
 from rvu_pipelines.scenarios.axes import NATIVE
-from rvu_pipelines.tracking import default_tracking_uri
 
 if TYPE_CHECKING:  # annotations only: the defenses import AgentDojo (seconds), the code location imports this
     from rvu_pipelines.agents.defenses import DefenseSettings

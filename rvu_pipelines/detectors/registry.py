@@ -35,7 +35,7 @@ from rvu_pipelines.detectors.registry_formats import (
     formats,
 )
 from rvu_pipelines.errors import ConfigError, RegisteredDetectorError
-from rvu_pipelines.tracking import default_tracking_uri
+from rvu_pipelines.paths import default_tracking_uri
 
 CURRENT_ALIAS = "current"
 ONNX_ALIAS = "onnx"

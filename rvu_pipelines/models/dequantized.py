@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from rvu_pipelines.settings import env_value
+from rvu_pipelines.paths import spectral_cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -24,11 +24,8 @@ _CONVERT_LOCK = threading.Lock()
 
 
 def weights_cache_root() -> Path:
-    """``RVU_SPECTRAL_CACHE`` (default ``~/.cache/rvu/spectral``): content-addressed things only (converted
-    weights by GGUF sha256, calibrated switches by the hash of everything that made them), so a fresh state
-    folder (a test session, a clean clone) does not pay for them again."""
-    root = env_value("RVU_SPECTRAL_CACHE")
-    return Path(root).expanduser() if root else Path.home() / ".cache" / "rvu" / "spectral"
+    """Where converted weights are kept (``paths.spectral_cache_dir``)."""
+    return spectral_cache_dir()
 
 
 def converted_folder(sha256: str) -> Path:

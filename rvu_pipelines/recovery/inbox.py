@@ -28,11 +28,9 @@ from typing import Any
 from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.bounded_io import link_target, read_input_file, truncate_for_message
 from rvu_pipelines.errors import ConfigError, IncidentValidationError, InputFileError
-from rvu_pipelines.paths import state_dir
+from rvu_pipelines.paths import INCIDENT_DIR_ENV, incident_inbox_dir
 from rvu_pipelines.provenance.incident import MAX_ISSUES, parse_incident
-from rvu_pipelines.settings import env_value
 
-INCIDENT_DIR_ENV = "RVU_INCIDENT_DIR"
 MESSAGE_LIMIT = 4000  # characters of an error message kept in a dead-letter report
 
 
@@ -101,7 +99,7 @@ class IncidentFolders:
 
 
 def incident_folders(root: str | Path | None = None) -> IncidentFolders:
-    chosen = Path(root) if root else Path(env_value(INCIDENT_DIR_ENV) or state_dir() / "incidents")
+    chosen = Path(root) if root else incident_inbox_dir()
     return IncidentFolders(chosen.expanduser().resolve()).ensure()
 
 
