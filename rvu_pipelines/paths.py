@@ -13,6 +13,7 @@ CONFIG_DIR_ENV = "RVU_CONFIG_DIR"
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 INCIDENT_DIR_ENV = "RVU_INCIDENT_DIR"
 SPECTRAL_CACHE_ENV = "RVU_SPECTRAL_CACHE"
+PROVENANCE_STORE_ENV = "RVU_PROVENANCE_STORE"
 
 
 def project_root() -> Path:
@@ -27,11 +28,13 @@ def config_dir() -> Path:
     return Path(override).resolve() if override else project_root() / "configs"
 
 
-def state_dir() -> Path:
-    """Git-ignored local state: outputs, MLflow store, caches (override with RVU_HOME)."""
+def state_dir(*, create: bool = True) -> Path:
+    """Git-ignored local state: outputs, MLflow store, caches (override with RVU_HOME). ``create=False`` only
+    says where it is, for commands that must not leave folders behind on a machine that never ran anything."""
     override = env_value(STATE_DIR_ENV)
     path = Path(override).resolve() if override else project_root() / ".rvu"
-    path.mkdir(parents=True, exist_ok=True)
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
     return path
 
 
@@ -58,3 +61,8 @@ def spectral_cache_dir() -> Path:
     folder (a test session, a clean clone) does not pay for them again."""
     root = env_value(SPECTRAL_CACHE_ENV)
     return Path(root).expanduser() if root else Path.home() / ".cache" / "rvu" / "spectral"
+
+
+def shared_provenance_store() -> str | None:
+    """``RVU_PROVENANCE_STORE``: a DuckDB file or PostgreSQL URL that workers share (the scale profile), if set."""
+    return env_value(PROVENANCE_STORE_ENV) or None

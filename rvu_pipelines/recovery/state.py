@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rvu_pipelines.paths import STATE_DIR_ENV, project_root, state_dir
-from rvu_pipelines.settings import env_value
+from rvu_pipelines.paths import shared_provenance_store, state_dir
 
 TRUST_FILE = "trusted_keys.txt"
 
@@ -14,27 +13,22 @@ TRUST_FILE = "trusted_keys.txt"
 @dataclass(frozen=True)
 class RecoveryPaths:
     root: Path
+    shared_store: str | None = None  # a store shared by workers (paths.shared_provenance_store), else a file here
 
     @classmethod
     def default(cls, root: str | Path | None = None, *, create: bool = True) -> RecoveryPaths:
         """The state folder (``root`` or the default). ``create=False`` for commands that only read
         (verify, restore, keys): they must not leave folders behind on a machine that never recovered."""
-        if root:
-            path = Path(root)
-        elif create:
-            path = state_dir() / "recovery"
-        else:  # where state_dir() would point, without creating it
-            override = env_value(STATE_DIR_ENV)
-            path = (Path(override).resolve() if override else project_root() / ".rvu") / "recovery"
+        path = Path(root) if root else state_dir(create=create) / "recovery"
         if create:
             path.mkdir(parents=True, exist_ok=True)
-        return cls(path.resolve())
+        return cls(path.resolve(), shared_provenance_store())
 
     @property
     def store(self) -> Path | str:
-        """The provenance store: ``RVU_PROVENANCE_STORE`` when set (a DuckDB file or a PostgreSQL URL shared by
-        workers), else ``provenance.duckdb`` in this folder."""
-        return env_value("RVU_PROVENANCE_STORE") or self.root / "provenance.duckdb"
+        """The provenance store: the shared one when set (a DuckDB file or a PostgreSQL URL shared by workers,
+        ``RVU_PROVENANCE_STORE``), else ``provenance.duckdb`` in this folder."""
+        return self.shared_store or self.root / "provenance.duckdb"
 
     @property
     def index(self) -> Path:

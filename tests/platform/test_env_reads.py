@@ -25,7 +25,6 @@ NOT_YET_PASSED_DOWN = {
     "models/native_probe.py",
     "models/specs.py",
     "models/store.py",
-    "recovery/state.py",
     "recovery/tiers.py",
     "result_memo.py",
     "scale/profile.py",
