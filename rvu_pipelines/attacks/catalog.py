@@ -6,22 +6,20 @@ the scenario with its injection rewritten through the scenario's own ``with_inje
 the user task stay the benchmark's. ``fingerprint`` names everything that decides the rewritten text (a stored
 string's digest), so an episode under a changed attack never reuses a stored row.
 
-A new attack is one module that calls :func:`register` at import, listed in ``PLUGINS``, plus its test.
+A new attack is one module of this package that calls :func:`register` at import, plus its test (the
+catalog imports every module of the package on first lookup, so importing the catalog stays cheap).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.plugins import import_package_modules
 from rvu_pipelines.scenarios.axes import ATTACKS, NATIVE
 from rvu_pipelines.scenarios.contract import Scenario
-
-# modules that register attacks (imported on first lookup, so importing the catalog stays cheap)
-PLUGINS: tuple[str, ...] = ("rvu_pipelines.attacks.forged_turn", "rvu_pipelines.attacks.optimised")
 
 
 @dataclass(frozen=True)
@@ -47,7 +45,6 @@ class AttackSpec:
 
 
 _REGISTRY: dict[str, AttackSpec] = {}
-_loaded = False
 
 
 def register(spec: AttackSpec) -> AttackSpec:
@@ -58,11 +55,7 @@ def register(spec: AttackSpec) -> AttackSpec:
 
 
 def _load_plugins() -> None:
-    global _loaded
-    if not _loaded:
-        for module in PLUGINS:
-            importlib.import_module(module)
-        _loaded = True
+    import_package_modules("rvu_pipelines.attacks")
 
 
 def registered() -> dict[str, AttackSpec]:
