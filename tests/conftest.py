@@ -7,6 +7,22 @@ from pathlib import Path
 
 import pytest
 
+
+def _pin_xdist_worker() -> None:
+    """Under pytest-xdist (``make test`` runs one worker per core) each worker gets its own share of the cores,
+    so the thread pools sized from the CPU affinity (torch's OpenMP, llama.cpp through ``usable_cores``) do not
+    oversubscribe the machine: two workers on two cores each run one thread instead of four spinning."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not worker.startswith("gw") or not count.isdigit() or not hasattr(os, "sched_setaffinity"):
+        return
+    cores, index, workers = sorted(os.sched_getaffinity(0)), int(worker[2:]), int(count)
+    share = cores[index::workers] if workers <= len(cores) else [cores[index % len(cores)]]
+    os.sched_setaffinity(0, share)
+    os.environ["OMP_NUM_THREADS"] = str(len(share))  # read when torch first loads, after this module
+
+
+_pin_xdist_worker()
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("RVU_TEST_DATA_MIRROR", REPO_ROOT.parent / "shared" / "data")).resolve()
 
