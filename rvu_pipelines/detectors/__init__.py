@@ -2,9 +2,10 @@
 
 Every detector implements :class:`InjectionDetector` (``name``, ``score(texts)`` -> P(injection),
 ``predict(texts, threshold)``); that is the one interface the recovery pipeline, the memory
-monitor's USER-channel check and the attack harness consume, typically loaded with
-``load_registered_detector(name)``. :class:`ExfiltrationHeuristic` is recovery's default signal.
-Plain Python: torch, transformers and MLflow are imported only inside the functions that need them.
+monitor's USER-channel check and the attack harness consume, chosen by name through
+:func:`rvu_pipelines.detectors.catalog.by_name` (``rvu detectors`` lists the names).
+:class:`ExfiltrationHeuristic` is recovery's default signal. Plain Python: torch, transformers and MLflow
+are imported only inside the functions that need them.
 """
 
 from rvu_pipelines.detectors.base import (

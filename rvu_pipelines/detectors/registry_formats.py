@@ -1,6 +1,6 @@
 """How a detector type is stored as an MLflow model, declared by the detector's own module.
 
-Each registrable detector type registers one :class:`RegistryFormat` (``@registry_format``): the kind tag its
+Each registrable detector type declares one :class:`RegistryFormat` (:func:`register_format`): the kind tag its
 MLmodel metadata carries, a ``save`` that writes the MLflow model folder and a ``load`` that rebuilds the
 detector from a downloaded folder (never by unpickling). :mod:`rvu_pipelines.detectors.registry` logs,
 registers and loads through these, so registering a new kind of detector touches only its own module.
