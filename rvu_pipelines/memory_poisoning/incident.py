@@ -65,7 +65,7 @@ def served_incident_records(
             "kind": "action",
             "entry_id": attacker_input,
             "episode_id": f"{attack.name}-attacker",
-            "action_type": "user_input" if attack.name == "minja" else "tool_output",
+            "action_type": attack.channel,
             "content": f"{attack.name} poisoning channel"
             + (f" (trigger {attack.trigger!r})" if attack.trigger else ""),
             "parent_id": None,

@@ -303,6 +303,7 @@ def minja_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, config
         poisons=tuple(p for m in members for p in m.attack.poisons),
         victim_queries=tuple(q for m in members for q in m.attack.victim_queries),
         details={"victims": [m.attack.details["victim"] for m in members], "pooled": True},
+        channel=first.attack.channel,
     )
     return replace(first, attack=pooled, members=tuple(members))
 

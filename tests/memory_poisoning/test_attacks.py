@@ -110,6 +110,7 @@ def test_minja_records_and_retrieval(minja_frame, embedder, shared_data):
     victim = victims[0]
     run = minja_attack(victim, templates, n_attack=10, n_benign=20, seed=0)
     assert len(run.poisons) == 10 and len(run.victim_queries) == len(victim.instructions) - 30
+    assert run.channel == "user_input"  # MINJA writes only through its own queries to the agent
     history = run.details["benign_records"]
     assert len(history) == 20 and not any(r.is_poison for r in history)
     sent = {r.text.splitlines()[0].removeprefix("Instruction: ") for r in history}

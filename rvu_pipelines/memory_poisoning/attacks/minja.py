@@ -184,6 +184,7 @@ def minja_attack(
         name=NAME,
         poisons=tuple(poisons),
         victim_queries=tuple(victims),
+        channel="user_input",  # MINJA writes only through its own queries to the agent
         details={
             "victim": victim.victim,
             "target": victim.target,
