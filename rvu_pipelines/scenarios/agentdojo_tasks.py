@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scenarios.agentdojo_clock import install_fixed_clock
+from rvu_pipelines.scenarios.catalog import BenchmarkSpec, register_benchmark
 from rvu_pipelines.scenarios.contract import ScenarioOutcome
 
 ATTACK = "important_instructions"
@@ -261,3 +262,33 @@ def _pick(wanted: list[str] | None, available: list[str], where: str) -> list[st
             f"allowed: {', '.join(sorted(available, key=natural_task_order))} (or 'all')."
         )
     return sorted(set(wanted), key=natural_task_order)
+
+
+def _benchmarks_config(config: Any) -> Any:
+    from rvu_pipelines.scenarios.registry import load_benchmarks_config
+
+    return config or load_benchmarks_config()
+
+
+def _all_agentdojo(config: Any) -> list[AgentDojoScenario]:
+    """The configured subset of suites and tasks (configs/benchmarks.yaml)."""
+    config = _benchmarks_config(config)
+    return agentdojo_scenarios(config.agentdojo_version, config.agentdojo_attack, config.agentdojo_suites)
+
+
+def _find_agentdojo(scenario_id: str, config: Any) -> AgentDojoScenario | None:
+    """One triple by id, without listing the configured subset (any installed suite and task)."""
+    parts = scenario_id.split("/")
+    if len(parts) != 4:
+        return None
+    config = _benchmarks_config(config)
+    return agentdojo_scenarios(config.agentdojo_version, config.agentdojo_attack, {parts[1]: ([parts[2]], [parts[3]])})[
+        0
+    ]
+
+
+register_benchmark(
+    BenchmarkSpec(
+        "agentdojo", "agentdojo/", "agentdojo/<suite>/<user_task>/<injection_task>", _all_agentdojo, _find_agentdojo
+    )
+)

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 import polars as pl
 from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
 from agentdojo.functions_runtime import Function, FunctionCall
 
+from rvu_pipelines.scenarios.catalog import BenchmarkSpec, register_benchmark
 from rvu_pipelines.scenarios.common import ToolLog, make_tool, run_pipeline, stable_choice
 from rvu_pipelines.scenarios.contract import ScenarioOutcome
 from rvu_pipelines.scenarios.judges import bipia_judge, code_utility, qa_utility
@@ -179,3 +181,26 @@ def bipia_scenarios(frame: Any, task: str) -> list[BipiaScenario]:
         for t in tasks.iter_rows(named=True)
         for a in attack_rows
     ]
+
+
+@lru_cache(maxsize=1)
+def _bipia_frame() -> Any:
+    """BIPIA's tasks and attacks from the configured data source, read once per process."""
+    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+
+    return load_dataset(load_catalog().get("bipia"), dataset_source_from_env()).frame
+
+
+def _task_scenarios(task: str) -> Any:
+    def scenarios(config: Any) -> list[BipiaScenario]:
+        return bipia_scenarios(_bipia_frame(), task)
+
+    return scenarios
+
+
+for _task in ("email", "table", "code"):
+    register_benchmark(
+        BenchmarkSpec(
+            f"bipia_{_task}", f"bipia/{_task}/", f"bipia/{_task}/<task>/<attack>/<position>", _task_scenarios(_task)
+        )
+    )

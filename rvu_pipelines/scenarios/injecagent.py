@@ -22,6 +22,7 @@ from typing import Any
 from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
 from agentdojo.functions_runtime import Function, FunctionCall
 
+from rvu_pipelines.scenarios.catalog import BenchmarkSpec, register_benchmark
 from rvu_pipelines.scenarios.common import ToolLog, make_tool, run_pipeline
 from rvu_pipelines.scenarios.contract import ScenarioOutcome
 from rvu_pipelines.scenarios.judges import judge_injecagent
@@ -203,3 +204,31 @@ def injecagent_scenarios(frame: Any, tools_json: Path, setting: str) -> list[Inj
         )
         for row in rows
     ]
+
+
+@lru_cache(maxsize=1)
+def _injecagent_data() -> tuple[Any, Path]:
+    """(the cases, tools.json) from the configured data source, read once per process."""
+    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+
+    loaded = load_dataset(load_catalog().get("injecagent"), dataset_source_from_env())
+    return loaded.frame, loaded.resolved.files["tools.json"]
+
+
+def _setting_scenarios(setting: str) -> Any:
+    def scenarios(config: Any) -> list[InjecAgentScenario]:
+        frame, tools_json = _injecagent_data()
+        return injecagent_scenarios(frame, tools_json, setting)
+
+    return scenarios
+
+
+for _setting in ("dh", "ds"):
+    register_benchmark(
+        BenchmarkSpec(
+            f"injecagent_{_setting}",
+            f"injecagent/{_setting}/",
+            f"injecagent/{_setting}/<case>",
+            _setting_scenarios(_setting),
+        )
+    )

@@ -1,25 +1,22 @@
 """Which scenarios exist: ``load_scenarios`` (a fixed-seed sample of one benchmark),
-``canonical_scenarios`` (the paper's 10, listed in configs/benchmarks.yaml) and ``scenario_by_id``.
+``canonical_scenarios`` (the paper's 10, listed in configs/benchmarks.yaml) and ``scenario_by_id``; each
+benchmark's own module registers how to list its scenarios (:mod:`rvu_pipelines.scenarios.catalog`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import config_dir
-from rvu_pipelines.scenarios.agentdojo_tasks import AgentDojoScenario, agentdojo_scenarios
 from rvu_pipelines.scenarios.axes import BENCHMARKS
-from rvu_pipelines.scenarios.bipia import BipiaScenario, bipia_scenarios
+from rvu_pipelines.scenarios.catalog import benchmark_spec, spec_for_id
 from rvu_pipelines.scenarios.common import fixed_sample
 from rvu_pipelines.scenarios.contract import Scenario
-from rvu_pipelines.scenarios.injecagent import InjecAgentScenario, injecagent_scenarios
 
 CANONICAL_COUNT = 10
 
@@ -84,31 +81,9 @@ def load_benchmarks_config(path: Path | None = None) -> BenchmarksConfig:
     )
 
 
-def _check_benchmark(benchmark: str) -> None:
-    if benchmark not in BENCHMARKS:
-        raise ConfigError(f"Unknown benchmark '{benchmark}'; allowed values: {', '.join(BENCHMARKS)}.")
-
-
-@lru_cache(maxsize=2)
-def _frames() -> tuple[Any, Any, Path]:
-    """(injecagent frame, bipia frame, injecagent tools.json) from the configured data source."""
-    catalog, source = load_catalog(), dataset_source_from_env()
-    injecagent = load_dataset(catalog.get("injecagent"), source)
-    bipia = load_dataset(catalog.get("bipia"), source)
-    return injecagent.frame, bipia.frame, injecagent.resolved.files["tools.json"]
-
-
 def all_scenarios(benchmark: str, config: BenchmarksConfig | None = None) -> list[Scenario]:
     """Every scenario of one benchmark (AgentDojo: the configured subset), in a fixed order."""
-    _check_benchmark(benchmark)
-    if benchmark == "agentdojo":
-        config = config or load_benchmarks_config()
-        return list(agentdojo_scenarios(config.agentdojo_version, config.agentdojo_attack, config.agentdojo_suites))
-    injecagent, bipia, tools_json = _frames()
-    family, _, part = benchmark.partition("_")
-    if family == "injecagent":
-        return list(injecagent_scenarios(injecagent, tools_json, part))
-    return list(bipia_scenarios(bipia, part))
+    return list(benchmark_spec(benchmark, BENCHMARKS).scenarios(config))
 
 
 def load_scenarios(benchmark: str, *, limit: int | None = None, seed: int = 42) -> list[Scenario]:
@@ -119,32 +94,13 @@ def load_scenarios(benchmark: str, *, limit: int | None = None, seed: int = 42) 
 
 def scenario_by_id(scenario_id: str, config: BenchmarksConfig | None = None) -> Scenario:
     """Resolve one scenario id (``injecagent/dh/3``, ``bipia/email/0/<attack>/<pos>``, ``agentdojo/...``)."""
-    parts = scenario_id.split("/")
-    benchmark = (
-        {
-            "injecagent": lambda: f"injecagent_{parts[1]}",
-            "bipia": lambda: f"bipia_{parts[1]}",
-            "agentdojo": lambda: "agentdojo",
-        }.get(parts[0], lambda: "")()
-        if len(parts) > 1
-        else ""
-    )
-    if benchmark not in BENCHMARKS:
-        raise ConfigError(
-            f"Scenario id '{scenario_id}' names no benchmark; ids look like "
-            "'injecagent/dh/<case>', 'bipia/<email|table|code>/<task>/<attack>/<position>' or "
-            "'agentdojo/<suite>/<user_task>/<injection_task>'."
-        )
-    if benchmark == "agentdojo" and len(parts) == 4:
-        config = config or load_benchmarks_config()
-        found = agentdojo_scenarios(
-            config.agentdojo_version, config.agentdojo_attack, {parts[1]: ([parts[2]], [parts[3]])}
-        )
-        return found[0]
-    for scenario in all_scenarios(benchmark, config):
+    spec = spec_for_id(scenario_id, BENCHMARKS)
+    if spec.find is not None and (found := spec.find(scenario_id, config)) is not None:
+        return found
+    for scenario in spec.scenarios(config):
         if scenario.scenario_id == scenario_id:
             return scenario
-    raise ConfigError(f"Scenario id '{scenario_id}' does not exist in benchmark '{benchmark}'.")
+    raise ConfigError(f"Scenario id '{scenario_id}' does not exist in benchmark '{spec.name}'.")
 
 
 def canonical_scenarios(config: BenchmarksConfig | None = None) -> list[Scenario]:
@@ -160,9 +116,6 @@ def canonical_scenarios(config: BenchmarksConfig | None = None) -> list[Scenario
 
 __all__ = [
     "BENCHMARKS",
-    "AgentDojoScenario",
-    "BipiaScenario",
-    "InjecAgentScenario",
     "all_scenarios",
     "canonical_scenarios",
     "load_benchmarks_config",
