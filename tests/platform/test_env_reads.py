@@ -1,6 +1,7 @@
 """Configuration is read at the edges and passed down: only the settings module, the default-paths module, the
 command line and ``rvu doctor`` read the environment (directly: a call to ``env_value``, ``env_flag``,
-``is_offline``, ``os.getenv`` or ``os.environ``); every other library module receives what it needs.
+``is_offline``, ``os.getenv`` or ``os.environ``; handing ``{**os.environ}`` to a child process is no read);
+every other library module receives what it needs.
 
 ``NOT_YET_PASSED_DOWN`` lists the library modules that still read a setting themselves. The list may only
 shrink: a module on it that stops reading the environment must leave it (the test says so), and a module
@@ -16,7 +17,6 @@ READERS = {"env_value", "env_flag", "is_offline", "getenv", "environ"}
 EDGES = {"settings.py", "paths.py", "cli.py", "doctor.py"}  # cli_*.py are edges too (the command line)
 NOT_YET_PASSED_DOWN = {
     "bounded_io.py",
-    "code_version.py",
     "data/sources.py",
     "detectors/corpora.py",
     "detectors/pretrained.py",
@@ -32,7 +32,18 @@ NOT_YET_PASSED_DOWN = {
 
 
 def _reads_environment(path: Path) -> bool:
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    # ``{**os.environ, ...}`` hands the environment to a child process unread: not a configuration read
+    passed_on = {
+        id(value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Dict)
+        for key, value in zip(node.keys, node.values, strict=True)
+        if key is None
+    }
+    for node in ast.walk(tree):
+        if id(node) in passed_on:
+            continue
         if isinstance(node, ast.Name) and node.id in READERS:
             return True
         if isinstance(node, ast.Attribute) and node.attr in READERS:
