@@ -15,13 +15,13 @@ setup:
 	@bash scripts/setup.sh
 
 run: setup
-	$(BIN)/dg launch --job default_profile_job -m rvu_pipelines.definitions
+	$(BIN)/dg launch --job default_profile_job -m assets.definitions
 	$(BIN)/rvu summary
 	$(BIN)/python scripts/run_timings.py --job default_profile_job
 
 # Seed 002 §5-6: train, register (MLflow) and evaluate D1-D5 on the three corpora (tens of minutes of CPU)
 detectors: setup
-	$(BIN)/dg launch --job detectors_job -m rvu_pipelines.definitions
+	$(BIN)/dg launch --job detectors_job -m assets.definitions
 
 # Detectors off their training distribution: D1-D5, the production detector (leave-one-source-out selection) and a
 # length control on held-out sources, the over-defense set, benign tool outputs, buried injections, German, latency
@@ -32,17 +32,17 @@ detector-validity: setup
 # adaptive) × defense, paired comparisons; reuses the stored strings in configs/attacks (never re-optimises them).
 # `--config` with `per_benchmark` sets the sample (the published table: 100); resumable
 attacks: setup
-	$(BIN)/dg launch --job attack_table_job -m rvu_pipelines.definitions
+	$(BIN)/dg launch --job attack_table_job -m assets.definitions
 	cat .rvu/attacks/full/*/table.md
 
 # Seed 003 in full (|M| = 1,000): attack-defense matrix with CIs, adaptive attacks + hybrid check, SIR figure
 memory-poisoning: setup
-	$(BIN)/dg launch --job memory_poisoning_job -m rvu_pipelines.definitions
+	$(BIN)/dg launch --job memory_poisoning_job -m assets.definitions
 	cat .rvu/memory_poisoning/study/paper_table.md
 
 # Seed 003's matrix over five splits x seeds at |M| = 1,000 and full: mean ± sd, Bonferroni comparisons (about an hour)
 memory-poisoning-seeds: setup
-	$(BIN)/dg launch --job memory_poisoning_seeds_job -m rvu_pipelines.definitions
+	$(BIN)/dg launch --job memory_poisoning_seeds_job -m assets.definitions
 	cat .rvu/memory_poisoning/seeds/seeds.md .rvu/memory_poisoning/seeds/seeds_comparisons.md
 
 # Seed 003's synonym loophole as the seed ran it: 60 poisons, no substitution budget, ASR-R measured (tens of minutes)

@@ -96,9 +96,9 @@ def run_embedded(workload: Workload, home: Path) -> tuple[float, dict]:
     (home / "dagster_home").mkdir(parents=True, exist_ok=True)
     env = embedded_environment(home, dict(os.environ))
     for asset in workload.upstream:
-        dagster(["asset", "materialize", "-m", "rvu_pipelines.definitions", "--select", asset], env, home)
+        dagster(["asset", "materialize", "-m", "assets.definitions", "--select", asset], env, home)
     started = time.perf_counter()
-    base = ["job", "execute", "-m", "rvu_pipelines.definitions", "-j", workload.job]
+    base = ["job", "execute", "-m", "assets.definitions", "-j", workload.job]
     if workload.partitions:
         for cell in workload.partitions:
             dagster([*base, "--tags", partition_tags(cell)], env, home)
@@ -140,7 +140,7 @@ def run_scaled(workload: Workload, profile: ScaleProfile, home: Path) -> tuple[f
     env = {**os.environ, **profile.environment()}
     for asset in workload.upstream:
         dagster(
-            ["asset", "materialize", "-m", "rvu_pipelines.definitions", "--select", asset],
+            ["asset", "materialize", "-m", "assets.definitions", "--select", asset],
             {**env, "RVU_EXECUTOR": "in_process"},
             home,
         )

@@ -1,3 +1,3 @@
-"""RVU platform domain library: plain Python, no Dagster (see rvu_pipelines/definitions.py)."""
+"""RVU platform domain library: plain Python, no Dagster (the code location is assets/definitions.py)."""
 
 __version__ = "0.1.0"

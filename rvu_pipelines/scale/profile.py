@@ -5,7 +5,7 @@ status`` says what runs. Everything lives under ``<RVU_HOME>/scale/``: the datab
 the Dagster home (its ``dagster.yaml`` points runs, event log and schedules at PostgreSQL), one log and one pid
 file per service, and ``scale.env`` — the variables a shell (or a worker) sources to use the profile:
 
-    source .rvu/scale/scale.env && dagster job launch -j recovery_reproductions_job -m rvu_pipelines.definitions
+    source .rvu/scale/scale.env && dagster job launch -j recovery_reproductions_job -m assets.definitions
 
 These are the real engines' own commands (``pg_ctl``, ``mlflow server``, ``dagster-webserver``,
 ``dagster-daemon``, ``dagster-celery worker``, llama-cpp-python's OpenAI-compatible server); this module only starts

@@ -9,11 +9,11 @@ import json
 from dagster import DagsterInstance, materialize
 
 from assets.attacks import attack_cell
+from assets.definitions import defs
 from assets.models import model_assets
 from resources import LocalTableIOManager, MlflowTrackerResource
 from resources.deployments import deployment_resources
 from rvu_pipelines.agents.regression import Tolerance, compare_to_golden, golden_path, load_golden
-from rvu_pipelines.definitions import defs
 from rvu_pipelines.tracking import MlflowTracker
 
 EXPERIMENT = "attack-assets-test"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from rvu_pipelines.definitions import defs
+from assets.definitions import defs
 
 REPO = Path(__file__).resolve().parents[2]
 QUERY = """{ workspaceOrError { ... on Workspace { locationEntries { name locationOrLoadError {

@@ -40,7 +40,7 @@ def test_helm_values_agree_with_the_instance_the_image_and_the_scale_profile() -
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     (deployment,) = values["dagster-user-deployments"]["deployments"]
     assert deployment["image"]["tag"] == version
-    assert deployment["dagsterApiGrpcArgs"] == ["-m", "rvu_pipelines.definitions"]
+    assert deployment["dagsterApiGrpcArgs"] == ["-m", "assets.definitions"]
     limits = values["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"]["tagConcurrencyLimits"]
     local = instance_config("postgresql://x@y/z")["run_coordinator"]["config"]["tag_concurrency_limits"]
     assert limits == local == instance["run_coordinator"]["config"]["tag_concurrency_limits"]

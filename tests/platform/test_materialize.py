@@ -5,10 +5,10 @@ from __future__ import annotations
 import polars as pl
 from dagster import DagsterInstance, materialize
 
+from assets.definitions import ALL_ASSETS
 from assets.recovery import incident_recovery
 from resources import LocalTableIOManager, MlflowTrackerResource
 from resources.deployments import deployment_resources
-from rvu_pipelines.definitions import ALL_ASSETS
 from rvu_pipelines.tracking import MlflowTracker
 
 

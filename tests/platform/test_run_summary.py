@@ -184,8 +184,8 @@ def test_format_age() -> None:
 def test_the_table_names_the_default_job_its_experiments_and_assets() -> None:
     """Every default-job asset belongs to one domain; each domain's experiment is its assets' group's experiment;
     every headline names a real asset of its domain's experiment, at most three a domain."""
+    from assets.definitions import defs
     from assets.jobs import default_profile_job
-    from rvu_pipelines.definitions import defs
 
     graph = defs.resolve_asset_graph()
     selected = {key.to_user_string() for key in default_profile_job.selection.resolve(graph)}

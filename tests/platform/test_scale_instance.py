@@ -49,7 +49,7 @@ def test_a_job_runs_multiprocess_on_a_postgres_instance(postgres_server, tmp_pat
         "MLFLOW_TRACKING_URI": tracking,
     }
     done = subprocess.run(
-        [DAGSTER, "job", "execute", "-m", "rvu_pipelines.definitions", "-j", "recovery_reproductions_job"],
+        [DAGSTER, "job", "execute", "-m", "assets.definitions", "-j", "recovery_reproductions_job"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -81,7 +81,7 @@ def test_a_job_runs_multiprocess_on_a_postgres_instance(postgres_server, tmp_pat
     embedded_home, embedded_tracking = tmp_path / "embedded_home", f"sqlite:///{tmp_path / 'embedded_mlflow.db'}"
     embedded_home.mkdir()
     embedded = subprocess.run(
-        [DAGSTER, "job", "execute", "-m", "rvu_pipelines.definitions", "-j", "recovery_reproductions_job"],
+        [DAGSTER, "job", "execute", "-m", "assets.definitions", "-j", "recovery_reproductions_job"],
         capture_output=True,
         text=True,
         timeout=600,

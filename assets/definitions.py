@@ -1,6 +1,7 @@
-"""The Dagster code location: the one place that composes library, resources, assets and sensors.
+"""The Dagster code location: the one place that composes resources, assets, jobs and sensors.
 
-Everything else in rvu_pipelines/ is plain Python; `dagster dev -w workspace.yaml` loads this module.
+It lives in the Dagster layer, beside the assets; the library (rvu_pipelines/) is plain Python and never imports
+Dagster. `dagster dev -w workspace.yaml` loads this module.
 """
 
 from __future__ import annotations
