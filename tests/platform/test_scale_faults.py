@@ -30,7 +30,8 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / ".venv" / "bin"
 DAGSTER = shutil.which("dagster") or str(BIN / "dagster")
 CELL = "native.rvu_v2|canonical"  # the defense that recovers each episode and signs a certificate
-CONFIG = json.dumps({"ops": {"attack_cell": {"config": {"limit": 4}}}})
+# the cell is rvu_v2's, which no classifier reads: the heuristic detector keeps the run from needing a trained one
+CONFIG = json.dumps({"ops": {"attack_cell": {"config": {"limit": 4, "detector": "heuristic"}}}})
 TAGS = json.dumps(
     {"dagster/partition": CELL, "dagster/partition/arm": "native.rvu_v2", "dagster/partition/benchmark": "canonical"}
 )
@@ -68,11 +69,11 @@ def _embedded_reference(home: Path) -> tuple[list[dict[str, float]], dict[str, s
     (home / "dagster_home").mkdir(parents=True)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("RVU_LLM_", "RVU_CELERY", "RVU_FAULT"))}
     env = embedded_environment(home, base)
-    _dagster(["asset", "materialize", "-m", "rvu_pipelines.definitions", "--select", "llm_model"], env, home)
+    _dagster(["asset", "materialize", "-m", "assets.definitions", "--select", "llm_model"], env, home)
     config = home / "config.json"  # `job execute` takes config files only (JSON is YAML)
     config.write_text(CONFIG)
     _dagster(
-        ["job", "execute", "-m", "rvu_pipelines.definitions", "-j", "attack_cells_job", "--tags", TAGS]
+        ["job", "execute", "-m", "assets.definitions", "-j", "attack_cells_job", "--tags", TAGS]
         + ["--config", str(config)],
         env,
         home,
@@ -128,7 +129,7 @@ def _launch_cell_and_wait_for_the_llm(profile: ScaleProfile, base: Path, tags: d
     profile.up()
     env = {**os.environ, **profile.environment()}
     _dagster(
-        ["asset", "materialize", "-m", "rvu_pipelines.definitions", "--select", "llm_model"],
+        ["asset", "materialize", "-m", "assets.definitions", "--select", "llm_model"],
         {**env, "RVU_EXECUTOR": "in_process"},
         base,
     )
