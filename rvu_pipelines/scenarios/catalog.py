@@ -57,7 +57,8 @@ def benchmark_spec(name: str, allowed: Sequence[str]) -> BenchmarkSpec:
 
 def spec_for_id(scenario_id: str, allowed: Sequence[str]) -> BenchmarkSpec:
     """The benchmark whose id prefix ``scenario_id`` carries, or a clear error with the id shapes."""
-    specs = [registered_benchmarks()[name] for name in allowed if name in registered_benchmarks()]
+    registered = registered_benchmarks()
+    specs = [registered[name] for name in allowed if name in registered]
     for spec in specs:
         if scenario_id.startswith(spec.id_prefix):
             return spec
