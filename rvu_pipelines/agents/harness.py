@@ -24,7 +24,7 @@ from rvu_pipelines.detectors.base import MemoizedDetector
 from rvu_pipelines.detectors.catalog import PRODUCTION_CHOICE, by_name, plugin_for
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.models.llm import AdapterHostingModel, ChatCompletion, ChatModel, Message, adapter_key_of
-from rvu_pipelines.paths import config_dir, default_tracking_uri, state_dir
+from rvu_pipelines.paths import config_dir, state_dir
 from rvu_pipelines.scenarios import Scenario, scenarios_for
 from rvu_pipelines.scenarios.axes import NATIVE
 
@@ -98,7 +98,7 @@ def detector_for(choice: str, tracking_uri: str | None = None) -> tuple[Injectio
     plugin, _ = plugin_for(choice)
     if plugin.version is not None:
         return LazyDetector(choice, plugin.display_name or plugin.name, tracking_uri), plugin.version()
-    return by_name(choice, tracking_uri or default_tracking_uri())
+    return by_name(choice, tracking_uri)
 
 
 def version_of(detector: object) -> str:

@@ -23,13 +23,8 @@ logger = logging.getLogger(__name__)
 _CONVERT_LOCK = threading.Lock()
 
 
-def weights_cache_root() -> Path:
-    """Where converted weights are kept (``paths.spectral_cache_dir``)."""
-    return spectral_cache_dir()
-
-
 def converted_folder(sha256: str) -> Path:
-    return weights_cache_root() / sha256
+    return spectral_cache_dir() / sha256
 
 
 def _save_converted(model: Any, tokenizer: Any, folder: Path) -> None:

@@ -38,11 +38,12 @@ import numpy as np
 from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.detectors.base import check_threshold
 from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.paths import spectral_cache_dir
 from rvu_pipelines.spectral.config import DEFAULT_GRAPH_CONFIG, graph_config
 from rvu_pipelines.spectral.detector import DEFAULT_CALIBRATION_SETS, DEFAULT_CALIBRATION_SIZE, HferDetector
 from rvu_pipelines.spectral.errors import SpectralInputError
 from rvu_pipelines.spectral.killswitch import MIN_PER_CLASS, KillSwitch, spread_over_strata, stratified_draw
-from rvu_pipelines.spectral.model import DEFAULT_N_CTX, SpectralModel, load_spectral_model, spectral_cache_root
+from rvu_pipelines.spectral.model import DEFAULT_N_CTX, SpectralModel, load_spectral_model
 
 logger = logging.getLogger(__name__)
 
@@ -192,7 +193,7 @@ class SwitchSpec:
 def switch_folder(store: Path | str | None = None) -> Path:
     """``store``, else the spectral cache's ``switches/``: a switch file is named by the hash of everything that
     made it (weights, data, draw, code), so it is safe to share between state folders and clean clones."""
-    return Path(store) if store is not None else spectral_cache_root() / "switches"
+    return Path(store) if store is not None else spectral_cache_dir() / "switches"
 
 
 def switch_version(spec: SwitchSpec, switch: KillSwitch) -> str:

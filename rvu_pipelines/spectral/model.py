@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from rvu_pipelines.models.dequantized import load_dequantized, weights_cache_root
+from rvu_pipelines.models.dequantized import load_dequantized
 from rvu_pipelines.spectral.config import GraphConfig, Method, config_stats, per_head_stats
 from rvu_pipelines.spectral.errors import ContextLengthError, LayerIndexError, NoAttentionError, SpectralInputError
 from rvu_pipelines.spectral.graph import (
@@ -208,11 +208,6 @@ class SpectralModel:
             config=config,
             method=method,
         )
-
-
-def spectral_cache_root() -> Path:
-    """Where calibrated switches are kept (beside the de-quantised weights; see ``models.dequantized``)."""
-    return weights_cache_root()
 
 
 def load_spectral_model(gguf_path: str | Path, *, sha256: str = "", n_ctx: int = DEFAULT_N_CTX) -> SpectralModel:
