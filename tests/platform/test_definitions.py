@@ -116,3 +116,17 @@ def test_attack_cells_are_partitioned_by_benchmark_and_arm() -> None:
     parsed = partitions.get_partition_key_from_str("forged_turn.rvg|bipia_email").keys_by_dimension
     assert parsed == {"arm": "forged_turn.rvg", "benchmark": "bipia_email"}
     assert parse_arm(arm_key("forged_turn", "rvg_oracle")) == ("forged_turn", "rvg_oracle")
+
+
+def test_loading_the_code_location_imports_neither_torch_nor_agentdojo():
+    """Every Dagster process (webserver, daemon, each step of a multiprocess run) imports the code location first;
+    torch and AgentDojo (with its model-provider SDKs) cost seconds each and are needed only inside asset bodies."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, assets.definitions; "
+        "print(sorted(m for m in ('torch', 'agentdojo', 'transformers') if m in sys.modules))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]"

@@ -29,10 +29,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.memory_poisoning.attacks.synonyms import SynonymSource
@@ -330,6 +332,8 @@ def _respan(
 
 def _best_position(encoder: Any, ids: Sequence[int], grad: torch.Tensor, positions: Sequence[int]) -> int:
     """The position whose best first-order swap promises the largest decrease (HotFlip's choice)."""
+    import torch
+
     table = encoder.word_embeddings[torch.from_numpy(encoder.word_ids)]
     rows = torch.stack([grad[p + 1] for p in positions])
     current = torch.stack([encoder.word_embeddings[ids[p]] @ grad[p + 1] for p in positions])
@@ -353,6 +357,8 @@ def hotflip_evasion(
     keep_retrieval: bool = True,
 ) -> EvasionResult:
     """Continuous-then-discrete HotFlip on the poison's own tokens (see module docstring)."""
+    import torch
+
     if not text.strip():
         raise MemoryPoisoningInputError("HotFlip evasion: the poison text is empty")
     encoder = white_box(embedder)

@@ -36,10 +36,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.memory_poisoning.attacks.base import AttackRun
@@ -115,6 +117,8 @@ def cluster_centres(memory_vectors: np.ndarray, n_clusters: int, seed: int) -> n
 
 def agentpoison_loss(embeddings: torch.Tensor, centres: torch.Tensor, compactness_weight: float) -> torch.Tensor:
     """``L_uni + lambda L_cpt`` for one trigger over a batch of triggered-query embeddings (n, d)."""
+    import torch
+
     uniqueness = -torch.cdist(embeddings, centres).mean()
     compactness = torch.linalg.vector_norm(embeddings - embeddings.mean(dim=0, keepdim=True), dim=1).mean()
     return uniqueness + compactness_weight * compactness
@@ -133,6 +137,8 @@ def _check_queries(queries: Sequence[str], what: str) -> list[str]:
 def _loss_of(
     encoder: WhiteBoxEncoder, query_ids: list[list[int]], trigger: Sequence[int], centres: torch.Tensor, weight: float
 ) -> float:
+    import torch
+
     embeddings = torch.from_numpy(encoder.embed_ids([q + list(trigger) for q in query_ids]))
     return float(agentpoison_loss(embeddings, centres, weight))
 
@@ -141,6 +147,8 @@ def optimise_trigger(
     embedder: Any, train_queries: Sequence[str], memory_vectors: np.ndarray, config: TriggerConfig | None = None
 ) -> TriggerResult:
     """HotFlip coordinate descent on the AgentPoison loss over ``train_queries`` (see module docstring)."""
+    import torch
+
     config = config or TriggerConfig()
     config.validate()
     queries = _check_queries(train_queries, "trigger optimisation")

@@ -15,10 +15,12 @@ and the string the victim types are the same thing.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 from rvu_pipelines.errors import MemoryPoisoningInputError
 
@@ -29,6 +31,7 @@ class WhiteBoxEncoder:
     """Token-level access to a SentenceTransformer-backed embedder (``SentenceEmbedder``)."""
 
     def __init__(self, embedder: Any) -> None:
+
         model = getattr(embedder, "_model", None)
         modules = list(model) if model is not None and hasattr(model, "__iter__") else []
         first = modules[0] if modules else None
@@ -75,6 +78,8 @@ class WhiteBoxEncoder:
     # --- forward passes -----------------------------------------------------------------------------------
 
     def _batch(self, sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
         body = self.max_length - 2
         rows = [[self.cls_id, *list(s)[:body], self.sep_id] for s in sequences]
         width = max(len(r) for r in rows)
@@ -86,6 +91,8 @@ class WhiteBoxEncoder:
         return ids, mask
 
     def _pool(self, inputs_embeds: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        import torch
+
         out = self.transformer(inputs_embeds=inputs_embeds, attention_mask=mask, token_type_ids=torch.zeros_like(mask))
         features: dict[str, torch.Tensor] = {"token_embeddings": out.last_hidden_state, "attention_mask": mask}
         for module in self.tail:
@@ -94,6 +101,8 @@ class WhiteBoxEncoder:
 
     def embed_ids(self, sequences: Sequence[Sequence[int]]) -> np.ndarray:
         """Unit embeddings of token sequences (no specials), exactly as ``encode`` on their text."""
+        import torch
+
         if not sequences:
             return np.zeros((0, self.dimension), dtype=np.float32)
         chunks = []
@@ -117,6 +126,8 @@ class WhiteBoxEncoder:
         """(loss, d loss / d input embeddings) for ``loss_fn(embeddings)``; the gradient has shape
         (n, len + 2, hidden) with [CLS] at position 0. ``inputs_delta`` adds a continuous perturbation to
         the input embedding of body positions (the relaxed attack's variable), all rows alike."""
+        import torch
+
         ids, mask = self._batch(sequences)
         base = self.transformer.get_input_embeddings()(ids).detach()
         inputs = base.clone().requires_grad_(True)
@@ -132,6 +143,8 @@ class WhiteBoxEncoder:
 
     def embed_relaxed(self, sequence: Sequence[int], delta: dict[int, torch.Tensor]) -> np.ndarray:
         """The unit embedding of one token sequence with ``delta`` added to body positions' input embeddings."""
+        import torch
+
         ids, mask = self._batch([sequence])
         with torch.no_grad():
             embeds = self.transformer.get_input_embeddings()(ids).clone()
@@ -142,6 +155,8 @@ class WhiteBoxEncoder:
     def hotflip(self, gradient: torch.Tensor, k: int, *, exclude: Sequence[int] = ()) -> list[int]:
         """The ``k`` whole-word tokens whose swap-in most decreases the loss to first order (HotFlip):
         argmin over v of e_v . gradient, over the whole-word vocabulary."""
+        import torch
+
         table = self.word_embeddings[torch.from_numpy(self.word_ids)]
         scores = table @ gradient.detach()
         if exclude:
@@ -153,6 +168,8 @@ class WhiteBoxEncoder:
     def nearest_words(self, vector: torch.Tensor, k: int) -> list[int]:
         """Whole-word tokens whose input embedding is nearest (L2) to ``vector`` (projection after a
         continuous relaxation)."""
+        import torch
+
         table = self.word_embeddings[torch.from_numpy(self.word_ids)]
         distances = torch.linalg.vector_norm(table - vector.detach(), dim=1)
         order = torch.argsort(distances, stable=True)[:k]
