@@ -26,10 +26,11 @@ from resources import LLMResource, MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.agents.evaluation import attack_table
 from rvu_pipelines.agents.regression import compare_to_golden, drift_markdown, load_golden, load_tolerance
 from rvu_pipelines.atomic_write import atomic_path
+from rvu_pipelines.attacks.optimised import PER_SCENARIO, per_scenario_strings
 from rvu_pipelines.attacks.paired import paired_defense_tests
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import config_dir, state_dir
-from rvu_pipelines.redteam.table import TablePlan, episode_rows, run_table, study_markdown
+from rvu_pipelines.redteam.table import TablePlan, episode_rows, run_table, study_markdown, transfer_summary
 from rvu_pipelines.scenarios.axes import ATTACKS, DEFENSES
 
 SMALL_BENCHMARKS = ["injecagent_dh", "injecagent_ds", "bipia_email", "agentdojo"]
@@ -41,6 +42,11 @@ class AttackTableConfig(HarnessConfig):
     defenses: list[str] = Field(default=list(DEFENSES), description="Defenses (columns).")
     per_benchmark: int = Field(
         default=5, description="Held-out scenarios per benchmark (fixed seed; the published table uses >= 100)."
+    )
+    sample: str = Field(
+        default="heldout",
+        description="heldout: per_benchmark held-out scenarios; per_scenario: every row on the scenarios that have a "
+        "per-scenario string (so its controls are paired with it).",
     )
 
 
@@ -94,13 +100,18 @@ def attack_table_full(
     model_store: ModelStoreResource,
     mlflow_tracker: MlflowTrackerResource,
 ):
-    plan = TablePlan(tuple(config.benchmarks), tuple(config.attacks), tuple(config.defenses), config.per_benchmark)
+    plan = TablePlan(
+        tuple(config.benchmarks), tuple(config.attacks), tuple(config.defenses), config.per_benchmark, config.sample
+    )
     harness = open_harness(config, llm_model, llm, model_store, mlflow_tracker)
     runs, skipped = run_table(harness, plan, progress=config.progress)
     run_ids = [log_attack_cell(context, mlflow_tracker, harness, run, llm_model) for run in runs]
     table = attack_table(runs)
     paired = paired_defense_tests(episode_rows(runs))
-    markdown = study_markdown(table, paired, skipped)
+    transfer = None
+    if PER_SCENARIO in plan.attacks:
+        transfer = transfer_summary(runs, per_scenario_strings(harness.attack_context("vanilla")))
+    markdown = study_markdown(table, paired, skipped, transfer)
     folder = state_dir() / "attacks" / "full" / harness.profile
     folder.mkdir(parents=True, exist_ok=True)
     for name, frame in (("table.parquet", table), ("paired.parquet", paired)):

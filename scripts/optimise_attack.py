@@ -7,6 +7,10 @@ is always measured afterwards by the real agent on llama.cpp with the quantised 
 
     RVU_DATA_MIRROR=../shared/data .venv/bin/python scripts/optimise_attack.py [--name gcg_universal]
         [--train 8] [--steps 60] [--candidates 32] [--tokens 16] [--profile tiny]
+    .venv/bin/python scripts/optimise_attack.py --name gcg_per_scenario --benchmark injecagent_dh --sample 5
+
+``gcg_per_scenario`` optimises one string per scenario for ``--sample`` scenarios drawn from the attack table's
+held-out sample of ``--benchmark``, each planted only in its own scenario: the attacker also knows the user's request.
 
 Interrupted anywhere (even SIGKILL), the same command resumes from the last finished step (the state lives in
 ``.rvu/attacks/optimisation/``). The stored file records the weights' sha256, training scenarios, steps, loss,
@@ -16,18 +20,22 @@ CPU-minutes, commit, date and machine.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 from rvu_pipelines.attacks.gcg import GcgConfig
-from rvu_pipelines.attacks.optimised import OBJECTIVES, TRAIN_BENCHMARK, training_scenarios
+from rvu_pipelines.attacks.optimised import OBJECTIVES, PER_SCENARIO, TRAIN_BENCHMARK, training_scenarios
+from rvu_pipelines.attacks.planted_call import target_text
+from rvu_pipelines.attacks.stored import StoredString
 from rvu_pipelines.code_version import code_version
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.machine import machine_line
 from rvu_pipelines.paths import config_dir, state_dir
 from rvu_pipelines.redteam.optimise import detector_penalty, optimise_string
+from rvu_pipelines.redteam.table import per_scenario_sample
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +43,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="gcg_universal", choices=sorted(OBJECTIVES))
     parser.add_argument("--profile", default=None, help="model profile (configs/models.yaml); default: its default")
     parser.add_argument("--train", type=int, default=8, help="training scenarios (InjecAgent dh training split)")
+    parser.add_argument("--benchmark", default=TRAIN_BENCHMARK, help="gcg_per_scenario: the benchmark sampled")
+    parser.add_argument("--sample", type=int, default=5, help="gcg_per_scenario: held-out scenarios, one string each")
+    parser.add_argument(
+        "--warm-start",
+        action="store_true",
+        help="gcg_per_scenario: the string starts as the target tool call itself (the attacker knows its goal)",
+    )
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--candidates", type=int, default=32)
     parser.add_argument("--top-k", type=int, default=64)
@@ -50,14 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(
-        f"{stored.name}: {stored.text!r}\n  loss {stored.loss:.4f}, solved {stored.solved}, {stored.steps} steps, "
-        f"{stored.cpu_minutes:.1f} CPU-min, trained on {len(stored.train_scenarios)} scenarios"
-    )
+    for one in stored:
+        print(
+            f"{one.name}: {one.text!r}\n  loss {one.loss:.4f}, solved {one.solved}, {one.steps} steps, "
+            f"{one.cpu_minutes:.1f} CPU-min, trained on {', '.join(one.train_scenarios)}"
+        )
     return 0
 
 
-def run(args: argparse.Namespace, argv: list[str] | None = None):
+def run(args: argparse.Namespace, argv: list[str] | None = None) -> list[StoredString]:
     import torch
 
     from rvu_pipelines.agents.defenses import DefenseSettings
@@ -76,7 +92,11 @@ def run(args: argparse.Namespace, argv: list[str] | None = None):
         parameter.requires_grad_(False)
     torch.manual_seed(args.seed)
     canonical = frozenset(s.scenario_id for s in canonical_scenarios())
-    train = training_scenarios(scenarios_for(TRAIN_BENCHMARK, None), args.train, exclude=canonical)
+    if args.name == PER_SCENARIO:
+        groups = [[s] for s in per_scenario_sample(args.benchmark, args.sample)]
+    else:
+        groups = [training_scenarios(scenarios_for(TRAIN_BENCHMARK, None), args.train, exclude=canonical)]
+    train = [s for group in groups for s in group]
     penalty = None
     if args.name == "adaptive-classifier":
         detector, _ = detector_for(args.detector)
@@ -90,25 +110,36 @@ def run(args: argparse.Namespace, argv: list[str] | None = None):
         penalty_weight=args.penalty_weight if penalty else 0.0,
     )
     states = args.state_dir or state_dir() / "attacks" / "optimisation"
-    return optimise_string(
-        args.name,
-        profile=profile,
-        model_sha256=resolved.sha256,
-        model=model,
-        tokenizer=tokenizer,
-        scenarios=train,
-        settings=DefenseSettings(detector=HeuristicDetector()),  # the capture pipeline's own filter never runs
-        config=gcg,
-        state_path=states / f"{args.name}_{profile}.json",
-        strings_dir=args.strings_dir or config_dir() / "attacks",
-        penalty=penalty,
-        provenance={
-            "code_version": code_version(),
-            "created": datetime.now(UTC).strftime("%Y-%m-%d"),
-            "machine": machine_line(),
-            "command": shlex.join(["python", "scripts/optimise_attack.py", *(argv or [])]),
-        },
-    )
+    provenance = {
+        "code_version": code_version(),
+        "created": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "machine": machine_line(),
+        "command": shlex.join(["python", "scripts/optimise_attack.py", *(argv or [])]),
+    }
+    stored = []
+    for group in groups:
+        state_name, config = f"{args.name}_{profile}", gcg
+        if args.name == PER_SCENARIO:
+            state_name += "/" + group[0].scenario_id.replace("/", "__")
+            if args.warm_start:
+                config = dataclasses.replace(gcg, init_text=" " + target_text(group[0]))
+        stored.append(
+            optimise_string(
+                args.name,
+                profile=profile,
+                model_sha256=resolved.sha256,
+                model=model,
+                tokenizer=tokenizer,
+                scenarios=group,
+                settings=DefenseSettings(detector=HeuristicDetector()),  # the capture pipeline's filter never runs
+                config=config,
+                state_path=states / f"{state_name}.json",
+                strings_dir=args.strings_dir or config_dir() / "attacks",
+                penalty=penalty,
+                provenance=provenance,
+            )
+        )
+    return stored
 
 
 if __name__ == "__main__":

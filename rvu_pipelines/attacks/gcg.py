@@ -53,6 +53,7 @@ class GcgConfig:
     seed: int = 0
     init_token: str = " !"  # the string starts as n_tokens copies of this token
     penalty_weight: float = 0.0
+    init_text: str = ""  # a warm start: the string starts with these tokens, padded with init_token to n_tokens
 
 
 @dataclass
@@ -76,10 +77,16 @@ class GcgState:
 def problem_fingerprint(model_sha256: str, slots: Sequence[Slot], config: GcgConfig) -> str:
     """What decides the optimisation: the weights, every slot's ids and the settings (a resume must match)."""
     payload = json.dumps(
-        [model_sha256, [asdict(s) for s in slots], {k: v for k, v in asdict(config).items() if k != "steps"}],
+        [model_sha256, [asdict(s) for s in slots], {k: v for k, v in asdict(config).items() if _decides(k, v)}],
         sort_keys=True,
     )
     return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _decides(name: str, value: object) -> bool:
+    """Whether a setting decides the optimisation's path (steps only say when to stop; an unset warm start keeps
+    the fingerprints of runs made before it existed)."""
+    return name != "steps" and not (name == "init_text" and not value)
 
 
 def allowed_tokens(tokenizer: Any) -> list[int]:
@@ -141,7 +148,13 @@ class GcgOptimizer:
         ids = self.tokenizer.encode(self.config.init_token, add_special_tokens=False)
         if len(ids) != 1:
             raise ConfigError(f"GCG init_token {self.config.init_token!r} must be one token, it is {len(ids)}.")
-        return ids * self.config.n_tokens
+        warm = self.tokenizer.encode(self.config.init_text, add_special_tokens=False) if self.config.init_text else []
+        if len(warm) > self.config.n_tokens:
+            raise ConfigError(
+                f"GCG init_text {self.config.init_text!r} is {len(warm)} tokens, more than n_tokens "
+                f"{self.config.n_tokens}; raise n_tokens or shorten the text."
+            )
+        return list(warm) + ids * (self.config.n_tokens - len(warm))
 
     # ------------------------------------------------------------------------------------------- losses
 

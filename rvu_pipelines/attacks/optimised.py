@@ -1,7 +1,9 @@
 """Attacks with strings optimised on the agent's own weights: the universal string and the adaptive ones.
 
 ``gcg_universal`` appends one string, optimised with GCG over a training split of InjecAgent scenarios on the
-de-quantised copy of the agent's GGUF, to every scenario's native injection. ``adaptive`` appends the string
+de-quantised copy of the agent's GGUF, to every scenario's native injection. ``gcg_per_scenario`` appends a string
+optimised on the very scenario it is planted in (a stronger attacker: it knows the user's request and the agent's
+prompt up to the injection; only the scenarios with a stored string can run it). ``adaptive`` appends the string
 optimised against the defense of the cell it runs in (the attacker moves second):
 
 - ``vanilla``: nothing to adapt to; the universal string;
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from rvu_pipelines.attacks.catalog import AttackContext, AttackSpec, register
 from rvu_pipelines.attacks.stored import StoredString, load_string, string_path
@@ -27,6 +30,7 @@ from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scenarios.contract import Scenario
 
 UNIVERSAL = "gcg_universal"
+PER_SCENARIO = "gcg_per_scenario"
 RANDOM = "random_string"  # the unoptimised control: random plantable tokens, as many as the universal string's
 ADAPTIVE = "adaptive"
 TRAIN_BENCHMARK = "injecagent_dh"
@@ -35,6 +39,7 @@ TRAIN_SPLIT_MODULUS = 20  # one scenario id in 20 (by sha256) may be used to tra
 ADAPTIVE_STRINGS: dict[str, str] = {"vanilla": UNIVERSAL, "classifier": "adaptive-classifier", "fath": "adaptive-fath"}
 OBJECTIVES: dict[str, tuple[str, str]] = {  # string name -> (capture defense, objective in words)
     UNIVERSAL: ("vanilla", "mean cross-entropy of the attacker's tool call over the training prompts"),
+    PER_SCENARIO: ("vanilla", "cross-entropy of the attacker's tool call in the one scenario the string is planted in"),
     "adaptive-classifier": (
         "vanilla",
         "the attacker's tool call plus the classifier defense's detector score on the planted text (black-box)",
@@ -93,6 +98,44 @@ def append_string(scenario: Scenario, stored: StoredString) -> Scenario:
     return scenario.with_injection(scenario.injection + stored.text)
 
 
+def per_scenario_dir(strings_dir: Path, profile: str) -> Path:
+    """The folder of per-scenario strings of ``profile``: one stored string per scenario."""
+    return Path(strings_dir) / f"{PER_SCENARIO}_{profile}"
+
+
+def per_scenario_path(strings_dir: Path, profile: str, scenario_id: str) -> Path:
+    return per_scenario_dir(strings_dir, profile) / (scenario_id.replace("/", "__") + ".json")
+
+
+def per_scenario_strings(context: AttackContext) -> dict[str, StoredString]:
+    """Every per-scenario string stored for the context's profile, by scenario id (refused for other weights)."""
+    folder = per_scenario_dir(context.strings_dir, context.profile)
+    stored = [load_string(path, context.model_sha256) for path in sorted(folder.glob("*.json"))]
+    return {s.train_scenarios[0]: s for s in stored if len(s.train_scenarios) == 1}
+
+
+def append_own_string(scenario: Scenario, context: AttackContext) -> Scenario:
+    """The native injection with the string optimised on this very scenario right after it."""
+    path = per_scenario_path(context.strings_dir, context.profile, scenario.scenario_id)
+    if not path.is_file():
+        raise ConfigError(
+            f"No per-scenario string for {scenario.scenario_id} at {path}: the {PER_SCENARIO} attack runs only on "
+            f"the scenarios it was optimised for (scripts/optimise_attack.py --name {PER_SCENARIO})."
+        )
+    stored = load_string(path, context.model_sha256)
+    if stored.train_scenarios != (scenario.scenario_id,):
+        raise ConfigError(
+            f"{path}: optimised on {list(stored.train_scenarios)}, not on {scenario.scenario_id}; regenerate it."
+        )
+    return scenario.with_injection(scenario.injection + stored.text)
+
+
+def _per_scenario_fingerprint(context: AttackContext) -> str:
+    strings = per_scenario_strings(context)
+    payload = "\n".join(f"{sid}/{s.model_sha256}/{s.text}" for sid, s in sorted(strings.items()))
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
 def _fingerprint(name: str, context: AttackContext) -> str:
     stored = _stored(name, context)
     return hashlib.sha256(f"{stored.model_sha256}/{stored.text}".encode()).hexdigest()[:16]
@@ -114,6 +157,14 @@ _string_attack(
     UNIVERSAL,
     "the native injection plus one GCG string optimised on the agent's weights over training scenarios",
     lambda _context: UNIVERSAL,
+)
+register(
+    AttackSpec(
+        PER_SCENARIO,
+        "the native injection plus a GCG string optimised on the agent's weights for that very scenario",
+        rewrite=append_own_string,
+        fingerprint=_per_scenario_fingerprint,
+    )
 )
 _string_attack(
     RANDOM,

@@ -6,17 +6,17 @@ is rendered with the model's chat template and cut at the sentinel. So the optim
 agent sees (system prompt, tool schema, the benchmark's pre-filled call, the defense's rewriting of tool output),
 not a reconstruction. Earlier turns (AgentDojo: the agent reads the file itself) are answered by ``llm``.
 
-The target is what the benchmark's judge counts as the attack's success, written as the agent writes a tool call:
-InjecAgent's first attacker tool, AgentDojo's injection task's first ground-truth call.
+The target is what the benchmark's judge counts as the attack's success, written as the agent writes a tool call
+(:func:`rvu_pipelines.attacks.planted_call.target_text`).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from rvu_pipelines.attacks.gcg import Slot
+from rvu_pipelines.attacks.planted_call import target_text
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.models.llm import ChatCompletion, ChatModel, Message
 from rvu_pipelines.scenarios.contract import Scenario
@@ -60,31 +60,6 @@ def decision_messages(
     except _Reached as reached:
         return reached.messages
     return None
-
-
-def target_text(scenario: Scenario) -> str:
-    """The start of the tool call the judge counts as the attack's success, in the agent's tool-call format, up
-    to the tool's name: the name is where the agent chooses, the arguments follow from the tool's schema."""
-    tools: Sequence[str] = getattr(scenario, "attacker_tools", ())
-    if tools:
-        tool = tools[0]
-    elif hasattr(scenario, "injection_task_obj"):
-        calls = _injection_ground_truth(scenario)
-        if not calls:
-            raise ConfigError(f"{scenario.scenario_id}: the injection task has no ground-truth call to target.")
-        tool = calls[0]
-    else:
-        raise ConfigError(
-            f"{scenario.scenario_id}: benchmark {scenario.benchmark!r} has no tool-call target for an optimised "
-            "string (InjecAgent and AgentDojo have; BIPIA judges free text)."
-        )
-    return '{"tool": ' + json.dumps(tool)
-
-
-def _injection_ground_truth(scenario: Any) -> list[str]:
-    suite = scenario.suite
-    env = suite.load_and_inject_default_environment({})
-    return [call.function for call in scenario.injection_task_obj.ground_truth(env)]
 
 
 def render_prompt(tokenizer: Any, messages: Sequence[Message]) -> str:

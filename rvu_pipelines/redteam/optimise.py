@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rvu_pipelines.attacks.gcg import GcgConfig, GcgOptimizer, Penalty
-from rvu_pipelines.attacks.optimised import OBJECTIVES, RANDOM, UNIVERSAL
+from rvu_pipelines.attacks.optimised import OBJECTIVES, PER_SCENARIO, RANDOM, UNIVERSAL, per_scenario_path
 from rvu_pipelines.attacks.stored import StoredString, save_string, string_path
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scenarios.contract import Scenario
@@ -52,11 +52,13 @@ def optimise_string(
     """Optimise (or resume) the string ``name`` over ``scenarios`` and store it under ``strings_dir``.
 
     ``settings``: DefenseSettings of the capture pipeline (OBJECTIVES[name]); ``provenance``: code_version,
-    created, machine for the file."""
+    created, machine for the file. ``gcg_per_scenario`` takes exactly one scenario, the one it will be planted in."""
     from rvu_pipelines.redteam.decision_point import slot_for
 
     if name not in OBJECTIVES:
         raise ConfigError(f"Unknown optimised string {name!r}; allowed values: {', '.join(sorted(OBJECTIVES))}.")
+    if name == PER_SCENARIO and len(scenarios) != 1:
+        raise ConfigError(f"{PER_SCENARIO} is optimised on one scenario at a time, got {len(scenarios)}.")
     defense, objective = OBJECTIVES[name]
     if defense == "fath":  # the attacker cannot see the episode's tag: a fresh random one per captured prompt
         settings = dataclasses.replace(settings, fath_random_tags=True)
@@ -83,7 +85,10 @@ def optimise_string(
         config={k: v for k, v in vars(config).items()},
         **(provenance or {}),
     )
-    save_string(string_path(strings_dir, name, profile), stored)
+    if name == PER_SCENARIO:
+        save_string(per_scenario_path(strings_dir, profile, stored.train_scenarios[0]), stored)
+    else:
+        save_string(string_path(strings_dir, name, profile), stored)
     if name == UNIVERSAL:  # its control, beside it: what the same number of unoptimised tokens does
         save_string(string_path(strings_dir, RANDOM, profile), random_control(stored, optimizer, config.seed))
     return stored

@@ -30,13 +30,26 @@ CANONICAL = "canonical"  # the paper's 10 canonical scenarios, a pseudo-benchmar
 NATIVE = "native"  # each benchmark's own injections
 # The attacks of the table (rvu_pipelines.attacks.catalog registers one rewrite per name). ``adaptive`` is the
 # attack optimised against the defense of the cell it runs in.
-ATTACKS: tuple[str, ...] = ("no_attack", NATIVE, "random_string", "forged_turn", "gcg_universal", "adaptive")
+ATTACKS: tuple[str, ...] = (
+    "no_attack",
+    NATIVE,
+    "random_string",
+    "forged_turn",
+    "planted_call",
+    "gcg_universal",
+    "gcg_per_scenario",
+    "adaptive",
+)
 ATTACK_NOTES: dict[str, str] = {
     "no_attack": "control: the injection removed (utility without attack; any success means the judge is broken)",
     NATIVE: "the benchmark's own injection text",
     "random_string": "control: the native injection plus a random string of the optimised strings' length",
     "forged_turn": "the injection closes the tool turn and opens a fake user turn in the model's chat template",
+    "planted_call": "control: the native injection plus the attacker's tool call written out, unoptimised (what "
+    "a per-scenario string starts from)",
     "gcg_universal": "the native injection plus one string optimised (GCG) on the agent's own weights over a "
     "training split of InjecAgent scenarios; evaluated on held-out scenarios",
+    "gcg_per_scenario": "the native injection plus a string optimised (GCG) on the agent's own weights for that very "
+    "scenario; runs on the scenarios that have one",
     "adaptive": "the attack optimised against the cell's defense (the attacker moves second)",
 }

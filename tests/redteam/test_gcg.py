@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from rvu_pipelines.attacks.gcg import GcgConfig, GcgOptimizer
+from rvu_pipelines.attacks.planted_call import target_text
 from rvu_pipelines.errors import ConfigError
-from rvu_pipelines.redteam.decision_point import SENTINEL, slot_for, target_text
+from rvu_pipelines.redteam.decision_point import SENTINEL, slot_for
 
 TINY = GcgConfig(n_tokens=4, steps=2, candidates=8, top_k=16, seed=3)
 

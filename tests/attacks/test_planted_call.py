@@ -1,0 +1,36 @@
+"""The planted-call control writes the judge's tool call after the native injection, and says why where a benchmark
+has no tool call to plant."""
+
+import pytest
+
+from rvu_pipelines.attacks.catalog import AttackContext, attack_fingerprint, attacked
+from rvu_pipelines.attacks.planted_call import PLANTED_CALL, target_text
+from rvu_pipelines.errors import ConfigError
+
+CONTEXT = AttackContext("tiny", "a" * 64, "vanilla", ".")
+
+
+def test_the_attackers_tool_call_follows_the_native_injection():
+    from rvu_pipelines.scenarios import scenarios_for
+
+    scenario = scenarios_for("injecagent_dh", 1)[0]
+    planted = attacked(scenario, PLANTED_CALL, CONTEXT)
+    assert planted.injection == f'{scenario.injection} {{"tool": "{scenario.attacker_tools[0]}"'
+    assert planted.attacker_tools == scenario.attacker_tools  # the judge stays the benchmark's
+    assert target_text(scenario) in planted.injection
+    assert attack_fingerprint(PLANTED_CALL, CONTEXT) == "planted_call:tool-call-v1"
+
+
+def test_a_free_text_benchmark_has_no_call_to_plant():
+    from rvu_pipelines.scenarios import scenarios_for
+
+    with pytest.raises(ConfigError, match="judges free text"):
+        attacked(scenarios_for("bipia_email", 1)[0], PLANTED_CALL, CONTEXT)
+
+
+def test_the_table_plan_refuses_an_unknown_sample():
+    from rvu_pipelines.redteam.table import TablePlan
+
+    assert TablePlan(("injecagent_dh",), (PLANTED_CALL,), ("vanilla",), 5, "per_scenario").sample == "per_scenario"
+    with pytest.raises(ConfigError, match="Unknown sample 'all'; allowed values: heldout, per_scenario"):
+        TablePlan(("injecagent_dh",), (PLANTED_CALL,), ("vanilla",), 5, "all")
