@@ -1,6 +1,6 @@
 """The control beside the per-scenario strings: the attacker's tool call itself written into the injection.
 
-A per-scenario string is warm-started from the tool call the judge counts (``{"tool": "<attacker tool>"``), so the
+A per-scenario string is warm-started from the tool call the judge counts (``{"tool": "<attacker tool>"}``), so the
 question its row must answer is what the optimisation adds to that text. ``planted_call`` plants exactly that text
 after the native injection, unoptimised: if it reaches the per-scenario row's ASR, the row's result is the planted
 text's, not the optimiser's. It needs no model access: the attacker only knows its own goal.
@@ -20,28 +20,31 @@ PLANTED_CALL = "planted_call"
 
 
 def target_text(scenario: Scenario) -> str:
-    """The start of the tool call the judge counts as the attack's success, in the agent's tool-call format, up
-    to the tool's name: the name is where the agent chooses, the arguments follow from the tool's schema."""
+    """The tool call the judge counts as the attack's success, complete, in the agent's tool-call format.
+
+    InjecAgent: ``{"tool": "<first attacker tool>"}`` (its tools take optional arguments, so the bare call runs);
+    AgentDojo: the injection task's first ground-truth call with its arguments. The call is closed on purpose: a
+    target that stops at the tool's name is reached by strings the model copies on into malformed JSON, which the
+    agent's parser rightly ignores."""
     tools: Sequence[str] = getattr(scenario, "attacker_tools", ())
     if tools:
-        tool = tools[0]
-    elif hasattr(scenario, "injection_task_obj"):
+        return json.dumps({"tool": tools[0]})
+    if hasattr(scenario, "injection_task_obj"):
         calls = _injection_ground_truth(scenario)
         if not calls:
             raise ConfigError(f"{scenario.scenario_id}: the injection task has no ground-truth call to target.")
-        tool = calls[0]
-    else:
-        raise ConfigError(
-            f"{scenario.scenario_id}: benchmark {scenario.benchmark!r} has no tool-call target for an optimised "
-            "string (InjecAgent and AgentDojo have; BIPIA judges free text)."
-        )
-    return '{"tool": ' + json.dumps(tool)
+        function, args = calls[0]
+        return json.dumps({"tool": function, "arguments": args}, default=str)
+    raise ConfigError(
+        f"{scenario.scenario_id}: benchmark {scenario.benchmark!r} has no tool-call target for an optimised "
+        "string (InjecAgent and AgentDojo have; BIPIA judges free text)."
+    )
 
 
-def _injection_ground_truth(scenario: Any) -> list[str]:
+def _injection_ground_truth(scenario: Any) -> list[tuple[str, dict[str, Any]]]:
     suite = scenario.suite
     env = suite.load_and_inject_default_environment({})
-    return [call.function for call in scenario.injection_task_obj.ground_truth(env)]
+    return [(call.function, dict(call.args)) for call in scenario.injection_task_obj.ground_truth(env)]
 
 
 register(
@@ -49,6 +52,6 @@ register(
         PLANTED_CALL,
         "control: the native injection plus the attacker's tool call written out (a per-scenario string's start)",
         rewrite=lambda scenario, _context: scenario.with_injection(f"{scenario.injection} {target_text(scenario)}"),
-        fingerprint=lambda _context: "tool-call-v1",
+        fingerprint=lambda _context: "tool-call-v2",
     )
 )

@@ -122,8 +122,8 @@ def run_table(harness: Any, plan: TablePlan, *, progress: bool = True) -> tuple[
             for defense in plan.defenses:
                 context = harness.attack_context(defense)
                 reason = unavailable(attack, defense, context, benchmark)
-                if reason is None and not scenarios:
-                    reason = f"no {PER_SCENARIO} string for any {benchmark} scenario"
+                if reason is None and not scenarios:  # sample per_scenario, no string for this benchmark
+                    reason = f"sample per_scenario: no {PER_SCENARIO} string for any {benchmark} scenario"
                 if reason:
                     skipped.append({"benchmark": benchmark, "attack": attack, "defense": defense, "reason": reason})
                     continue

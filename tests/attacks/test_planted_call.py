@@ -15,10 +15,10 @@ def test_the_attackers_tool_call_follows_the_native_injection():
 
     scenario = scenarios_for("injecagent_dh", 1)[0]
     planted = attacked(scenario, PLANTED_CALL, CONTEXT)
-    assert planted.injection == f'{scenario.injection} {{"tool": "{scenario.attacker_tools[0]}"'
+    assert planted.injection == f'{scenario.injection} {{"tool": "{scenario.attacker_tools[0]}"}}'
     assert planted.attacker_tools == scenario.attacker_tools  # the judge stays the benchmark's
     assert target_text(scenario) in planted.injection
-    assert attack_fingerprint(PLANTED_CALL, CONTEXT) == "planted_call:tool-call-v1"
+    assert attack_fingerprint(PLANTED_CALL, CONTEXT) == "planted_call:tool-call-v2"
 
 
 def test_a_free_text_benchmark_has_no_call_to_plant():
@@ -34,3 +34,17 @@ def test_the_table_plan_refuses_an_unknown_sample():
     assert TablePlan(("injecagent_dh",), (PLANTED_CALL,), ("vanilla",), 5, "per_scenario").sample == "per_scenario"
     with pytest.raises(ConfigError, match="Unknown sample 'all'; allowed values: heldout, per_scenario"):
         TablePlan(("injecagent_dh",), (PLANTED_CALL,), ("vanilla",), 5, "all")
+
+
+def test_an_agentdojo_target_is_the_injection_tasks_first_call_with_its_arguments():
+    import json
+
+    from rvu_pipelines.scenarios import scenarios_for
+
+    scenario = scenarios_for("agentdojo", 1)[0]
+    env = scenario.suite.load_and_inject_default_environment({})
+    first = scenario.injection_task_obj.ground_truth(env)[0]
+    assert json.loads(target_text(scenario)) == {
+        "tool": first.function,
+        "arguments": json.loads(json.dumps(dict(first.args), default=str)),
+    }
