@@ -32,3 +32,25 @@ def train_scenario():
 
     canonical = frozenset(s.scenario_id for s in canonical_scenarios())
     return training_scenarios(scenarios_for("injecagent_dh", None), 1, exclude=canonical)[0]
+
+
+@pytest.fixture
+def string_harness(smollm, tiny_models, tmp_path):
+    """A harness of the real agent (llama.cpp, quantised GGUF, one short tool round) reading optimised strings from
+    the given folder."""
+    from rvu_pipelines.agents.harness import Harness
+
+    def open_harness(strings_dir):
+        return Harness.open(
+            smollm,
+            profile="tiny",
+            model_id=tiny_models["llm"].sha256,
+            detector="heuristic",
+            root=tmp_path / "attacks",
+            cache_path=tmp_path / "llm_cache.sqlite",
+            max_iters=1,
+            max_tokens=24,
+            strings_dir=strings_dir,
+        )
+
+    return open_harness

@@ -149,26 +149,15 @@ def test_a_training_scenario_is_never_evaluated_under_its_string(optimised, trai
         attacked(train_scenario, "gcg_universal", context)
 
 
-def test_the_real_agent_runs_a_held_out_episode_under_the_optimised_string(optimised, smollm, tiny_models, tmp_path):
+def test_the_real_agent_runs_a_held_out_episode_under_the_optimised_string(optimised, string_harness):
     """ASR is measured by the agent on llama.cpp (the quantised GGUF): the row records the attack, the agent read
     the string in the tool's output, and the episode key differs from the native one of the same scenario."""
-    from rvu_pipelines.agents.harness import Harness
     from rvu_pipelines.attacks.optimised import in_training_split
     from rvu_pipelines.scenarios import scenarios_for
 
     folder, stored = optimised
     held_out = next(s for s in scenarios_for("injecagent_dh", 20) if not in_training_split(s.scenario_id))
-    harness = Harness.open(
-        smollm,
-        profile="tiny",
-        model_id=tiny_models["llm"].sha256,
-        detector="heuristic",
-        root=tmp_path / "attacks",
-        cache_path=tmp_path / "llm_cache.sqlite",
-        max_iters=1,
-        max_tokens=24,
-        strings_dir=folder,
-    )
+    harness = string_harness(folder)
     attacked_run = harness.run_cell("injecagent_dh", "vanilla", attack="gcg_universal", scenarios=[held_out])
     native_run = harness.run_cell("injecagent_dh", "vanilla", scenarios=[held_out])
     row = attacked_run.rows.row(0, named=True)

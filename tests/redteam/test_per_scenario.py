@@ -99,25 +99,14 @@ def test_the_table_runs_the_row_where_strings_exist_and_says_why_elsewhere(own_s
 
 
 def test_the_table_runs_the_string_and_its_control_on_the_same_scenarios_and_counts_the_transfer(
-    own_string, held_out, smollm, tiny_models, tmp_path
+    own_string, held_out, string_harness
 ):
     """ASR is the agent's on llama.cpp (quantised GGUF); the planted-call control runs on the same scenarios; a
     benchmark without strings is listed as not run; the transfer summary counts the PyTorch verdict beside it."""
-    from rvu_pipelines.agents.harness import Harness
     from rvu_pipelines.redteam.table import TablePlan, run_table, study_markdown, transfer_summary
 
     folder, stored = own_string
-    harness = Harness.open(
-        smollm,
-        profile="tiny",
-        model_id=tiny_models["llm"].sha256,
-        detector="heuristic",
-        root=tmp_path / "attacks",
-        cache_path=tmp_path / "llm_cache.sqlite",
-        max_iters=1,
-        max_tokens=24,
-        strings_dir=folder,
-    )
+    harness = string_harness(folder)
     plan = TablePlan(("injecagent_dh", "bipia_email"), ("planted_call", PER_SCENARIO), ("vanilla",), 1, "per_scenario")
     runs, skipped = run_table(harness, plan, progress=False)
     assert [(r.spec.attack, r.rows["scenario_id"].to_list()) for r in runs] == [
