@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace, argv: list[str] | None = None) -> list[StoredString]:
+    if args.warm_start and args.name != PER_SCENARIO:
+        raise ConfigError(f"--warm-start starts from one scenario's tool call: it applies to {PER_SCENARIO} only.")
     import torch
 
     from rvu_pipelines.agents.defenses import DefenseSettings

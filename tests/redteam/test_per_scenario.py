@@ -132,3 +132,19 @@ def test_the_table_runs_the_string_and_its_control_on_the_same_scenarios_and_cou
 
     text = study_markdown(pl.DataFrame(), pl.DataFrame(), [], summary)
     assert f"{succeeded} succeeded on llama.cpp" in text
+
+
+def test_a_warm_start_for_a_string_shared_by_many_scenarios_is_refused_before_any_model_loads():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "scripts/optimise_attack.py", "--name", "gcg_universal", "--warm-start"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "applies to gcg_per_scenario only" in done.stderr
