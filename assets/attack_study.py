@@ -27,10 +27,17 @@ from rvu_pipelines.agents.evaluation import attack_table
 from rvu_pipelines.agents.regression import compare_to_golden, drift_markdown, load_golden, load_tolerance
 from rvu_pipelines.atomic_write import atomic_path
 from rvu_pipelines.attacks.optimised import PER_SCENARIO, per_scenario_strings
-from rvu_pipelines.attacks.paired import paired_defense_tests
+from rvu_pipelines.attacks.paired import paired_attack_tests, paired_defense_tests
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import config_dir, state_dir
-from rvu_pipelines.redteam.table import TablePlan, episode_rows, run_table, study_markdown, transfer_summary
+from rvu_pipelines.redteam.table import (
+    CONTROLS,
+    TablePlan,
+    episode_rows,
+    run_table,
+    study_markdown,
+    transfer_summary,
+)
 from rvu_pipelines.scenarios.axes import ATTACKS, DEFENSES
 
 SMALL_BENCHMARKS = ["injecagent_dh", "injecagent_ds", "bipia_email", "agentdojo"]
@@ -107,11 +114,13 @@ def attack_table_full(
     runs, skipped = run_table(harness, plan, progress=config.progress)
     run_ids = [log_attack_cell(context, mlflow_tracker, harness, run, llm_model) for run in runs]
     table = attack_table(runs)
-    paired = paired_defense_tests(episode_rows(runs))
+    rows = episode_rows(runs)
+    paired = paired_defense_tests(rows)
+    against_controls = paired_attack_tests(rows, CONTROLS) if rows.height else None
     transfer = None
     if PER_SCENARIO in plan.attacks:
         transfer = transfer_summary(runs, per_scenario_strings(harness.attack_context("vanilla")))
-    markdown = study_markdown(table, paired, skipped, transfer)
+    markdown = study_markdown(table, paired, skipped, transfer, against_controls)
     folder = state_dir() / "attacks" / "full" / harness.profile
     folder.mkdir(parents=True, exist_ok=True)
     for name, frame in (("table.parquet", table), ("paired.parquet", paired)):

@@ -35,6 +35,13 @@ from rvu_pipelines.scenarios.contract import Scenario
 SAMPLE_SEED = 42
 SAMPLES = ("heldout", "per_scenario")
 FULL_TABLE_N = 100  # held-out scenarios per benchmark in the published table
+# each attack's control: what the attack adds beyond it is the question its row answers
+CONTROLS: dict[str, str] = {
+    "gcg_per_scenario": "planted_call",  # the text the per-scenario optimisation starts from
+    "gcg_universal": "random_string",  # as many unoptimised tokens
+    "planted_call": "native",  # the benchmark's own injection
+    "forged_turn": "native",
+}
 
 
 @dataclass(frozen=True)
@@ -200,12 +207,28 @@ def study_markdown(
     paired: pl.DataFrame,
     skipped: Sequence[dict[str, str]],
     transfer: dict[str, int] | None = None,
+    against_controls: pl.DataFrame | None = None,
 ) -> str:
-    """The table, the paired comparisons that survive Holm, the refusing defenses, the per-scenario strings'
-    PyTorch → llama.cpp transfer and the cells that could not run."""
+    """The table, the paired comparisons that survive Holm, each attack against its control, the refusing
+    defenses, the per-scenario strings' PyTorch → llama.cpp transfer and the cells that could not run."""
     from rvu_pipelines.agents.evaluation import table_markdown
 
     lines = [table_markdown(table), ""]
+    if against_controls is not None and against_controls.height:
+        lines += [
+            f"Each attack against its control (exact McNemar on the same scenarios, Holm over "
+            f"{against_controls.height}):",
+            "",
+            "| Benchmark | Defense | Attack | Control | pairs | ASR | ASR control | attack only | control only | "
+            "p (Holm) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in against_controls.iter_rows(named=True):
+            lines.append(
+                f"| {r['benchmark']} | {r['defense']} | {r['attack']} | {r['control']} | {r['n_pairs']} | "
+                f"{r['asr_a']:.0%} | {r['asr_b']:.0%} | {r['a_only']} | {r['b_only']} | {r['p_holm']:.2g} |"
+            )
+        lines.append("")
     if transfer and transfer["strings"]:
         lines += [
             f"Per-scenario strings against the undefended agent (n = {transfer['strings']}): "

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy.stats import binomtest
 
-from rvu_pipelines.attacks.paired import holm, mcnemar_exact, paired_defense_tests
+from rvu_pipelines.attacks.paired import holm, mcnemar_exact, paired_attack_tests, paired_defense_tests
 
 
 def test_mcnemar_counts_only_discordant_pairs():
@@ -70,3 +70,34 @@ def test_defenses_are_compared_on_the_scenarios_both_scored():
     same = table.filter((pl.col("defense_a") == "fath") & (pl.col("defense_b") == "vanilla")).row(0, named=True)
     assert same["p"] == 1.0 and not same["significant"]
     assert not math.isnan(same["asr_a"])
+
+
+def test_an_attack_is_compared_with_its_control_on_the_scenarios_both_ran_per_defense():
+    def rows(attack: str, defense: str, outcomes: list[bool]) -> list[dict]:
+        return [
+            {
+                "benchmark": "injecagent_dh",
+                "attack": attack,
+                "defense": defense,
+                "scenario_id": f"s{i}",
+                "attack_succeeded": ok,
+                "error": None,
+            }
+            for i, ok in enumerate(outcomes)
+        ]
+
+    frame = pl.DataFrame(
+        rows("gcg_per_scenario", "vanilla", [True] * 12)
+        + rows("planted_call", "vanilla", [False] * 10 + [True] * 2 + [True] * 5)  # 5 scenarios the attack lacks
+        + rows("gcg_per_scenario", "fath", [False] * 12)
+        + rows("planted_call", "fath", [False] * 12)
+        + rows("native", "fath", [False] * 12)  # no control named for native: not compared
+    )
+    tests = paired_attack_tests(frame, {"gcg_per_scenario": "planted_call", "forged_turn": "native"})
+    assert tests.height == 2  # one per defense; forged_turn ran nowhere
+    vanilla = tests.filter(pl.col("defense") == "vanilla").row(0, named=True)
+    assert (vanilla["attack"], vanilla["control"], vanilla["n_pairs"]) == ("gcg_per_scenario", "planted_call", 12)
+    assert (vanilla["a_only"], vanilla["b_only"]) == (10, 0)
+    assert vanilla["p"] == pytest.approx(2 * 0.5**10) and vanilla["p_holm"] == pytest.approx(min(1.0, 2 * vanilla["p"]))
+    fath = tests.filter(pl.col("defense") == "fath").row(0, named=True)
+    assert fath["p"] == 1.0 and not fath["significant"] and vanilla["significant"]

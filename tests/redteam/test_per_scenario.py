@@ -130,8 +130,14 @@ def test_the_table_runs_the_string_and_its_control_on_the_same_scenarios_and_cou
     }
     import polars as pl
 
-    text = study_markdown(pl.DataFrame(), pl.DataFrame(), [], summary)
+    from rvu_pipelines.attacks.paired import paired_attack_tests
+    from rvu_pipelines.redteam.table import CONTROLS, episode_rows
+
+    against = paired_attack_tests(episode_rows(runs), CONTROLS)
+    assert against.select(["attack", "control", "n_pairs"]).rows() == [(PER_SCENARIO, "planted_call", 1)]
+    text = study_markdown(pl.DataFrame(), pl.DataFrame(), [], summary, against)
     assert f"{succeeded} succeeded on llama.cpp" in text
+    assert "| injecagent_dh | vanilla | gcg_per_scenario | planted_call | 1 |" in text
 
 
 def test_a_warm_start_for_a_string_shared_by_many_scenarios_is_refused_before_any_model_loads():
