@@ -121,8 +121,10 @@ def run_table(harness: Any, plan: TablePlan, *, progress: bool = True) -> tuple[
     runs: list[Any] = []
     skipped: list[dict[str, str]] = []
     for benchmark in plan.benchmarks:
+        # the per-scenario strings do not depend on the defense: read them (and the benchmark) once
+        own = own_string_sample(benchmark, harness.attack_context("vanilla")) if PER_SCENARIO in plan.attacks else []
         if plan.sample == "per_scenario":
-            scenarios = own_string_sample(benchmark, harness.attack_context("vanilla"))
+            scenarios = own or own_string_sample(benchmark, harness.attack_context("vanilla"))
         else:
             scenarios = heldout_sample(benchmark, plan.per_benchmark)
         for attack in plan.attacks:
@@ -134,7 +136,7 @@ def run_table(harness: Any, plan: TablePlan, *, progress: bool = True) -> tuple[
                 if reason:
                     skipped.append({"benchmark": benchmark, "attack": attack, "defense": defense, "reason": reason})
                     continue
-                sample = own_string_sample(benchmark, context) if attack == PER_SCENARIO else scenarios
+                sample = own if attack == PER_SCENARIO else scenarios
                 try:
                     runs.append(
                         harness.run_cell(benchmark, defense, attack=attack, scenarios=sample, progress=progress)
