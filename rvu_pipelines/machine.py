@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -65,3 +67,21 @@ def write_stamp(folder: Path, command: str | None = None) -> Path:
     path = folder / "stamp.json"
     path.write_text(json.dumps(results_stamp(line), indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return path
+
+
+@contextmanager
+def thread_limit(threads: int | None) -> Iterator[None]:
+    """torch's intra-op threads and the BLAS pools at ``threads`` inside the block (None: unchanged)."""
+    if threads is None:
+        yield
+        return
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with threadpool_limits(limits=threads):
+            yield
+    finally:
+        torch.set_num_threads(before)

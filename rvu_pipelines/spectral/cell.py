@@ -15,8 +15,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import numpy as np
 import polars as pl
 
 from rvu_pipelines.errors import ModelUnavailableError
+from rvu_pipelines.machine import thread_limit
 from rvu_pipelines.spectral.config import DEFAULT_GRAPH_CONFIG, config_stats, graph_config
 from rvu_pipelines.spectral.data import (
     HELDOUT_FRACTION,
@@ -65,24 +65,6 @@ TIMING_REPEATS = 3
 # OpenMP thread spin-waits against the other load (a short forward pass becomes many times slower on two
 # threads than on one) and leaves the eigendecompositions contending with it.
 DEFAULT_THREADS = 1
-
-
-@contextmanager
-def thread_limit(threads: int | None) -> Iterator[None]:
-    """torch's intra-op threads and the BLAS pools at ``threads`` inside the block (None: unchanged)."""
-    if threads is None:
-        yield
-        return
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        with threadpool_limits(limits=threads):
-            yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def profile_names() -> list[str]:

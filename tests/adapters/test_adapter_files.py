@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from rvu_pipelines.adapters.gate import GateConfig
 from rvu_pipelines.adapters.host import AdapterHost
 from rvu_pipelines.adapters.manifest import MANIFEST_NAME, WEIGHTS_NAME
 from rvu_pipelines.adapters.training import LoraSettings, TrainedAdapter, train_lora
+from rvu_pipelines.machine import thread_limit
 from rvu_pipelines.models.dequantized import load_dequantized
 
 SETTINGS = LoraSettings(rank=4, alpha=8, steps=4, batch_size=4, learning_rate=3e-3, seed=1)
@@ -29,11 +31,11 @@ def _audit(info: BaseModelInfo, tmp_path: Path) -> LoadGate:
 
 
 @pytest.fixture(scope="module")
-def base(tiny_models):
+def base(tiny_models) -> Iterator[tuple[object, object, BaseModelInfo]]:
     llm = tiny_models["llm"]
-    torch.set_num_threads(2)
-    model, tokenizer = load_dequantized(llm.path, sha256=llm.sha256, attn_implementation="sdpa")
-    return model, tokenizer, BaseModelInfo.of(model, name="SmolLM2-135M-Instruct", sha256=llm.sha256)
+    with thread_limit(2):
+        model, tokenizer = load_dequantized(llm.path, sha256=llm.sha256, attn_implementation="sdpa")
+        yield model, tokenizer, BaseModelInfo.of(model, name="SmolLM2-135M-Instruct", sha256=llm.sha256)
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from rvu_pipelines.adapters.gguf_lora import (
 )
 from rvu_pipelines.adapters.training import LoraSettings, peft_config, train_lora
 from rvu_pipelines.hashing import sha256_file
+from rvu_pipelines.machine import thread_limit
 from rvu_pipelines.models.dequantized import load_dequantized
 from rvu_pipelines.models.llama_adapters import AdapterLoadError, LlamaAdapterSlots
 from rvu_pipelines.models.llama_runtime import open_llama
@@ -171,10 +172,10 @@ def test_refuses_tensors_outside_the_declared_targets(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def hf_base(tiny_models) -> tuple[Any, Any]:
-    torch.set_num_threads(2)
+def hf_base(tiny_models) -> Iterator[tuple[Any, Any]]:
     llm = tiny_models["llm"]
-    return load_dequantized(llm.path, sha256=llm.sha256, attn_implementation="sdpa")
+    with thread_limit(2):
+        yield load_dequantized(llm.path, sha256=llm.sha256, attn_implementation="sdpa")
 
 
 def _open(path: Path, **kwargs: Any) -> Any:
