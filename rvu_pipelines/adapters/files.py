@@ -79,12 +79,10 @@ class BaseModelInfo:
         """From the agent's GGUF alone (no weights de-quantised): each block weight llama.cpp adapts, under the
         peft module name an adapter targets (``blk.3.attn_q.weight`` -> ``model.layers.3.self_attn.q_proj``);
         GGUF lists a 2-d shape as (in, out)."""
-        import gguf
-
         from rvu_pipelines.adapters.gguf_lora import peft_module_names
+        from rvu_pipelines.models.gguf_header import cached_header
 
-        reader = gguf.GGUFReader(str(path))
-        by_gguf_name = {t.name: tuple(int(d) for d in t.shape) for t in reader.tensors}
+        by_gguf_name = cached_header(path).tensor_shapes
         shapes = {}
         for module, gguf_name in peft_module_names(
             len({n.split(".")[1] for n in by_gguf_name if n.startswith("blk.")})

@@ -94,13 +94,12 @@ def write_agent_gguf(adapter: VerifiedAdapter, out_dir: Path, *, n_head: int, n_
 
 def attention_heads(gguf_model: Path | str) -> tuple[int, int]:
     """(query heads, key/value heads) from a Llama-architecture GGUF's metadata."""
-    import gguf
+    from rvu_pipelines.models.gguf_header import cached_header
 
-    reader = gguf.GGUFReader(str(gguf_model))
-    arch = str(reader.fields["general.architecture"].contents())
-    n_head = int(reader.fields[f"{arch}.attention.head_count"].contents())
-    kv = reader.fields.get(f"{arch}.attention.head_count_kv")
-    return n_head, int(kv.contents()) if kv is not None else n_head
+    metadata = cached_header(gguf_model).metadata
+    arch = str(metadata["general.architecture"])
+    n_head = int(metadata[f"{arch}.attention.head_count"])
+    return n_head, int(metadata.get(f"{arch}.attention.head_count_kv", n_head))
 
 
 @dataclass(frozen=True)

@@ -14,16 +14,13 @@ with a ``ConfigError`` rather than forged in some other family's markers, which 
 
 from __future__ import annotations
 
-import mmap
-import struct
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import gguf
-
 from rvu_pipelines.attacks.catalog import AttackContext, AttackSpec, register
 from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.models.gguf_header import read_header
 from rvu_pipelines.scenarios.contract import Scenario
 
 NAME = "forged_turn"
@@ -56,73 +53,13 @@ def markers_for_template(template: str, source: str) -> TurnMarkers:
     )
 
 
-_SCALAR_BYTES: dict[int, int] = {
-    gguf.GGUFValueType.UINT8: 1,
-    gguf.GGUFValueType.INT8: 1,
-    gguf.GGUFValueType.UINT16: 2,
-    gguf.GGUFValueType.INT16: 2,
-    gguf.GGUFValueType.UINT32: 4,
-    gguf.GGUFValueType.INT32: 4,
-    gguf.GGUFValueType.FLOAT32: 4,
-    gguf.GGUFValueType.BOOL: 1,
-    gguf.GGUFValueType.UINT64: 8,
-    gguf.GGUFValueType.INT64: 8,
-    gguf.GGUFValueType.FLOAT64: 8,
-}
-
-
-def _string(data: mmap.mmap, offset: int, order: str) -> tuple[str, int]:
-    (size,) = struct.unpack_from(f"{order}Q", data, offset)
-    end = offset + 8 + size
-    if end > len(data):
-        raise ValueError("a string runs past the end of the file")
-    return data[offset + 8 : end].decode("utf-8"), end
-
-
-def _skip(data: mmap.mmap, offset: int, kind: int, order: str) -> int:
-    """The offset just past a value of type ``kind`` starting at ``offset``."""
-    if kind in _SCALAR_BYTES:
-        return offset + _SCALAR_BYTES[kind]
-    if kind == gguf.GGUFValueType.STRING:
-        (size,) = struct.unpack_from(f"{order}Q", data, offset)
-        return offset + 8 + size
-    if kind == gguf.GGUFValueType.ARRAY:
-        item, count = struct.unpack_from(f"{order}IQ", data, offset)
-        offset += 12
-        if item in _SCALAR_BYTES:
-            return offset + count * _SCALAR_BYTES[item]
-        for _ in range(count):
-            offset = _skip(data, offset, item, order)
-        return offset
-    raise ValueError(f"unknown metadata value type {kind}")
-
-
 def read_chat_template(gguf_path: Path) -> str | None:
-    """``tokenizer.chat_template`` from a GGUF's metadata, or None when it has none.
-
-    Reads the metadata section only, stopping at the key: ``gguf.GGUFReader`` builds every field and tensor
-    first, about 8 s for SmolLM2's 49k-entry vocabulary arrays, for one string. ``ValueError`` (or ``OSError``)
-    when the file is not a readable GGUF (version 2 or 3, either byte order, as llama.cpp reads them)."""
-    with gguf_path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        try:
-            if len(data) < 24 or struct.unpack_from("<I", data, 0)[0] != gguf.GGUF_MAGIC:
-                raise ValueError("not a GGUF file (no GGUF magic)")
-            order = "<" if struct.unpack_from("<I", data, 4)[0] & 0xFFFF else ">"
-            version, _tensors, kv_count = struct.unpack_from(f"{order}IQQ", data, 4)
-            if version not in (2, 3):
-                raise ValueError(f"GGUF version {version} (2 and 3 are read)")
-            offset = 24
-            for _ in range(kv_count):
-                key, offset = _string(data, offset, order)
-                (kind,) = struct.unpack_from(f"{order}I", data, offset)
-                if key == TEMPLATE_KEY:
-                    if kind != gguf.GGUFValueType.STRING:
-                        raise ValueError(f"{TEMPLATE_KEY} is not a string (value type {kind})")
-                    return _string(data, offset + 4, order)[0]
-                offset = _skip(data, offset + 4, kind, order)
-        except struct.error as exc:
-            raise ValueError(f"the metadata is cut short ({exc})") from exc
-    return None
+    """``tokenizer.chat_template`` from a GGUF's metadata, or None when it has none. ``ValueError`` (or
+    ``OSError``) when the file is not a readable GGUF or the key holds something other than a string."""
+    template = read_header(gguf_path).metadata.get(TEMPLATE_KEY)
+    if template is not None and not isinstance(template, str):
+        raise ValueError(f"{TEMPLATE_KEY} is not a string ({type(template).__name__})")
+    return template
 
 
 @lru_cache(maxsize=16)
