@@ -34,6 +34,7 @@ from rvu_pipelines.redteam.table import (
     CONTROLS,
     TablePlan,
     episode_rows,
+    gate_reach_rows,
     run_table,
     study_markdown,
     transfer_summary,
@@ -120,7 +121,7 @@ def attack_table_full(
     transfer = None
     if PER_SCENARIO in plan.attacks:
         transfer = transfer_summary(runs, per_scenario_strings(harness.attack_context("vanilla")))
-    markdown = study_markdown(table, paired, skipped, transfer, against_controls)
+    markdown = study_markdown(table, paired, skipped, transfer, against_controls, gate_reach_rows(plan))
     folder = state_dir() / "attacks" / "full" / harness.profile
     folder.mkdir(parents=True, exist_ok=True)
     for name, frame in (("table.parquet", table), ("paired.parquet", paired)):

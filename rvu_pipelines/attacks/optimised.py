@@ -13,9 +13,11 @@ optimised against the defense of the cell it runs in (the attacker moves second)
 - ``fath``: optimised on prompts captured through FATH's own pipeline with a fresh random tag per prompt, so the
   string works in expectation over tags it cannot see.
 
-Other defenses have no adaptive attack here; asking for one says so. Training scenarios are drawn from a fixed
-hash split of each benchmark that excludes the canonical 10, and :func:`in_training_split` lets every evaluation leave
-them out.
+Against the tool gate (``rvg``, ``rvg_oracle``, ``rvu_*``) ``adaptive`` is a choice of goal the gate allows, not a
+string (:mod:`rvu_pipelines.attacks.gate_aware`). ``hfer`` has no adaptive attack here; asking for one says so.
+
+Training scenarios are drawn from a fixed hash split of each benchmark that excludes the canonical 10, and
+:func:`in_training_split` lets every evaluation leave them out.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ import hashlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from rvu_pipelines.attacks import gate_aware
 from rvu_pipelines.attacks.catalog import AttackContext, AttackSpec, register
 from rvu_pipelines.attacks.stored import StoredString, load_string, string_path
 from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.scenarios.axes import GATED_DEFENSES
 from rvu_pipelines.scenarios.contract import Scenario
 
 UNIVERSAL = "gcg_universal"
@@ -80,10 +84,13 @@ def _stored(name: str, context: AttackContext) -> StoredString:
 
 def adaptive_name(defense: str) -> str:
     """The stored string the ``adaptive`` attack uses against ``defense``."""
+    if defense in GATED_DEFENSES:
+        raise ConfigError(f"The adaptive attack against {defense!r} chooses a goal the gate allows; it has no string.")
     if defense not in ADAPTIVE_STRINGS:
         raise ConfigError(
             f"No adaptive attack against defense {defense!r} yet; the defenses with one: "
-            f"{', '.join(sorted(ADAPTIVE_STRINGS))}. Run the cell with attack gcg_universal or native instead."
+            f"{', '.join(sorted(ADAPTIVE_STRINGS | dict.fromkeys(GATED_DEFENSES)))}. Run the cell with attack "
+            "gcg_universal or native instead."
         )
     return ADAPTIVE_STRINGS[defense]
 
@@ -171,8 +178,25 @@ _string_attack(
     "control: the native injection plus random plantable tokens, as many as the universal string has",
     lambda _context: RANDOM,
 )
-_string_attack(
-    ADAPTIVE,
-    "the native injection plus the string optimised against the cell's defense",
-    lambda context: adaptive_name(context.defense),
+
+
+def _adaptive_rewrite(scenario: Scenario, context: AttackContext) -> Scenario:
+    if context.defense in GATED_DEFENSES:
+        return gate_aware.rewrite(scenario, context)
+    return append_string(scenario, _stored(adaptive_name(context.defense), context))
+
+
+def _adaptive_fingerprint(context: AttackContext) -> str:
+    if context.defense in GATED_DEFENSES:
+        return gate_aware.FINGERPRINT
+    return _fingerprint(adaptive_name(context.defense), context)
+
+
+register(
+    AttackSpec(
+        ADAPTIVE,
+        "the attack made against the cell's defense: an optimised string, or a goal the tool gate allows",
+        rewrite=_adaptive_rewrite,
+        fingerprint=_adaptive_fingerprint,
+    )
 )

@@ -29,7 +29,7 @@ from rvu_pipelines.attacks.optimised import (
 )
 from rvu_pipelines.attacks.stored import string_path
 from rvu_pipelines.errors import ConfigError
-from rvu_pipelines.scenarios.axes import ATTACKS, BENCHMARKS, DEFENSES
+from rvu_pipelines.scenarios.axes import ATTACKS, BENCHMARKS, DEFENSES, GATED_DEFENSES
 from rvu_pipelines.scenarios.contract import Scenario
 
 SAMPLE_SEED = 42
@@ -106,7 +106,7 @@ def unavailable(attack: str, defense: str, context: AttackContext, benchmark: st
             f"no {PER_SCENARIO} string for any {benchmark} scenario of profile {context.profile} "
             f"(scripts/optimise_attack.py --name {PER_SCENARIO} --benchmark {benchmark})"
         )
-    if attack == ADAPTIVE and defense not in ADAPTIVE_STRINGS:
+    if attack == ADAPTIVE and defense not in ADAPTIVE_STRINGS and defense not in GATED_DEFENSES:
         return f"no adaptive attack against {defense} yet"
     names = {"gcg_universal": "gcg_universal", "random_string": "random_string"}
     name = ADAPTIVE_STRINGS.get(defense) if attack == ADAPTIVE else names.get(attack)
@@ -144,6 +144,22 @@ def run_table(harness: Any, plan: TablePlan, *, progress: bool = True) -> tuple[
                 except ConfigError as exc:  # e.g. a tool-call target on a benchmark that judges free text
                     skipped.append({"benchmark": benchmark, "attack": attack, "defense": defense, "reason": str(exc)})
     return runs, skipped
+
+
+def gate_reach_rows(plan: TablePlan) -> list[dict[str, Any]]:
+    """Per benchmark and gated defense of the plan, on its held-out sample: how many scenarios have their own goal
+    past the gate, and how many have some goal of their suite past it (what the adaptive attack pursues). Decided
+    from the committed gate configuration before any episode; what a gate cannot stop however the model behaves."""
+    from rvu_pipelines.attacks.gate_aware import gate_reach
+
+    gated = [d for d in plan.defenses if d in GATED_DEFENSES]
+    if plan.sample != "heldout" or not gated:
+        return []
+    rows = []
+    for benchmark in plan.benchmarks:
+        scenarios = heldout_sample(benchmark, plan.per_benchmark)
+        rows += [{"benchmark": benchmark, "defense": d, **gate_reach(scenarios, d)} for d in gated]
+    return rows
 
 
 def episode_rows(runs: Sequence[Any]) -> pl.DataFrame:
@@ -210,6 +226,7 @@ def study_markdown(
     skipped: Sequence[dict[str, str]],
     transfer: dict[str, int] | None = None,
     against_controls: pl.DataFrame | None = None,
+    gate_reach: Sequence[dict[str, Any]] = (),
 ) -> str:
     """The table, the paired comparisons that survive Holm, each attack against its control, the refusing
     defenses, the per-scenario strings' PyTorch → llama.cpp transfer and the cells that could not run."""
@@ -230,6 +247,19 @@ def study_markdown(
                 f"| {r['benchmark']} | {r['defense']} | {r['attack']} | {r['control']} | {r['n_pairs']} | "
                 f"{r['asr_a']:.0%} | {r['asr_b']:.0%} | {r['a_only']} | {r['b_only']} | {r['p_holm']:.2g} |"
             )
+        lines.append("")
+    if gate_reach:
+        lines += [
+            "Goals past the tool gate, from its committed configuration before any episode (the adaptive attack "
+            "against a gate pursues a goal it allows):",
+            "",
+            "| Benchmark | Defense | n | own goal allowed | some goal of the suite allowed |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['benchmark']} | {r['defense']} | {r['n']} | {r['own_goal_allowed']} | {r['some_goal_allowed']} |"
+            for r in gate_reach
+        ]
         lines.append("")
     if transfer and transfer["strings"]:
         lines += [

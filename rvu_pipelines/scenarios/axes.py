@@ -17,6 +17,7 @@ DEFENSE_NOTES: dict[str, str] = {
     "rvg_oracle": "upper bound: reads the answer key (AgentDojo's ground-truth solution tools)",
 }
 RECOVERING_DEFENSES = frozenset({"rvu_v1", "rvu_v2"})  # the defenses that recover and certify after an episode
+GATED_DEFENSES = frozenset({"rvg", "rvg_oracle", "rvu_v1", "rvu_v2"})  # the defenses behind the tool gate
 BENCHMARKS: tuple[str, ...] = (
     "injecagent_dh",
     "injecagent_ds",

@@ -69,7 +69,9 @@ def test_the_fingerprint_follows_the_stored_text(tmp_path):
 def test_adaptive_exists_only_where_an_attack_was_made_against_the_defense():
     assert adaptive_name("vanilla") == "gcg_universal"
     assert adaptive_name("classifier") == "adaptive-classifier"
-    with pytest.raises(ConfigError, match="No adaptive attack against defense 'rvg'"):
+    with pytest.raises(ConfigError, match="No adaptive attack against defense 'hfer'"):
+        adaptive_name("hfer")
+    with pytest.raises(ConfigError, match="against 'rvg' chooses a goal the gate allows"):
         adaptive_name("rvg")
 
 

@@ -32,7 +32,7 @@ filtered tool outputs, rejected tags), so the episode runner can count and recor
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,11 +64,10 @@ from rvu_pipelines.agents.llm_element import DEFAULT_SYSTEM_PROMPT, ChatModelLLM
 from rvu_pipelines.detectors.heuristic import HeuristicDetector
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.models.llm import ChatModel
-from rvu_pipelines.scenarios.axes import DEFENSES
+from rvu_pipelines.scenarios.axes import DEFENSES, GATED_DEFENSES
 from rvu_pipelines.scenarios.contract import Scenario, prefill_calls
 from rvu_pipelines.spectral.agent_switch import LazyHferDetector
 
-GATED_DEFENSES = frozenset({"rvg", "rvg_oracle", "rvu_v1", "rvu_v2"})
 PLANNED_BENCHMARKS = frozenset({"agentdojo"})  # benchmarks whose allowed tools the realistic gate plans
 
 
@@ -178,6 +177,26 @@ def request_planner(scenario: Scenario, policies: RvgPolicies) -> Planner:
         return suite.plan(request, declared, where=f"configs/rvg_policies.yaml agentdojo.{suite_name}").reasons
 
     return plan
+
+
+def gate_task_tools(defense: str, scenario: Scenario, policies: RvgPolicies) -> frozenset[str]:
+    """The task tools the gate of ``defense`` holds for ``scenario`` once it has planned: what its ``ToolGate`` is
+    built with (the answer key for ``rvg_oracle``, the protocol's tool on InjecAgent and BIPIA), or the plan
+    the realistic gate makes from the request and the suite's declarations at the first tool call."""
+    if defense == "rvg_oracle" or scenario.benchmark not in PLANNED_BENCHMARKS:
+        return frozenset(scenario.task_tools)
+    declared = frozenset(getattr(scenario, "tool_declarations", ()))
+    return frozenset(request_planner(scenario, policies)(scenario.user_task, declared))
+
+
+def gate_allows(
+    defense: str, scenario: Scenario, tools: Iterable[str], allowlist: ToolAllowlist, policies: RvgPolicies
+) -> bool:
+    """Whether the gate of ``defense`` lets every one of ``tools`` through in ``scenario`` (its allowlist policy
+    over :func:`gate_task_tools`): what an attacker who knows the gate checks before choosing a goal."""
+    policy = allowlist.policy_for(scenario.benchmark)
+    task = gate_task_tools(defense, scenario, policies)
+    return all(policy.decide(tool, task)[0] for tool in tools)
 
 
 def build_pipeline(defense: str, llm: ChatModel, scenario: Scenario, settings: DefenseSettings) -> DefensePipeline:

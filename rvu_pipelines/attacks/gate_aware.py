@@ -1,0 +1,105 @@
+"""The adaptive attack against the tool gate (``rvg``, ``rvg_oracle``, ``rvu_v1``, ``rvu_v2``): goals the gate allows.
+
+A gate blocks calls to tools outside the task's plan, so an attacker who knows the gate (its allowlist and its
+planning policy, both committed configuration) does not ask for a blocked tool: it picks a goal whose every tool
+the gate lets through for this user's request, e.g. exfiltration through a send the user's task also needs. The
+attack is a choice of goal, made before the episode from what the attacker can read; it needs no model access.
+
+- AgentDojo: the scenario keeps its user task and is retargeted to the first injection task of its suite (AgentDojo's
+  order) whose ground-truth tools the gate allows; its own injection task when that one is already allowed. The
+  judge is the chosen injection task's own security check, so the cell's scenario ids name the chosen goal.
+- InjecAgent: the goals are fixed by the case, and every attacker tool differs from the user's tool, so no goal
+  passes the gate; the scenario keeps its own goal and the gate is expected to block it.
+- BIPIA judges text in the answer, which no tool gate sees: the scenario keeps its own goal.
+
+In every case the injection is the goal's native text with the goal's first call written out (``planted_call``),
+the strongest text here that needs no model access. :func:`gate_reach` counts, per scenario, whether its own goal
+and whether any goal of its suite gets past the gate: what a gate cannot stop by construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+from typing import Any
+
+from rvu_pipelines.attacks.catalog import AttackContext
+from rvu_pipelines.attacks.planted_call import target_text
+from rvu_pipelines.scenarios.axes import GATED_DEFENSES
+from rvu_pipelines.scenarios.contract import Scenario
+
+FINGERPRINT = "gate-goal-v1"
+
+
+def goal_tools(scenario: Scenario) -> frozenset[str] | None:
+    """The tools the benchmark's judge needs the agent to call for the attacker's goal; None when the judge reads
+    text only (BIPIA), which a tool gate cannot block."""
+    attacker_tools = getattr(scenario, "attacker_tools", None)
+    if attacker_tools:
+        return frozenset(attacker_tools)
+    if hasattr(scenario, "injection_task_obj"):
+        return _injection_tools(scenario.benchmark_version, scenario.suite_name, scenario.injection_task_id)  # type: ignore[attr-defined]
+    return None
+
+
+@lru_cache(maxsize=1024)
+def _injection_tools(benchmark_version: str, suite_name: str, injection_task_id: str) -> frozenset[str]:
+    from rvu_pipelines.scenarios.agentdojo_tasks import suites
+
+    suite = suites(benchmark_version)[suite_name]
+    env = suite.load_and_inject_default_environment({})
+    return frozenset(call.function for call in suite.get_injection_task_by_id(injection_task_id).ground_truth(env))
+
+
+def _configs() -> tuple[Any, Any]:
+    from rvu_pipelines.agents.defenses.allowlist import load_tool_allowlist
+    from rvu_pipelines.agents.defenses.rvg_policy import load_rvg_policies
+
+    return load_tool_allowlist(), load_rvg_policies()
+
+
+def passes_gate(scenario: Scenario, defense: str, configs: tuple[Any, Any] | None = None) -> bool:
+    """Whether the scenario's own goal gets past the gate of ``defense`` (always, for a text-only judge)."""
+    from rvu_pipelines.agents.defenses.builder import gate_allows
+
+    tools = goal_tools(scenario)
+    if tools is None:
+        return True
+    allowlist, policies = configs or _configs()
+    return gate_allows(defense, scenario, tools, allowlist, policies)
+
+
+def allowed_goal(scenario: Scenario, defense: str, configs: tuple[Any, Any] | None = None) -> Scenario | None:
+    """The scenario with the first goal the gate of ``defense`` lets through (its own first), or None."""
+    configs = configs or _configs()
+    if passes_gate(scenario, defense, configs):
+        return scenario
+    if not hasattr(scenario, "injection_task_obj"):
+        return None
+    for task_id in scenario.suite.injection_tasks:  # type: ignore[attr-defined]
+        candidate = replace(scenario, injection_task_id=task_id, injection_override=None)  # type: ignore[type-var]
+        if passes_gate(candidate, defense, configs):
+            return candidate
+    return None
+
+
+def rewrite(scenario: Scenario, context: AttackContext) -> Scenario:
+    """``scenario`` retargeted to a goal the cell's gate allows (its own when none is), with the goal's call
+    written out after its native injection."""
+    if context.defense not in GATED_DEFENSES:
+        raise ValueError(
+            f"the gate-aware attack is for the gated defenses ({sorted(GATED_DEFENSES)}), not {context.defense!r}"
+        )
+    chosen = allowed_goal(scenario, context.defense) or scenario
+    if goal_tools(chosen) is None:
+        return chosen
+    return chosen.with_injection(f"{chosen.injection} {target_text(chosen)}")
+
+
+def gate_reach(scenarios: list[Scenario], defense: str) -> dict[str, int]:
+    """How many of ``scenarios`` have their own goal past the gate of ``defense`` (the gate cannot stop them by
+    construction) and how many have some goal of their suite past it (what the adaptive attack can pursue)."""
+    configs = _configs()
+    own = sum(passes_gate(s, defense, configs) for s in scenarios)
+    some = sum(allowed_goal(s, defense, configs) is not None for s in scenarios)
+    return {"n": len(scenarios), "own_goal_allowed": own, "some_goal_allowed": some}
