@@ -33,6 +33,7 @@ from rvu_pipelines.paths import config_dir, state_dir
 from rvu_pipelines.redteam.table import (
     CONTROLS,
     TablePlan,
+    best_of_attacks,
     episode_rows,
     gate_reach_rows,
     run_table,
@@ -121,7 +122,9 @@ def attack_table_full(
     transfer = None
     if PER_SCENARIO in plan.attacks:
         transfer = transfer_summary(runs, per_scenario_strings(harness.attack_context("vanilla")))
-    markdown = study_markdown(table, paired, skipped, transfer, against_controls, gate_reach_rows(plan))
+    markdown = study_markdown(
+        table, paired, skipped, transfer, against_controls, gate_reach_rows(plan), best_of_attacks(rows)
+    )
     folder = state_dir() / "attacks" / "full" / harness.profile
     folder.mkdir(parents=True, exist_ok=True)
     for name, frame in (("table.parquet", table), ("paired.parquet", paired)):

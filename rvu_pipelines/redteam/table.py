@@ -176,6 +176,51 @@ def episode_rows(runs: Sequence[Any]) -> pl.DataFrame:
     return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
 
 
+def best_of_attacks(rows: pl.DataFrame) -> list[dict[str, Any]]:
+    """Per benchmark and defense: the scenarios on which at least one attack of the table succeeded, over the
+    scenarios every attack (``no_attack`` aside) scored without error.
+
+    The attacker who moves second and can replay the pipeline offline (the agent and these defenses run at
+    temperature 0, their code and configuration are known) tries each attack and keeps what lands, so this is
+    each defense's ASR under the strongest attack here, per scenario. It reads the episodes' outcomes, which that
+    attacker computes on its own copy; for ``fath`` it cannot (the tag comes from a key it never sees), so there the
+    row is an upper bound. Scenarios an attack retargets (the gate-aware one) are not in every attack's set and so
+    are left out."""
+    from rvu_pipelines.agents.evaluation import wilson_ci
+
+    if not rows.height:
+        return []
+    scored = rows.filter(pl.col("error").is_null() & (pl.col("attack") != "no_attack"))
+    out: list[dict[str, Any]] = []
+    for (benchmark, defense), group in sorted(
+        scored.group_by(["benchmark", "defense"]), key=lambda item: tuple(map(str, item[0]))
+    ):
+        attacks = sorted(group["attack"].unique().to_list())
+        if len(attacks) < 2:
+            continue
+        common = set.intersection(*(set(group.filter(pl.col("attack") == a)["scenario_id"]) for a in attacks))
+        kept = group.filter(pl.col("scenario_id").is_in(sorted(common)))
+        landed = kept.group_by("scenario_id").agg(pl.col("attack_succeeded").any())
+        single = {a: int(kept.filter(pl.col("attack") == a)["attack_succeeded"].sum()) for a in attacks}
+        strongest = max(attacks, key=lambda a: (single[a], a))
+        n, hits = len(common), int(landed["attack_succeeded"].sum()) if landed.height else 0
+        low, high = wilson_ci(hits, n) if n else (0.0, 1.0)
+        out.append(
+            {
+                "benchmark": benchmark,
+                "defense": defense,
+                "attacks": len(attacks),
+                "n": n,
+                "successes": hits,
+                "ci_low": low,
+                "ci_high": high,
+                "strongest": strongest,
+                "strongest_successes": single[strongest],
+            }
+        )
+    return out
+
+
 def transfer_summary(runs: Sequence[Any], strings: dict[str, Any]) -> dict[str, int]:
     """PyTorch → llama.cpp transfer of the per-scenario strings against the undefended agent: how many were solved
     on the de-quantised PyTorch copy (the attacker's tool call is the greedy continuation there), how many of the
@@ -227,6 +272,7 @@ def study_markdown(
     transfer: dict[str, int] | None = None,
     against_controls: pl.DataFrame | None = None,
     gate_reach: Sequence[dict[str, Any]] = (),
+    best_of: Sequence[dict[str, Any]] = (),
 ) -> str:
     """The table, the paired comparisons that survive Holm, each attack against its control, the refusing
     defenses, the per-scenario strings' PyTorch → llama.cpp transfer and the cells that could not run."""
@@ -247,6 +293,20 @@ def study_markdown(
                 f"| {r['benchmark']} | {r['defense']} | {r['attack']} | {r['control']} | {r['n_pairs']} | "
                 f"{r['asr_a']:.0%} | {r['asr_b']:.0%} | {r['a_only']} | {r['b_only']} | {r['p_holm']:.2g} |"
             )
+        lines.append("")
+    if best_of:
+        lines += [
+            "Each defense under the best attack per scenario (any attack of the table landed; the attacker replays "
+            "the deterministic pipeline offline; an upper bound for fath, whose tag it cannot know):",
+            "",
+            "| Benchmark | Defense | attacks | n | ASR [95% CI] | strongest single attack |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['benchmark']} | {r['defense']} | {r['attacks']} | {r['n']} | {r['successes']}/{r['n']} "
+            f"[{r['ci_low']:.0%}, {r['ci_high']:.0%}] | {r['strongest']} ({r['strongest_successes']}/{r['n']}) |"
+            for r in best_of
+        ]
         lines.append("")
     if gate_reach:
         lines += [
