@@ -214,7 +214,7 @@ def best_of_attacks(rows: pl.DataFrame) -> list[dict[str, Any]]:
                 "successes": hits,
                 "ci_low": low,
                 "ci_high": high,
-                "strongest": strongest,
+                "strongest": strongest if single[strongest] else "none landed",
                 "strongest_successes": single[strongest],
             }
         )

@@ -51,5 +51,5 @@ def test_retargeted_scenarios_and_empty_tables_are_left_out() -> None:
         }
     )
     [row] = best_of_attacks(rows)
-    assert (row["n"], row["successes"]) == (1, 0)
+    assert (row["n"], row["successes"], row["strongest"]) == (1, 0, "none landed")
     assert best_of_attacks(pl.DataFrame()) == []
