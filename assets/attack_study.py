@@ -123,7 +123,13 @@ def attack_table_full(
     if PER_SCENARIO in plan.attacks:
         transfer = transfer_summary(runs, per_scenario_strings(harness.attack_context("vanilla")))
     markdown = study_markdown(
-        table, paired, skipped, transfer, against_controls, gate_reach_rows(plan), best_of_attacks(rows)
+        table,
+        paired,
+        skipped,
+        transfer,
+        against_controls,
+        gate_reach_rows(plan, harness.gate_check()),
+        best_of_attacks(rows),
     )
     folder = state_dir() / "attacks" / "full" / harness.profile
     folder.mkdir(parents=True, exist_ok=True)

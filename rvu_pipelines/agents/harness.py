@@ -205,7 +205,14 @@ class Harness:
             defense=defense,
             strings_dir=self.strings_dir or config_dir() / "attacks",
             gguf_path=self.gguf_path,
+            gate_check=self.gate_check(),
         )
+
+    def gate_check(self) -> Callable[[str, Scenario, frozenset[str]], bool]:
+        """The tool gate's decision under this harness's settings: ``(defense, scenario, tools) -> all pass``."""
+        from rvu_pipelines.agents.defenses.builder import gate_check  # runtime only: imports AgentDojo
+
+        return gate_check(self.settings.allowlist, self.settings.rvg_policies)
 
     def run_cell(
         self,

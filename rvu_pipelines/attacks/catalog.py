@@ -27,13 +27,17 @@ class AttackContext:
     """What an attack may know when it rewrites a scenario: the agent's model and the cell's defense.
 
     ``strings_dir``: where optimised strings are stored (committed under configs/attacks); ``gguf_path``: the
-    agent's weights (a forged turn reads the chat template from them)."""
+    agent's weights (a forged turn reads the chat template from them); ``gate_check``: the tool gate's decision,
+    for the attack adapted to the gate."""
 
     profile: str
     model_sha256: str
     defense: str
     strings_dir: Path
     gguf_path: Path | None = None
+    # (defense, scenario, tools) -> whether the defense's tool gate lets every one of the tools through; what an
+    # attacker who knows the gate's configuration computes (the harness builds it from its defense settings)
+    gate_check: Callable[[str, Scenario, frozenset[str]], bool] | None = None
 
 
 @dataclass(frozen=True)

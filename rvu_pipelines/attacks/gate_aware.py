@@ -1,7 +1,8 @@
 """The adaptive attack against the tool gate (``rvg``, ``rvg_oracle``, ``rvu_v1``, ``rvu_v2``): goals the gate allows.
 
 A gate blocks calls to tools outside the task's plan, so an attacker who knows the gate (its allowlist and its
-planning policy, both committed configuration) does not ask for a blocked tool: it picks a goal whose every tool
+planning policy, both configuration; the harness hands the check to the attack in its ``AttackContext``) does not
+ask for a blocked tool: it picks a goal whose every tool
 the gate lets through for this user's request, e.g. exfiltration through a send the user's task also needs. The
 attack is a choice of goal, made before the episode from what the attacker can read; it needs no model access.
 
@@ -19,12 +20,13 @@ and whether any goal of its suite gets past the gate: what a gate cannot stop by
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
-from typing import Any
 
 from rvu_pipelines.attacks.catalog import AttackContext
 from rvu_pipelines.attacks.planted_call import target_text
+from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scenarios.axes import GATED_DEFENSES
 from rvu_pipelines.scenarios.contract import Scenario
 
@@ -51,55 +53,49 @@ def _injection_tools(benchmark_version: str, suite_name: str, injection_task_id:
     return frozenset(call.function for call in suite.get_injection_task_by_id(injection_task_id).ground_truth(env))
 
 
-def _configs() -> tuple[Any, Any]:
-    from rvu_pipelines.agents.defenses.allowlist import load_tool_allowlist
-    from rvu_pipelines.agents.defenses.rvg_policy import load_rvg_policies
-
-    return load_tool_allowlist(), load_rvg_policies()
+GateCheck = Callable[[str, Scenario, frozenset[str]], bool]  # (defense, scenario, tools) -> all pass the gate
 
 
-def passes_gate(scenario: Scenario, defense: str, configs: tuple[Any, Any] | None = None) -> bool:
+def passes_gate(scenario: Scenario, defense: str, gate: GateCheck) -> bool:
     """Whether the scenario's own goal gets past the gate of ``defense`` (always, for a text-only judge)."""
-    from rvu_pipelines.agents.defenses.builder import gate_allows
-
     tools = goal_tools(scenario)
-    if tools is None:
-        return True
-    allowlist, policies = configs or _configs()
-    return gate_allows(defense, scenario, tools, allowlist, policies)
+    return True if tools is None else gate(defense, scenario, tools)
 
 
-def allowed_goal(scenario: Scenario, defense: str, configs: tuple[Any, Any] | None = None) -> Scenario | None:
+def allowed_goal(scenario: Scenario, defense: str, gate: GateCheck) -> Scenario | None:
     """The scenario with the first goal the gate of ``defense`` lets through (its own first), or None."""
-    configs = configs or _configs()
-    if passes_gate(scenario, defense, configs):
+    if passes_gate(scenario, defense, gate):
         return scenario
     if not hasattr(scenario, "injection_task_obj"):
         return None
     for task_id in scenario.suite.injection_tasks:  # type: ignore[attr-defined]
         candidate = replace(scenario, injection_task_id=task_id, injection_override=None)  # type: ignore[type-var]
-        if passes_gate(candidate, defense, configs):
+        if passes_gate(candidate, defense, gate):
             return candidate
     return None
 
 
 def rewrite(scenario: Scenario, context: AttackContext) -> Scenario:
     """``scenario`` retargeted to a goal the cell's gate allows (its own when none is), with the goal's call
-    written out after its native injection."""
+    written out after its native injection. The gate check comes with the context (the harness builds it from
+    the settings its defenses run with)."""
     if context.defense not in GATED_DEFENSES:
         raise ValueError(
             f"the gate-aware attack is for the gated defenses ({sorted(GATED_DEFENSES)}), not {context.defense!r}"
         )
-    chosen = allowed_goal(scenario, context.defense) or scenario
+    if context.gate_check is None:
+        raise ConfigError(
+            f"No gate check in the attack context of {context.defense!r}: run the attack through the harness."
+        )
+    chosen = allowed_goal(scenario, context.defense, context.gate_check) or scenario
     if goal_tools(chosen) is None:
         return chosen
     return chosen.with_injection(f"{chosen.injection} {target_text(chosen)}")
 
 
-def gate_reach(scenarios: list[Scenario], defense: str) -> dict[str, int]:
+def gate_reach(scenarios: list[Scenario], defense: str, gate: GateCheck) -> dict[str, int]:
     """How many of ``scenarios`` have their own goal past the gate of ``defense`` (the gate cannot stop them by
     construction) and how many have some goal of their suite past it (what the adaptive attack can pursue)."""
-    configs = _configs()
-    own = sum(passes_gate(s, defense, configs) for s in scenarios)
-    some = sum(allowed_goal(s, defense, configs) is not None for s in scenarios)
+    own = sum(passes_gate(s, defense, gate) for s in scenarios)
+    some = sum(allowed_goal(s, defense, gate) is not None for s in scenarios)
     return {"n": len(scenarios), "own_goal_allowed": own, "some_goal_allowed": some}

@@ -13,7 +13,7 @@ and a judge that must not fire) and ``random_string`` (as many unoptimised token
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,10 +146,11 @@ def run_table(harness: Any, plan: TablePlan, *, progress: bool = True) -> tuple[
     return runs, skipped
 
 
-def gate_reach_rows(plan: TablePlan) -> list[dict[str, Any]]:
+def gate_reach_rows(plan: TablePlan, gate: Callable[[str, Scenario, frozenset[str]], bool]) -> list[dict[str, Any]]:
     """Per benchmark and gated defense of the plan, on its held-out sample: how many scenarios have their own goal
     past the gate, and how many have some goal of their suite past it (what the adaptive attack pursues). Decided
-    from the committed gate configuration before any episode; what a gate cannot stop however the model behaves."""
+    from the gate's configuration (``gate``: the harness's check) before any episode; what a gate cannot stop
+    however the model behaves."""
     from rvu_pipelines.attacks.gate_aware import gate_reach
 
     gated = [d for d in plan.defenses if d in GATED_DEFENSES]
@@ -158,7 +159,7 @@ def gate_reach_rows(plan: TablePlan) -> list[dict[str, Any]]:
     rows = []
     for benchmark in plan.benchmarks:
         scenarios = heldout_sample(benchmark, plan.per_benchmark)
-        rows += [{"benchmark": benchmark, "defense": d, **gate_reach(scenarios, d)} for d in gated]
+        rows += [{"benchmark": benchmark, "defense": d, **gate_reach(scenarios, d, gate)} for d in gated]
     return rows
 
 

@@ -80,7 +80,10 @@ def test_fast_is_bounded_and_exact_where_it_can_be(data, kind) -> None:
     assert 0.0 <= fast.hfer <= 1.0 and 0.0 <= fast.spectral_entropy <= 1.0
     # λ_2 by Lanczos and, with fewer channels than the sketch, the Rayleigh quotient, are exact
     assert fast.fiedler == pytest.approx(exact.fiedler, abs=1e-5)
-    assert fast.smoothness == pytest.approx(exact.smoothness, rel=1e-4, abs=1e-6)
+    # single-precision moments are exact to ~1e-6 of the operator's spectral bound (2 * max degree for the
+    # combinatorial Laplacian, 2 for the normalised ones), so a smoothness of 0 comes back as a few 1e-6 of it
+    bound = 2.0 * float(w.sum(axis=1).max()) if kind == "combinatorial" else 2.0
+    assert fast.smoothness == pytest.approx(exact.smoothness, rel=1e-4, abs=1e-6 * bound)
 
 
 @pytest.mark.parametrize("name", ["sink_free", "sink_free_norm", "seed_study"])

@@ -32,7 +32,7 @@ filtered tool outputs, rejected tags), so the episode runner can count and recor
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,6 +197,15 @@ def gate_allows(
     policy = allowlist.policy_for(scenario.benchmark)
     task = gate_task_tools(defense, scenario, policies)
     return all(policy.decide(tool, task)[0] for tool in tools)
+
+
+def gate_check(allowlist: ToolAllowlist, policies: RvgPolicies) -> Callable[[str, Scenario, frozenset[str]], bool]:
+    """:func:`gate_allows` under this allowlist and planning policy, as ``(defense, scenario, tools)``."""
+
+    def check(defense: str, scenario: Scenario, tools: frozenset[str]) -> bool:
+        return gate_allows(defense, scenario, tools, allowlist, policies)
+
+    return check
 
 
 def build_pipeline(defense: str, llm: ChatModel, scenario: Scenario, settings: DefenseSettings) -> DefensePipeline:
