@@ -52,6 +52,7 @@ from rvu_pipelines.code_version import code_version
 from rvu_pipelines.detectors.catalog import PRODUCTION_CHOICE
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import state_dir
+from rvu_pipelines.redteam.table import unavailable
 from rvu_pipelines.scenarios.axes import ATTACKS, BENCHMARKS, CANONICAL, DEFENSES, NATIVE
 
 GROUP = "attacks"
@@ -249,6 +250,10 @@ def attack_cell(
     attack, defense = parse_arm(keys["arm"])
     get_attack(attack, field="attack")
     harness = open_harness(config, llm_model, llm, model_store, mlflow_tracker)
+    reason = unavailable(attack, defense, harness.attack_context(defense), keys["benchmark"])
+    if reason is not None:  # e.g. no adaptive attack against this defense: a cell that cannot run, said so
+        context.log.warning(f"{keys['benchmark']} / {attack} / {defense} not run: {reason}")
+        return Output(pl.DataFrame(), metadata={"dagster/row_count": 0, "not_run": reason})
     run = harness.run_cell(
         keys["benchmark"],
         defense,

@@ -66,6 +66,27 @@ def test_cell_materializes_then_rematerializes_without_inference(tmp_path) -> No
     assert runs[0].data.params["code_version"] == code_version() and metadata[1]["code_version"].value == code_version()
 
 
+def test_a_cell_that_cannot_run_materializes_empty_and_says_why(tmp_path) -> None:
+    resources = deployment_resources("local") | {
+        "io_manager": LocalTableIOManager(base_dir=str(tmp_path / "assets")),
+        "mlflow_tracker": MlflowTrackerResource(tracking_uri=MlflowTracker(experiment=EXPERIMENT).tracking_uri),
+    }
+    llm_model = next(a for a in model_assets() if a.key.to_user_string() == "llm_model")
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize(
+            [llm_model, attack_cell],
+            partition_key="adaptive.hfer|canonical",  # no adaptive attack against hfer here
+            resources=resources,
+            instance=instance,
+            run_config=_run_config(),
+        )
+    assert result.success
+    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "attack_cell"]
+    metadata = event.materialization.metadata
+    assert metadata["dagster/row_count"].value == 0 and "no adaptive attack against hfer" in metadata["not_run"].value
+    assert result.output_for_node("attack_cell").height == 0
+
+
 def test_golden_check_fails_when_a_golden_value_moves(tmp_path) -> None:
     import polars as pl
 
