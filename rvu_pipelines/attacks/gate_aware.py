@@ -2,9 +2,9 @@
 
 A gate blocks calls to tools outside the task's plan, so an attacker who knows the gate (its allowlist and its
 planning policy, both configuration; the harness hands the check to the attack in its ``AttackContext``) does not
-ask for a blocked tool: it picks a goal whose every tool
-the gate lets through for this user's request, e.g. exfiltration through a send the user's task also needs. The
-attack is a choice of goal, made before the episode from what the attacker can read; it needs no model access.
+ask for a blocked tool: it picks a goal whose every tool the gate lets through for this user's request, e.g.
+exfiltration through a send the user's task also needs. The attack is a choice of goal, made before the episode
+from what the attacker can read; it needs no model access.
 
 - AgentDojo: the scenario keeps its user task and is retargeted to the first injection task of its suite (AgentDojo's
   order) whose ground-truth tools the gate allows; its own injection task when that one is already allowed. The
@@ -31,6 +31,7 @@ from rvu_pipelines.scenarios.axes import GATED_DEFENSES
 from rvu_pipelines.scenarios.contract import Scenario
 
 FINGERPRINT = "gate-goal-v1"
+GateCheck = Callable[[str, Scenario, frozenset[str]], bool]  # (defense, scenario, tools) -> all pass the gate
 
 
 def goal_tools(scenario: Scenario) -> frozenset[str] | None:
@@ -51,9 +52,6 @@ def _injection_tools(benchmark_version: str, suite_name: str, injection_task_id:
     suite = suites(benchmark_version)[suite_name]
     env = suite.load_and_inject_default_environment({})
     return frozenset(call.function for call in suite.get_injection_task_by_id(injection_task_id).ground_truth(env))
-
-
-GateCheck = Callable[[str, Scenario, frozenset[str]], bool]  # (defense, scenario, tools) -> all pass the gate
 
 
 def passes_gate(scenario: Scenario, defense: str, gate: GateCheck) -> bool:
