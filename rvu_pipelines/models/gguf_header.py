@@ -31,6 +31,7 @@ _SCALARS: dict[int, str] = {
 }
 
 Scalar = int | float | bool | str
+MAX_DIMS = 4  # GGML_MAX_DIMS: a tensor's shape has at most four dimensions
 
 
 @dataclass(frozen=True)
@@ -101,10 +102,14 @@ def read_header(path: Path | str) -> GgufHeader:
             for _ in range(tensor_count):
                 name = cursor.string()
                 (dims,) = cursor.unpack("I")
+                if not 0 < int(dims) <= MAX_DIMS:
+                    raise ValueError(f"tensor {name!r} has {dims} dimensions (GGML allows 1 to {MAX_DIMS})")
                 shapes[name] = tuple(int(d) for d in cursor.unpack("Q" * int(dims)))
                 cursor.unpack("IQ")  # the tensor's type and data offset
         except struct.error as exc:
             raise ValueError(f"the header is cut short ({exc})") from exc
+        except RecursionError as exc:  # arrays of arrays nested past any real file's depth
+            raise ValueError("the metadata nests arrays too deeply") from exc
     return GgufHeader(version=version, metadata=metadata, tensor_shapes=shapes)
 
 

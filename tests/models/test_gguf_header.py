@@ -76,6 +76,24 @@ def test_files_that_are_not_gguf_or_cut_short_are_value_errors(tmp_path: Path) -
         read_header(cut)
 
 
+def test_hostile_headers_are_value_errors_not_hangs_or_crashes(tmp_path: Path) -> None:
+    import struct
+
+    magic = struct.pack("<IIQQ", gguf.GGUF_MAGIC, 3, 1, 0)  # version 3, one tensor, no metadata
+    name = struct.pack("<Q", 1) + b"w"
+    dims = tmp_path / "dims.gguf"
+    dims.write_bytes(magic + name + struct.pack("<I", 2**31))  # a shape format of two billion entries
+    with pytest.raises(ValueError, match="dimensions"):
+        read_header(dims)
+    nested = tmp_path / "nested.gguf"
+    depth = 5000
+    kv = struct.pack("<Q", 1) + b"k" + struct.pack("<I", gguf.GGUFValueType.ARRAY)
+    kv += struct.pack("<IQ", gguf.GGUFValueType.ARRAY, 1) * depth + struct.pack("<IQ", gguf.GGUFValueType.UINT8, 0)
+    nested.write_bytes(struct.pack("<IIQQ", gguf.GGUF_MAGIC, 3, 0, 1) + kv)
+    with pytest.raises(ValueError, match="nests arrays too deeply"):
+        read_header(nested)
+
+
 def test_the_cache_reads_a_replaced_file_again(tmp_path: Path) -> None:
     path = _write(tmp_path / "model.gguf", rows=3)
     assert cached_header(path).tensor_shapes["blk.0.attn_q.weight"] == (5, 3)
