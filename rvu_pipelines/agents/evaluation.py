@@ -349,6 +349,8 @@ def table_markdown(table: pl.DataFrame) -> str:
             else f"{row['certificates_verified']}/{row['certificates_emitted']} verify"
         )
         errors = f" ({row['errors']} errors)" if row.get("errors") else ""
+        if row.get("aborted"):  # episodes a defense stopped before generation (hfer's switch fired)
+            errors += f" ({row['aborted']} stopped)"
         security = _pct(
             row.get("security", float("nan")), row.get("security_ci_low", 0), row.get("security_ci_high", 0)
         )

@@ -172,6 +172,8 @@ def test_table_markdown_and_plot(tmp_path: Path) -> None:
     table = _table(0.6)
     markdown = table_markdown(table)
     assert "| canonical | native | vanilla | 10 | 60.0% [0, 100]" in markdown
+    stopped = table_markdown(table.with_columns(pl.Series("aborted", [0, 3])))  # rvg's row: 3 episodes stopped
+    assert "| canonical | native | rvg | 10 (3 stopped) |" in stopped and "| vanilla | 10 |" in stopped
     png = plot_attack_table(table, tmp_path / "t.png", "Table 1")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
