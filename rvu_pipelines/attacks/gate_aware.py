@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from functools import lru_cache
 
 from rvu_pipelines.attacks.catalog import AttackContext
 from rvu_pipelines.attacks.planted_call import target_text
@@ -40,18 +39,8 @@ def goal_tools(scenario: Scenario) -> frozenset[str] | None:
     attacker_tools = getattr(scenario, "attacker_tools", None)
     if attacker_tools:
         return frozenset(attacker_tools)
-    if hasattr(scenario, "injection_task_obj"):
-        return _injection_tools(scenario.benchmark_version, scenario.suite_name, scenario.injection_task_id)  # type: ignore[attr-defined]
-    return None
-
-
-@lru_cache(maxsize=1024)
-def _injection_tools(benchmark_version: str, suite_name: str, injection_task_id: str) -> frozenset[str]:
-    from rvu_pipelines.scenarios.agentdojo_tasks import suites
-
-    suite = suites(benchmark_version)[suite_name]
-    env = suite.load_and_inject_default_environment({})
-    return frozenset(call.function for call in suite.get_injection_task_by_id(injection_task_id).ground_truth(env))
+    calls = getattr(scenario, "injection_calls", None)  # AgentDojo: the injection task's ground truth
+    return None if calls is None else frozenset(function for function, _ in calls)
 
 
 def passes_gate(scenario: Scenario, defense: str, gate: GateCheck) -> bool:

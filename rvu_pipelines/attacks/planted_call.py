@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from rvu_pipelines.attacks.catalog import AttackSpec, register
 from rvu_pipelines.errors import ConfigError
@@ -29,8 +28,8 @@ def target_text(scenario: Scenario) -> str:
     tools: Sequence[str] = getattr(scenario, "attacker_tools", ())
     if tools:
         return json.dumps({"tool": tools[0]})
-    if hasattr(scenario, "injection_task_obj"):
-        calls = _injection_ground_truth(scenario)
+    calls = getattr(scenario, "injection_calls", None)  # AgentDojo: the injection task's ground truth
+    if calls is not None:
         if not calls:
             raise ConfigError(f"{scenario.scenario_id}: the injection task has no ground-truth call to target.")
         function, args = calls[0]
@@ -39,12 +38,6 @@ def target_text(scenario: Scenario) -> str:
         f"{scenario.scenario_id}: benchmark {scenario.benchmark!r} has no tool-call target for an optimised "
         "string (InjecAgent and AgentDojo have; BIPIA judges free text)."
     )
-
-
-def _injection_ground_truth(scenario: Any) -> list[tuple[str, dict[str, Any]]]:
-    suite = scenario.suite
-    env = suite.load_and_inject_default_environment({})
-    return [(call.function, dict(call.args)) for call in scenario.injection_task_obj.ground_truth(env)]
 
 
 register(

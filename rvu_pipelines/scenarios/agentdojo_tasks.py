@@ -180,6 +180,12 @@ class AgentDojoScenario:
         return _ground_truth_tools(self.benchmark_version, self.suite_name, self.user_task_id)
 
     @property
+    def injection_calls(self) -> tuple[tuple[str, dict[str, Any]], ...]:
+        """The injection task's ground-truth calls (function, arguments) on the default environment: what the
+        attacker's goal needs the agent to call. Read-only (shared by every scenario of the same goal)."""
+        return _injection_ground_truth(self.benchmark_version, self.suite_name, self.injection_task_id)
+
+    @property
     def tool_declarations(self) -> tuple[str, ...]:
         """The names of the tools the suite declares (what the agent is given), sorted."""
         return tuple(sorted(tool.name for tool in self.suite.tools))
@@ -223,6 +229,16 @@ def _ground_truth_tools(benchmark_version: str, suite_name: str, user_task_id: s
     task = suite.get_user_task_by_id(user_task_id)
     env = task.init_environment(suite.load_and_inject_default_environment({}))
     return frozenset(call.function for call in task.ground_truth(env))
+
+
+@lru_cache(maxsize=512)
+def _injection_ground_truth(
+    benchmark_version: str, suite_name: str, injection_task_id: str
+) -> tuple[tuple[str, dict[str, Any]], ...]:
+    suite = suites(benchmark_version)[suite_name]
+    env = suite.load_and_inject_default_environment({})
+    calls = suite.get_injection_task_by_id(injection_task_id).ground_truth(env)
+    return tuple((call.function, dict(call.args)) for call in calls)
 
 
 def agentdojo_scenarios(
