@@ -18,7 +18,7 @@ import numpy as np
 
 from rvu_pipelines.agents.evaluation import CellRun, CellSpec, run_cell
 from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
-from rvu_pipelines.attacks.catalog import AttackContext, attack_fingerprint, attacked, get_attack
+from rvu_pipelines.attacks.catalog import AttackContext, GateCheck, attack_fingerprint, attacked, get_attack
 from rvu_pipelines.detectors import InjectionDetector
 from rvu_pipelines.detectors.base import MemoizedDetector
 from rvu_pipelines.detectors.catalog import PRODUCTION_CHOICE, by_name, plugin_for
@@ -208,7 +208,7 @@ class Harness:
             gate_check=self.gate_check(),
         )
 
-    def gate_check(self) -> Callable[[str, Scenario, frozenset[str]], bool]:
+    def gate_check(self) -> GateCheck:
         """The tool gate's decision under this harness's settings: ``(defense, scenario, tools) -> all pass``."""
         from rvu_pipelines.agents.defenses.builder import gate_check  # runtime only: imports AgentDojo
 

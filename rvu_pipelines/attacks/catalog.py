@@ -21,6 +21,8 @@ from rvu_pipelines.plugins import import_package_modules
 from rvu_pipelines.scenarios.axes import ATTACKS, NATIVE
 from rvu_pipelines.scenarios.contract import Scenario
 
+GateCheck = Callable[[str, Scenario, frozenset[str]], bool]  # (defense, scenario, tools) -> all pass the gate
+
 
 @dataclass(frozen=True)
 class AttackContext:
@@ -35,9 +37,8 @@ class AttackContext:
     defense: str
     strings_dir: Path
     gguf_path: Path | None = None
-    # (defense, scenario, tools) -> whether the defense's tool gate lets every one of the tools through; what an
-    # attacker who knows the gate's configuration computes (the harness builds it from its defense settings)
-    gate_check: Callable[[str, Scenario, frozenset[str]], bool] | None = None
+    # what an attacker who knows the gate's configuration computes (the harness builds it from its settings)
+    gate_check: GateCheck | None = None
 
 
 @dataclass(frozen=True)

@@ -20,17 +20,15 @@ and whether any goal of its suite gets past the gate: what a gate cannot stop by
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
-from rvu_pipelines.attacks.catalog import AttackContext
+from rvu_pipelines.attacks.catalog import AttackContext, GateCheck
 from rvu_pipelines.attacks.planted_call import target_text
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scenarios.axes import GATED_DEFENSES
 from rvu_pipelines.scenarios.contract import Scenario
 
 FINGERPRINT = "gate-goal-v1"
-GateCheck = Callable[[str, Scenario, frozenset[str]], bool]  # (defense, scenario, tools) -> all pass the gate
 
 
 def goal_tools(scenario: Scenario) -> frozenset[str] | None:

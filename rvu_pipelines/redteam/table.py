@@ -13,13 +13,13 @@ and a judge that must not fire) and ``random_string`` (as many unoptimised token
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
-from rvu_pipelines.attacks.catalog import AttackContext
+from rvu_pipelines.attacks.catalog import AttackContext, GateCheck
 from rvu_pipelines.attacks.optimised import (
     ADAPTIVE,
     ADAPTIVE_STRINGS,
@@ -146,7 +146,7 @@ def run_table(harness: Any, plan: TablePlan, *, progress: bool = True) -> tuple[
     return runs, skipped
 
 
-def gate_reach_rows(plan: TablePlan, gate: Callable[[str, Scenario, frozenset[str]], bool]) -> list[dict[str, Any]]:
+def gate_reach_rows(plan: TablePlan, gate: GateCheck) -> list[dict[str, Any]]:
     """Per benchmark and gated defense of the plan, on its held-out sample: how many scenarios have their own goal
     past the gate, and how many have some goal of their suite past it (what the adaptive attack pursues). Decided
     from the gate's configuration (``gate``: the harness's check) before any episode; what a gate cannot stop

@@ -32,7 +32,7 @@ filtered tool outputs, rejected tags), so the episode runner can count and recor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,7 @@ from rvu_pipelines.agents.defenses.hfer import DEFAULT_THRESHOLD as HFER_THRESHO
 from rvu_pipelines.agents.defenses.registry import Built, EpisodeStart, builder_for, defense_builder
 from rvu_pipelines.agents.defenses.rvg_policy import RvgPolicies, load_rvg_policies
 from rvu_pipelines.agents.llm_element import DEFAULT_SYSTEM_PROMPT, ChatModelLLM
+from rvu_pipelines.attacks.catalog import GateCheck
 from rvu_pipelines.detectors.heuristic import HeuristicDetector
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.models.llm import ChatModel
@@ -199,7 +200,7 @@ def gate_allows(
     return all(policy.decide(tool, task)[0] for tool in tools)
 
 
-def gate_check(allowlist: ToolAllowlist, policies: RvgPolicies) -> Callable[[str, Scenario, frozenset[str]], bool]:
+def gate_check(allowlist: ToolAllowlist, policies: RvgPolicies) -> GateCheck:
     """:func:`gate_allows` under this allowlist and planning policy, as ``(defense, scenario, tools)``."""
 
     def check(defense: str, scenario: Scenario, tools: frozenset[str]) -> bool:
