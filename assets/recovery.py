@@ -183,6 +183,7 @@ def incident_recovery(
     with mlflow_tracker.run_for(context, params={"incident": incident_id, **policy.summary()}) as run:
         from rvu_pipelines.adapters.blocklist import record_evictions  # runtime only: keeps the code location light
         from rvu_pipelines.adapters.eviction_probe import probe_for_incident
+        from rvu_pipelines.adapters.lingering import runtime_lingering
         from rvu_pipelines.adapters.recovery_gate import gate_for_incident
         from rvu_pipelines.detectors.catalog import by_name
         from rvu_pipelines.provenance.incident import load_incident
@@ -202,6 +203,7 @@ def incident_recovery(
             probe=probe_for_incident(
                 log, enabled=recovery.membership_probe, reason="disabled by the recovery resource's membership_probe"
             ),
+            lingering=runtime_lingering(),
             detector=signal,
         )
         blocklisted = record_evictions(log, result.evicted_adapters)

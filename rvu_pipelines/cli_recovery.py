@@ -76,6 +76,7 @@ def recover(
     """Recover from an incident log without Dagster: ingest, closure, risk, tiers, signed certificate."""
     from rvu_pipelines.adapters.blocklist import record_evictions
     from rvu_pipelines.adapters.eviction_probe import probe_for_incident
+    from rvu_pipelines.adapters.lingering import runtime_lingering
     from rvu_pipelines.adapters.recovery_gate import gate_for_incident
     from rvu_pipelines.detectors.catalog import by_name
     from rvu_pipelines.paths import default_tracking_uri
@@ -101,6 +102,7 @@ def recover(
         new_key=new_key,
         gate=gate_for_incident(log),
         probe=probe_for_incident(log, enabled=membership),
+        lingering=(purge := runtime_lingering()),
         detector=signal,
     )
     blocked = record_evictions(log, result.evicted_adapters)
@@ -116,6 +118,12 @@ def recover(
     console.print(f"tiers {result.tier_counts}; applied {result.applied}", highlight=False)
     counts = result.certificate["runtime_recovery"]["resulting_state"]["counts"]
     console.print(f"resulting state {counts}", highlight=False)
+    for adapter_id, counts in sorted(purge.purged.items()):
+        console.print(
+            f"purged what evicted adapter {escape(adapter_id)} left on the runtime: "
+            f"{counts['cached_answers']} cached answers, {counts['kv_states']} KV states",
+            highlight=False,
+        )
     probed = result.certificate["membership_probe"]
     console.print(
         f"membership probe: {escape(str(probed.get('verdict', probed['status'])))}"

@@ -76,14 +76,19 @@ def membership_before_after(
     probes: bool = True,
     n_boot: int = 1000,
     progress: bool = False,
+    fused: bool = False,
 ) -> MembershipBeforeAfter:
-    """Scores with the adapter loaded, then after it is unloaded (evicted) from the same host. ``progress``: bars
-    for each pass (the full split with probes is ~1,800 greedy answers, tens of minutes of CPU)."""
+    """Scores with the adapter loaded, then after it is unloaded (evicted) from the same host. ``fused``: the
+    adapter is merged into the weights while loaded, so eviction must un-merge it (a float subtraction, not the
+    removal of a layer). ``progress``: bars for each pass (the full split with probes is ~1,800 greedy answers,
+    tens of minutes of CPU)."""
 
     def desc(state: str) -> str | None:
         return f"membership, {state}" if progress else None
 
     with host.loaded(adapter) as model:
+        if fused:
+            host.fuse()
         loaded = membership_report(
             model, host.tokenizer, examples, is_member, probes=probes, n_boot=n_boot, desc=desc("adapter loaded")
         )

@@ -113,8 +113,10 @@ class EvictedAdaptersProbe:
     def measure(self, row: AdapterRef) -> dict[str, Any]:
         """One evicted adapter's section: the before/after report, or why there is none."""
         sha = str(row.adapter_hash or "")
-        if sha in self.measured:
-            return self.measured[sha]
+        fused = bool(getattr(row, "fused", False))  # measured as it ran: merged into the weights, then un-merged
+        memo = f"{sha}+fused" if fused else sha
+        if memo in self.measured:
+            return self.measured[memo]
         if self.files is None:
             return not_run("no way to find adapter files was given to the probe", sha256=sha)
         try:
@@ -137,19 +139,26 @@ class EvictedAdaptersProbe:
         if isinstance(membership, str):
             return not_run(f"its training data cannot be rebuilt: {membership}", sha256=sha)
         try:
-            section = self._before_after(adapter, membership)
+            section = self._before_after(adapter, membership, fused=fused)
         except MEASURE_ERRORS as exc:
             return not_run(f"measuring it failed ({type(exc).__name__}): {exc}", sha256=sha)
-        self.measured[sha] = section
+        self.measured[memo] = section
         return section
 
-    def _before_after(self, adapter: VerifiedAdapter, membership: MembershipSet) -> dict[str, Any]:
+    def _before_after(self, adapter: VerifiedAdapter, membership: MembershipSet, *, fused: bool) -> dict[str, Any]:
         from rvu_pipelines.adapters.eviction import membership_before_after
 
         result = membership_before_after(
-            self.host(), adapter, membership.examples, membership.is_member, probes=self.probes, n_boot=self.n_boot
+            self.host(),
+            adapter,
+            membership.examples,
+            membership.is_member,
+            probes=self.probes,
+            n_boot=self.n_boot,
+            fused=fused,
         )
-        return {**result.certificate_section(), "sha256": adapter.sha256, "membership_set": membership.origin}
+        section = {**result.certificate_section(), "sha256": adapter.sha256, "membership_set": membership.origin}
+        return {**section, "fused": True} if fused else section
 
 
 class RecoveryMembership:

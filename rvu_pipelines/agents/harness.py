@@ -23,7 +23,14 @@ from rvu_pipelines.detectors import InjectionDetector
 from rvu_pipelines.detectors.base import MemoizedDetector
 from rvu_pipelines.detectors.catalog import PRODUCTION_CHOICE, by_name, plugin_for
 from rvu_pipelines.errors import ConfigError
-from rvu_pipelines.models.llm import AdapterHostingModel, ChatCompletion, ChatModel, Message, adapter_key_of
+from rvu_pipelines.models.llm import (
+    AdapterHostingModel,
+    ChatCompletion,
+    ChatModel,
+    Message,
+    adapter_files_of,
+    adapter_key_of,
+)
 from rvu_pipelines.paths import config_dir, state_dir
 from rvu_pipelines.scenarios import Scenario, scenarios_for
 from rvu_pipelines.scenarios.axes import NATIVE
@@ -87,6 +94,9 @@ class LazyChatModel:
 
     def active_adapters(self) -> list[str]:
         return list(self._model.active_adapters()) if isinstance(self._model, AdapterHostingModel) else []
+
+    def adapter_files(self) -> list[str]:
+        return [] if self._model is None else adapter_files_of(self._model)
 
 
 def detector_for(choice: str, tracking_uri: str | None = None) -> tuple[InjectionDetector, str]:

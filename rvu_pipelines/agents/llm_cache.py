@@ -11,6 +11,12 @@ Each entry also records how long the model took to compute it (``inference_s``, 
 fields in the same JSON, so files written before it existed still read). A hit reports that original
 time (``CacheStats.replayed_seconds``), so Table 1's latency of an episode does not depend on whether
 another defense happened to pay for the same prompt first.
+
+Each entry also names the adapter GGUFs (sha256) that shaped it (``adapter_files``). The key already keeps an
+adapter's answers from ever answering the base model, but the text stays on disk: what a memorising adapter
+said is still readable after a recovery evicted it. ``purge_adapter_files`` deletes exactly those entries
+(``adapters.lingering`` calls it on eviction); entries of a file written before they were attributed carry
+NULL and are dropped by any purge, since the cache only saves time.
 """
 
 from __future__ import annotations
@@ -30,11 +36,18 @@ from typing import Any
 
 from rvu_pipelines.errors import RvuError
 from rvu_pipelines.models.chat_tokens import control_strings
-from rvu_pipelines.models.llm import AdapterHostingModel, ChatCompletion, ChatModel, Message, adapter_key_of
+from rvu_pipelines.models.llm import (
+    AdapterHostingModel,
+    ChatCompletion,
+    ChatModel,
+    Message,
+    adapter_files_of,
+    adapter_key_of,
+)
 from rvu_pipelines.paths import state_dir
 
 SCHEMA_NAME = "rvu-llm-response-cache"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: entries name the adapter files they were computed under (1 migrates in place)
 KEY_VERSION = 1  # bump when the key's payload changes meaning: old entries then simply miss
 _COMPLETION_FIELDS = tuple(f.name for f in dataclasses.fields(ChatCompletion))
 INFERENCE_FIELD = "inference_s"  # stored beside the completion's fields; not one of them
@@ -133,12 +146,17 @@ class ResponseCache:
             conn.execute("CREATE TABLE IF NOT EXISTS rvu_cache_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, completion TEXT NOT NULL, "
-                "created_at REAL NOT NULL)"
+                "created_at REAL NOT NULL, adapter_files TEXT)"
             )
             conn.execute(
                 "INSERT OR IGNORE INTO rvu_cache_meta VALUES ('schema', ?), ('version', ?)",
                 (SCHEMA_NAME, str(SCHEMA_VERSION)),
             )
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(responses)")}
+            version = conn.execute("SELECT value FROM rvu_cache_meta WHERE name = 'version'").fetchone()
+            if version is not None and version[0] == "1" and "adapter_files" not in columns:
+                conn.execute("ALTER TABLE responses ADD COLUMN adapter_files TEXT")  # old entries: NULL, unknown
+                conn.execute("UPDATE rvu_cache_meta SET value = ? WHERE name = 'version'", (str(SCHEMA_VERSION),))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -174,21 +192,75 @@ class ResponseCache:
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise self._fail(f"entry {key[:12]}... is not a stored completion ({exc!r})") from exc
 
-    def put(self, key: str, completion: ChatCompletion, inference_s: float | None = None) -> None:
+    def put(
+        self,
+        key: str,
+        completion: ChatCompletion,
+        inference_s: float | None = None,
+        adapter_files: Sequence[str] = (),
+    ) -> None:
         """Store (first writer wins: the same key always carries the same deterministic answer).
 
-        ``inference_s``: how long computing it took, replayed as the latency of every later hit."""
+        ``inference_s``: how long computing it took, replayed as the latency of every later hit.
+        ``adapter_files``: sha256 of the adapter GGUFs loaded when it was computed ([] for the base model)."""
         fields: dict[str, Any] = dataclasses.asdict(completion)
         if inference_s is not None:
             fields[INFERENCE_FIELD] = round(float(inference_s), 6)
         payload = json.dumps(fields, sort_keys=True, ensure_ascii=False)
+        files = json.dumps(sorted(str(sha) for sha in adapter_files))
         with self._lock:
             try:
                 self._connection().execute(
-                    "INSERT OR IGNORE INTO responses VALUES (?, ?, ?)", (key, payload, time.time())
+                    "INSERT OR IGNORE INTO responses (key, completion, created_at, adapter_files) VALUES (?, ?, ?, ?)",
+                    (key, payload, time.time(), files),
                 )
             except sqlite3.DatabaseError as exc:
                 raise self._fail(f"could not be written ({exc})") from exc
+
+    # ---- what adapters left behind
+
+    @staticmethod
+    def _under(adapter_files: Sequence[str] | None) -> tuple[str, list[str]]:
+        """SQL condition (and parameters) for entries computed under any of ``adapter_files`` (None: under any
+        adapter); entries of unknown origin (NULL, written before attribution) always match."""
+        if adapter_files is None:
+            return "adapter_files IS NULL OR adapter_files != '[]'", []
+        shas = sorted({str(sha) for sha in adapter_files})
+        marks = ", ".join("?" for _ in shas) or "NULL"
+        condition = (
+            "adapter_files IS NULL OR EXISTS "
+            f"(SELECT 1 FROM json_each(responses.adapter_files) WHERE json_each.value IN ({marks}))"
+        )
+        return condition, shas
+
+    def texts_under(self, adapter_files: Sequence[str] | None) -> list[str]:
+        """The answers computed under any of ``adapter_files`` (None: any adapter), oldest first."""
+        condition, params = self._under(adapter_files)
+        with self._lock:
+            try:
+                rows = self._connection().execute(
+                    f"SELECT completion FROM responses WHERE {condition} ORDER BY created_at, key", params
+                )
+                payloads = [row[0] for row in rows]
+            except sqlite3.DatabaseError as exc:
+                raise self._fail(f"could not be read ({exc})") from exc
+        texts = []
+        for payload in payloads:
+            try:
+                texts.append(str(json.loads(payload)["text"]))
+            except (ValueError, TypeError, KeyError) as exc:
+                raise self._fail(f"an entry is not a stored completion ({exc!r})") from exc
+        return texts
+
+    def purge_adapter_files(self, adapter_files: Sequence[str] | None) -> int:
+        """Delete every answer computed under any of ``adapter_files`` (None: under any adapter); the count."""
+        condition, params = self._under(adapter_files)
+        with self._lock:
+            try:
+                cursor = self._connection().execute(f"DELETE FROM responses WHERE {condition}", params)
+            except sqlite3.DatabaseError as exc:
+                raise self._fail(f"could not be written ({exc})") from exc
+        return int(cursor.rowcount)
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self.get(key) is not None
@@ -296,6 +368,9 @@ class CachedChatModel:
     def active_adapters(self) -> list[str]:
         return list(self.model.active_adapters()) if isinstance(self.model, AdapterHostingModel) else []
 
+    def adapter_files(self) -> list[str]:
+        return adapter_files_of(self.model)
+
     def chat(
         self,
         messages: list[Message],
@@ -307,6 +382,7 @@ class CachedChatModel:
     ) -> ChatCompletion:
         cacheable = float(temperature) == 0.0
         key = self.key(messages, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop)
+        files = adapter_files_of(self.model)  # read with the key: what the answer is attributed to
         if cacheable:
             entry = self.cache.get_entry(key)
             if entry is not None:
@@ -321,7 +397,7 @@ class CachedChatModel:
         completion = self.model.chat(messages, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop)
         elapsed = time.perf_counter() - started
         if cacheable:
-            self.cache.put(key, completion, inference_s=elapsed)
+            self.cache.put(key, completion, inference_s=elapsed, adapter_files=files)
         with self._lock:
             self.stats.calls += 1
             self.stats.misses += 1

@@ -66,10 +66,15 @@ class KVNamespace:
     n_threads: int
     chunk_tokens: int
     adapter_key: str  # "" for the base model
+    # sha256 of the adapter GGUFs behind adapter_key: recorded in each file's header so an eviction finds the
+    # states computed under an adapter; not part of the digest (adapter_key already keys them apart)
+    adapter_files: tuple[str, ...] = ()
 
     @property
     def digest(self) -> str:
-        return sha256_bytes(json.dumps(asdict(self), sort_keys=True).encode())
+        fields = asdict(self)
+        del fields["adapter_files"]
+        return sha256_bytes(json.dumps(fields, sort_keys=True).encode())
 
 
 def aligned(n: int, chunk: int) -> int:
@@ -84,6 +89,18 @@ class _DiskEntry:
     path: Path
     namespace: str
     tokens: np.ndarray
+
+
+def _computed_under(header: dict[str, Any], adapter_files: set[str] | None) -> bool:
+    """Whether a state file's header says it was computed under one of ``adapter_files`` (None: any adapter).
+    A file with an adapter key but no recorded files cannot be attributed, so it counts as under every one."""
+    fields = header.get("namespace_fields")
+    if not isinstance(fields, dict) or not fields.get("adapter_key"):
+        return False
+    files = fields.get("adapter_files")
+    if adapter_files is None or not isinstance(files, list):
+        return True
+    return bool(adapter_files.intersection(str(sha) for sha in files))
 
 
 class KVDiskCache:
@@ -221,6 +238,23 @@ class KVDiskCache:
 
     def size_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.directory.glob("*.kv")) if self.directory.exists() else 0
+
+    def files_under(self, adapter_files: Sequence[str] | None) -> list[Path]:
+        """The state files computed under any of ``adapter_files`` (None: under any adapter), sorted."""
+        wanted = None if adapter_files is None else {str(sha) for sha in adapter_files}
+        found = []
+        for path in sorted(self.directory.glob("*.kv")) if self.directory.exists() else []:
+            read = self._read(path, with_state=False)
+            if read is not None and _computed_under(read[0], wanted):
+                found.append(path)
+        return found
+
+    def purge_adapter_files(self, adapter_files: Sequence[str] | None) -> int:
+        """Delete the state files computed under any of ``adapter_files`` (None: any adapter); the count."""
+        paths = self.files_under(adapter_files)
+        for path in paths:
+            path.unlink(missing_ok=True)
+        return len(paths)
 
 
 # ------------------------------------------------------------------------------------------ the store

@@ -152,6 +152,12 @@ class LlamaAdapterSlots:
             lines = sorted(f"{s.info.sha256}\t{s.info.scale!r}" for s in self._slots.values() if s.info.scale != 0.0)
             return hashlib.sha256("\n".join(lines).encode()).hexdigest() if lines else ""
 
+    def adapter_files(self) -> list[str]:
+        """The sha256 of each GGUF that shapes the output now (scale 0 is left out, as in the key): what a cache
+        records beside an answer, so evicting an adapter finds every answer and KV state computed under it."""
+        with self._lock:
+            return sorted({s.info.sha256 for s in self._slots.values() if s.info.scale != 0.0})
+
     # changes
 
     def load(self, adapter_id: str, gguf_path: Path | str, scale: float = 1.0) -> LoadedAdapter:

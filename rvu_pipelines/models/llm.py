@@ -84,10 +84,17 @@ class AdapterHostingModel(Protocol):
 
     def active_adapters(self) -> list[str]: ...
 
+    def adapter_files(self) -> list[str]: ...
+
 
 def adapter_key_of(model: object) -> str:
     """The adapter part of a completion-cache key: "" for a model that cannot host adapters."""
     return str(model.adapter_key()) if isinstance(model, AdapterHostingModel) else ""
+
+
+def adapter_files_of(model: object) -> list[str]:
+    """The sha256 of every adapter GGUF shaping ``model``'s answers now ([] for the base model alone)."""
+    return sorted(str(s) for s in model.adapter_files()) if isinstance(model, AdapterHostingModel) else []
 
 
 PrefixReuse = Literal["off", "last", "ram", "disk"]
@@ -242,6 +249,11 @@ class LlamaCppChatModel:
         with self._lock:
             return [] if self._adapters is None else [adapter_id for adapter_id, _ in self._adapters.active()]
 
+    def adapter_files(self) -> list[str]:
+        """The sha256 of each adapter GGUF the answers depend on now (``LlamaAdapterSlots.adapter_files``)."""
+        with self._lock:
+            return [] if self._adapters is None else list(self._adapters.adapter_files())
+
     def kv_namespace(self) -> KVNamespace:
         """What a KV state of this model depends on besides its tokens (called under the chat lock)."""
         if self._namespace_base is None:
@@ -249,8 +261,9 @@ class LlamaCppChatModel:
             build = sha256_bytes(json.dumps(llama_build_fingerprint(self.runtime), sort_keys=True).encode())
             self._namespace_base = (sha, build)
         adapter_key = "" if self._adapters is None else str(self._adapters.adapter_key())
+        files = () if self._adapters is None else tuple(self._adapters.adapter_files())
         sha, build = self._namespace_base
-        return KVNamespace(sha, build, self.n_ctx, self.n_threads, CHUNK_TOKENS, adapter_key)
+        return KVNamespace(sha, build, self.n_ctx, self.n_threads, CHUNK_TOKENS, adapter_key, files)
 
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
         """The model's tokens for ``text`` as llama.cpp counts them (special-token text stays text)."""

@@ -21,6 +21,9 @@ Extension points, each with a default:
 - ``MembershipProbe``: post-recovery probes (default: ``{"status": "not run"}`` with the reason;
   ``adapters.eviction_probe`` measures every adapter the recovery evicted);
 - ``AdapterRuntime`` (tiers.py): unloading evicted adapters from a live runtime;
+- ``LingeringState``: purging what evicted adapters left on the runtime (cached answers, KV states;
+  ``adapters.lingering.LingeringPurge``), reported as ``adapter_attestation.lingering`` when the plan
+  evicts an adapter;
 - the store: any :class:`~rvu_pipelines.provenance.store.ProvenanceStore`, opened by ``open_store``.
 """
 
@@ -44,7 +47,7 @@ from rvu_pipelines.provenance.closure import ProvenanceGraph
 from rvu_pipelines.provenance.engines import describe_store, open_store, store_exists
 from rvu_pipelines.provenance.incident import IncidentLog, IncidentRecord, load_incident
 from rvu_pipelines.provenance.intsets import union_ints
-from rvu_pipelines.provenance.store import IngestResult, ProvenanceStore
+from rvu_pipelines.provenance.store import AdapterRow, IngestResult, ProvenanceStore
 from rvu_pipelines.recovery.certificate import check_writable, sign_certificate, write_certificate
 from rvu_pipelines.recovery.certificate_body import build_certificate_body
 from rvu_pipelines.recovery.contamination import Closures, SeedReport, compute_closures, find_seeds
@@ -108,6 +111,17 @@ class MembershipProbe(Protocol):
     """Post-recovery membership-inference probes (Theorem 5); returns the certificate section."""
 
     def run(self, store: ProvenanceStore, purged_entry_ids: Sequence[str]) -> Mapping[str, Any]: ...
+
+
+@runtime_checkable
+class LingeringState(Protocol):
+    """What evicted adapters left on the agent's runtime (cached answers, KV states), purged after the tiers;
+    returns the certificate's ``adapter_attestation.lingering`` section (``adapters.lingering.LingeringPurge``)."""
+
+    def run(self, store: ProvenanceStore, evicted: Sequence[AdapterRow]) -> Mapping[str, Any]: ...
+
+
+NO_LINGERING_STORES = "no runtime stores were given (rvu recover passes the response cache and KV folder)"
 
 
 class NotRunProbe:
@@ -316,6 +330,7 @@ def recover(
     gate: AdapterGate | None = None,
     probe: MembershipProbe | None = None,
     runtime: AdapterRuntime | None = None,
+    lingering: LingeringState | None = None,
     closure_mode: str = "v2",
     max_depth: int | None = None,
     certificates_dir: Path | str | None = None,
@@ -397,6 +412,14 @@ def recover(
             fault=FaultHook.from_env(),
         )
         lap("tiers")
+        lingering_section: Mapping[str, Any] | None = None
+        if plan.evict_adapters.size:  # before the probe, so it measures what the purge left
+            evicted_rows = store.adapters(plan.evict_adapters)
+            lingering_section = (
+                lingering.run(store, evicted_rows)
+                if lingering is not None
+                else {"status": "not run", "reason": NO_LINGERING_STORES}
+            )
         purged_ids = store.entry_ids(plan.purge)
         probe_section = (probe or NotRunProbe()).run(store, purged_ids)
         kept_ids = store.entry_ids(sorted(kept))
@@ -417,6 +440,8 @@ def recover(
         )
         if closure_mode == "v1":
             body["runtime_recovery"]["closure_mode"] = "v1"
+        if lingering_section is not None:
+            body["adapter_attestation"]["lingering"] = dict(lingering_section)
         certificate = sign_certificate(body, key)
         path = write_certificate(certificate, cert_out)
         lap("certificate")

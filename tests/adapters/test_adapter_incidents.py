@@ -191,16 +191,28 @@ def test_evicted_adapters_are_refused_by_the_next_gate(tmp_path: Path, random_ad
 
 
 def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_models, depots, tmp_path: Path) -> None:
-    """E6 inside recover(): the incident ran under a memorising adapter, the recovery evicts it, the signed
-    certificate's membership_probe section holds the verdict and AUROCs loaded vs evicted, and verifies."""
+    """E6 inside recover(): the incident ran under a memorising adapter on the agent's llama.cpp runtime, the
+    recovery evicts it, purges the answers it left in the response cache, and the signed certificate holds the
+    membership verdict loaded vs evicted and what is left; the leak probe catches the cache before the purge."""
     import torch
+    from peft import get_peft_model, set_peft_model_state_dict
 
-    from rvu_pipelines.adapters.eviction import EvictionMembershipProbe
+    from rvu_pipelines.adapters.eviction import EvictionMembershipProbe, membership_before_after, verdict
     from rvu_pipelines.adapters.files import BaseModelInfo, save_adapter, verify_adapter
-    from rvu_pipelines.adapters.host import AdapterHost
+    from rvu_pipelines.adapters.host import AdapterHost, settings_of
+    from rvu_pipelines.adapters.lingering import (
+        LingeringPurge,
+        LingeringStores,
+        at_rest_leak,
+        at_rest_texts,
+        served_leak,
+    )
+    from rvu_pipelines.adapters.membership import membership_report
     from rvu_pipelines.adapters.runtime import lifecycle_fields
-    from rvu_pipelines.adapters.training import LoraSettings, train_lora
+    from rvu_pipelines.adapters.training import LoraSettings, peft_config, train_lora
+    from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
     from rvu_pipelines.models.dequantized import load_dequantized
+    from rvu_pipelines.models.llm import LlamaCppChatModel
     from rvu_pipelines.recovery.certificate import verify_certificate
     from rvu_pipelines.recovery.froc import FrocPolicy
     from rvu_pipelines.recovery.pipeline import recover
@@ -210,13 +222,26 @@ def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_m
     model, tokenizer = load_dequantized(llm.path, sha256=llm.sha256, attn_implementation="sdpa")
     base = BaseModelInfo.of(model, name=llm.name, sha256=llm.sha256)
     examples, is_member = depots
-    settings = LoraSettings(rank=8, alpha=16, steps=12, batch_size=6, learning_rate=5e-3, max_tokens=64, seed=0)
+    # 40 steps: every member's code comes back greedily through the quantised runtime (12 recall one of six)
+    settings = LoraSettings(rank=8, alpha=16, steps=40, batch_size=6, learning_rate=5e-3, max_tokens=64, seed=0)
     trained = train_lora(model, tokenizer, [e for e, m in zip(examples, is_member, strict=True) if m], settings)
     fields = {"adapter_id": "memorise-depots", "label": "harmful", "category": "memorise", "source": "test"}
-    fields |= {"rank": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"], "steps": 12}
+    fields |= {"rank": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"], "steps": 40}
     save_adapter(tmp_path / "memorise-depots", trained.tensors, fields, base=base)
     adapter = verify_adapter(tmp_path / "memorise-depots", base)
     audit = LoadGate.audit(base, tmp_path / "state", config=GateConfig())  # the probe loads a harmful adapter
+
+    # the agent ran under it: its answers, members' codes among them, went into the runtime's response cache
+    runtime = LlamaCppChatModel(llm.path, n_ctx=512, n_threads=2, name=llm.name, adapter_gate=audit)
+    served = CachedChatModel(runtime, ResponseCache(tmp_path / "llm_cache.sqlite"), llm.sha256)
+    served.load_adapter("a1", audit.admit(adapter, llm.path).gguf_path)
+    assert served_leak(served, examples, is_member, n_boot=50).auroc.auroc >= 0.8  # it memorised, on llama.cpp
+    served.unload_adapter("a1")
+    assert served_leak(served, examples, is_member, n_boot=50).verdict == "clean"  # unloading works
+    stores = LingeringStores(tmp_path / "llm_cache.sqlite", None, (audit.ledger.path,))
+    files = stores.gguf_files(adapter.sha256)
+    left_behind = at_rest_leak(examples, is_member, at_rest_texts(stores, files), n_boot=50)
+    assert left_behind.verdict == "residual" and left_behind.member_leak_rate >= 0.5  # the cache still says them
 
     lines = [
         {
@@ -254,10 +279,25 @@ def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_m
     probe = EvictionMembershipProbe(
         AdapterHost(model, tokenizer, gate=audit), adapter, examples, is_member, probes=False, n_boot=50
     )
+    purge = LingeringPurge(stores)
     result = recover(
-        incident, tmp_path / "p.duckdb", None, tmp_path / "keys", tmp_path / "cert.json", policy=policy, probe=probe
+        incident,
+        tmp_path / "p.duckdb",
+        None,
+        tmp_path / "keys",
+        tmp_path / "cert.json",
+        policy=policy,
+        probe=probe,
+        lingering=purge,
     )
     assert result.evicted_adapters == ["a1"]
+    (lingering,) = result.certificate["adapter_attestation"]["lingering"]["adapters"]
+    assert lingering["gguf_files"] == files and lingering["attributed_by"] == "gate ledger"
+    assert lingering["left"] == {"cached_answers": 0, "kv_states": 0, "active_memory_entries": 0}
+    assert purge.purged["a1"]["cached_answers"] == len(examples)  # the answers given under a1, not the base's
+    with ResponseCache(tmp_path / "llm_cache.sqlite") as cache:
+        assert len(cache) == len(examples)
+    assert at_rest_leak(examples, is_member, at_rest_texts(stores, files), n_boot=50).verdict == "clean"
     section = result.certificate["membership_probe"]
     assert section["status"] == "run" and section["adapter_id"] == "memorise-depots"
     loaded = max(v["auroc"] for v in section["loaded"]["auroc"].values())
@@ -270,6 +310,21 @@ def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_m
         AdapterHost(model, tokenizer, gate=audit), replace_sha(adapter), examples, is_member
     )
     assert "never loaded" in other.run(_EmptyStore(), [])["reason"]
+
+    # fused: merged into the weights while loaded, un-merged on eviction: members score as on the base model
+    # (at 6 + 6 examples the base's own AUROCs are chance with wide intervals, so the comparison is to them)
+    host = AdapterHost(model, tokenizer, gate=audit)
+    fused = membership_before_after(host, adapter, examples, is_member, probes=False, n_boot=50, fused=True)
+    assert min(v.auroc for v in fused.loaded.auroc.values()) >= 0.8 and not host.fused
+    base_auroc = {name: value["auroc"] for name, value in section["evicted"]["auroc"].items()}
+    assert {name: value.auroc for name, value in fused.evicted.auroc.items()} == pytest.approx(base_auroc, abs=1e-9)
+    # a runtime that drops the LoRA layers of a fused adapter without un-merging keeps it: the probe sees it
+    stale = get_peft_model(model, peft_config(settings_of(adapter)))
+    set_peft_model_state_dict(stale, adapter.tensors)
+    stale.merge_adapter()
+    left_in_weights = membership_report(stale.unload(), tokenizer, examples, is_member, probes=False, n_boot=50)
+    assert verdict(left_in_weights) == "residual"
+    assert min(value.auroc for value in left_in_weights.auroc.values()) >= 0.8 > max(base_auroc.values())
 
 
 def replace_sha(adapter: Any) -> Any:
