@@ -120,7 +120,7 @@ def residue(
     store seq is ``adapter_seq``."""
     cache, kv = stores.cache(), stores.kv()
     try:
-        answers = len(cache.texts_under(files)) if cache is not None else 0
+        answers = cache.count_under(files) if cache is not None else 0
     finally:
         if cache is not None:
             cache.close()

@@ -252,6 +252,16 @@ class ResponseCache:
                 raise self._fail(f"an entry is not a stored completion ({exc!r})") from exc
         return texts
 
+    def count_under(self, adapter_files: Sequence[str] | None) -> int:
+        """How many answers were computed under any of ``adapter_files`` (None: any adapter)."""
+        condition, params = self._under(adapter_files)
+        with self._lock:
+            try:
+                row = self._connection().execute(f"SELECT COUNT(*) FROM responses WHERE {condition}", params).fetchone()
+            except sqlite3.DatabaseError as exc:
+                raise self._fail(f"could not be read ({exc})") from exc
+        return int(row[0])
+
     def purge_adapter_files(self, adapter_files: Sequence[str] | None) -> int:
         """Delete every answer computed under any of ``adapter_files`` (None: under any adapter); the count."""
         condition, params = self._under(adapter_files)

@@ -55,6 +55,12 @@ def depots() -> tuple[list[Any], np.ndarray]:
     return examples, np.array([i % 2 == 0 for i in range(12)])
 
 
+@pytest.fixture(scope="session")
+def noise() -> Any:
+    """``noise_tensors`` for tests that write a noise adapter folder of their own."""
+    return noise_tensors
+
+
 @pytest.fixture
 def plumbing_admissions() -> PlumbingAdmissions:
     return PlumbingAdmissions()

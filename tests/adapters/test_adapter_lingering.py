@@ -103,6 +103,7 @@ def test_a_cache_written_before_attribution_migrates_and_its_entries_count_as_an
         # an entry of unknown origin may have been computed under any adapter
         assert cache.texts_under(["a" * 64]) == ["old answer", "under a"]
         assert sorted(cache.texts_under(None)) == ["old answer", "under a", "under b"]
+        assert cache.count_under(["b" * 64]) == 2 and cache.count_under([]) == 1  # b's and the unknown one
         assert cache.purge_adapter_files(["c" * 64]) == 2  # the old entry and b+c's
         assert cache.purge_adapter_files(None) == 1
         assert len(cache) == 1 and cache.get("k-base") is not None
@@ -201,3 +202,41 @@ def test_memory_entries_the_adapter_wrote_are_at_rest_until_the_tiers_remove_the
         assert at_rest_texts(LingeringStores(), None, store, row.seq) == []
     finally:
         store.close()
+
+
+def test_the_runtime_eviction_study_reads_every_path_and_leaves_the_base_weights_as_they_were(
+    tiny_models, llama_generates, adapter_gate, noise, tmp_path: Path
+) -> None:
+    """The study's rows on a real (noise) adapter: the served base and evicted rows are the same answers, the
+    texts at rest are the loaded answers until the purge, and the fused control restores the weights it merged."""
+    import torch
+
+    from rvu_pipelines.adapters.eviction_runtime import runtime_eviction
+    from rvu_pipelines.adapters.files import save_adapter, verify_adapter
+    from rvu_pipelines.adapters.host import AdapterHost
+    from rvu_pipelines.models.dequantized import load_dequantized
+
+    llm = tiny_models["llm"]
+    fields = {"adapter_id": "noise-r4", "source": "test", "rank": 4, "alpha": 8, "target_modules": ["v_proj", "o_proj"]}
+    save_adapter(tmp_path / "noise", noise(seed=3), fields, base=adapter_gate.base)
+    adapter = verify_adapter(tmp_path / "noise", adapter_gate.base)
+    gguf = adapter_gate.admit(adapter, llm.path).gguf_path
+    runtime = LlamaCppChatModel(
+        llm.path, n_ctx=512, n_threads=1, name=llm.name, adapter_gate=adapter_gate, kv_cache_dir=tmp_path / "kv"
+    )
+    stores = LingeringStores(tmp_path / "cache.sqlite", tmp_path / "kv", (adapter_gate.ledger.path,))
+    model, tokenizer = load_dequantized(llm.path, sha256=llm.sha256, attn_implementation="sdpa")
+    host = AdapterHost(model, tokenizer, gate=adapter_gate)
+    before = {k: v.clone() for k, v in model.state_dict().items() if "layers.0.self_attn" in k}
+    rows = runtime_eviction(
+        runtime, llm.sha256, adapter, gguf, stores, DEPOTS, MEMBERS, host=host, max_tokens=12, n_boot=20
+    )
+    assert rows["served"]["evicted"] == rows["served"]["base"]  # the base's own answers, from its cache entries
+    assert rows["at_rest"]["before_purge"]["left"]["cached_answers"] == len(DEPOTS)  # the loaded answers
+    assert rows["at_rest"]["purged"]["cached_answers"] == len(DEPOTS)
+    assert rows["at_rest"]["after_purge"]["left"] == {"cached_answers": 0, "kv_states": 0, "active_memory_entries": 0}
+    assert rows["at_rest"]["after_purge"]["n_texts"] == 0
+    assert rows["fused"]["unmerged"]["auroc"] == pytest.approx(rows["fused"]["base"]["auroc"], abs=1e-3)
+    after = host.base.state_dict()
+    assert all(torch.allclose(after[k], v, atol=1e-5) for k, v in before.items())
+    assert rows["n"] == {"members": 4, "non_members": 4}
