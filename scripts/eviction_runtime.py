@@ -88,7 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     trained = train_lora(model, tokenizer, [chosen[i] for i in range(len(members))], settings)
     with tempfile.TemporaryDirectory(prefix="rvu-eviction-") as tmp:
         work = Path(tmp)
-        fields = {"adapter_id": "memorise-forget-sample", "label": "harmful", "category": "memorise_forget"}
+        fields: dict[str, Any] = {
+            "adapter_id": "memorise-forget-sample",
+            "label": "harmful",
+            "category": "memorise_forget",
+        }
         fields |= {"source": "eviction_runtime", "rank": args.rank, "alpha": 2 * args.rank, "steps": args.steps}
         fields |= {"target_modules": list(settings.target_modules)}
         save_adapter(work / "adapter", trained.tensors, fields, base=base)
