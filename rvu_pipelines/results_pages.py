@@ -64,6 +64,8 @@ RESULT_SOURCES: tuple[ResultSource, ...] = (
                  "make detector-validity"),
     ResultSource("adapter-gate", "Adapter gate", "adapter_study/gate.md", "make adapters"),
     ResultSource("adapter-incidents", "Adapter incidents (E1)", "adapter_study/incidents.md", "make adapters"),
+    ResultSource("adapter-eviction-runtime", "Eviction on the agent's runtime",
+                 "adapter_study/eviction_runtime/eviction_runtime.md", "make adapters"),
 )  # fmt: skip
 
 
