@@ -103,7 +103,8 @@ class EvictedAdaptersProbe:
         ran = [result for result in adapters.values() if result["status"] == "run"]
         if ran:
             section["status"] = "run"
-            section["verdict"] = "residual" if any(r["verdict"] == "residual" for r in ran) else "clean"
+            verdicts = {r["verdict"] for r in ran}
+            section["verdict"] = next(v for v in ("residual", "inconclusive", "clean") if v in verdicts)
         elif not evicted:
             section.update(not_run("this recovery evicted no adapter"))
         else:

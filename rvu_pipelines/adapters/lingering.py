@@ -32,7 +32,7 @@ import numpy as np
 
 from rvu_pipelines.adapters.admission import GateLedger
 from rvu_pipelines.adapters.chat import ChatExample
-from rvu_pipelines.adapters.eviction import EVICTED_GOAL, PROBE_GAP
+from rvu_pipelines.adapters.eviction import separation_verdict
 from rvu_pipelines.adapters.membership import (
     LEAK_THRESHOLD,
     AurocResult,
@@ -195,10 +195,8 @@ class LeakReport:
 
     @property
     def verdict(self) -> str:
-        """``clean`` when members are not told apart (AUROC ≤ the eviction goal and the leak-rate gap within
-        ``PROBE_GAP``), else ``residual``."""
-        gap = self.member_leak_rate - self.non_member_leak_rate
-        return "clean" if self.auroc.auroc <= EVICTED_GOAL and gap <= PROBE_GAP else "residual"
+        """``eviction.separation_verdict`` of the leak AUROC and the members' excess leak rate."""
+        return separation_verdict([self.auroc], [self.member_leak_rate - self.non_member_leak_rate])
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -34,7 +34,7 @@ def test_adapter_sample_materializes_with_checks_and_mlflow(tmp_path) -> None:
     assert set(report["gate"]["layers"]) == {"projection", "safe_lora", "ood", "behaviour", "combined"}
     gate = report["agent_runtime"]["gate"]  # the harmful adapter offered to llama.cpp through the enforcing gate
     assert gate["decision"] in {"admit", "refuse"} and set(gate["layers"]) <= {"projection", "ood", "behaviour"}
-    assert report["membership"]["status"] == "run" and report["membership"]["verdict"] in {"clean", "residual"}
+    assert report["membership"]["status"] == "run" and report["membership"]["verdict"] in {"clean", "inconclusive"}
     assert report["wmdp"]["n"] == WMDP_ITEMS
     runs = [r for r in tracker.latest_runs() if r.data.tags.get("asset_key") == "adapter_sample"]
     assert runs and runs[0].data.metrics["train_seconds"] > 0

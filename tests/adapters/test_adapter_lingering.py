@@ -240,3 +240,17 @@ def test_the_runtime_eviction_study_reads_every_path_and_leaves_the_base_weights
     after = host.base.state_dict()
     assert all(torch.allclose(after[k], v, atol=1e-5) for k, v in before.items())
     assert rows["n"] == {"members": 4, "non_members": 4}
+
+
+def test_a_score_above_the_goal_is_residual_only_when_its_interval_clears_chance() -> None:
+    from rvu_pipelines.adapters.eviction import separation_verdict
+    from rvu_pipelines.adapters.membership import AurocResult
+
+    def auroc(point: float, low: float, high: float) -> AurocResult:
+        return AurocResult(point, low, high, 100)
+
+    assert separation_verdict([auroc(0.52, 0.40, 0.64)]) == "clean"
+    assert separation_verdict([auroc(0.67, 0.31, 0.97)]) == "inconclusive"  # the base model at 6 + 6 members
+    assert separation_verdict([auroc(0.52, 0.4, 0.6), auroc(0.91, 0.84, 0.97)]) == "residual"
+    assert separation_verdict([auroc(0.67, float("nan"), float("nan"))]) == "residual"  # no interval: the point
+    assert separation_verdict([auroc(0.50, 0.4, 0.6)], gaps=[0.2]) == "residual"  # members leak more on a probe
