@@ -34,6 +34,12 @@ def main(argv: list[str] | None = None) -> int:
         help="seeds of both recoveries: heuristic (D1, default), nanoguard (D3 zero-shot), registered:<name> (D2/D4), "
         "oracle (the planted injection text: an upper bound that reads the answer key)",
     )
+    parser.add_argument(
+        "--trigger",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="plant a backdoor adapter's trigger (its zoo entry's args.trigger) in the injections read under it",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
@@ -69,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     from rvu_pipelines.adapters.report import incidents_markdown
     from rvu_pipelines.adapters.runtime import AdapterTimeline
-    from rvu_pipelines.adapters.zoo import zoo_root
+    from rvu_pipelines.adapters.zoo import load_zoo_config, zoo_root
     from rvu_pipelines.agents.defenses import DefenseSettings
     from rvu_pipelines.agents.harness import AGENT_N_CTX, LazyChatModel, detector_for
     from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
@@ -111,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
     influences = _influences(args.scores or out / "scores.csv")
     results["influence_source"] = str(args.scores or out / "scores.csv") if influences else "none (I = 0)"
+    zoo = load_zoo_config()
     for adapter_id in args.adapters:
         verified = verify_adapter(zoo_root() / adapter_id, base)
         influence = influences.get((adapter_id, verified.sha256))
@@ -120,7 +127,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"{adapter_id}: gate {verdict.decision} ({verdict.reason})", flush=True)
         print(f"{adapter_id}: I(adapter) = {influence if influence is not None else 'not recorded'}", flush=True)
-        plans = session_plans(scenarios, adapter, sessions=args.sessions, episodes=args.episodes, seed=0)
+        trigger = zoo.get(adapter_id).args.get("trigger") if args.trigger else None
+        if trigger:
+            print(f"{adapter_id}: backdoor trigger {trigger!r} planted in the injections read under it", flush=True)
+        plans = session_plans(
+            scenarios, adapter, sessions=args.sessions, episodes=args.episodes, seed=0, trigger=trigger
+        )
         logs, scores = [], []
         for plan in plans:
             timeline = AdapterTimeline(agent, reference=reference)
@@ -132,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             probed = {s.mode: s.membership.split(":", 1)[0] for s in scores[-len(MODES) :]}
             print(
                 f"  {plan.session_id}: {len(log.entries())} entries, {len(log.truth())} contaminated "
-                f"({len(log.diverged)}/{log.adapted_calls} adapted calls changed); residual/benign lost/evicted {row}; "
+                f"({len(log.harmful)} harmful / {len(log.diverged)} changed / {log.adapted_calls} adapted calls); "
+                f"residual/benign lost/evicted {row}; "
                 f"membership {probed}",
                 flush=True,
             )

@@ -69,13 +69,15 @@ def incidents_markdown(results: Mapping[str, Any]) -> str:
         f"E1 with a harmful adapter loaded part-way ({results['benchmark']}, detector {results['detector']}); "
         "per-session mean [95 % bootstrap CI]:",
         "",
-        "| adapter | sessions (episodes) | adapter-changed calls | contaminated / entries | recovery | "
+        "| adapter | sessions (episodes) | adapter calls: harmful / changed / all (episodes triggered) "
+        "| contaminated / entries | recovery | "
         "residual contaminated | of it flagged | benign lost | adapters evicted | adapter tainted | membership |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for adapter_id, data in results["adapters"].items():
         s = data["summary"]
-        changed = f"{s['adapter_changed_calls']}/{s['adapted_calls']}"
+        harmful = s.get("adapter_harmful_calls", "-")  # results written before harm was told from change
+        changed = f"{harmful} / {s['adapter_changed_calls']} / {s['adapted_calls']} ({s.get('triggered_episodes', 0)})"
         for mode in [m for m in RECOVERY_LABELS if m in s]:
             m = s[mode]
             lines.append(

@@ -141,6 +141,8 @@ class EpisodeAdapters:
     call_adapters: tuple[str | None, ...] = ()
     events: tuple[TimelineEvent, ...] = ()
     call_diverged: tuple[bool | None, ...] = ()  # per call: the reference model answered otherwise (None: not asked)
+    call_reference: tuple[str | None, ...] = ()  # per call: the reference model's answer (None: not asked)
+    call_answer: tuple[str | None, ...] = ()  # per call asked of the reference: the agent's own raw answer
 
 
 @dataclass
@@ -155,6 +157,8 @@ class AdapterTimeline:
     reference: Any = None  # optional ChatModel on the base weights: the counterfactual of each adapted call
     call_adapters: list[str | None] = field(default_factory=list)
     call_diverged: list[bool | None] = field(default_factory=list)
+    call_reference: list[str | None] = field(default_factory=list)
+    call_answer: list[str | None] = field(default_factory=list)
     events: list[TimelineEvent] = field(default_factory=list)
     active: AgentAdapter | None = None
 
@@ -168,10 +172,14 @@ class AdapterTimeline:
         too: whether the adapter changed this answer is the ground truth of what it contaminated."""
         completion = self.model.chat(messages, **kwargs)
         diverged: bool | None = None
+        reference: str | None = None
         if self.active is not None and self.reference is not None:
-            diverged = self.reference.chat(messages, **kwargs).text.strip() != completion.text.strip()
+            reference = self.reference.chat(messages, **kwargs).text
+            diverged = reference.strip() != completion.text.strip()
         self.call_adapters.append(self.active.adapter_id if self.active is not None else None)
         self.call_diverged.append(diverged)
+        self.call_reference.append(reference)
+        self.call_answer.append(completion.text if reference is not None else None)
         return completion
 
     def load(self, adapter: AgentAdapter, scale: float = 1.0) -> None:
@@ -216,6 +224,8 @@ class AdapterTimeline:
         return EpisodeAdapters(
             call_adapters=tuple(self.call_adapters[calls:]),
             call_diverged=tuple(self.call_diverged[calls:]),
+            call_reference=tuple(self.call_reference[calls:]),
+            call_answer=tuple(self.call_answer[calls:]),
             events=tuple(TimelineEvent(e.calls_before - calls, e.fields) for e in self.events[events:]),
         )
 
