@@ -23,8 +23,9 @@ from non-members; a store left behind does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,10 +71,16 @@ class LingeringStores:
     kv_dir: Path | None = None
     ledgers: tuple[Path, ...] = ()
 
-    def cache(self) -> ResponseCache | None:
+    @contextmanager
+    def cache(self) -> Iterator[ResponseCache | None]:
+        """The response cache, open for the block (None when there is none), closed after it."""
         from rvu_pipelines.agents.llm_cache import ResponseCache
 
-        return ResponseCache(self.response_cache) if self.response_cache and self.response_cache.exists() else None
+        if self.response_cache is None or not self.response_cache.exists():
+            yield None
+            return
+        with ResponseCache(self.response_cache) as cache:
+            yield cache
 
     def kv(self) -> KVDiskCache | None:
         from rvu_pipelines.models.kv_prefixes import KVDiskCache
@@ -93,11 +100,7 @@ class Residue:
     active_memory_entries: int
 
     def as_dict(self) -> dict[str, int]:
-        return {
-            "cached_answers": self.cached_answers,
-            "kv_states": self.kv_states,
-            "active_memory_entries": self.active_memory_entries,
-        }
+        return asdict(self)
 
 
 def memory_entries_under(store: ProvenanceStore, adapter_seq: int, *, active_only: bool = True) -> list[str]:
@@ -118,12 +121,9 @@ def residue(
 ) -> Residue:
     """What lingers of the adapter whose GGUFs are ``files`` (None: any adapter) and, with ``store``, whose
     store seq is ``adapter_seq``."""
-    cache, kv = stores.cache(), stores.kv()
-    try:
+    with stores.cache() as cache:
         answers = cache.count_under(files) if cache is not None else 0
-    finally:
-        if cache is not None:
-            cache.close()
+    kv = stores.kv()
     states = len(kv.files_under(files)) if kv is not None else 0
     memory = len(memory_entries_under(store, adapter_seq)) if store is not None and adapter_seq >= 0 else 0
     return Residue(answers, states, memory)
@@ -132,12 +132,9 @@ def residue(
 def purge_lingering(stores: LingeringStores, files: Sequence[str] | None) -> dict[str, int]:
     """Delete the cached answers and KV state files computed under ``files`` (None: under any adapter); returns
     how many of each. Memory entries are not touched: they are provenance, and FROC's tiers decide them."""
-    cache, kv = stores.cache(), stores.kv()
-    try:
+    with stores.cache() as cache:
         answers = cache.purge_adapter_files(files) if cache is not None else 0
-    finally:
-        if cache is not None:
-            cache.close()
+    kv = stores.kv()
     states = kv.purge_adapter_files(files) if kv is not None else 0
     return {"cached_answers": answers, "kv_states": states}
 
@@ -262,12 +259,8 @@ def at_rest_texts(
 ) -> list[str]:
     """Every text the adapter left readable: cached answers computed under ``files`` and the content of the
     memory entries written under store seq ``adapter_seq`` that are still active."""
-    cache = stores.cache()
-    try:
+    with stores.cache() as cache:
         texts = cache.texts_under(files) if cache is not None else []
-    finally:
-        if cache is not None:
-            cache.close()
     if store is not None and adapter_seq >= 0:
         texts += [store.entry(entry_id).content for entry_id in memory_entries_under(store, adapter_seq)]
     return texts
