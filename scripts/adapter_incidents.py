@@ -157,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         }
     results["seconds"] = round(time.perf_counter() - started, 1)
     (out / "incidents.json").write_text(json.dumps(results, indent=1))
-    table = incidents_markdown(results)
+    from rvu_pipelines.machine import results_stamp, stamp_line
+
+    table = incidents_markdown(results) + "\n" + stamp_line(results_stamp(" ".join(["python", *sys.argv]))) + "\n"
     (out / "incidents.md").write_text(table)
     print(table)
     return 0
