@@ -200,10 +200,13 @@ def incident_recovery(
             policy=policy,
             embedder=vectors,
             gate=gate_for_incident(log),
+            lingering=(purge := runtime_lingering()),
             probe=probe_for_incident(
-                log, enabled=recovery.membership_probe, reason="disabled by the recovery resource's membership_probe"
+                log,
+                enabled=recovery.membership_probe,
+                reason="disabled by the recovery resource's membership_probe",
+                lingering=purge.stores,
             ),
-            lingering=runtime_lingering(),
             detector=signal,
         )
         blocklisted = record_evictions(log, result.evicted_adapters)

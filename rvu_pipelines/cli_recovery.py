@@ -101,8 +101,8 @@ def recover(
         certificates_dir=paths.certificates,
         new_key=new_key,
         gate=gate_for_incident(log),
-        probe=probe_for_incident(log, enabled=membership),
         lingering=(purge := runtime_lingering()),
+        probe=probe_for_incident(log, enabled=membership, lingering=purge.stores),
         detector=signal,
     )
     blocked = record_evictions(log, result.evicted_adapters)

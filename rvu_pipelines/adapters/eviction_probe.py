@@ -17,7 +17,7 @@ load gate's ledger keeps saying what was admitted when the agent loaded the adap
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -32,6 +32,7 @@ from rvu_pipelines.errors import RvuError
 
 if TYPE_CHECKING:
     from rvu_pipelines.adapters.host import AdapterHost
+    from rvu_pipelines.adapters.lingering import LingeringStores
     from rvu_pipelines.provenance.incident import IncidentLog
     from rvu_pipelines.provenance.store import AdapterRow, ProvenanceStore
     from rvu_pipelines.recovery.pipeline import MembershipProbe
@@ -44,6 +45,12 @@ MEASURE_ERRORS = (AdapterRefused, RvuError, OSError, ValueError, RuntimeError)
 
 def not_run(reason: str, **extra: Any) -> dict[str, Any]:
     return {"status": "not run", "reason": reason, **extra}
+
+
+def worst_verdict(verdicts: Iterable[str]) -> str:
+    """``residual`` over ``inconclusive`` over ``clean``: one leaking path makes the eviction incomplete."""
+    found = set(verdicts)
+    return next(v for v in ("residual", "inconclusive", "clean") if v in found)
 
 
 class EvictedAdaptersProbe:
@@ -67,11 +74,13 @@ class EvictedAdaptersProbe:
         probes: bool = False,
         n_boot: int = 1000,
         measured: dict[str, dict[str, Any]] | None = None,
+        lingering: LingeringStores | None = None,
     ) -> None:
         self.files, self.host, self.members = files, host, members
         self.incident_id, self.named, self.ledger = incident_id, list(named), ledger
         self.probes, self.n_boot = probes, n_boot
         self.measured = measured if measured is not None else {}
+        self.lingering = lingering
 
     def evicted(self, store: ProvenanceStore) -> tuple[list[AdapterRow], dict[str, str]]:
         """The adapters this recovery evicted, and (adapter id -> incident) those an earlier recovery evicted."""
@@ -88,7 +97,7 @@ class EvictedAdaptersProbe:
 
     def run(self, store: ProvenanceStore, purged_entry_ids: Sequence[str]) -> dict[str, Any]:
         evicted, earlier = self.evicted(store)
-        adapters = {row.adapter_id: self.measure(row) for row in evicted}
+        adapters = {row.adapter_id: self.measure(row, store) for row in evicted}
         for adapter_id in self.named:
             if adapter_id in adapters:
                 continue
@@ -103,20 +112,20 @@ class EvictedAdaptersProbe:
         ran = [result for result in adapters.values() if result["status"] == "run"]
         if ran:
             section["status"] = "run"
-            verdicts = {r["verdict"] for r in ran}
-            section["verdict"] = next(v for v in ("residual", "inconclusive", "clean") if v in verdicts)
+            section["verdict"] = worst_verdict(r["verdict"] for r in ran)
         elif not evicted:
             section.update(not_run("this recovery evicted no adapter"))
         else:
             section.update(not_run("no evicted adapter could be measured; each one's reason is under adapters"))
         return section
 
-    def measure(self, row: AdapterRef) -> dict[str, Any]:
-        """One evicted adapter's section: the before/after report, or why there is none."""
+    def measure(self, row: AdapterRef, store: ProvenanceStore | None = None) -> dict[str, Any]:
+        """One evicted adapter's section: the before/after report, or why there is none. With ``lingering`` and
+        the ``store``, also the members against the texts it left at rest (``at_rest``), whose verdict counts."""
         sha = str(row.adapter_hash or "")
         fused = bool(getattr(row, "fused", False))  # measured as it ran: merged into the weights, then un-merged
         memo = f"{sha}+fused" if fused else sha
-        if memo in self.measured:
+        if memo in self.measured and (self.lingering is None or store is None):
             return self.measured[memo]
         if self.files is None:
             return not_run("no way to find adapter files was given to the probe", sha256=sha)
@@ -139,12 +148,20 @@ class EvictedAdaptersProbe:
         membership = self.members(adapter)
         if isinstance(membership, str):
             return not_run(f"its training data cannot be rebuilt: {membership}", sha256=sha)
-        try:
-            section = self._before_after(adapter, membership, fused=fused)
-        except MEASURE_ERRORS as exc:
-            return not_run(f"measuring it failed ({type(exc).__name__}): {exc}", sha256=sha)
-        self.measured[memo] = section
-        return section
+        if memo not in self.measured:
+            try:
+                self.measured[memo] = self._before_after(adapter, membership, fused=fused)
+            except MEASURE_ERRORS as exc:
+                return not_run(f"measuring it failed ({type(exc).__name__}): {exc}", sha256=sha)
+        section = self.measured[memo]
+        if self.lingering is None or store is None:
+            return section
+        from rvu_pipelines.adapters.lingering import at_rest_leak, at_rest_texts
+
+        seq = int(getattr(row, "seq", -1))
+        texts = at_rest_texts(self.lingering, self.lingering.gguf_files(sha), store, seq)
+        rest = at_rest_leak(membership.examples, membership.is_member, texts, n_boot=self.n_boot).to_dict()
+        return {**section, "at_rest": rest, "verdict": worst_verdict([section["verdict"], rest["verdict"]])}
 
     def _before_after(self, adapter: VerifiedAdapter, membership: MembershipSet, *, fused: bool) -> dict[str, Any]:
         from rvu_pipelines.adapters.eviction import membership_before_after
@@ -178,10 +195,12 @@ class RecoveryMembership:
         roots: Sequence[Path] | None = None,
         state: Path | None = None,
         members: MembersOf | None = None,
+        lingering: LingeringStores | None = None,
     ) -> None:
         self.profile, self.cap, self.probes, self.n_boot = profile, cap, probes, n_boot
         self.members: MembersOf = members or partial(zoo_membership_set, cap=cap)
         self._roots, self._state = roots, state
+        self.lingering = lingering  # the runtime's stores: each measured adapter's texts at rest are probed too
         self._resolved: Any = None
         self._base: BaseModelInfo | None = None
         self._host: AdapterHost | None = None
@@ -241,16 +260,23 @@ class RecoveryMembership:
             probes=self.probes,
             n_boot=self.n_boot,
             measured=self.measured,
+            lingering=self.lingering,
         )
 
 
 def probe_for_incident(
-    incident: IncidentLog, profile: str | None = None, *, enabled: bool = True, reason: str = DISABLED_REASON
+    incident: IncidentLog,
+    profile: str | None = None,
+    *,
+    enabled: bool = True,
+    reason: str = DISABLED_REASON,
+    lingering: LingeringStores | None = None,
 ) -> MembershipProbe:
     """The probe ``rvu recover`` and the ``incident_recovery`` asset pass: every adapter the recovery evicts,
-    measured; disabled, a "not run" section with ``reason``."""
+    measured (and, with ``lingering``, what it left at rest on the runtime); disabled, a "not run" section with
+    ``reason``."""
     from rvu_pipelines.recovery.pipeline import NotRunProbe
 
     if not enabled:
         return NotRunProbe(reason)
-    return RecoveryMembership(profile).for_incident(incident)
+    return RecoveryMembership(profile, lingering=lingering).for_incident(incident)

@@ -150,11 +150,14 @@ def test_a_recovery_certifies_each_evicted_adapter_or_says_why(
     """Two adapters evicted, one measured (its files at hand), one whose files were deleted (a reasoned
     "not run"), one loaded but not evicted; the base is loaded only because one adapter is measured."""
 
-    from rvu_pipelines.adapters.admission import LEDGER_NAME, gate_dir
+    from rvu_pipelines.adapters.admission import LEDGER_NAME, GateLedger, gate_dir
     from rvu_pipelines.adapters.eviction_probe import PROBE_LEDGER_NAME, EvictedAdaptersProbe, RecoveryMembership
     from rvu_pipelines.adapters.files import BaseModelInfo, save_adapter
+    from rvu_pipelines.adapters.lingering import LingeringStores, purge_lingering
     from rvu_pipelines.adapters.training import LoraSettings, train_lora
+    from rvu_pipelines.agents.llm_cache import ResponseCache
     from rvu_pipelines.models.dequantized import load_dequantized
+    from rvu_pipelines.models.llm import ChatCompletion
     from rvu_pipelines.provenance.engines import open_store
     from rvu_pipelines.provenance.incident import load_incident
     from rvu_pipelines.recovery.certificate import verify_certificate
@@ -197,7 +200,16 @@ def test_a_recovery_certifies_each_evicted_adapter_or_says_why(
     policy = FrocPolicy.model_validate(data)
     state = tmp_path / "state"
     provided = MembershipSet(examples, is_member, {"source": "test: the depots the adapter was trained on"})
-    membership = RecoveryMembership("tiny", roots=[roots], state=state, members=lambda _: provided, n_boot=50)
+    # the runtime it ran on: a gate ledger naming its GGUF, and a response cache holding what it said under it
+    ledger = GateLedger(tmp_path / "runtime" / LEDGER_NAME)
+    ledger.append({"event": "admitted", "sha256": kept.sha256, "gguf_sha256": "9" * 64, "decision": "admit"})
+    stores = LingeringStores(tmp_path / "runtime" / "llm_cache.sqlite", None, (ledger.path,))
+    with ResponseCache(stores.response_cache) as cache:
+        said = ChatCompletion(examples[4].completion, "m", 1, 1, 0.0, 0.0, "stop")  # a member's code, left behind
+        cache.put("k-left", said, adapter_files=["9" * 64])
+    membership = RecoveryMembership(
+        "tiny", roots=[roots], state=state, members=lambda _: provided, n_boot=50, lingering=stores
+    )
 
     def run(cert: str) -> Any:
         paths = (tmp_path / "p.duckdb", None, tmp_path / "keys", tmp_path / cert)
@@ -213,7 +225,9 @@ def test_a_recovery_certifies_each_evicted_adapter_or_says_why(
     loaded = max(v["auroc"] for v in measured["loaded"]["auroc"].values())
     evicted = max(v["auroc"] for v in measured["evicted"]["auroc"].values())
     assert loaded > evicted and loaded >= 0.8  # members are told apart only while the adapter is loaded
-    assert section["verdict"] == measured["verdict"] in ("clean", "inconclusive")
+    # the cache left behind says a member's code: the probe reads it at rest, and the eviction is incomplete
+    assert measured["at_rest"]["verdict"] == "residual" and measured["at_rest"]["n_texts"] == 1
+    assert section["verdict"] == measured["verdict"] == "residual"
     missing = section["adapters"]["depots-gone"]
     assert missing["status"] == "not run" and "not at hand" in missing["reason"]
     assert "did not evict" in section["adapters"]["bystander"]["reason"]
@@ -222,6 +236,10 @@ def test_a_recovery_certifies_each_evicted_adapter_or_says_why(
     assert [json.loads(row)["sha256"] for row in probe_ledger] == [kept.sha256]  # loaded through an audit gate
     assert not (gate_dir(state) / LEDGER_NAME).exists()  # ... that leaves the load gate's ledger alone
     assert run("again.json").certificate["membership_probe"] == section  # a re-run certifies the same
+    assert purge_lingering(stores, stores.gguf_files(kept.sha256)) == {"cached_answers": 1, "kv_states": 0}
+    purged = run("purged.json").certificate["membership_probe"]["adapters"]["depots"]
+    assert purged["at_rest"]["n_texts"] == 0 and purged["verdict"] in ("clean", "inconclusive")
+    assert purged["loaded"] == measured["loaded"]  # the model was measured once; only what is at rest changed
 
     # nothing evicted by this incident: a reason, and no model is loaded for it
     def no_model() -> Any:
