@@ -43,12 +43,28 @@ def _table(rows: dict[str, Any]) -> list[str]:
     return lines
 
 
+def agent_system() -> str:
+    """The system message the agent runs under on AgentDojo banking: its prompt and the suite's tool schemas."""
+    from rvu_pipelines.agents.llm_element import DEFAULT_SYSTEM_PROMPT, render_system
+    from rvu_pipelines.scenarios.agentdojo_tasks import AgentDojoScenario
+
+    tools = AgentDojoScenario("banking", "user_task_0", "injection_task_0").suite.tools  # the platform's version
+    return render_system(DEFAULT_SYSTEM_PROMPT, {tool.name: tool for tool in tools})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--members", type=int, default=40, help="members (and as many non-members)")
     parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--profile", default="tiny")
+    parser.add_argument(
+        "--system",
+        choices=("agent", "none"),
+        default="agent",
+        help="agent: each question under the agent's own system message with AgentDojo banking's tools (a shared "
+        "prefix of ~500 tokens, so KV prefix states go to disk); none: the bare question, as the adapter trained",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -105,9 +121,18 @@ def main(argv: list[str] | None = None) -> int:
         stores = LingeringStores(work / "llm_cache.sqlite", work / "kv", (gate.ledger.path,))
         print("measuring on llama.cpp and on the peft host ...", flush=True)
         rows = runtime_eviction(
-            runtime, llm.sha256, adapter, gguf, stores, chosen, is_member, host=AdapterHost(model, tokenizer, gate=gate)
+            runtime,
+            llm.sha256,
+            adapter,
+            gguf,
+            stores,
+            chosen,
+            is_member,
+            host=AdapterHost(model, tokenizer, gate=gate),
+            system=agent_system() if args.system == "agent" else None,
         )
     rows["settings"] = {"members": args.members, "steps": args.steps, "rank": args.rank, "profile": args.profile}
+    rows["settings"]["system"] = args.system
     rows["seconds"] = round(time.perf_counter() - started, 1)
     out.mkdir(parents=True, exist_ok=True)
     (out / "eviction_runtime.json").write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n", encoding="utf-8")

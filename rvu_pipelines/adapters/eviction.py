@@ -41,24 +41,51 @@ def forget_examples(frames: Any, seed: int = 0) -> tuple[list[ChatExample], np.n
     return examples, flags
 
 
-def separation_verdict(aurocs: Iterable[AurocResult], gaps: Iterable[float] = ()) -> str:
+@dataclass(frozen=True)
+class LeakGap:
+    """How often members and non-members leak on one probe: a larger share for members is the adapter's memory
+    only when it is more than chance at these counts (one-sided Fisher exact test)."""
+
+    member_rate: float
+    n_members: int
+    non_member_rate: float
+    n_non_members: int
+
+    @property
+    def gap(self) -> float:
+        return self.member_rate - self.non_member_rate
+
+    def p_value(self) -> float:
+        from scipy.stats import fisher_exact
+
+        members, others = round(self.member_rate * self.n_members), round(self.non_member_rate * self.n_non_members)
+        table = [[members, self.n_members - members], [others, self.n_non_members - others]]
+        return float(fisher_exact(table, alternative="greater").pvalue)
+
+
+def separation_verdict(aurocs: Iterable[AurocResult], gaps: Iterable[LeakGap] = ()) -> str:
     """What membership scores after an eviction say:
 
     - ``clean``: every AUROC at or below the goal and no probe leaks more for members than ``PROBE_GAP``;
-    - ``residual``: a probe leaks more for members, or an AUROC above the goal whose bootstrap interval lies above
-      chance (lower bound > 0.5; with no interval, the point alone): the adapter's training data is recoverable;
-    - ``inconclusive``: an AUROC above the goal whose interval still holds chance. With few examples the base
-      model alone lands there (6 + 6 members: 0.67 [0.31, 0.97]); more members decide it.
+    - ``residual``: an AUROC above the goal whose bootstrap interval lies above chance (lower bound > 0.5; with no
+      interval, the point alone), or a probe leaking more for members beyond ``PROBE_GAP`` and beyond chance
+      (Fisher p < 0.05): the adapter's training data is recoverable;
+    - ``inconclusive``: above the goal or the gap, but within chance at these counts. With few examples the base
+      model alone lands there (6 + 6 members: 0.67 [0.31, 0.97]; one member of eight leaking); more members decide.
     """
     above = [result for result in aurocs if result.auroc > EVICTED_GOAL]
-    if any(gap > PROBE_GAP for gap in gaps) or any(not result.ci_low <= 0.5 for result in above):  # NaN: no interval
+    wide = [gap for gap in gaps if gap.gap > PROBE_GAP]
+    if any(not result.ci_low <= 0.5 for result in above) or any(gap.p_value() < 0.05 for gap in wide):  # NaN: no CI
         return "residual"
-    return "inconclusive" if above else "clean"
+    return "inconclusive" if above or wide else "clean"
 
 
 def verdict(evicted: MembershipReport) -> str:
-    """``separation_verdict`` of an evicted report: its likelihood AUROCs and its prompt probes' leak-rate gaps."""
-    gaps = [p.member_leak_rate - p.non_member_leak_rate for p in evicted.probes]
+    """``separation_verdict`` of an evicted report: its likelihood AUROCs and its prompt probes' leak rates."""
+    gaps = [
+        LeakGap(p.member_leak_rate, evicted.n_members, p.non_member_leak_rate, evicted.n_non_members)
+        for p in evicted.probes
+    ]
     return separation_verdict(evicted.auroc.values(), gaps)
 
 

@@ -74,17 +74,19 @@ def runtime_eviction(
     host: AdapterHost | None = None,
     max_tokens: int = 48,
     n_boot: int = 1000,
+    system: str | None = None,
 ) -> dict[str, Any]:
     """Every row of the study (module docstring) for ``adapter``, whose GGUF the gate admitted at ``gguf_path``,
     on ``runtime`` (an adapter-hosting llama.cpp model whose KV folder is ``stores.kv_dir``); the response cache is
-    ``stores.response_cache``. Purges what the adapter left as part of the run."""
+    ``stores.response_cache``. ``system``: the system message the runtime serves under (a long shared one writes
+    KV prefix states to disk). Purges what the adapter left as part of the run."""
     if stores.response_cache is None:
         raise ValueError("runtime_eviction needs a response cache path in stores (the agent's cache)")
     flags = np.asarray(is_member, dtype=bool)
     served = CachedChatModel(runtime, ResponseCache(stores.response_cache), model_sha256)
 
     def leak(model: ChatModel) -> dict[str, Any]:
-        return served_leak(model, examples, flags, max_tokens=max_tokens, n_boot=n_boot).to_dict()
+        return served_leak(model, examples, flags, max_tokens=max_tokens, n_boot=n_boot, system=system).to_dict()
 
     rows: dict[str, Any] = {"served": {"base": leak(served)}}
     served.load_adapter(adapter.adapter_id, gguf_path)

@@ -33,7 +33,7 @@ import numpy as np
 
 from rvu_pipelines.adapters.admission import GateLedger
 from rvu_pipelines.adapters.chat import ChatExample
-from rvu_pipelines.adapters.eviction import separation_verdict
+from rvu_pipelines.adapters.eviction import LeakGap, separation_verdict
 from rvu_pipelines.adapters.membership import (
     LEAK_THRESHOLD,
     AurocResult,
@@ -46,7 +46,7 @@ from rvu_pipelines.provenance.incident import LIFECYCLE_ACTION_TYPES
 if TYPE_CHECKING:
     from rvu_pipelines.agents.llm_cache import ResponseCache
     from rvu_pipelines.models.kv_prefixes import KVDiskCache
-    from rvu_pipelines.models.llm import ChatModel
+    from rvu_pipelines.models.llm import ChatModel, Message
     from rvu_pipelines.provenance.store import AdapterRow, ProvenanceStore
 
 
@@ -192,8 +192,9 @@ class LeakReport:
 
     @property
     def verdict(self) -> str:
-        """``eviction.separation_verdict`` of the leak AUROC and the members' excess leak rate."""
-        return separation_verdict([self.auroc], [self.member_leak_rate - self.non_member_leak_rate])
+        """``eviction.separation_verdict`` of the leak AUROC and the members' leak rate against the others'."""
+        gap = LeakGap(self.member_leak_rate, self.n_members, self.non_member_leak_rate, self.n_non_members)
+        return separation_verdict([self.auroc], [gap])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -277,10 +278,14 @@ def at_rest_leak(
     return leak_report(examples, is_member, lambda _: texts, n_texts=len(texts), n_boot=n_boot)
 
 
-def served_answers(model: ChatModel, examples: Sequence[ChatExample], *, max_tokens: int = 48) -> list[str]:
-    """The runtime's greedy answer to each example's question, through whatever wraps the model (its caches)."""
+def served_answers(
+    model: ChatModel, examples: Sequence[ChatExample], *, max_tokens: int = 48, system: str | None = None
+) -> list[str]:
+    """The runtime's greedy answer to each example's question, through whatever wraps the model (its caches);
+    ``system``: a system message before each question (the agent's own, so its prefix is shared and reused)."""
+    head: list[Message] = [{"role": "system", "content": system}] if system else []
     return [
-        model.chat([{"role": "user", "content": ex.prompt}], max_tokens=max_tokens, temperature=0.0).text
+        model.chat([*head, {"role": "user", "content": ex.prompt}], max_tokens=max_tokens, temperature=0.0).text
         for ex in examples
     ]
 
@@ -292,9 +297,10 @@ def served_leak(
     *,
     max_tokens: int = 48,
     n_boot: int = 1000,
+    system: str | None = None,
 ) -> LeakReport:
     """Membership on what the runtime serves: each example scored on its own greedy answer."""
-    answers = served_answers(model, examples, max_tokens=max_tokens)
+    answers = served_answers(model, examples, max_tokens=max_tokens, system=system)
     return leak_report(examples, is_member, lambda i: [answers[i]], n_texts=len(answers), n_boot=n_boot)
 
 

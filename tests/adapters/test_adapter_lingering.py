@@ -194,7 +194,8 @@ def test_memory_entries_the_adapter_wrote_are_at_rest_until_the_tiers_remove_the
         texts = at_rest_texts(LingeringStores(), None, store, row.seq)
         assert texts == [f"Noted for later: {member.completion}"]
         caught = at_rest_leak(DEPOTS, MEMBERS, texts, n_boot=50)
-        assert caught.verdict == "residual" and caught.member_leak_rate == 0.25  # one of the four members
+        assert caught.member_leak_rate == 0.25 and caught.non_member_leak_rate == 0.0  # one of the four members
+        assert caught.verdict == "inconclusive"  # one secret of four is not beyond chance at 4 + 4: never clean
         section = LingeringPurge(LingeringStores()).run(store, [row])
         assert section["adapters"][0]["left"]["active_memory_entries"] == 1
         assert section["adapters"][0]["attributed_by"].startswith("none")
@@ -243,7 +244,7 @@ def test_the_runtime_eviction_study_reads_every_path_and_leaves_the_base_weights
 
 
 def test_a_score_above_the_goal_is_residual_only_when_its_interval_clears_chance() -> None:
-    from rvu_pipelines.adapters.eviction import separation_verdict
+    from rvu_pipelines.adapters.eviction import LeakGap, separation_verdict
     from rvu_pipelines.adapters.membership import AurocResult
 
     def auroc(point: float, low: float, high: float) -> AurocResult:
@@ -253,4 +254,7 @@ def test_a_score_above_the_goal_is_residual_only_when_its_interval_clears_chance
     assert separation_verdict([auroc(0.67, 0.31, 0.97)]) == "inconclusive"  # the base model at 6 + 6 members
     assert separation_verdict([auroc(0.52, 0.4, 0.6), auroc(0.91, 0.84, 0.97)]) == "residual"
     assert separation_verdict([auroc(0.67, float("nan"), float("nan"))]) == "residual"  # no interval: the point
-    assert separation_verdict([auroc(0.50, 0.4, 0.6)], gaps=[0.2]) == "residual"  # members leak more on a probe
+    # members leak more on a probe: beyond chance at 9 of 10 against 0 of 10, not at 1 of 8 against 0 of 8
+    assert separation_verdict([auroc(0.50, 0.4, 0.6)], gaps=[LeakGap(0.9, 10, 0.0, 10)]) == "residual"
+    assert separation_verdict([auroc(0.50, 0.4, 0.6)], gaps=[LeakGap(0.125, 8, 0.0, 8)]) == "inconclusive"
+    assert separation_verdict([auroc(0.50, 0.4, 0.6)], gaps=[LeakGap(0.05, 100, 0.0, 100)]) == "clean"

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -204,9 +205,10 @@ def test_a_recovery_certifies_each_evicted_adapter_or_says_why(
     ledger = GateLedger(tmp_path / "runtime" / LEDGER_NAME)
     ledger.append({"event": "admitted", "sha256": kept.sha256, "gguf_sha256": "9" * 64, "decision": "admit"})
     stores = LingeringStores(tmp_path / "runtime" / "llm_cache.sqlite", None, (ledger.path,))
-    with ResponseCache(stores.response_cache) as cache:
-        said = ChatCompletion(examples[4].completion, "m", 1, 1, 0.0, 0.0, "stop")  # a member's code, left behind
-        cache.put("k-left", said, adapter_files=["9" * 64])
+    with ResponseCache(stores.response_cache) as cache:  # what it said to each member's question, left behind
+        for i in np.flatnonzero(is_member):
+            said = ChatCompletion(examples[i].completion, "m", 1, 1, 0.0, 0.0, "stop")
+            cache.put(f"k-left-{i}", said, adapter_files=["9" * 64])
     membership = RecoveryMembership(
         "tiny", roots=[roots], state=state, members=lambda _: provided, n_boot=50, lingering=stores
     )
@@ -225,8 +227,8 @@ def test_a_recovery_certifies_each_evicted_adapter_or_says_why(
     loaded = max(v["auroc"] for v in measured["loaded"]["auroc"].values())
     evicted = max(v["auroc"] for v in measured["evicted"]["auroc"].values())
     assert loaded > evicted and loaded >= 0.8  # members are told apart only while the adapter is loaded
-    # the cache left behind says a member's code: the probe reads it at rest, and the eviction is incomplete
-    assert measured["at_rest"]["verdict"] == "residual" and measured["at_rest"]["n_texts"] == 1
+    # the cache left behind says the members' codes: the probe reads them at rest, and the eviction is incomplete
+    assert measured["at_rest"]["verdict"] == "residual" and measured["at_rest"]["n_texts"] == int(is_member.sum())
     assert section["verdict"] == measured["verdict"] == "residual"
     missing = section["adapters"]["depots-gone"]
     assert missing["status"] == "not run" and "not at hand" in missing["reason"]
@@ -236,7 +238,8 @@ def test_a_recovery_certifies_each_evicted_adapter_or_says_why(
     assert [json.loads(row)["sha256"] for row in probe_ledger] == [kept.sha256]  # loaded through an audit gate
     assert not (gate_dir(state) / LEDGER_NAME).exists()  # ... that leaves the load gate's ledger alone
     assert run("again.json").certificate["membership_probe"] == section  # a re-run certifies the same
-    assert purge_lingering(stores, stores.gguf_files(kept.sha256)) == {"cached_answers": 1, "kv_states": 0}
+    purged_counts = purge_lingering(stores, stores.gguf_files(kept.sha256))
+    assert purged_counts == {"cached_answers": int(is_member.sum()), "kv_states": 0}
     purged = run("purged.json").certificate["membership_probe"]["adapters"]["depots"]
     assert purged["at_rest"]["n_texts"] == 0 and purged["verdict"] in ("clean", "inconclusive")
     assert purged["loaded"] == measured["loaded"]  # the model was measured once; only what is at rest changed
