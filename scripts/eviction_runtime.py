@@ -31,9 +31,11 @@ def _table(rows: dict[str, Any]) -> list[str]:
         )
     for state in ("before_purge", "after_purge"):
         r = rows["at_rest"][state]
+        left = f"{r['left']['cached_answers']} cached answers, {r['left']['kv_states']} KV states"
         lines.append(
-            f"| at rest ({r['left']['cached_answers']} cached answers) | {state.replace('_', ' ')} | {r['verdict']} | "
-            f"{r['auroc']:.3f} | {r['member_leak_rate']:.2f} / {r['non_member_leak_rate']:.2f} |"
+            f"| at rest ({left}) | {state.replace('_', ' ')} | {r['verdict']} | {r['auroc']:.3f} "
+            f"[{r['auroc_ci'][0]:.3f}, {r['auroc_ci'][1]:.3f}] | {r['member_leak_rate']:.2f} / "
+            f"{r['non_member_leak_rate']:.2f} |"
         )
     for state in ("base", "loaded", "unmerged", "not_unmerged"):
         r = rows.get("fused", {}).get(state)
@@ -137,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "eviction_runtime.json").write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     stamp = json.loads(write_stamp(out).read_text())
-    text = "\n".join([*_table(rows), "", stamp_line(stamp), ""])
+    setting = f"{args.members} members + {args.members} non-members, {args.steps} steps, system message: {args.system}"
+    text = "\n".join([setting, "", *_table(rows), "", stamp_line(stamp), ""])
     (out / "eviction_runtime.md").write_text(text, encoding="utf-8")
     print(text)
     return 0
