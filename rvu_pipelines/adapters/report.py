@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from rvu_pipelines.adapters.gate import GateEvaluation
+from rvu_pipelines.adapters.gate import TRIGGER_CATEGORIES, GateEvaluation
 
 _LAYER_TITLES = {
     "projection": "2 · projection (−signed cos with the refusal delta)",
@@ -27,6 +27,21 @@ def gate_markdown(evaluation: GateEvaluation, influence: Mapping[str, float], sc
     ]
     for name, result in evaluation.layers.items():
         lines.append(f"| {_LAYER_TITLES.get(name, name)} | {result.auroc:.3f} | {result.tpr:.2f} | {result.fpr:.2f} |")
+    if evaluation.categories:
+        shown = [name for name in ("combined", "behaviour", "ood", "projection") if name in evaluation.layers]
+        lines += [
+            "",
+            "Each harmful category against the benign adapters (no threshold saw a harmful adapter, so every row is "
+            "held out); a trigger category is harmful only on a trigger the probes do not contain. AUROC / TPR:",
+            "",
+            "| category | n | " + " | ".join(shown) + " |",
+            "|---|---|" + "---|" * len(shown),
+        ]
+        for category, results in evaluation.categories.items():
+            n = evaluation.category_sizes.get(category, 0)
+            label = f"{category} (trigger)" if category in TRIGGER_CATEGORIES else category
+            cells = " | ".join(f"{results[name].auroc:.3f} / {results[name].tpr:.2f}" for name in shown)
+            lines.append(f"| {label} | {n} | {cells} |")
     lines += [
         "",
         f"Influence I(e): AUROC harmful vs benign {influence['auroc']:.3f}; "

@@ -83,6 +83,27 @@ def test_evaluation_is_leave_one_out() -> None:
         evaluate_gate(_scores([0.1], [0.9]))
 
 
+def test_each_harmful_category_is_its_own_row_and_a_trigger_category_is_marked() -> None:
+    import polars as pl
+
+    from rvu_pipelines.adapters.report import gate_markdown
+
+    benign = [GateScores(f"b{i}", "benign", "style", v, v, v, 0.0) for i, v in enumerate([0.1, 0.2, 0.3, 0.4, 0.5])]
+    persona = [GateScores(f"p{i}", "harmful", "persona", v, v, v, 0.0) for i, v in enumerate([0.9, 1.0])]
+    backdoor = [GateScores(f"d{i}", "harmful", "backdoor", v, v, v, 0.0) for i, v in enumerate([0.15, 0.35])]
+    evaluation = evaluate_gate([*benign, *persona, *backdoor])
+    persona_row, backdoor_row = evaluation.categories["persona"], evaluation.categories["backdoor"]
+    assert persona_row["projection"].auroc == 1.0 and persona_row["projection"].tpr == 1.0
+    assert backdoor_row["projection"].auroc == pytest.approx(0.4) and backdoor_row["projection"].tpr == 0.0
+    assert evaluation.category_sizes == {"backdoor": 2, "persona": 2}
+    # the pooled row mixes them: a category the gate cannot see pulls the headline down
+    assert evaluation.layers["projection"].tpr == pytest.approx(0.5)
+    frame = pl.DataFrame([{**vars(s), "influence": 0.0} for s in [*benign, *persona, *backdoor]])
+    table = gate_markdown(evaluation, {"auroc": 0.5, "mean_benign": 0.0, "mean_harmful": 0.0}, frame)
+    assert "| backdoor (trigger) | 2 |" in table and "| persona | 2 |" in table
+    assert evaluation.to_dict()["categories"]["persona"]["combined"]["tpr"] == 1.0
+
+
 def test_list_layer() -> None:
     adapter = _adapter(torch.ones(8, 2), torch.ones(2, 8), sha="c" * 64, source="https://hub.example/evil/x")
     check_lists(adapter, GateConfig())
