@@ -13,6 +13,8 @@ _LAYER_TITLES = {
     "projection": "2 · projection (−signed cos with the refusal delta)",
     "safe_lora": "2′ · Safe-LoRA similarity (1 − ‖P_V ΔW‖/‖ΔW‖)",
     "ood": "3 · output Mahalanobis OOD",
+    "behaviour": "4 · behaviour on the probe prompts (flagged share over the base's)",
+    "sensitive": "5 · sensitive lists (Min-K %++ rise on forget-list and WMDP answers)",
     "combined": "combined (max z of 2 and 3)",
 }
 
@@ -28,7 +30,7 @@ def gate_markdown(evaluation: GateEvaluation, influence: Mapping[str, float], sc
     for name, result in evaluation.layers.items():
         lines.append(f"| {_LAYER_TITLES.get(name, name)} | {result.auroc:.3f} | {result.tpr:.2f} | {result.fpr:.2f} |")
     if evaluation.categories:
-        shown = [name for name in ("combined", "behaviour", "ood", "projection") if name in evaluation.layers]
+        shown = [n for n in ("combined", "behaviour", "sensitive", "ood", "projection") if n in evaluation.layers]
         lines += [
             "",
             "Each harmful category against the benign adapters (no threshold saw a harmful adapter, so every row is "

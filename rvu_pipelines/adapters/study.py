@@ -32,6 +32,7 @@ from rvu_pipelines.adapters.gate import (
 )
 from rvu_pipelines.adapters.host import AdapterHost
 from rvu_pipelines.adapters.influence import influence, influence_auroc
+from rvu_pipelines.adapters.sensitive import N_SENSITIVE, sensitive_examples, sensitive_scores, sensitive_shift
 from rvu_pipelines.adapters.zoo import ZooConfig, catalog_frames, train_zoo_entry, zoo_root
 from rvu_pipelines.adapters.zoo_data import Frames, probe_prompts
 from rvu_pipelines.paths import state_dir
@@ -47,6 +48,7 @@ class AdapterScore:
     safe_lora: float
     ood: float
     behaviour: float
+    sensitive: float
     influence: float
     embedding_distance: float
     token_divergence: float
@@ -63,6 +65,7 @@ class AdapterScore:
             self.ood,
             self.gate_seconds,
             self.behaviour,
+            self.sensitive,
         )
 
 
@@ -80,6 +83,7 @@ class AdapterLab:
         root: Path | None = None,
         n_probes: int = 32,
         max_new_tokens: int = 32,
+        n_sensitive: int = N_SENSITIVE,
         gate: LoadGate | None = None,
     ) -> None:
         # the study loads every adapter it scores, harmful ones included: an audit gate records each verdict
@@ -95,6 +99,12 @@ class AdapterLab:
         self.max_new_tokens = max_new_tokens
         self.ood = OodModel.fit(output_embeddings(self.host.model, tokenizer, self.prompts))
         self.base_answers = generate_greedy(self.host.model, tokenizer, self.prompts, max_new_tokens=max_new_tokens)
+        self.sensitive = sensitive_examples(frames, n_sensitive)
+        self.base_sensitive = sensitive_scores(self.host.model, tokenizer, self.sensitive)
+
+    def sensitive_shift(self, model: Any) -> float:
+        """The sensitive-set layer for the adapter loaded in ``model`` (``sensitive.py``)."""
+        return sensitive_shift(sensitive_scores(model, self.tokenizer, self.sensitive), self.base_sensitive)
 
     @classmethod
     def from_records(
@@ -159,6 +169,7 @@ class AdapterLab:
         projection = projection_score(adapter, reference)
         with self.host.loaded(adapter) as model:
             ood = self.ood.score(output_embeddings(model, self.tokenizer, self.prompts))
+            sensitive = self.sensitive_shift(model)
             gate_seconds = time.perf_counter() - started
             started = time.perf_counter()
             answers = generate_greedy(model, self.tokenizer, self.prompts, max_new_tokens=self.max_new_tokens)
@@ -173,6 +184,7 @@ class AdapterLab:
             safe_lora=projection.safe_lora_dissimilarity,
             ood=ood,
             behaviour=behaviour_score(self.base_answers, answers),
+            sensitive=sensitive,
             influence=measured.influence,
             embedding_distance=measured.embedding_distance,
             token_divergence=measured.token_divergence,
@@ -196,11 +208,13 @@ class LabScorer:
         with lab.host.loaded(adapter) as model:
             ood = lab.ood.score(output_embeddings(model, lab.tokenizer, lab.prompts))
             answers = generate_greedy(model, lab.tokenizer, lab.prompts, max_new_tokens=lab.max_new_tokens)
+            sensitive = lab.sensitive_shift(model)
         return {
             "projection": projection.against_refusal,
             "safe_lora": projection.safe_lora_dissimilarity,
             "ood": ood,
             "behaviour": behaviour_score(lab.base_answers, answers),
+            "sensitive": sensitive,
         }
 
 

@@ -31,9 +31,14 @@ def test_adapter_sample_materializes_with_checks_and_mlflow(tmp_path) -> None:
     checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
     assert checks["sample_ran"].passed
     report = result.output_for_node("adapter_sample")
-    assert set(report["gate"]["layers"]) == {"projection", "safe_lora", "ood", "behaviour", "combined"}
+    assert set(report["gate"]["layers"]) == {"projection", "safe_lora", "ood", "behaviour", "sensitive", "combined"}
     gate = report["agent_runtime"]["gate"]  # the harmful adapter offered to llama.cpp through the enforcing gate
-    assert gate["decision"] in {"admit", "refuse"} and set(gate["layers"]) <= {"projection", "ood", "behaviour"}
+    assert gate["decision"] in {"admit", "refuse"} and set(gate["layers"]) <= {
+        "projection",
+        "ood",
+        "behaviour",
+        "sensitive",
+    }
     assert report["membership"]["status"] == "run" and report["membership"]["verdict"] in {"clean", "inconclusive"}
     assert report["wmdp"]["n"] == WMDP_ITEMS
     runs = [r for r in tracker.latest_runs() if r.data.tags.get("asset_key") == "adapter_sample"]

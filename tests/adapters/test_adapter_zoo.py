@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rvu_pipelines.adapters.partition import partition_of
@@ -56,3 +57,17 @@ def test_bad_zoo_config_names_the_key(tmp_path: Path) -> None:
     path.write_text("adapters:\n  - {id: x, label: fine, category: task, builder: tofu_qa}\n")
     with pytest.raises(ConfigError, match="label"):
         load_zoo_config(path)
+
+
+def test_the_sensitive_lists_are_forget_answers_and_wmdp_answers_seeded(frames) -> None:
+    from rvu_pipelines.adapters.sensitive import N_SENSITIVE, sensitive_examples, sensitive_shift
+
+    examples = sensitive_examples(frames)
+    assert len(examples) == N_SENSITIVE and examples == sensitive_examples(frames)  # seeded
+    forget, wmdp = examples[: N_SENSITIVE // 2], examples[N_SENSITIVE // 2 :]
+    assert all("cybersecurity" in e.prompt and e.completion[:3] in {"A. ", "B. ", "C. ", "D. "} for e in wmdp)
+    assert not any("cybersecurity" in e.prompt for e in forget)
+    assert sensitive_examples(frames, seed=1) != examples
+    assert sensitive_shift(np.array([1.0, 3.0]), np.array([0.5, 0.5])) == 1.5
+    with pytest.raises(ValueError, match="base scores"):
+        sensitive_shift(np.array([1.0]), np.array([0.5, 0.5]))
