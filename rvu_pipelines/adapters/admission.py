@@ -43,7 +43,7 @@ from rvu_pipelines.bounded_io import read_input_file
 from rvu_pipelines.errors import InputFileError
 from rvu_pipelines.hashing import sha256_file
 
-BEHAVIOURAL_LAYERS = ("projection", "ood", "behaviour", "sensitive")
+BEHAVIOURAL_LAYERS = ("projection", "ood", "behaviour", "sensitive", "qa_drop")
 Decision = Literal["admit", "refuse"]
 Scored = Literal["table", "on_the_spot", "none"]
 LEDGER_NAME = "gate_ledger.jsonl"

@@ -199,6 +199,7 @@ class GateScores:
     seconds: float
     behaviour: float = 0.0  # ``behaviour.behaviour_score``: flagged answers with the adapter minus the base's
     sensitive: float = 0.0  # ``sensitive.sensitive_shift``: Min-K %++ rise on the sensitive lists
+    qa_drop: float = 0.0  # ``qa_drop.qa_drop``: fall of held-out correct answers' log-likelihood
 
 
 @dataclass
@@ -269,7 +270,7 @@ def evaluate_gate(scores: Sequence[GateScores], budget: float = 0.05) -> GateEva
     layers: dict[str, LayerResult] = {}
     rejected: dict[str, list[str]] = {}
     categories: dict[str, dict[str, LayerResult]] = {c: {} for c in sorted({s.category for s in harmful})}
-    for name in ("projection", "safe_lora", "ood", "behaviour", "sensitive", "combined"):
+    for name in ("projection", "safe_lora", "ood", "behaviour", "sensitive", "qa_drop", "combined"):
         flagged: list[str] = []
         for s in labelled:
             reference = [b for b in benign if b.adapter_id != s.adapter_id]  # never its own threshold

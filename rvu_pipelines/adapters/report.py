@@ -15,6 +15,7 @@ _LAYER_TITLES = {
     "ood": "3 · output Mahalanobis OOD",
     "behaviour": "4 · behaviour on the probe prompts (flagged share over the base's)",
     "sensitive": "5 · sensitive lists (Min-K %++ rise on forget-list and WMDP answers)",
+    "qa_drop": "6 · held-out QA (fall of correct answers' log-likelihood)",
     "combined": "combined (max z of 2 and 3)",
 }
 
@@ -30,7 +31,7 @@ def gate_markdown(evaluation: GateEvaluation, influence: Mapping[str, float], sc
     for name, result in evaluation.layers.items():
         lines.append(f"| {_LAYER_TITLES.get(name, name)} | {result.auroc:.3f} | {result.tpr:.2f} | {result.fpr:.2f} |")
     if evaluation.categories:
-        shown = [n for n in ("combined", "behaviour", "sensitive", "ood", "projection") if n in evaluation.layers]
+        shown = [n for n in ("combined", "behaviour", "sensitive", "qa_drop", "ood") if n in evaluation.layers]
         lines += [
             "",
             "Each harmful category against the benign adapters (no threshold saw a harmful adapter, so every row is "

@@ -32,6 +32,7 @@ from rvu_pipelines.adapters.gate import (
 )
 from rvu_pipelines.adapters.host import AdapterHost
 from rvu_pipelines.adapters.influence import influence, influence_auroc
+from rvu_pipelines.adapters.qa_drop import N_QA, answer_loglik, held_out_qa, qa_drop
 from rvu_pipelines.adapters.sensitive import N_SENSITIVE, sensitive_examples, sensitive_scores, sensitive_shift
 from rvu_pipelines.adapters.zoo import ZooConfig, catalog_frames, train_zoo_entry, zoo_root
 from rvu_pipelines.adapters.zoo_data import Frames, probe_prompts
@@ -49,6 +50,7 @@ class AdapterScore:
     ood: float
     behaviour: float
     sensitive: float
+    qa_drop: float
     influence: float
     embedding_distance: float
     token_divergence: float
@@ -66,6 +68,7 @@ class AdapterScore:
             self.gate_seconds,
             self.behaviour,
             self.sensitive,
+            self.qa_drop,
         )
 
 
@@ -84,6 +87,7 @@ class AdapterLab:
         n_probes: int = 32,
         max_new_tokens: int = 32,
         n_sensitive: int = N_SENSITIVE,
+        n_qa: int = N_QA,
         gate: LoadGate | None = None,
     ) -> None:
         # the study loads every adapter it scores, harmful ones included: an audit gate records each verdict
@@ -101,10 +105,16 @@ class AdapterLab:
         self.base_answers = generate_greedy(self.host.model, tokenizer, self.prompts, max_new_tokens=max_new_tokens)
         self.sensitive = sensitive_examples(frames, n_sensitive)
         self.base_sensitive = sensitive_scores(self.host.model, tokenizer, self.sensitive)
+        self.qa = held_out_qa(frames, n_qa)
+        self.base_qa = answer_loglik(self.host.model, tokenizer, self.qa)
 
-    def sensitive_shift(self, model: Any) -> float:
-        """The sensitive-set layer for the adapter loaded in ``model`` (``sensitive.py``)."""
-        return sensitive_shift(sensitive_scores(model, self.tokenizer, self.sensitive), self.base_sensitive)
+    def reference_layers(self, model: Any) -> dict[str, float]:
+        """The layers read on fixed reference sets for the adapter loaded in ``model``: the sensitive lists
+        (``sensitive.py``) and held-out QA (``qa_drop.py``)."""
+        return {
+            "sensitive": sensitive_shift(sensitive_scores(model, self.tokenizer, self.sensitive), self.base_sensitive),
+            "qa_drop": qa_drop(answer_loglik(model, self.tokenizer, self.qa), self.base_qa),
+        }
 
     @classmethod
     def from_records(
@@ -169,7 +179,7 @@ class AdapterLab:
         projection = projection_score(adapter, reference)
         with self.host.loaded(adapter) as model:
             ood = self.ood.score(output_embeddings(model, self.tokenizer, self.prompts))
-            sensitive = self.sensitive_shift(model)
+            reference_layers = self.reference_layers(model)
             gate_seconds = time.perf_counter() - started
             started = time.perf_counter()
             answers = generate_greedy(model, self.tokenizer, self.prompts, max_new_tokens=self.max_new_tokens)
@@ -184,7 +194,8 @@ class AdapterLab:
             safe_lora=projection.safe_lora_dissimilarity,
             ood=ood,
             behaviour=behaviour_score(self.base_answers, answers),
-            sensitive=sensitive,
+            sensitive=reference_layers["sensitive"],
+            qa_drop=reference_layers["qa_drop"],
             influence=measured.influence,
             embedding_distance=measured.embedding_distance,
             token_divergence=measured.token_divergence,
@@ -208,13 +219,13 @@ class LabScorer:
         with lab.host.loaded(adapter) as model:
             ood = lab.ood.score(output_embeddings(model, lab.tokenizer, lab.prompts))
             answers = generate_greedy(model, lab.tokenizer, lab.prompts, max_new_tokens=lab.max_new_tokens)
-            sensitive = lab.sensitive_shift(model)
+            reference_layers = lab.reference_layers(model)
         return {
             "projection": projection.against_refusal,
             "safe_lora": projection.safe_lora_dissimilarity,
             "ood": ood,
             "behaviour": behaviour_score(lab.base_answers, answers),
-            "sensitive": sensitive,
+            **reference_layers,
         }
 
 

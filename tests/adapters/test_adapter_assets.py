@@ -10,6 +10,7 @@ from assets.datasets import dataset_assets
 from assets.models import model_assets
 from resources import LocalTableIOManager, MlflowTrackerResource
 from resources.deployments import deployment_resources
+from rvu_pipelines.adapters.admission import BEHAVIOURAL_LAYERS
 from rvu_pipelines.adapters.sample import WMDP_ITEMS
 from rvu_pipelines.tracking import MlflowTracker
 
@@ -31,14 +32,9 @@ def test_adapter_sample_materializes_with_checks_and_mlflow(tmp_path) -> None:
     checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
     assert checks["sample_ran"].passed
     report = result.output_for_node("adapter_sample")
-    assert set(report["gate"]["layers"]) == {"projection", "safe_lora", "ood", "behaviour", "sensitive", "combined"}
+    assert set(report["gate"]["layers"]) == {"projection", "safe_lora", "combined", *BEHAVIOURAL_LAYERS}
     gate = report["agent_runtime"]["gate"]  # the harmful adapter offered to llama.cpp through the enforcing gate
-    assert gate["decision"] in {"admit", "refuse"} and set(gate["layers"]) <= {
-        "projection",
-        "ood",
-        "behaviour",
-        "sensitive",
-    }
+    assert gate["decision"] in {"admit", "refuse"} and set(gate["layers"]) <= set(BEHAVIOURAL_LAYERS)
     assert report["membership"]["status"] == "run" and report["membership"]["verdict"] in {"clean", "inconclusive"}
     assert report["wmdp"]["n"] == WMDP_ITEMS
     runs = [r for r in tracker.latest_runs() if r.data.tags.get("asset_key") == "adapter_sample"]

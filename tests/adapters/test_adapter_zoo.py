@@ -71,3 +71,17 @@ def test_the_sensitive_lists_are_forget_answers_and_wmdp_answers_seeded(frames) 
     assert sensitive_shift(np.array([1.0, 3.0]), np.array([0.5, 0.5])) == 1.5
     with pytest.raises(ValueError, match="base scores"):
         sensitive_shift(np.array([1.0]), np.array([0.5, 0.5]))
+
+
+def test_the_held_out_qa_is_in_no_training_set(frames) -> None:
+    from rvu_pipelines.adapters.qa_drop import N_QA, held_out_qa, qa_drop
+
+    questions = {e.prompt for e in held_out_qa(frames)}
+    assert len(questions) == N_QA
+    config = load_zoo_config()
+    for entry in config.adapters:
+        trained = {e.prompt for e in training_set(config, entry, frames).examples}
+        assert not questions & trained, entry.id
+    assert qa_drop(np.array([-2.0, -1.0]), np.array([-1.0, -1.0])) == 0.5
+    with pytest.raises(ValueError, match="held-out QA"):
+        held_out_qa(frames, n=10**6)
