@@ -164,7 +164,8 @@ def _score(lab: AdapterLab, config: ZooConfig, only: list[str] | None, out: Path
         print(
             f"  {score.adapter_id:32s} {score.label:7s} projection {score.projection:+.4f} "
             f"safe-lora {score.safe_lora:.4f} "
-            f"ood {score.ood:8.3f} influence {score.influence:.3f} ({score.gate_seconds:.1f} s gate)",
+            f"ood {score.ood:8.3f} behaviour {score.behaviour:+.3f} sensitive {score.sensitive:+.3f} "
+            f"qa-drop {score.qa_drop:+.3f} influence {score.influence:.3f} ({score.gate_seconds:.1f} s gate)",
             flush=True,
         )
     frame = scores_frame(scores)
@@ -172,7 +173,10 @@ def _score(lab: AdapterLab, config: ZooConfig, only: list[str] | None, out: Path
     evaluation = evaluate_gate([s.gate_scores() for s in scores], gate.false_positive_budget)
     summary = {"gate": evaluation.to_dict(), "influence": influence_summary(scores)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    from rvu_pipelines.machine import results_stamp, stamp_line
+
     table = gate_markdown(evaluation, summary["influence"], frame)
+    table += "\n" + stamp_line(results_stamp(" ".join(["python", *sys.argv]))) + "\n"
     (out / "gate.md").write_text(table)
     print(table)
 
