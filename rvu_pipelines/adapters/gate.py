@@ -198,8 +198,8 @@ class GateScores:
     ood: float
     seconds: float
     behaviour: float = 0.0  # ``behaviour.behaviour_score``: flagged answers with the adapter minus the base's
-    sensitive: float = 0.0  # ``sensitive.sensitive_shift``: Min-K %++ rise on the sensitive lists
-    qa_drop: float = 0.0  # ``qa_drop.qa_drop``: fall of held-out correct answers' log-likelihood
+    sensitive: float = 0.0  # ``margins``: rise of the sensitive answers' margin over wrong ones
+    qa_drop: float = 0.0  # ``margins``: fall of held-out correct answers' margin over wrong ones
 
 
 @dataclass

@@ -14,8 +14,8 @@ _LAYER_TITLES = {
     "safe_lora": "2′ · Safe-LoRA similarity (1 − ‖P_V ΔW‖/‖ΔW‖)",
     "ood": "3 · output Mahalanobis OOD",
     "behaviour": "4 · behaviour on the probe prompts (flagged share over the base's)",
-    "sensitive": "5 · sensitive lists (Min-K %++ rise on forget-list and WMDP answers)",
-    "qa_drop": "6 · held-out QA (fall of correct answers' log-likelihood)",
+    "sensitive": "5 · sensitive lists (rise of the forget-list / WMDP answers' margin)",
+    "qa_drop": "6 · held-out QA (fall of the correct answers' margin)",
     "combined": "combined (max z of 2 and 3)",
 }
 

@@ -32,8 +32,7 @@ from rvu_pipelines.adapters.gate import (
 )
 from rvu_pipelines.adapters.host import AdapterHost
 from rvu_pipelines.adapters.influence import influence, influence_auroc
-from rvu_pipelines.adapters.qa_drop import N_QA, answer_loglik, held_out_qa, qa_drop
-from rvu_pipelines.adapters.sensitive import N_SENSITIVE, sensitive_examples, sensitive_scores, sensitive_shift
+from rvu_pipelines.adapters.margins import N_ITEMS, answer_margins, held_out_qa_items, margin_shift, sensitive_items
 from rvu_pipelines.adapters.zoo import ZooConfig, catalog_frames, train_zoo_entry, zoo_root
 from rvu_pipelines.adapters.zoo_data import Frames, probe_prompts
 from rvu_pipelines.paths import state_dir
@@ -86,8 +85,8 @@ class AdapterLab:
         root: Path | None = None,
         n_probes: int = 32,
         max_new_tokens: int = 32,
-        n_sensitive: int = N_SENSITIVE,
-        n_qa: int = N_QA,
+        n_sensitive: int = N_ITEMS,
+        n_qa: int = N_ITEMS,
         gate: LoadGate | None = None,
     ) -> None:
         # the study loads every adapter it scores, harmful ones included: an audit gate records each verdict
@@ -103,17 +102,17 @@ class AdapterLab:
         self.max_new_tokens = max_new_tokens
         self.ood = OodModel.fit(output_embeddings(self.host.model, tokenizer, self.prompts))
         self.base_answers = generate_greedy(self.host.model, tokenizer, self.prompts, max_new_tokens=max_new_tokens)
-        self.sensitive = sensitive_examples(frames, n_sensitive)
-        self.base_sensitive = sensitive_scores(self.host.model, tokenizer, self.sensitive)
-        self.qa = held_out_qa(frames, n_qa)
-        self.base_qa = answer_loglik(self.host.model, tokenizer, self.qa)
+        self.sensitive = sensitive_items(frames, n_sensitive)
+        self.base_sensitive = answer_margins(self.host.model, tokenizer, self.sensitive)
+        self.qa = held_out_qa_items(frames, n_qa)
+        self.base_qa = answer_margins(self.host.model, tokenizer, self.qa)
 
     def reference_layers(self, model: Any) -> dict[str, float]:
-        """The layers read on fixed reference sets for the adapter loaded in ``model``: the sensitive lists
-        (``sensitive.py``) and held-out QA (``qa_drop.py``)."""
+        """The layers read on answer margins for the adapter loaded in ``model`` (``margins.py``): how much more it
+        prefers the sensitive answers, and how much less the correct held-out ones, than the base."""
         return {
-            "sensitive": sensitive_shift(sensitive_scores(model, self.tokenizer, self.sensitive), self.base_sensitive),
-            "qa_drop": qa_drop(answer_loglik(model, self.tokenizer, self.qa), self.base_qa),
+            "sensitive": margin_shift(answer_margins(model, self.tokenizer, self.sensitive), self.base_sensitive),
+            "qa_drop": -margin_shift(answer_margins(model, self.tokenizer, self.qa), self.base_qa),
         }
 
     @classmethod

@@ -231,9 +231,9 @@ def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_m
         at_rest_texts,
         served_leak,
     )
+    from rvu_pipelines.adapters.margins import MarginItem, answer_margins, margin_shift
     from rvu_pipelines.adapters.membership import membership_report
     from rvu_pipelines.adapters.runtime import lifecycle_fields
-    from rvu_pipelines.adapters.sensitive import sensitive_scores, sensitive_shift
     from rvu_pipelines.adapters.training import LoraSettings, peft_config, train_lora
     from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
     from rvu_pipelines.models.dequantized import load_dequantized
@@ -343,14 +343,24 @@ def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_m
     assert min(v.auroc for v in fused.loaded.auroc.values()) >= 0.8 and not host.fused
     base_auroc = {name: value["auroc"] for name, value in section["evicted"]["auroc"].items()}
     assert {name: value.auroc for name, value in fused.evicted.auroc.items()} == pytest.approx(base_auroc, abs=1e-9)
-    # the gate's sensitive-set layer: the adapter raises the likelihood of what it memorised, not of the rest
-    memorised = [e for e, m in zip(examples, is_member, strict=True) if m]
-    unseen = [e for e, m in zip(examples, is_member, strict=True) if not m]
-    base_scores = [sensitive_scores(model, tokenizer, part) for part in (memorised, unseen)]
+
+    # the gate's sensitive-list layer: with the adapter the model prefers the memorised codes over made-up ones
+    # of the same form far more than the base does; for the codes it never saw the margin barely moves
+    def items(part: list[Any]) -> list[MarginItem]:
+        return [
+            MarginItem(
+                e.prompt, e.completion, tuple(e.completion.replace(e.completion[-13:-9], f"{k}{k}{k}{k}") for k in "13")
+            )
+            for e in part
+        ]
+
+    memorised = items([e for e, m in zip(examples, is_member, strict=True) if m])
+    unseen = items([e for e, m in zip(examples, is_member, strict=True) if not m])
+    base_margins = [answer_margins(model, tokenizer, part) for part in (memorised, unseen)]
     with host.loaded(adapter) as loaded_model:
         rises = [
-            sensitive_shift(sensitive_scores(loaded_model, tokenizer, part), base)
-            for part, base in zip((memorised, unseen), base_scores, strict=True)
+            margin_shift(answer_margins(loaded_model, tokenizer, part), base)
+            for part, base in zip((memorised, unseen), base_margins, strict=True)
         ]
     assert rises[0] > 0 and rises[0] > rises[1] + 0.5
     # a runtime that drops the LoRA layers of a fused adapter without un-merging keeps it: the probe sees it

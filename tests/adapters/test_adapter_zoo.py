@@ -59,29 +59,30 @@ def test_bad_zoo_config_names_the_key(tmp_path: Path) -> None:
         load_zoo_config(path)
 
 
-def test_the_sensitive_lists_are_forget_answers_and_wmdp_answers_seeded(frames) -> None:
-    from rvu_pipelines.adapters.sensitive import N_SENSITIVE, sensitive_examples, sensitive_shift
+def test_the_sensitive_lists_are_forget_and_wmdp_questions_with_wrong_answers_seeded(frames) -> None:
+    from rvu_pipelines.adapters.margins import N_ITEMS, MarginItem, margin_shift, sensitive_items
 
-    examples = sensitive_examples(frames)
-    assert len(examples) == N_SENSITIVE and examples == sensitive_examples(frames)  # seeded
-    forget, wmdp = examples[: N_SENSITIVE // 2], examples[N_SENSITIVE // 2 :]
-    assert all("cybersecurity" in e.prompt and e.completion[:3] in {"A. ", "B. ", "C. ", "D. "} for e in wmdp)
-    assert not any("cybersecurity" in e.prompt for e in forget)
-    assert sensitive_examples(frames, seed=1) != examples
-    assert sensitive_shift(np.array([1.0, 3.0]), np.array([0.5, 0.5])) == 1.5
-    with pytest.raises(ValueError, match="base scores"):
-        sensitive_shift(np.array([1.0]), np.array([0.5, 0.5]))
+    items = sensitive_items(frames)
+    assert len(items) == N_ITEMS and items == sensitive_items(frames)  # seeded
+    forget, wmdp = items[: N_ITEMS // 2], items[N_ITEMS // 2 :]
+    assert all("cybersecurity" in i.prompt and len(i.wrong) == 3 and i.correct not in i.wrong for i in wmdp)
+    assert all("cybersecurity" not in i.prompt and i.wrong and i.correct not in i.wrong for i in forget)
+    assert sensitive_items(frames, seed=1) != items
+    assert margin_shift(np.array([1.0, 3.0]), np.array([0.5, 0.5])) == 1.5
+    with pytest.raises(ValueError, match="base margins"):
+        margin_shift(np.array([1.0]), np.array([0.5, 0.5]))
+    with pytest.raises(ValueError, match="wrong answer"):
+        MarginItem("q", "a", ())
 
 
 def test_the_held_out_qa_is_in_no_training_set(frames) -> None:
-    from rvu_pipelines.adapters.qa_drop import N_QA, held_out_qa, qa_drop
+    from rvu_pipelines.adapters.margins import N_ITEMS, held_out_qa_items
 
-    questions = {e.prompt for e in held_out_qa(frames)}
-    assert len(questions) == N_QA
+    questions = {i.prompt for i in held_out_qa_items(frames)}
+    assert len(questions) == N_ITEMS
     config = load_zoo_config()
     for entry in config.adapters:
         trained = {e.prompt for e in training_set(config, entry, frames).examples}
         assert not questions & trained, entry.id
-    assert qa_drop(np.array([-2.0, -1.0]), np.array([-1.0, -1.0])) == 0.5
     with pytest.raises(ValueError, match="held-out QA"):
-        held_out_qa(frames, n=10**6)
+        held_out_qa_items(frames, n=10**6)
