@@ -167,9 +167,12 @@ def adapter_gate_evaluation(
     deepset_prompt_injections: pl.DataFrame,
     trustair_jailbreaks: pl.DataFrame,
     awesome_chatgpt_prompts: pl.DataFrame,
+    wmdp_cyber: pl.DataFrame,
 ):
     config, gate = load_zoo_config(), load_gate_config()
-    frames = _probe_frames(tofu, deepset_prompt_injections, trustair_jailbreaks, awesome_chatgpt_prompts)
+    frames = _probe_frames(
+        tofu, deepset_prompt_injections, trustair_jailbreaks, awesome_chatgpt_prompts, wmdp_cyber=wmdp_cyber
+    )
     lab = AdapterLab.from_records(llm_model, embedder_model, frames)
     try:
         reference = lab.verify(gate.reference_adapter)
@@ -240,7 +243,7 @@ def adapter_membership(
     from rvu_pipelines.adapters.eviction import EVICTED_GOAL, LOADED_GOAL, forget_examples, membership_before_after
 
     frames = _probe_frames(tofu, deepset_prompt_injections, trustair_jailbreaks, awesome_chatgpt_prompts)
-    lab = AdapterLab.from_records(llm_model, embedder_model, frames, n_probes=8)
+    lab = AdapterLab.from_records(llm_model, embedder_model, frames, n_probes=8, n_sensitive=0, n_qa=0)  # no scoring
     try:
         adapter = lab.verify("memorise-forget")
     except AdapterRefused as exc:
@@ -364,7 +367,9 @@ def adapter_sample(
         frames = _probe_frames(
             tofu, deepset_prompt_injections, trustair_jailbreaks, awesome_chatgpt_prompts, wmdp_cyber=wmdp_cyber
         )
-        lab = AdapterLab.from_records(llm_model, embedder_model, frames, n_probes=8, max_new_tokens=16)
+        lab = AdapterLab.from_records(
+            llm_model, embedder_model, frames, n_probes=8, max_new_tokens=16, n_sensitive=8, n_qa=8
+        )
         sample = run_adapter_sample(lab, state_dir() / "adapter_sample", llm_gguf=Path(str(llm_model["path"])))
         frame = scores_frame(sample.scores)
         with mlflow_tracker.run_for(context, params={"adapters": len(sample.scores)}) as run:

@@ -102,14 +102,17 @@ class AdapterLab:
         self.max_new_tokens = max_new_tokens
         self.ood = OodModel.fit(output_embeddings(self.host.model, tokenizer, self.prompts))
         self.base_answers = generate_greedy(self.host.model, tokenizer, self.prompts, max_new_tokens=max_new_tokens)
-        self.sensitive = sensitive_items(frames, n_sensitive)
-        self.base_sensitive = answer_margins(self.host.model, tokenizer, self.sensitive)
-        self.qa = held_out_qa_items(frames, n_qa)
-        self.base_qa = answer_margins(self.host.model, tokenizer, self.qa)
+        # the margin layers' items (0: a lab that only hosts adapters and never scores one)
+        self.sensitive = sensitive_items(frames, n_sensitive) if n_sensitive else []
+        self.base_sensitive = answer_margins(self.host.model, tokenizer, self.sensitive) if n_sensitive else None
+        self.qa = held_out_qa_items(frames, n_qa) if n_qa else []
+        self.base_qa = answer_margins(self.host.model, tokenizer, self.qa) if n_qa else None
 
     def reference_layers(self, model: Any) -> dict[str, float]:
         """The layers read on answer margins for the adapter loaded in ``model`` (``margins.py``): how much more it
         prefers the sensitive answers, and how much less the correct held-out ones, than the base."""
+        if self.base_sensitive is None or self.base_qa is None:
+            raise ValueError("This AdapterLab was built without the margin layers' items (n_sensitive / n_qa = 0).")
         return {
             "sensitive": margin_shift(answer_margins(model, self.tokenizer, self.sensitive), self.base_sensitive),
             "qa_drop": -margin_shift(answer_margins(model, self.tokenizer, self.qa), self.base_qa),
