@@ -47,7 +47,7 @@ def _likelihood(report: MembershipReport) -> dict[str, Any]:
 
 def not_unmerged(
     host: AdapterHost, adapter: VerifiedAdapter, examples: Sequence[ChatExample], flags: np.ndarray
-) -> Any:
+) -> MembershipReport:
     """Membership on the weights a fused adapter leaves when its LoRA layers go without the un-merge (the control
     of the fused row). The weights are restored afterwards: the un-merge runs once the scores are taken."""
     from peft import get_peft_model, set_peft_model_state_dict

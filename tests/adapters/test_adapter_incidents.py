@@ -219,11 +219,11 @@ def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_m
     recovery evicts it, purges the answers it left in the response cache, and the signed certificate holds the
     membership verdict loaded vs evicted and what is left; the leak probe catches the cache before the purge."""
     import torch
-    from peft import get_peft_model, set_peft_model_state_dict
 
     from rvu_pipelines.adapters.eviction import EvictionMembershipProbe, membership_before_after, verdict
+    from rvu_pipelines.adapters.eviction_runtime import not_unmerged
     from rvu_pipelines.adapters.files import BaseModelInfo, save_adapter, verify_adapter
-    from rvu_pipelines.adapters.host import AdapterHost, settings_of
+    from rvu_pipelines.adapters.host import AdapterHost
     from rvu_pipelines.adapters.lingering import (
         LingeringPurge,
         LingeringStores,
@@ -232,9 +232,8 @@ def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_m
         served_leak,
     )
     from rvu_pipelines.adapters.margins import MarginItem, answer_margins, margin_shift
-    from rvu_pipelines.adapters.membership import membership_report
     from rvu_pipelines.adapters.runtime import lifecycle_fields
-    from rvu_pipelines.adapters.training import LoraSettings, peft_config, train_lora
+    from rvu_pipelines.adapters.training import LoraSettings, train_lora
     from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
     from rvu_pipelines.models.dequantized import load_dequantized
     from rvu_pipelines.models.llm import LlamaCppChatModel
@@ -364,10 +363,7 @@ def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_m
         ]
     assert rises[0] > 0 and rises[0] > rises[1] + 0.5
     # a runtime that drops the LoRA layers of a fused adapter without un-merging keeps it: the probe sees it
-    stale = get_peft_model(model, peft_config(settings_of(adapter)))
-    set_peft_model_state_dict(stale, adapter.tensors)
-    stale.merge_adapter()
-    left_in_weights = membership_report(stale.unload(), tokenizer, examples, is_member, probes=False, n_boot=50)
+    left_in_weights = not_unmerged(host, adapter, examples, is_member)
     assert verdict(left_in_weights) == "residual"
     assert min(value.auroc for value in left_in_weights.auroc.values()) >= 0.8 > max(base_auroc.values())
 
