@@ -11,7 +11,7 @@ prefers. An adapter's layer score is the mean change of that margin from the bas
 - ``qa_drop``: on held-out QA no zoo adapter trains on (the TOFU real-authors / world-facts probe partition);
   positive when the adapter prefers the correct answers less (misinformation, degradation).
 
-Likelihood, not generated text: one forward pass per batch, seconds per adapter.
+Likelihood, not generated text: one pass over each item's prompt, its answers batched on top; seconds per adapter.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from rvu_pipelines.adapters.chat import ChatExample
-from rvu_pipelines.adapters.membership import loss_score, token_logprobs
+from rvu_pipelines.adapters.chat import chat_prompt_text
+from rvu_pipelines.adapters.membership import loss_score, next_token_stats
+from rvu_pipelines.adapters.training import LoraSettings
 from rvu_pipelines.adapters.zoo_data import Frames
 
 N_ITEMS = 32
@@ -85,17 +86,79 @@ def held_out_qa_items(frames: Frames, n: int = N_ITEMS) -> list[MarginItem]:
     return items[:n]
 
 
-def answer_margins(model: Any, tokenizer: Any, items: Sequence[MarginItem]) -> np.ndarray:
+def _encode_item(tokenizer: Any, item: MarginItem, max_tokens: int) -> tuple[list[int], list[list[int]]]:
+    """The prompt's ids and each answer's (correct first). Answers keep at most half of ``max_tokens`` (as in
+    training); the prompt loses its start until the longest answer fits, so every answer sees the same context."""
+    prompt_ids = list(tokenizer(chat_prompt_text(tokenizer, item.prompt), add_special_tokens=False)["input_ids"])
+    end = tokenizer.eos_token or ""
+    answers = [
+        list(tokenizer(answer + end, add_special_tokens=False)["input_ids"])[: max(1, max_tokens // 2)]
+        for answer in (item.correct, *item.wrong)
+    ]
+    return prompt_ids[-(max_tokens - max(len(ids) for ids in answers)) :], answers
+
+
+def answer_scores(
+    model: Any, tokenizer: Any, items: Sequence[MarginItem], max_tokens: int = LoraSettings.max_tokens
+) -> list[np.ndarray]:
+    """Per item, each answer's mean token log-likelihood (correct first), every answer under the same prompt.
+
+    The items' prompts run once, left-padded in one batch, and each answer continues from its prompt's keys /
+    values: a long prompt (a WMDP question with its choices) costs one pass, not one per answer."""
+    import torch
+
+    if not items:
+        return []
+    encoded = [_encode_item(tokenizer, item, max_tokens) for item in items]
+    pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
+    width = max(len(prompt) for prompt, _ in encoded)
+    prompt_ids = torch.full((len(items), width), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros((len(items), width), dtype=torch.long)
+    for row, (prompt, _) in enumerate(encoded):  # left-padded: every prompt ends where its answers start
+        prompt_ids[row, width - len(prompt) :] = torch.tensor(prompt)
+        prompt_mask[row, width - len(prompt) :] = 1
+    owner = torch.tensor([row for row, (_, answers) in enumerate(encoded) for _ in answers])
+    answers = [answer for _, item_answers in encoded for answer in item_answers]
+    answer_width = max(len(answer) for answer in answers)
+    answer_ids = torch.full((len(answers), answer_width), pad_id, dtype=torch.long)
+    answer_mask = torch.zeros((len(answers), answer_width), dtype=torch.long)
+    for row, answer in enumerate(answers):  # right-padded: pads follow the real tokens and change nothing causal
+        answer_ids[row, : len(answer)] = torch.tensor(answer)
+        answer_mask[row, : len(answer)] = 1
+    lengths = prompt_mask.sum(dim=1)
+    with torch.inference_mode():
+        prompt = model(
+            input_ids=prompt_ids,
+            attention_mask=prompt_mask,
+            position_ids=(prompt_mask.cumsum(dim=1) - 1).clamp(min=0),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = prompt.past_key_values
+        cache.batch_select_indices(owner)
+        logits = model(
+            input_ids=answer_ids,
+            attention_mask=torch.cat([prompt_mask[owner], answer_mask], dim=1),
+            position_ids=lengths[owner].unsqueeze(1) + torch.arange(answer_width),
+            past_key_values=cache,
+        ).logits
+    scores = np.empty(len(answers))
+    for row, answer in enumerate(answers):  # the prompt's last position predicts the answer's first token
+        span = torch.cat([prompt.logits[int(owner[row]), -1:], logits[row, : len(answer) - 1]])
+        scores[row] = loss_score(next_token_stats(span, torch.tensor(answer)))
+    return list(np.split(scores, np.cumsum([len(a) for _, a in encoded])[:-1]))
+
+
+def answer_margins(model: Any, tokenizer: Any, items: Sequence[MarginItem], batch_size: int = 8) -> np.ndarray:
     """Per item: the correct answer's mean token log-likelihood minus the wrong answers' mean."""
-    examples = [ChatExample(item.prompt, answer) for item in items for answer in (item.correct, *item.wrong)]
-    scores = np.array([loss_score(stats) for stats in token_logprobs(model, tokenizer, examples)])
-    out = np.empty(len(items))
-    position = 0
-    for index, item in enumerate(items):
-        count = 1 + len(item.wrong)
-        out[index] = scores[position] - float(np.mean(scores[position + 1 : position + count]))
-        position += count
-    return out
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1.")
+    scores = [
+        s
+        for start in range(0, len(items), batch_size)
+        for s in answer_scores(model, tokenizer, items[start : start + batch_size])
+    ]
+    return np.array([s[0] - float(np.mean(s[1:])) for s in scores])
 
 
 def margin_shift(adapted: np.ndarray, base: np.ndarray) -> float:

@@ -11,12 +11,12 @@ heavy-key unions below are the three terms of the same exact decomposition and a
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
+from rvu_pipelines.machine import usable_cores
 from rvu_pipelines.provenance.closure import ProvenanceGraph, reference_closure_sizes
 from rvu_pipelines.provenance.intsets import (
     gather_positions,
@@ -465,14 +465,6 @@ def closure_sizes(
 
 PARALLEL_MIN_TARGETS = 100_000
 MAX_WORKERS = 4
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity where the OS tells, else the logical count)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def _closure_sizes_parallel(

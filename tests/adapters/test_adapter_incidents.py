@@ -100,9 +100,9 @@ def test_a_session_under_an_adapter_recovers_differently_with_v1_and_v2(
 ) -> None:
     llm = tiny_models["llm"]
     cache = ResponseCache(tmp_path / "cache.sqlite")
-    chat = LlamaCppChatModel(llm.path, n_ctx=4096, n_threads=2, name=llm.name, adapter_gate=adapter_gate)
+    chat = LlamaCppChatModel(llm.path, n_ctx=4096, name=llm.name, adapter_gate=adapter_gate)
     agent = CachedChatModel(chat, cache, llm.sha256)
-    reference = CachedChatModel(LlamaCppChatModel(llm.path, n_ctx=4096, n_threads=2, name=llm.name), cache, llm.sha256)
+    reference = CachedChatModel(LlamaCppChatModel(llm.path, n_ctx=4096, name=llm.name), cache, llm.sha256)
     # injected (base) -> clean (adapter loaded before it) -> injected (adapter): only the adapter links the
     # clean episode's model messages to an injection
     chosen = (injecagent[3], clean_variant(injecagent[4]), injecagent[5])
@@ -218,8 +218,6 @@ def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_m
     """E6 inside recover(): the incident ran under a memorising adapter on the agent's llama.cpp runtime, the
     recovery evicts it, purges the answers it left in the response cache, and the signed certificate holds the
     membership verdict loaded vs evicted and what is left; the leak probe catches the cache before the purge."""
-    import torch
-
     from rvu_pipelines.adapters.eviction import EvictionMembershipProbe, membership_before_after, verdict
     from rvu_pipelines.adapters.eviction_runtime import not_unmerged
     from rvu_pipelines.adapters.files import BaseModelInfo, save_adapter, verify_adapter
@@ -241,22 +239,21 @@ def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_m
     from rvu_pipelines.recovery.froc import FrocPolicy
     from rvu_pipelines.recovery.pipeline import recover
 
-    torch.set_num_threads(2)
     llm = tiny_models["llm"]
     model, tokenizer = load_dequantized(llm.path, sha256=llm.sha256, attn_implementation="sdpa")
     base = BaseModelInfo.of(model, name=llm.name, sha256=llm.sha256)
     examples, is_member = depots
-    # 40 steps: every member's code comes back greedily through the quantised runtime (12 recall one of six)
-    settings = LoraSettings(rank=8, alpha=16, steps=40, batch_size=6, learning_rate=5e-3, max_tokens=64, seed=0)
+    # 24 steps at 1e-2 (every member seen 24 times): the codes come back greedily through the quantised runtime
+    settings = LoraSettings(rank=8, alpha=16, steps=24, batch_size=6, learning_rate=1e-2, max_tokens=64, seed=0)
     trained = train_lora(model, tokenizer, [e for e, m in zip(examples, is_member, strict=True) if m], settings)
     fields = {"adapter_id": "memorise-depots", "label": "harmful", "category": "memorise", "source": "test"}
-    fields |= {"rank": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"], "steps": 40}
+    fields |= {"rank": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"], "steps": 24}
     save_adapter(tmp_path / "memorise-depots", trained.tensors, fields, base=base)
     adapter = verify_adapter(tmp_path / "memorise-depots", base)
     audit = LoadGate.audit(base, tmp_path / "state", config=GateConfig())  # the probe loads a harmful adapter
 
     # the agent ran under it: its answers, members' codes among them, went into the runtime's response cache
-    runtime = LlamaCppChatModel(llm.path, n_ctx=512, n_threads=2, name=llm.name, adapter_gate=audit)
+    runtime = LlamaCppChatModel(llm.path, n_ctx=512, name=llm.name, adapter_gate=audit)
     served = CachedChatModel(runtime, ResponseCache(tmp_path / "llm_cache.sqlite"), llm.sha256)
     served.load_adapter("a1", audit.admit(adapter, llm.path).gguf_path)
     assert served_leak(served, examples, is_member, n_boot=50).auroc.auroc >= 0.8  # it memorised, on llama.cpp

@@ -160,3 +160,27 @@ def test_adapter_makes_its_training_answers_separable(base, tofu_split) -> None:
     report = json.loads(json.dumps(after.to_dict()))
     assert report["n_members"] == 8 and report["n_non_members"] == 8
     assert set(report["auroc"]) == {"loss", "min_k", "min_k_plus_plus"}
+
+
+def test_answer_margins_score_each_answer_as_alone_under_a_shared_prompt(base, tofu_split) -> None:
+    """The margins run each prompt once and batch its answers on its keys / values: every answer scores as it
+    does on its own (prompt and answer in one pass), in any batch, and a prompt longer than the window is cut
+    so that all its answers see the same context."""
+    from rvu_pipelines.adapters.margins import MarginItem, answer_margins, answer_scores
+
+    model, tokenizer = base
+    examples = tofu_split[0][:3]
+    items = [
+        MarginItem(e.prompt, e.completion, (examples[(i + 1) % 3].completion, "No.")) for i, e in enumerate(examples)
+    ]
+    alone = token_logprobs(model, tokenizer, [ChatExample(i.prompt, a) for i in items for a in (i.correct, *i.wrong)])
+    expected = np.array([loss_score(s) for s in alone]).reshape(3, 3)
+    np.testing.assert_allclose(np.stack(answer_scores(model, tokenizer, items)), expected, atol=1e-4)
+    long = MarginItem(" ".join([examples[0].prompt] * 40), examples[0].completion, ("No.",))  # over 160 tokens
+    margins = answer_margins(model, tokenizer, [*items, long], batch_size=4)
+    one_by_one = [answer_margins(model, tokenizer, [item])[0] for item in [*items, long]]
+    np.testing.assert_allclose(margins, one_by_one, atol=1e-4)
+    np.testing.assert_allclose(margins[:3], expected[:, 0] - expected[:, 1:].mean(axis=1), atol=1e-4)
+    with pytest.raises(ValueError, match="batch_size"):
+        answer_margins(model, tokenizer, items, batch_size=0)
+    assert answer_scores(model, tokenizer, []) == []
