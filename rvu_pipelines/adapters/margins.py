@@ -98,34 +98,45 @@ def _encode_item(tokenizer: Any, item: MarginItem, max_tokens: int) -> tuple[lis
     return prompt_ids[-(max_tokens - max(len(ids) for ids in answers)) :], answers
 
 
+def _padded(rows: Sequence[Sequence[int]], pad_id: int, left: bool = False) -> tuple[Any, Any]:
+    """Ids and attention mask for rows of different lengths, padded on the right (or the left)."""
+    import torch
+
+    width = max(len(row) for row in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for index, row in enumerate(rows):
+        span = slice(width - len(row), width) if left else slice(0, len(row))
+        ids[index, span] = torch.tensor(row)
+        mask[index, span] = 1
+    return ids, mask
+
+
 def answer_scores(
-    model: Any, tokenizer: Any, items: Sequence[MarginItem], max_tokens: int = LoraSettings.max_tokens
+    model: Any,
+    tokenizer: Any,
+    items: Sequence[MarginItem],
+    max_tokens: int = LoraSettings.max_tokens,
+    answer_batch: int = 8,
 ) -> list[np.ndarray]:
     """Per item, each answer's mean token log-likelihood (correct first), every answer under the same prompt.
 
-    The items' prompts run once, left-padded in one batch, and each answer continues from its prompt's keys /
-    values: a long prompt (a WMDP question with its choices) costs one pass, not one per answer."""
+    The items' prompts run once, left-padded in one batch (every prompt ends where its answers start); the
+    answers then continue from their prompt's keys / values, right-padded in batches of similar length. A long
+    prompt (a WMDP question with its choices) costs one pass, not one per answer."""
+    import copy
+
     import torch
 
     if not items:
         return []
     encoded = [_encode_item(tokenizer, item, max_tokens) for item in items]
     pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
-    width = max(len(prompt) for prompt, _ in encoded)
-    prompt_ids = torch.full((len(items), width), pad_id, dtype=torch.long)
-    prompt_mask = torch.zeros((len(items), width), dtype=torch.long)
-    for row, (prompt, _) in enumerate(encoded):  # left-padded: every prompt ends where its answers start
-        prompt_ids[row, width - len(prompt) :] = torch.tensor(prompt)
-        prompt_mask[row, width - len(prompt) :] = 1
-    owner = torch.tensor([row for row, (_, answers) in enumerate(encoded) for _ in answers])
+    prompt_ids, prompt_mask = _padded([prompt for prompt, _ in encoded], pad_id, left=True)
+    owners = [row for row, (_, answers) in enumerate(encoded) for _ in answers]
     answers = [answer for _, item_answers in encoded for answer in item_answers]
-    answer_width = max(len(answer) for answer in answers)
-    answer_ids = torch.full((len(answers), answer_width), pad_id, dtype=torch.long)
-    answer_mask = torch.zeros((len(answers), answer_width), dtype=torch.long)
-    for row, answer in enumerate(answers):  # right-padded: pads follow the real tokens and change nothing causal
-        answer_ids[row, : len(answer)] = torch.tensor(answer)
-        answer_mask[row, : len(answer)] = 1
     lengths = prompt_mask.sum(dim=1)
+    scores = np.empty(len(answers))
     with torch.inference_mode():
         prompt = model(
             input_ids=prompt_ids,
@@ -134,31 +145,39 @@ def answer_scores(
             use_cache=True,
             logits_to_keep=1,
         )
-        cache = prompt.past_key_values
-        cache.batch_select_indices(owner)
-        logits = model(
-            input_ids=answer_ids,
-            attention_mask=torch.cat([prompt_mask[owner], answer_mask], dim=1),
-            position_ids=lengths[owner].unsqueeze(1) + torch.arange(answer_width),
-            past_key_values=cache,
-        ).logits
-    scores = np.empty(len(answers))
-    for row, answer in enumerate(answers):  # the prompt's last position predicts the answer's first token
-        span = torch.cat([prompt.logits[int(owner[row]), -1:], logits[row, : len(answer) - 1]])
-        scores[row] = loss_score(next_token_stats(span, torch.tensor(answer)))
+        order = sorted(range(len(answers)), key=lambda k: len(answers[k]))
+        for start in range(0, len(order), answer_batch):
+            chunk = order[start : start + answer_batch]
+            owner = torch.tensor([owners[k] for k in chunk])
+            cache = copy.deepcopy(prompt.past_key_values)  # each batch continues from the prompts alone
+            cache.batch_select_indices(owner)
+            ids, mask = _padded([answers[k] for k in chunk], pad_id)
+            logits = model(
+                input_ids=ids,
+                attention_mask=torch.cat([prompt_mask[owner], mask], dim=1),
+                position_ids=lengths[owner].unsqueeze(1) + torch.arange(ids.shape[1]),
+                past_key_values=cache,
+            ).logits
+            for row, k in enumerate(chunk):  # the prompt's last position predicts the answer's first token
+                answer = answers[k]
+                span = torch.cat([prompt.logits[owners[k], -1:], logits[row, : len(answer) - 1]])
+                scores[k] = loss_score(next_token_stats(span, torch.tensor(answer)))
     return list(np.split(scores, np.cumsum([len(a) for _, a in encoded])[:-1]))
 
 
 def answer_margins(model: Any, tokenizer: Any, items: Sequence[MarginItem], batch_size: int = 8) -> np.ndarray:
-    """Per item: the correct answer's mean token log-likelihood minus the wrong answers' mean."""
+    """Per item: the correct answer's mean token log-likelihood minus the wrong answers' mean (items of similar
+    prompt length share a batch)."""
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1.")
-    scores = [
-        s
-        for start in range(0, len(items), batch_size)
-        for s in answer_scores(model, tokenizer, items[start : start + batch_size])
-    ]
-    return np.array([s[0] - float(np.mean(s[1:])) for s in scores])
+    lengths = [len(_encode_item(tokenizer, item, LoraSettings.max_tokens)[0]) for item in items]
+    order = sorted(range(len(items)), key=lambda k: lengths[k])
+    out = np.empty(len(items))
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        for k, scores in zip(chunk, answer_scores(model, tokenizer, [items[k] for k in chunk]), strict=True):
+            out[k] = scores[0] - float(np.mean(scores[1:]))
+    return out
 
 
 def margin_shift(adapted: np.ndarray, base: np.ndarray) -> float:
