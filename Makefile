@@ -106,11 +106,12 @@ format: setup
 	$(BIN)/ruff format .
 
 # one pytest-xdist worker per core this process may use (at most 4: each worker loads its own models); a test
-# module stays on one worker, so its module fixtures are built once
+# module stays on one worker, so its module fixtures are built once, and modules sharing costly state share one
+# (tests/conftest.py SHARED_WORKER)
 TEST_WORKERS ?= $(shell python3 -c 'import os; print(max(1, min(4, len(os.sched_getaffinity(0)))))' 2>/dev/null || echo 1)
 
 test: setup
-	$(BIN)/pytest -m "not slow and not network" -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -m "not slow and not network" -n $(TEST_WORKERS) --dist loadgroup
 
 # the inner loop (under 2 minutes): every test that loads no model, trains nothing and starts no server
 # (tests/conftest.py --fast); CI runs the full default suite

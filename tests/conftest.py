@@ -55,13 +55,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--fast", action="store_true", help="skip tests that load models, train or start servers")
 
 
+# pytest-xdist (``make test``, ``--dist loadgroup``) runs a module's tests on one worker, so its module fixtures
+# are built once; modules that build the same costly in-process state share a worker, so it is built once too.
+SHARED_WORKER = {
+    # the over-defense set parses the docstrings of about a thousand installed .py files (cached per process)
+    "tests/detectors/test_overdefense.py": "overdefense-set",
+    "tests/detectors/test_production_detector.py": "overdefense-set",
+    "tests/detectors/test_detectors_assets.py": "overdefense-set",
+    "tests/detectors/test_detector_validity.py": "overdefense-set",
+}
+
+
+def _module_of(item: pytest.Item) -> str:
+    return Path(str(item.fspath)).resolve().relative_to(REPO_ROOT).as_posix()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        module = _module_of(item)
+        item.add_marker(pytest.mark.xdist_group(SHARED_WORKER.get(module, module)))
     if not config.getoption("--fast"):
         return
     kept, dropped = [], []
     for item in items:
         heavy = HEAVY_FIXTURES.intersection(getattr(item, "fixturenames", ()))
-        module = Path(str(item.fspath)).resolve().relative_to(REPO_ROOT).as_posix()
+        module = _module_of(item)
         materializes = any(word in module.rsplit("/", 1)[-1] for word in ("assets", "materialize", "dagster"))
         (dropped if heavy or materializes or module.startswith(HEAVY_MODULES) else kept).append(item)
     if dropped:
