@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.memory_poisoning.corpus import strategyqa_corpus
@@ -161,3 +163,20 @@ def test_composite_is_the_or_of_its_members_and_the_seed_weighted_vote(data, con
     assert vote.threshold == 0.5 and vote.flags(data["poisons"]).all()  # MEMSAD alone carries 0.5 and more
     with pytest.raises(MemoryPoisoningInputError, match="distinct names"):
         CompositeDetector([MemsadDetector(), MemsadDetector()])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from("abcde"), max_size=12),
+    st.lists(st.sampled_from("abcdef"), max_size=12),
+)
+def test_rouge_l_is_the_longest_common_subsequence_f1(a: list[str], b: list[str]) -> None:
+    """ROUGE-L against the textbook dynamic programme over the two token lists."""
+    table = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i, x in enumerate(a):
+        for j, y in enumerate(b):
+            table[i + 1][j + 1] = table[i][j] + 1 if x == y else max(table[i][j + 1], table[i + 1][j])
+    lcs = table[-1][-1]
+    expected = 0.0 if lcs == 0 else 2 * lcs / (len(a) + len(b))  # F1 of lcs/|a| and lcs/|b|
+    assert rouge_l(a, b) == pytest.approx(expected)
+    assert rouge_l(a, b) == rouge_l(b, a)

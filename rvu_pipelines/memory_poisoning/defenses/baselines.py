@@ -76,20 +76,14 @@ def word_tokens(text: str) -> list[str]:
 
 def rouge_l(a: Sequence[str], b: Sequence[str]) -> float:
     """ROUGE-L F1 of two token sequences: LCS length / len, harmonic mean of precision and recall."""
+    from rapidfuzz.distance import LCSseq
+
     if not a or not b:
         return 0.0
-    if len(a) < len(b):
-        a, b = b, a
-    previous = [0] * (len(b) + 1)
-    for x in a:  # O(|a|·|b|) dynamic programme, one row at a time
-        current = [0]
-        for j, y in enumerate(b):
-            current.append(previous[j] + 1 if x == y else max(previous[j + 1], current[j]))
-        previous = current
-    lcs = previous[-1]
+    lcs = LCSseq.similarity(a, b)  # the longest common subsequence of the two token lists (bit-parallel)
     if lcs == 0:
         return 0.0
-    precision, recall = lcs / len(b), lcs / len(a)
+    precision, recall = lcs / min(len(a), len(b)), lcs / max(len(a), len(b))
     return 2 * precision * recall / (precision + recall)
 
 
