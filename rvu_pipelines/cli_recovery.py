@@ -82,20 +82,23 @@ def recover(
     from rvu_pipelines.paths import default_tracking_uri
     from rvu_pipelines.provenance.incident import load_incident
     from rvu_pipelines.recovery import recover as run_recovery
-    from rvu_pipelines.recovery.first_ingest import check_against_new_store
+    from rvu_pipelines.recovery.pipeline import check_before_models
     from rvu_pipelines.recovery.state import RecoveryPaths
 
     paths = RecoveryPaths.default(state)
     log = load_incident(incident)  # validated once, first: a bad file changes nothing; recovery uses this copy
-    check_against_new_store(log, paths.store)  # what a new store would refuse, refused before the embedder loads
     incident_id = log.incident_id
+    out = cert_out or paths.certificate(incident_id)
+    # what recovery would refuse without a model (a log a new store would refuse, an unwritable output, a lost
+    # key), refused before the detector and the embedder load
+    check_before_models(log, paths.store, paths.keys, out, paths.certificates, new_key)
     signal, _ = by_name(detector, default_tracking_uri())
     result = run_recovery(
         log,
         paths.store,
         paths.index,
         paths.keys,
-        cert_out or paths.certificate(incident_id),
+        out,
         embedder=_embedder_for_recovery(),
         max_depth=max_depth,
         certificates_dir=paths.certificates,

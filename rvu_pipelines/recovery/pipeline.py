@@ -53,7 +53,7 @@ from rvu_pipelines.recovery.certificate_body import build_certificate_body
 from rvu_pipelines.recovery.contamination import Closures, SeedReport, compute_closures, find_seeds
 from rvu_pipelines.recovery.first_ingest import MadeBeforeIngest, check_against_new_store, undone_unless_ingested
 from rvu_pipelines.recovery.froc import FrocPolicy, InfluenceSource, RecordedInfluence, RiskTable, Tier, compute_risk
-from rvu_pipelines.recovery.signing_keys import open_signing_key
+from rvu_pipelines.recovery.signing_keys import check_signing_key, open_signing_key
 from rvu_pipelines.recovery.tiers import (
     AdapterRuntime,
     FaultHook,
@@ -314,6 +314,26 @@ def prior_recoveries(store: ProvenanceStore | None, certificates_dir: Path | str
     if incidents:
         found.append(f"{len(incidents)} incident(s) recovered in the store {store.path}")
     return found
+
+
+def check_before_models(
+    incident: IncidentLog,
+    store_path: Path | str,
+    key_dir: Path | str,
+    cert_out: Path | str,
+    certificates_dir: Path | str | None = None,
+    new_key: bool = False,
+) -> None:
+    """The refusals of :func:`recover` that need no model, for callers to make before they load a detector or an
+    embedder: a log a new store would refuse, an unwritable ``cert_out``, a lost signing key. Changes nothing."""
+    check_against_new_store(incident, store_path)
+    check_writable(cert_out)
+    if MadeBeforeIngest.before(store_path, key_dir).store_is_new or str(store_path) == ":memory:":
+        prior = prior_recoveries(None, certificates_dir)
+    else:
+        with open_store(store_path, read_only=True) as store:
+            prior = prior_recoveries(store, certificates_dir)
+    check_signing_key(key_dir, prior_use=prior, new_key=new_key)
 
 
 def recover(

@@ -198,20 +198,28 @@ def open_signing_key(key_dir: Path | str, *, prior_use: Sequence[str] = (), new_
     key is wanted. ``new_key`` never replaces an existing key.
     """
     folder = Path(key_dir)
+    check_signing_key(folder, prior_use=prior_use, new_key=new_key)
+    if (folder / PRIVATE_KEY_FILE).exists():
+        return load_signing_key(folder)
+    return _create_signing_key(folder)
+
+
+def check_signing_key(key_dir: Path | str, *, prior_use: Sequence[str] = (), new_key: bool = False) -> None:
+    """The SigningKeyError :func:`open_signing_key` would raise, raised without reading or creating a key."""
+    folder = Path(key_dir)
     if (folder / PRIVATE_KEY_FILE).exists():
         if new_key:
             raise SigningKeyError(
                 f"--new-key was given but {folder} already holds a signing key; a key is never replaced. "
                 "Drop --new-key to keep using it, or move the folder away first."
             )
-        return load_signing_key(folder)
+        return
     if prior_use and not new_key:
         raise SigningKeyError(
             f"No signing key in {folder}, but earlier recoveries exist ({'; '.join(prior_use)}). The key that "
             f"signed them is missing: restore the key folder {folder} from a backup, or pass --new-key to start "
             "a new key (earlier certificates then verify only against the old key's fingerprint)."
         )
-    return _create_signing_key(folder)
 
 
 def load_or_create_signing_key(key_dir: Path | str) -> SigningKey:

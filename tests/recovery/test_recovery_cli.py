@@ -14,9 +14,9 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "configs" / "examples"
 RVU = shutil.which("rvu") or str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "rvu")
 
 
-def _rvu(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _rvu(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [RVU, *args], capture_output=True, text=True, timeout=300, env={**os.environ, "RVU_HOME": str(home)}
+        [RVU, *args], capture_output=True, text=True, timeout=300, env={**os.environ, "RVU_HOME": str(home), **env}
     )
 
 
@@ -78,12 +78,15 @@ def test_a_lost_key_or_an_unwritable_cert_out_is_refused_before_any_change(recov
     shutil.copytree(home / "recovery", copy / "recovery", ignore=shutil.ignore_patterns("keys"))
     (copy / "recovery" / "certificates").mkdir(exist_ok=True)
     (copy / "recovery" / "certificates" / "earlier.json").write_text("{}")
-    lost = _rvu(copy, "recover", str(EXAMPLES / "incident_example.jsonl"), "--cert-out", str(tmp_path / "c.json"))
+    # both are refused before any model loads: an embedder that cannot be found changes neither answer
+    no_model = {"RVU_MODEL_EMBEDDER_PATH": str(tmp_path / "no-such-embedder")}
+    example = str(EXAMPLES / "incident_example.jsonl")
+    lost = _rvu(copy, "recover", example, "--cert-out", str(tmp_path / "c.json"), **no_model)
     assert lost.returncode == 1 and "--new-key" in lost.stdout and "Traceback" not in lost.stdout + lost.stderr
     assert not (copy / "recovery" / "keys" / "ed25519_private.pem").exists()
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    done = _rvu(home, "recover", str(EXAMPLES / "incident_example.jsonl"), "--cert-out", str(blocker / "c.json"))
+    done = _rvu(home, "recover", example, "--cert-out", str(blocker / "c.json"), **no_model)
     assert done.returncode == 2 and "Nothing was changed" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
 
