@@ -111,10 +111,14 @@ def seed_sweep(
     llm_path: Path | None = None,
     attacks: Sequence[str] = ATTACKS,
     progress: Progress | None = None,
+    embed: EmbeddingCache | None = None,
 ) -> SweepResult:
-    """Every (regime, seed): cells, the hybrid's κ on that split's benign entries, the matrix, the comparisons."""
+    """Every (regime, seed): cells, the hybrid's κ on that split's benign entries, the matrix, the comparisons.
+    ``embed``: a cache of ``embedder``'s to share with other work (what it already holds is not computed again)."""
     say = progress or (lambda _: None)
-    embed = EmbeddingCache(embedder)  # texts recur across seeds and regimes: each is embedded once
+    if embed is not None and embed.embedder is not embedder:
+        raise MemoryPoisoningInputError("seed_sweep: the embedding cache given belongs to another embedder")
+    embed = embed or EmbeddingCache(embedder)  # texts recur across seeds and regimes: each is embedded once
     matrices, comparisons, timings = [], [], {}
     for regime in config.regimes:
         for seed in config.seeds:

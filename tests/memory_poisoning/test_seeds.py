@@ -37,8 +37,12 @@ def frames(strategyqa_frame, minja_frame):
 
 
 @pytest.fixture(scope="module")
-def matrix(frames, embedder):
-    embed = EmbeddingCache(embedder)
+def embed(embedder) -> EmbeddingCache:
+    return EmbeddingCache(embedder)  # shared by the module's matrix and sweep, as one study shares it
+
+
+@pytest.fixture(scope="module")
+def matrix(frames, embed):
     cells = [build_cell(name, frames, embed, CONFIG) for name in ("agentpoison", "minja")]
     suite = {k: v for k, v in detector_suite(2.0).items() if k in SUITE}
     return attack_defense_matrix(cells, suite)
@@ -80,9 +84,11 @@ def test_paired_comparisons_correct_over_the_whole_table(matrix) -> None:
         paired_comparisons(broken, n_resamples=200)
 
 
-def test_the_sweep_draws_each_seed_afresh_and_reports_its_spread(frames, embedder, tmp_path: Path) -> None:
+def test_the_sweep_draws_each_seed_afresh_and_reports_its_spread(frames, embedder, embed, tmp_path: Path) -> None:
     config = SweepConfig(seeds=(0, 1), regimes=("small",), base=CONFIG)
-    result = seed_sweep(frames, embedder, config, attacks=("agentpoison",))
+    with pytest.raises(MemoryPoisoningInputError, match="another embedder"):
+        seed_sweep(frames, object(), config, embed=embed)  # type: ignore[arg-type]
+    result = seed_sweep(frames, embedder, config, attacks=("agentpoison",), embed=embed)
     per_seed = result.per_seed
     assert sorted(set(per_seed["seed"].to_list())) == [0, 1]
     one = per_seed.filter((pl.col("attack") == "agentpoison") & (pl.col("defense") == "memsad"))
