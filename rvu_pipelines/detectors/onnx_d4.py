@@ -40,6 +40,7 @@ from rvu_pipelines.detectors.registry_formats import (
 )
 from rvu_pipelines.errors import ChecksumMismatchError, DetectorError
 from rvu_pipelines.hashing import sha256_file
+from rvu_pipelines.machine import usable_cores
 
 Variant = Literal["float", "int8"]
 VARIANTS: tuple[Variant, ...] = ("float", "int8")
@@ -209,7 +210,9 @@ class OnnxDetector(DetectorBase):
         base = base_encoder_for(record["encoder"], encoder)
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = threads or 0  # 0: one per physical core
+        # onnxruntime's own default is one thread per physical core of the machine, blind to the CPU affinity: in
+        # a container's cpuset or a pinned worker its spinning threads would outnumber the cores this process has
+        options.intra_op_num_threads = threads or usable_cores()
         options.inter_op_num_threads = 1
         session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         settings = FinetuneSettings(**record["settings"])
