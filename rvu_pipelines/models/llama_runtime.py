@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rvu_pipelines.cpu_features import host_cpu_flags
+from rvu_pipelines.machine import usable_cores
 from rvu_pipelines.settings import env_flag
 
 EXTRA_BUFTS_ENV = "RVU_LLAMA_EXTRA_BUFTS"
@@ -118,8 +119,13 @@ def model_params_applied(settings: LlamaRuntimeSettings) -> Iterator[None]:
 
 
 def open_llama(cls: type, model_path: Path | str, settings: LlamaRuntimeSettings | None = None, **kwargs: Any) -> Any:
-    """``cls(model_path=..., **kwargs)`` (a ``llama_cpp.Llama`` or subclass) loaded with the project's settings."""
+    """``cls(model_path=..., **kwargs)`` (a ``llama_cpp.Llama`` or subclass) loaded with the project's settings.
+
+    Thread counts not given are the cores of this process's CPU affinity: llama-cpp-python's own defaults count
+    the machine's cores (half of them for generation, all for prompt batches), too many in a container's cpuset."""
     settings = settings or LlamaRuntimeSettings.from_env()
+    kwargs["n_threads"] = kwargs.get("n_threads") or usable_cores()
+    kwargs["n_threads_batch"] = kwargs.get("n_threads_batch") or kwargs["n_threads"]
     with model_params_applied(settings):
         return cls(model_path=str(model_path), **kwargs)
 

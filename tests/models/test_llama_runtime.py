@@ -16,6 +16,7 @@ import pytest
 
 from rvu_pipelines.cpu_features import host_cpu_flags, x86_64_level
 from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.machine import usable_cores
 from rvu_pipelines.models.llama_runtime import (
     EXTRA_BUFTS_ENV,
     LlamaRuntimeSettings,
@@ -47,6 +48,9 @@ def test_the_project_model_is_loaded_without_extra_buffer_types(smollm) -> None:
     """The params struct the in-process backend really handed to llama.cpp (llama-cpp-python keeps it)."""
     assert smollm._llm.model_params.use_extra_bufts is False
     assert smollm.runtime.extra_bufts is False
+    # both thread pools sized from the CPU affinity (llama-cpp-python's defaults count the machine's cores)
+    context = smollm._llm.context_params
+    assert context.n_threads == context.n_threads_batch == usable_cores()
 
 
 def test_the_override_is_scoped_to_project_loads(monkeypatch) -> None:
