@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 
 from rvu_pipelines.adapters.admission import LoadGate
+from rvu_pipelines.adapters.base_reference import base_reference
 from rvu_pipelines.adapters.behaviour import behaviour_score
 from rvu_pipelines.adapters.chat import generate_greedy
 from rvu_pipelines.adapters.files import BaseModelInfo, VerifiedAdapter, verify_adapter
@@ -88,7 +89,10 @@ class AdapterLab:
         n_sensitive: int = N_ITEMS,
         n_qa: int = N_ITEMS,
         gate: LoadGate | None = None,
+        reference_cache: Path | None = None,
     ) -> None:
+        """``reference_cache``: where the base model's side of every comparison is kept (``base_reference.py``;
+        default ``<state>/cache/adapter_base_reference``)."""
         # the study loads every adapter it scores, harmful ones included: an audit gate records each verdict
         self.host = AdapterHost(
             model, tokenizer, gate=gate or LoadGate.audit(base, state_dir(), config=load_gate_config())
@@ -100,13 +104,23 @@ class AdapterLab:
         self.root = root or zoo_root()
         self.prompts = probe_prompts(frames, n_benign=n_probes // 2, n_adversarial=n_probes - n_probes // 2)
         self.max_new_tokens = max_new_tokens
-        self.ood = OodModel.fit(output_embeddings(self.host.model, tokenizer, self.prompts))
-        self.base_answers = generate_greedy(self.host.model, tokenizer, self.prompts, max_new_tokens=max_new_tokens)
         # the margin layers' items (0: a lab that only hosts adapters and never scores one)
         self.sensitive = sensitive_items(frames, n_sensitive) if n_sensitive else []
-        self.base_sensitive = answer_margins(self.host.model, tokenizer, self.sensitive) if n_sensitive else None
         self.qa = held_out_qa_items(frames, n_qa) if n_qa else []
-        self.base_qa = answer_margins(self.host.model, tokenizer, self.qa) if n_qa else None
+        self.reference = base_reference(
+            self.host.model,
+            tokenizer,
+            base.sha256,
+            self.prompts,
+            max_new_tokens,
+            self.sensitive,
+            self.qa,
+            reference_cache or state_dir() / "cache" / "adapter_base_reference",
+        )
+        self.ood = OodModel.fit(self.reference.embeddings)
+        self.base_answers = list(self.reference.answers)
+        self.base_sensitive = self.reference.sensitive
+        self.base_qa = self.reference.qa
 
     def reference_layers(self, model: Any) -> dict[str, float]:
         """The layers read on answer margins for the adapter loaded in ``model`` (``margins.py``): how much more it
