@@ -53,7 +53,7 @@ from rvu_pipelines.recovery.certificate_body import build_certificate_body
 from rvu_pipelines.recovery.contamination import Closures, SeedReport, compute_closures, find_seeds
 from rvu_pipelines.recovery.first_ingest import MadeBeforeIngest, check_against_new_store, undone_unless_ingested
 from rvu_pipelines.recovery.froc import FrocPolicy, InfluenceSource, RecordedInfluence, RiskTable, Tier, compute_risk
-from rvu_pipelines.recovery.signing_keys import check_signing_key, open_signing_key
+from rvu_pipelines.recovery.signing_keys import PRIVATE_KEY_FILE, check_signing_key, open_signing_key
 from rvu_pipelines.recovery.tiers import (
     AdapterRuntime,
     FaultHook,
@@ -325,10 +325,13 @@ def check_before_models(
     new_key: bool = False,
 ) -> None:
     """The refusals of :func:`recover` that need no model, for callers to make before they load a detector or an
-    embedder: a log a new store would refuse, an unwritable ``cert_out``, a lost signing key. Changes nothing."""
+    embedder: a log a new store would refuse, an unwritable ``cert_out``, a lost signing key. Changes nothing but
+    the certificate's folder, created when missing (as :func:`recover` creates it)."""
     check_against_new_store(incident, store_path)
     check_writable(cert_out)
-    if MadeBeforeIngest.before(store_path, key_dir).store_is_new or str(store_path) == ":memory:":
+    if (Path(key_dir) / PRIVATE_KEY_FILE).exists():  # what earlier recoveries left matters only without a key
+        prior: list[str] = []
+    elif MadeBeforeIngest.before(store_path, key_dir).store_is_new or str(store_path) == ":memory:":
         prior = prior_recoveries(None, certificates_dir)
     else:
         with open_store(store_path, read_only=True) as store:
