@@ -323,7 +323,7 @@ def wmdp_cyber_evaluation(
     group_name=GROUP,
     kinds={"mlflow"},
     description="The adapter study in miniature (default job): four zoo adapters trained for a few steps on a few "
-    "dozen examples, the three-layer gate and influence over them, a memorising adapter on 12 TOFU forget "
+    "dozen examples, the gate's layers and influence over them, a memorising adapter on 12 TOFU forget "
     "questions scored loaded vs evicted against 12 non-members, the WMDP scorer on a few items. Shows every part "
     "runs; the study's numbers come from make adapters.",
     check_specs=[AssetCheckSpec("sample_ran", asset="adapter_sample", blocking=True)],
@@ -339,7 +339,7 @@ def adapter_sample(
     awesome_chatgpt_prompts: pl.DataFrame,
     wmdp_cyber: pl.DataFrame,
 ):
-    from rvu_pipelines.adapters.sample import run_adapter_sample
+    from rvu_pipelines.adapters.sample import SAMPLE_LAB, run_adapter_sample
     from rvu_pipelines.paths import state_dir
     from rvu_pipelines.result_memo import ResultMemo, frame_digest, reuse_message
 
@@ -356,7 +356,7 @@ def adapter_sample(
             "llm_sha256": llm_model["sha256"],
             "embedder_sha256": embedder_model["sha256"],
             "frames": {name: frame_digest(frame) for name, frame in inputs.items()},
-            "lab": {"n_probes": 8, "max_new_tokens": 16},
+            "lab": SAMPLE_LAB,
         },
     )
     stored = memo.load()
@@ -367,9 +367,7 @@ def adapter_sample(
         frames = _probe_frames(
             tofu, deepset_prompt_injections, trustair_jailbreaks, awesome_chatgpt_prompts, wmdp_cyber=wmdp_cyber
         )
-        lab = AdapterLab.from_records(
-            llm_model, embedder_model, frames, n_probes=8, max_new_tokens=16, n_sensitive=8, n_qa=8
-        )
+        lab = AdapterLab.from_records(llm_model, embedder_model, frames, **SAMPLE_LAB)
         sample = run_adapter_sample(lab, state_dir() / "adapter_sample", llm_gguf=Path(str(llm_model["path"])))
         frame = scores_frame(sample.scores)
         with mlflow_tracker.run_for(context, params={"adapters": len(sample.scores)}) as run:

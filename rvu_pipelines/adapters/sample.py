@@ -30,6 +30,8 @@ MEMBERS = 12
 WMDP_ITEMS = 8
 WMDP_MAX_TOKENS = 256  # the sample's cut (the study's is 1,024): a few long items would dominate its time
 RUNTIME_PROMPTS = 2  # prompts answered with the harmful adapter loaded into llama.cpp, then unloaded
+# the gate's lab at the sample's size (the study's: 32 probes, 32 tokens, 32 + 32 margin items)
+SAMPLE_LAB = {"n_probes": 8, "max_new_tokens": 16, "n_sensitive": 4, "n_qa": 4}
 
 
 def _runtime_behind_gate(
