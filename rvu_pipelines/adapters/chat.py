@@ -58,6 +58,25 @@ def encode_turn(
     return EncodedTurn(prompt_ids=prompt_ids, completion_ids=completion_ids)
 
 
+def pad_id_of(tokenizer: Any) -> int:
+    """The id batches are padded with: the tokenizer's pad token, else its end token."""
+    return int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
+
+
+def padded_batch(rows: Sequence[Sequence[int]], pad_id: int, left: bool = False) -> tuple[Any, Any]:
+    """Ids and attention mask for rows of different lengths, padded on the right (or the left)."""
+    import torch
+
+    width = max(len(row) for row in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for index, row in enumerate(rows):
+        span = slice(width - len(row), width) if left else slice(0, len(row))
+        ids[index, span] = torch.tensor(row)
+        mask[index, span] = 1
+    return ids, mask
+
+
 def generate_greedy(
     model: Any,
     tokenizer: Any,
@@ -72,19 +91,15 @@ def generate_greedy(
     import torch
     from tqdm.auto import tqdm
 
-    pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
+    pad_id = pad_id_of(tokenizer)
     encoded = [list(tokenizer(chat_prompt_text(tokenizer, p), add_special_tokens=False)["input_ids"]) for p in prompts]
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
     out = [""] * len(encoded)
     with tqdm(total=len(order), desc=desc, unit="prompt", disable=desc is None) as bar:
         for start in range(0, len(order), batch_size):
             batch = [encoded[i] for i in order[start : start + batch_size]]
-            width = max(len(ids) for ids in batch)
-            ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, seq in enumerate(batch):
-                ids[row, width - len(seq) :] = torch.tensor(seq)
-                mask[row, width - len(seq) :] = 1
+            ids, mask = padded_batch(batch, pad_id, left=True)
+            width = ids.shape[1]
             with torch.inference_mode():
                 generated = model.generate(
                     input_ids=ids,

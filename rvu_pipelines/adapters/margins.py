@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from rvu_pipelines.adapters.chat import chat_prompt_text
+from rvu_pipelines.adapters.chat import ChatExample, encode_turn, pad_id_of, padded_batch
 from rvu_pipelines.adapters.membership import loss_score, next_token_stats
 from rvu_pipelines.adapters.training import LoraSettings
 from rvu_pipelines.adapters.zoo_data import Frames
@@ -87,52 +87,22 @@ def held_out_qa_items(frames: Frames, n: int = N_ITEMS) -> list[MarginItem]:
 
 
 def _encode_item(tokenizer: Any, item: MarginItem, max_tokens: int) -> tuple[list[int], list[list[int]]]:
-    """The prompt's ids and each answer's (correct first). Answers keep at most half of ``max_tokens`` (as in
-    training); the prompt loses its start until the longest answer fits, so every answer sees the same context."""
-    prompt_ids = list(tokenizer(chat_prompt_text(tokenizer, item.prompt), add_special_tokens=False)["input_ids"])
-    end = tokenizer.eos_token or ""
-    answers = [
-        list(tokenizer(answer + end, add_special_tokens=False)["input_ids"])[: max(1, max_tokens // 2)]
-        for answer in (item.correct, *item.wrong)
-    ]
-    return prompt_ids[-(max_tokens - max(len(ids) for ids in answers)) :], answers
+    """The prompt's ids and each answer's (correct first), each turn encoded as training encodes it; the prompt
+    is cut as for the longest answer, so every answer sees the same context."""
+    answers = (item.correct, *item.wrong)
+    turns = [encode_turn(tokenizer, ChatExample(item.prompt, answer), max_tokens=max_tokens) for answer in answers]
+    longest = max(turns, key=lambda turn: len(turn.completion_ids))
+    return longest.prompt_ids, [turn.completion_ids for turn in turns]
 
 
-def _padded(rows: Sequence[Sequence[int]], pad_id: int, left: bool = False) -> tuple[Any, Any]:
-    """Ids and attention mask for rows of different lengths, padded on the right (or the left)."""
-    import torch
-
-    width = max(len(row) for row in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for index, row in enumerate(rows):
-        span = slice(width - len(row), width) if left else slice(0, len(row))
-        ids[index, span] = torch.tensor(row)
-        mask[index, span] = 1
-    return ids, mask
-
-
-def answer_scores(
-    model: Any,
-    tokenizer: Any,
-    items: Sequence[MarginItem],
-    max_tokens: int = LoraSettings.max_tokens,
-    answer_batch: int = 8,
+def _encoded_scores(
+    model: Any, pad_id: int, encoded: Sequence[tuple[list[int], list[list[int]]]], answer_batch: int
 ) -> list[np.ndarray]:
-    """Per item, each answer's mean token log-likelihood (correct first), every answer under the same prompt.
-
-    The items' prompts run once, left-padded in one batch (every prompt ends where its answers start); the
-    answers then continue from their prompt's keys / values, right-padded in batches of similar length. A long
-    prompt (a WMDP question with its choices) costs one pass, not one per answer."""
     import copy
 
     import torch
 
-    if not items:
-        return []
-    encoded = [_encode_item(tokenizer, item, max_tokens) for item in items]
-    pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
-    prompt_ids, prompt_mask = _padded([prompt for prompt, _ in encoded], pad_id, left=True)
+    prompt_ids, prompt_mask = padded_batch([prompt for prompt, _ in encoded], pad_id, left=True)
     owners = [row for row, (_, answers) in enumerate(encoded) for _ in answers]
     answers = [answer for _, item_answers in encoded for answer in item_answers]
     lengths = prompt_mask.sum(dim=1)
@@ -151,7 +121,7 @@ def answer_scores(
             owner = torch.tensor([owners[k] for k in chunk])
             cache = copy.deepcopy(prompt.past_key_values)  # each batch continues from the prompts alone
             cache.batch_select_indices(owner)
-            ids, mask = _padded([answers[k] for k in chunk], pad_id)
+            ids, mask = padded_batch([answers[k] for k in chunk], pad_id)
             logits = model(
                 input_ids=ids,
                 attention_mask=torch.cat([prompt_mask[owner], mask], dim=1),
@@ -165,17 +135,36 @@ def answer_scores(
     return list(np.split(scores, np.cumsum([len(a) for _, a in encoded])[:-1]))
 
 
+def answer_scores(
+    model: Any,
+    tokenizer: Any,
+    items: Sequence[MarginItem],
+    max_tokens: int = LoraSettings.max_tokens,
+    answer_batch: int = 8,
+) -> list[np.ndarray]:
+    """Per item, each answer's mean token log-likelihood (correct first), every answer under the same prompt.
+
+    The items' prompts run once, left-padded in one batch (every prompt ends where its answers start); the
+    answers then continue from their prompt's keys / values, right-padded in batches of similar length. A long
+    prompt (a WMDP question with its choices) costs one pass, not one per answer."""
+    if not items:
+        return []
+    encoded = [_encode_item(tokenizer, item, max_tokens) for item in items]
+    return _encoded_scores(model, pad_id_of(tokenizer), encoded, answer_batch)
+
+
 def answer_margins(model: Any, tokenizer: Any, items: Sequence[MarginItem], batch_size: int = 8) -> np.ndarray:
     """Per item: the correct answer's mean token log-likelihood minus the wrong answers' mean (items of similar
     prompt length share a batch)."""
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1.")
-    lengths = [len(_encode_item(tokenizer, item, LoraSettings.max_tokens)[0]) for item in items]
-    order = sorted(range(len(items)), key=lambda k: lengths[k])
+    encoded = [_encode_item(tokenizer, item, LoraSettings.max_tokens) for item in items]
+    order = sorted(range(len(items)), key=lambda k: len(encoded[k][0]))
     out = np.empty(len(items))
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        for k, scores in zip(chunk, answer_scores(model, tokenizer, [items[k] for k in chunk]), strict=True):
+        scored = _encoded_scores(model, pad_id_of(tokenizer), [encoded[k] for k in chunk], answer_batch=8)
+        for k, scores in zip(chunk, scored, strict=True):
             out[k] = scores[0] - float(np.mean(scores[1:]))
     return out
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from rvu_pipelines.adapters.chat import ChatExample, encode_turn, generate_greedy
+from rvu_pipelines.adapters.chat import ChatExample, encode_turn, generate_greedy, pad_id_of, padded_batch
 from rvu_pipelines.adapters.training import LoraSettings
 
 DEFAULT_K = 0.2
@@ -99,18 +99,14 @@ def token_logprobs(
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1.")
     turns = [encode_turn(tokenizer, ex, max_tokens=max_tokens) for ex in examples]
-    pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
+    pad_id = pad_id_of(tokenizer)
     order = sorted(range(len(turns)), key=lambda i: len(turns[i].input_ids))
     out: list[TokenStats | None] = [None] * len(turns)
     with tqdm(total=len(order), desc=desc, unit="example", disable=desc is None) as bar:
         for start in range(0, len(order), batch_size):
             batch = [turns[i] for i in order[start : start + batch_size]]
-            width = max(len(t.input_ids) for t in batch)
-            ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, turn in enumerate(batch):
-                ids[row, : len(turn.input_ids)] = torch.tensor(turn.input_ids)
-                mask[row, : len(turn.input_ids)] = 1
+            ids, mask = padded_batch([t.input_ids for t in batch], pad_id)
+            width = ids.shape[1]
             first = min(len(t.prompt_ids) for t in batch)
             keep = width - (first - 1)  # kept logits[j] predicts the token at position first + j
             with torch.inference_mode():

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from rvu_pipelines.adapters.chat import ChatExample, EncodedTurn, encode_turn
+from rvu_pipelines.adapters.chat import ChatExample, EncodedTurn, encode_turn, pad_id_of
 
 # SmolLM2 / Llama module names a LoRA may target (peft matches on the last name component).
 LLAMA_TARGETS: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -123,7 +123,7 @@ def train_lora(
     torch.manual_seed(settings.seed)
     rng = np.random.default_rng(settings.seed)
     turns = [encoder(tokenizer, ex, max_tokens=settings.max_tokens) for ex in examples]
-    pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
+    pad_id = pad_id_of(tokenizer)
     wrapped = get_peft_model(model, peft_config(settings))
     if settings.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
