@@ -391,8 +391,8 @@ def recover(
     embedder = embedder or HashingEmbedder()
     # an IncidentLog the caller already validated is used as is: the file is not read a second time
     incident = incident_path if isinstance(incident_path, IncidentLog) else load_incident(incident_path)
-    check_against_new_store(incident, store_path)
-    check_writable(cert_out)
+    # every refusal that needs no model, before the log is scored and embedded
+    check_before_models(incident, store_path, key_dir, cert_out, certificates_dir, new_key)
     lap("validate")
     prepared = prepare_ingest(incident, detector=detector, embedder=embedder)
     sources = prepared.sources
