@@ -26,7 +26,6 @@ from resources import LLMResource, MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.agents.evaluation import attack_table
 from rvu_pipelines.agents.regression import compare_to_golden, drift_markdown, load_golden, load_tolerance
 from rvu_pipelines.atomic_write import atomic_path
-from rvu_pipelines.attacks.optimised import PER_SCENARIO, per_scenario_strings
 from rvu_pipelines.attacks.paired import paired_attack_tests, paired_defense_tests
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import config_dir, state_dir
@@ -36,6 +35,7 @@ from rvu_pipelines.redteam.table import (
     best_of_attacks,
     episode_rows,
     gate_reach_rows,
+    per_scenario_cells,
     run_table,
     study_markdown,
     transfer_summary,
@@ -119,9 +119,7 @@ def attack_table_full(
     rows = episode_rows(runs)
     paired = paired_defense_tests(rows)
     against_controls = paired_attack_tests(rows, CONTROLS) if rows.height else None
-    transfer = None
-    if PER_SCENARIO in plan.attacks:
-        transfer = transfer_summary(runs, per_scenario_strings(harness.attack_context("vanilla")))
+    transfer = transfer_summary(runs, per_scenario_cells(plan, harness.attack_context))
     markdown = study_markdown(
         table,
         paired,

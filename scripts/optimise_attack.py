@@ -11,6 +11,11 @@ is always measured afterwards by the real agent on llama.cpp with the quantised 
 
 ``gcg_per_scenario`` optimises one string per scenario for ``--sample`` scenarios drawn from the attack table's
 held-out sample of ``--benchmark``, each planted only in its own scenario: the attacker also knows the user's request.
+``adaptive-classifier_per_scenario`` and ``adaptive-hfer_per_scenario`` adapt each of those strings to a detector
+defense: they start from the scenario's stored ``gcg_per_scenario`` string and add the defense's score of the text
+its detector reads to the objective (a string is solved when the call is greedy and the score under ``--evade-below``):
+
+    .venv/bin/python scripts/optimise_attack.py --name adaptive-hfer_per_scenario --benchmark injecagent_dh --sample 10
 
 Interrupted anywhere (even SIGKILL), the same command resumes from the last finished step (the state lives in
 ``.rvu/attacks/optimisation/``). The stored file records the weights' sha256, training scenarios, steps, loss,
@@ -25,16 +30,24 @@ import shlex
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from rvu_pipelines.attacks.gcg import GcgConfig
-from rvu_pipelines.attacks.optimised import OBJECTIVES, PER_SCENARIO, TRAIN_BENCHMARK, training_scenarios
+from rvu_pipelines.attacks.optimised import (
+    OBJECTIVES,
+    PER_SCENARIO,
+    PER_SCENARIO_STRINGS,
+    TRAIN_BENCHMARK,
+    per_scenario_path,
+    training_scenarios,
+)
 from rvu_pipelines.attacks.planted_call import target_text
-from rvu_pipelines.attacks.stored import StoredString
+from rvu_pipelines.attacks.stored import StoredString, load_string
 from rvu_pipelines.code_version import code_version
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.machine import machine_line
 from rvu_pipelines.paths import config_dir, state_dir
-from rvu_pipelines.redteam.optimise import detector_penalty, optimise_string
+from rvu_pipelines.redteam.optimise import optimise_string
 from rvu_pipelines.redteam.table import per_scenario_sample
 
 
@@ -43,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="gcg_universal", choices=sorted(OBJECTIVES))
     parser.add_argument("--profile", default=None, help="model profile (configs/models.yaml); default: its default")
     parser.add_argument("--train", type=int, default=8, help="training scenarios (InjecAgent dh training split)")
-    parser.add_argument("--benchmark", default=TRAIN_BENCHMARK, help="gcg_per_scenario: the benchmark sampled")
-    parser.add_argument("--sample", type=int, default=5, help="gcg_per_scenario: held-out scenarios, one string each")
+    parser.add_argument("--benchmark", default=TRAIN_BENCHMARK, help="per-scenario strings: the benchmark sampled")
+    parser.add_argument("--sample", type=int, default=5, help="per-scenario strings: held-out scenarios, one each")
     parser.add_argument(
         "--warm-start",
         action="store_true",
@@ -55,8 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top-k", type=int, default=64)
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--penalty-weight", type=float, default=1.0, help="adaptive-classifier: detector term weight")
-    parser.add_argument("--detector", default="production", help="adaptive-classifier: the defense's detector")
+    parser.add_argument("--penalty-weight", type=float, default=1.0, help="adaptive strings: detector term weight")
+    parser.add_argument("--detector", default="production", help="adaptive-classifier*: the defense's detector")
+    parser.add_argument(
+        "--evade-below",
+        type=float,
+        default=0.5,
+        help="adaptive per-scenario strings: solved only with the detector's score under this (its threshold)",
+    )
     parser.add_argument("--strings-dir", type=Path, default=None, help="default: configs/attacks")
     parser.add_argument("--state-dir", type=Path, default=None, help="default: .rvu/attacks/optimisation")
     args = parser.parse_args(argv)
@@ -86,30 +105,36 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> list[StoredS
     from rvu_pipelines.scenarios import scenarios_for
     from rvu_pipelines.scenarios.registry import canonical_scenarios
 
-    config = load_model_config()
-    profile = args.profile or config.default_profile
-    resolved = ModelStore().resolve("llm", config.profile(profile)["llm"])
+    models = load_model_config()
+    profile = args.profile or models.default_profile
+    resolved = ModelStore().resolve("llm", models.profile(profile)["llm"])
     model, tokenizer = load_dequantized(resolved.path, sha256=resolved.sha256, attn_implementation="sdpa")
     for parameter in model.parameters():
         parameter.requires_grad_(False)
     torch.manual_seed(args.seed)
     canonical = frozenset(s.scenario_id for s in canonical_scenarios())
-    if args.name == PER_SCENARIO:
+    if args.name in PER_SCENARIO_STRINGS:
         groups = [[s] for s in per_scenario_sample(args.benchmark, args.sample)]
     else:
         groups = [training_scenarios(scenarios_for(TRAIN_BENCHMARK, None), args.train, exclude=canonical)]
-    train = [s for group in groups for s in group]
-    penalty = None
-    if args.name == "adaptive-classifier":
-        detector, _ = detector_for(args.detector)
-        penalty = detector_penalty(detector, [s.injection for s in train])
+    strings_dir = args.strings_dir or config_dir() / "attacks"
+    adapted_to = OBJECTIVES[args.name][0]
+    penalty_detector: Any = None
+    if adapted_to == "classifier":
+        penalty_detector, _ = detector_for(args.detector)
+    elif adapted_to == "hfer":
+        from rvu_pipelines.spectral.agent_switch import LazyHferDetector
+
+        penalty_detector = LazyHferDetector.for_profile(profile, expected_sha256=resolved.sha256)
+    adapts_own = args.name in PER_SCENARIO_STRINGS and args.name != PER_SCENARIO
     gcg = GcgConfig(
         n_tokens=args.tokens,
         steps=args.steps,
         candidates=args.candidates,
         top_k=args.top_k,
         seed=args.seed,
-        penalty_weight=args.penalty_weight if penalty else 0.0,
+        penalty_weight=args.penalty_weight if penalty_detector is not None else 0.0,
+        evade_below=args.evade_below if adapts_own else 0.0,
     )
     states = args.state_dir or state_dir() / "attacks" / "optimisation"
     provenance = {
@@ -121,10 +146,14 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> list[StoredS
     stored = []
     for group in groups:
         state_name, config = f"{args.name}_{profile}", gcg
-        if args.name == PER_SCENARIO:
+        if args.name in PER_SCENARIO_STRINGS:
             state_name += "/" + group[0].scenario_id.replace("/", "__")
             if args.warm_start:
                 config = dataclasses.replace(gcg, init_text=" " + target_text(group[0]))
+            if adapts_own:  # the attacker adapts its best string for this scenario to the defense
+                own = load_string(per_scenario_path(strings_dir, profile, group[0].scenario_id), resolved.sha256)
+                length = len(tokenizer.encode(own.text, add_special_tokens=False))
+                config = dataclasses.replace(gcg, init_text=own.text, n_tokens=max(gcg.n_tokens, length))
         stored.append(
             optimise_string(
                 args.name,
@@ -136,8 +165,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> list[StoredS
                 settings=DefenseSettings(detector=HeuristicDetector()),  # the capture pipeline's filter never runs
                 config=config,
                 state_path=states / f"{state_name}.json",
-                strings_dir=args.strings_dir or config_dir() / "attacks",
-                penalty=penalty,
+                strings_dir=strings_dir,
+                penalty_detector=penalty_detector,
                 provenance=provenance,
             )
         )

@@ -13,7 +13,9 @@ seconds) is written atomically after every step; a run killed anywhere resumes f
 each step's random choices depend only on (seed, step), so a resumed run is the run that was not interrupted.
 
 An optional ``penalty`` scores candidate strings by their text (e.g. a detector's injection score, black-box) and
-adds ``penalty_weight`` times it to the loss: the joint objective of an attack adapted to a text filter.
+adds ``penalty_weight`` times it to the loss: the joint objective of an attack adapted to a text filter. With
+``evade_below`` set, a string counts as solved only when its penalty is also below that value (the filter lets it
+through), so the search goes on past a target it already reaches while the filter still catches it.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class GcgConfig:
     init_token: str = " !"  # the string starts as n_tokens copies of this token
     penalty_weight: float = 0.0
     init_text: str = ""  # a warm start: the string starts with these tokens, padded with init_token to n_tokens
+    evade_below: float = 0.0  # > 0: solved also needs the penalty below this (e.g. the defense's threshold)
 
 
 @dataclass
@@ -84,9 +87,9 @@ def problem_fingerprint(model_sha256: str, slots: Sequence[Slot], config: GcgCon
 
 
 def _decides(name: str, value: object) -> bool:
-    """Whether a setting decides the optimisation's path (steps only say when to stop; an unset warm start keeps
-    the fingerprints of runs made before it existed)."""
-    return name != "steps" and not (name == "init_text" and not value)
+    """Whether a setting decides the optimisation's path (steps only say when to stop; an unset warm start or
+    evasion bound keeps the fingerprints of runs made before they existed)."""
+    return name != "steps" and not (name in ("init_text", "evade_below") and not value)
 
 
 def allowed_tokens(tokenizer: Any) -> list[int]:
@@ -132,7 +135,15 @@ class _PrefixCache:
 class GcgOptimizer:
     """GCG over ``slots`` on a transformers causal LM (the de-quantised copy of the agent's GGUF)."""
 
-    def __init__(self, model: Any, tokenizer: Any, slots: Sequence[Slot], config: GcgConfig, model_sha256: str):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        slots: Sequence[Slot],
+        config: GcgConfig,
+        model_sha256: str,
+        penalty: Penalty | None = None,
+    ):
         import torch
 
         if not slots:
@@ -142,7 +153,7 @@ class GcgOptimizer:
         self.embeddings = model.get_input_embeddings().weight.detach()
         self.allowed = torch.tensor(allowed_tokens(tokenizer))
         self.caches = [_PrefixCache(model, slot.prefix_ids) for slot in self.slots]
-        self.penalty: Penalty | None = None
+        self.penalty = penalty
 
     def initial_ids(self) -> list[int]:
         ids = self.tokenizer.encode(self.config.init_token, add_special_tokens=False)
@@ -231,15 +242,24 @@ class GcgOptimizer:
         keep = [i for i in range(n) if _retokenizes(self.tokenizer, candidates[i].tolist())]
         return candidates[keep] if keep else candidates[:1]
 
-    def step(self, ids: Sequence[int], step: int) -> tuple[list[int], float, bool]:
-        """One GCG step from ``ids``: the best candidate, its loss, and whether it solves every slot."""
-        candidates = self.propose(ids, step)
+    def objective(self, candidates: Any) -> tuple[Any, Any]:
+        """What the search minimises for each candidate: the target loss plus the weighted penalty; and whether
+        the candidate solves the problem (every target greedy, and the penalty under ``evade_below`` if set)."""
         loss, solved = self.losses(candidates)
         if self.penalty is not None and self.config.penalty_weight:
             import torch
 
             texts = [self.tokenizer.decode(row.tolist()) for row in candidates]
-            loss = loss + self.config.penalty_weight * torch.tensor(list(self.penalty(texts)), dtype=loss.dtype)
+            scores = torch.tensor(list(self.penalty(texts)), dtype=loss.dtype)
+            loss = loss + self.config.penalty_weight * scores
+            if self.config.evade_below:
+                solved = solved & (scores < self.config.evade_below)
+        return loss, solved
+
+    def step(self, ids: Sequence[int], step: int) -> tuple[list[int], float, bool]:
+        """One GCG step from ``ids``: the best candidate, its objective, and whether it solves the problem."""
+        candidates = self.propose(ids, step)
+        loss, solved = self.objective(candidates)
         best = int(loss.argmin())
         return candidates[best].tolist(), float(loss[best]), bool(solved[best])
 
@@ -248,7 +268,7 @@ class GcgOptimizer:
         state = self._resume(state_path)
         if state is None:
             ids = self.initial_ids()
-            loss, solved = self.losses(__import__("torch").tensor([ids]))
+            loss, solved = self.objective(__import__("torch").tensor([ids]))
             state = GcgState(self.fingerprint, 0, ids, float(loss[0]), ids, float(loss[0]), [float(loss[0])])
             state.solved = bool(solved[0])
             _save(state_path, state)

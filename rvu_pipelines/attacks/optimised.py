@@ -14,7 +14,13 @@ optimised against the defense of the cell it runs in (the attacker moves second)
   string works in expectation over tags it cannot see.
 
 Against the tool gate (``rvg``, ``rvg_oracle``, ``rvu_*``) ``adaptive`` is a choice of goal the gate allows, not a
-string (:mod:`rvu_pipelines.attacks.gate_aware`). ``hfer`` has no adaptive attack here; asking for one says so.
+string (:mod:`rvu_pipelines.attacks.gate_aware`). ``hfer`` has no universal adaptive string; asking for one says so.
+
+``adaptive_per_scenario`` is the per-scenario attacker adapted to the cell's defense: against ``vanilla`` its own
+``gcg_per_scenario`` string, against ``classifier`` and ``hfer`` a string for the same scenario that starts from that
+one and minimises the attacker's tool call plus the defense's own score of the text its detector reads (captured
+through the defense's pipeline; the classifier's detector and the switch are scored black-box on every candidate),
+and counts as solved only when the score is under the defense's threshold too.
 
 Training scenarios are drawn from a fixed hash split of each benchmark that excludes the canonical 10, and
 :func:`in_training_split` lets every evaluation leave them out.
@@ -37,18 +43,39 @@ UNIVERSAL = "gcg_universal"
 PER_SCENARIO = "gcg_per_scenario"
 RANDOM = "random_string"  # the unoptimised control: random plantable tokens, as many as the universal string's
 ADAPTIVE = "adaptive"
+ADAPTIVE_PER_SCENARIO = "adaptive_per_scenario"
 TRAIN_BENCHMARK = "injecagent_dh"
 TRAIN_SPLIT_MODULUS = 20  # one scenario id in 20 (by sha256) may be used to train strings; never evaluated
 # the string each defense faces under ``adaptive``; the objective and capture pipeline of each are in OBJECTIVES
 ADAPTIVE_STRINGS: dict[str, str] = {"vanilla": UNIVERSAL, "classifier": "adaptive-classifier", "fath": "adaptive-fath"}
+# the per-scenario string each defense faces under ``adaptive_per_scenario`` (one stored file per scenario)
+ADAPTIVE_PER_SCENARIO_STRINGS: dict[str, str] = {
+    "vanilla": PER_SCENARIO,
+    "classifier": "adaptive-classifier_per_scenario",
+    "hfer": "adaptive-hfer_per_scenario",
+}
+PER_SCENARIO_STRINGS = frozenset(ADAPTIVE_PER_SCENARIO_STRINGS.values())  # strings made for one scenario each
+# the defenses whose detector scores the text a string is planted in: their score is the joint objective's penalty
+DETECTOR_DEFENSES = frozenset({"classifier", "hfer"})
 OBJECTIVES: dict[str, tuple[str, str]] = {  # string name -> (capture defense, objective in words)
     UNIVERSAL: ("vanilla", "mean cross-entropy of the attacker's tool call over the training prompts"),
     PER_SCENARIO: ("vanilla", "cross-entropy of the attacker's tool call in the one scenario the string is planted in"),
     "adaptive-classifier": (
-        "vanilla",
-        "the attacker's tool call plus the classifier defense's detector score on the planted text (black-box)",
+        "classifier",
+        "the attacker's tool call plus the classifier defense's detector score of the tool outputs it reads "
+        "(black-box)",
     ),
     "adaptive-fath": ("fath", "the attacker's tool call through FATH's pipeline, a fresh random tag per prompt"),
+    "adaptive-classifier_per_scenario": (
+        "classifier",
+        "the attacker's tool call in the one scenario plus the classifier's detector score of the tool output it "
+        "reads (black-box), from the scenario's gcg_per_scenario string; solved only under the detector's threshold",
+    ),
+    "adaptive-hfer_per_scenario": (
+        "hfer",
+        "the attacker's tool call in the one scenario plus the hfer switch's score of the text it reads (black-box), "
+        "from the scenario's gcg_per_scenario string; solved only under the switch's threshold",
+    ),
 }
 
 
@@ -105,40 +132,57 @@ def append_string(scenario: Scenario, stored: StoredString) -> Scenario:
     return scenario.with_injection(scenario.injection + stored.text)
 
 
-def per_scenario_dir(strings_dir: Path, profile: str) -> Path:
-    """The folder of per-scenario strings of ``profile``: one stored string per scenario."""
-    return Path(strings_dir) / f"{PER_SCENARIO}_{profile}"
+def per_scenario_dir(strings_dir: Path, profile: str, name: str = PER_SCENARIO) -> Path:
+    """The folder of the per-scenario strings ``name`` of ``profile``: one stored string per scenario."""
+    return Path(strings_dir) / f"{name}_{profile}"
 
 
-def per_scenario_path(strings_dir: Path, profile: str, scenario_id: str) -> Path:
-    return per_scenario_dir(strings_dir, profile) / (scenario_id.replace("/", "__") + ".json")
+def per_scenario_path(strings_dir: Path, profile: str, scenario_id: str, name: str = PER_SCENARIO) -> Path:
+    return per_scenario_dir(strings_dir, profile, name) / (scenario_id.replace("/", "__") + ".json")
 
 
-def per_scenario_strings(context: AttackContext) -> dict[str, StoredString]:
-    """Every per-scenario string stored for the context's profile, by scenario id (refused for other weights)."""
-    folder = per_scenario_dir(context.strings_dir, context.profile)
+def per_scenario_strings(context: AttackContext, name: str = PER_SCENARIO) -> dict[str, StoredString]:
+    """Every per-scenario string ``name`` stored for the context's profile, by scenario id (refused for other
+    weights)."""
+    folder = per_scenario_dir(context.strings_dir, context.profile, name)
     stored = [load_string(path, context.model_sha256) for path in sorted(folder.glob("*.json"))]
     return {s.train_scenarios[0]: s for s in stored if len(s.train_scenarios) == 1}
 
 
-def append_own_string(scenario: Scenario, context: AttackContext) -> Scenario:
-    """The native injection with the string optimised on this very scenario right after it."""
-    path = per_scenario_path(context.strings_dir, context.profile, scenario.scenario_id)
+def adaptive_per_scenario_name(defense: str) -> str:
+    """The per-scenario strings ``adaptive_per_scenario`` plants against ``defense``."""
+    if defense not in ADAPTIVE_PER_SCENARIO_STRINGS:
+        raise ConfigError(
+            f"No per-scenario adaptive strings against defense {defense!r}; the defenses with them: "
+            f"{', '.join(sorted(ADAPTIVE_PER_SCENARIO_STRINGS))} (against the tool gate, attack adaptive chooses a "
+            "goal the gate allows)."
+        )
+    return ADAPTIVE_PER_SCENARIO_STRINGS[defense]
+
+
+def own_string(scenario: Scenario, context: AttackContext, name: str = PER_SCENARIO) -> StoredString:
+    """The per-scenario string ``name`` optimised on this very scenario (refused when there is none)."""
+    path = per_scenario_path(context.strings_dir, context.profile, scenario.scenario_id, name)
     if not path.is_file():
         raise ConfigError(
-            f"No per-scenario string for {scenario.scenario_id} at {path}: the {PER_SCENARIO} attack runs only on "
-            f"the scenarios it was optimised for (scripts/optimise_attack.py --name {PER_SCENARIO})."
+            f"No {name} string for {scenario.scenario_id} at {path}: a per-scenario attack runs only on the "
+            f"scenarios it was optimised for (scripts/optimise_attack.py --name {name})."
         )
     stored = load_string(path, context.model_sha256)
     if stored.train_scenarios != (scenario.scenario_id,):
         raise ConfigError(
             f"{path}: optimised on {list(stored.train_scenarios)}, not on {scenario.scenario_id}; regenerate it."
         )
-    return scenario.with_injection(scenario.injection + stored.text)
+    return stored
 
 
-def _per_scenario_fingerprint(context: AttackContext) -> str:
-    strings = per_scenario_strings(context)
+def append_own_string(scenario: Scenario, context: AttackContext, name: str = PER_SCENARIO) -> Scenario:
+    """The native injection with the string ``name`` optimised on this very scenario right after it."""
+    return scenario.with_injection(scenario.injection + own_string(scenario, context, name).text)
+
+
+def _per_scenario_fingerprint(context: AttackContext, name: str = PER_SCENARIO) -> str:
+    strings = per_scenario_strings(context, name)
     payload = "\n".join(f"{sid}/{s.model_sha256}/{s.text}" for sid, s in sorted(strings.items()))
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -198,5 +242,15 @@ register(
         "the attack made against the cell's defense: an optimised string, or a goal the tool gate allows",
         rewrite=_adaptive_rewrite,
         fingerprint=_adaptive_fingerprint,
+    )
+)
+register(
+    AttackSpec(
+        ADAPTIVE_PER_SCENARIO,
+        "the per-scenario string made against the cell's defense (its detector's score in the objective)",
+        rewrite=lambda scenario, context: append_own_string(
+            scenario, context, adaptive_per_scenario_name(context.defense)
+        ),
+        fingerprint=lambda context: _per_scenario_fingerprint(context, adaptive_per_scenario_name(context.defense)),
     )
 )

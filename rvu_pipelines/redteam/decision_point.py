@@ -8,11 +8,17 @@ not a reconstruction. Earlier turns (AgentDojo: the agent reads the file itself)
 
 The target is what the benchmark's judge counts as the attack's success, written as the agent writes a tool call
 (:func:`rvu_pipelines.attacks.planted_call.target_text`).
+
+Under a detector defense (``classifier``, ``hfer``) the capture runs the defense's pipeline with a detector that
+lets everything through and keeps what it was given: the text the real detector would score, with the sentinel
+where the string goes (:attr:`Capture.read`). That is what an attack adapted to the detector must get past.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rvu_pipelines.attacks.gcg import Slot
@@ -45,6 +51,30 @@ class _UntilSentinel:
                 "The agent must answer before it reads the injection (no pre-filled call): pass the agent's model."
             )
         return self.inner.chat(messages, **kwargs)
+
+
+class _Reader:
+    """A detector that flags nothing and keeps every text it was asked to score (in the order it read them)."""
+
+    name = "decision-point-reader"
+    version = "decision-point-reader"
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def score(self, texts: Sequence[str]) -> Any:
+        import numpy as np
+
+        self.texts += list(texts)
+        return np.zeros(len(texts))
+
+
+@dataclass(frozen=True)
+class Capture:
+    """A scenario's optimisation slot, and the texts with the sentinel that the defense's detector read."""
+
+    slot: Slot
+    read: tuple[str, ...]
 
 
 def decision_messages(
@@ -82,7 +112,25 @@ def slot_for(
 ) -> Slot | None:
     """The optimisation slot of ``scenario`` under ``defense`` (the string goes right after the injection);
     None when the agent never reads the injection there."""
+    captured = capture(scenario, tokenizer, settings, defense=defense, llm=llm, target=target)
+    return None if captured is None else captured.slot
+
+
+def capture(
+    scenario: Scenario,
+    tokenizer: Any,
+    settings: Any,
+    *,
+    defense: str = "vanilla",
+    llm: ChatModel | None = None,
+    target: str | None = None,
+) -> Capture | None:
+    """:func:`slot_for` and what ``defense``'s detector read on the way (its detectors replaced by a reader
+    that flags nothing, so the prompt is the one an undetected string meets); None when the agent never reads
+    the injection."""
     planted = scenario.with_injection(scenario.injection + SENTINEL)
+    reader = _Reader()
+    settings = dataclasses.replace(settings, detector=reader, hfer_detector=reader)
     messages = decision_messages(planted, defense, settings, llm)
     if messages is None:
         return None
@@ -93,9 +141,13 @@ def slot_for(
             "an optimised string needs exactly one place to act."
         )
     before, _, after = prompt.partition(SENTINEL)
-    return Slot(
+    slot = Slot(
         scenario.scenario_id,
         encode(tokenizer, before),
         encode(tokenizer, after),
         encode(tokenizer, target if target is not None else target_text(scenario)),
     )
+    read = tuple(text for text in reader.texts if SENTINEL in text)
+    if any(text.count(SENTINEL) != 1 for text in read):
+        raise ConfigError(f"{scenario.scenario_id}: a text the {defense} detector reads holds the injection twice.")
+    return Capture(slot, read)

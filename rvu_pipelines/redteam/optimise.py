@@ -13,20 +13,30 @@ from pathlib import Path
 from typing import Any
 
 from rvu_pipelines.attacks.gcg import GcgConfig, GcgOptimizer, Penalty
-from rvu_pipelines.attacks.optimised import OBJECTIVES, PER_SCENARIO, RANDOM, UNIVERSAL, per_scenario_path
+from rvu_pipelines.attacks.optimised import (
+    DETECTOR_DEFENSES,
+    OBJECTIVES,
+    PER_SCENARIO_STRINGS,
+    RANDOM,
+    UNIVERSAL,
+    per_scenario_path,
+)
 from rvu_pipelines.attacks.stored import StoredString, save_string, string_path
 from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.redteam.decision_point import SENTINEL
 from rvu_pipelines.scenarios.contract import Scenario
 
 
-def detector_penalty(detector: Any, injections: Sequence[str]) -> Penalty:
-    """The classifier defense's term of the joint objective: its detector's mean score of the planted texts (each
-    training scenario's injection followed by the candidate string), the text its filter reads in the tool output."""
+def detector_penalty(detector: Any, templates: Sequence[str]) -> Penalty:
+    """A detector defense's term of the joint objective: its detector's mean score of the texts it reads
+    (``templates``: what it read at the decision point, the sentinel where the candidate string goes)."""
+    if not templates:
+        raise ConfigError("A detector penalty needs at least one text the defense reads; none was captured.")
 
     def penalty(texts: Sequence[str]) -> list[float]:
-        planted = [f"{injection}{text}" for text in texts for injection in injections]
+        planted = [template.replace(SENTINEL, text) for text in texts for template in templates]
         scores = [float(s) for s in detector.score(planted)]
-        per = len(injections)
+        per = len(templates)
         return [sum(scores[i * per : (i + 1) * per]) / per for i in range(len(texts))]
 
     return penalty
@@ -44,29 +54,43 @@ def optimise_string(
     config: GcgConfig,
     state_path: Path,
     strings_dir: Path,
-    penalty: Penalty | None = None,
+    penalty_detector: Any = None,
     llm: Any = None,
     progress: bool = True,
     provenance: dict[str, str] | None = None,
 ) -> StoredString:
     """Optimise (or resume) the string ``name`` over ``scenarios`` and store it under ``strings_dir``.
 
-    ``settings``: DefenseSettings of the capture pipeline (OBJECTIVES[name]); ``provenance``: code_version,
-    created, machine for the file. ``gcg_per_scenario`` takes exactly one scenario, the one it will be planted in."""
-    from rvu_pipelines.redteam.decision_point import slot_for
+    ``settings``: DefenseSettings of the capture pipeline (OBJECTIVES[name]); ``penalty_detector``: for a string
+    adapted to a detector defense (``classifier``, ``hfer``), that defense's detector, whose score of the texts it
+    reads joins the objective; ``provenance``: code_version, created, machine for the file. A per-scenario string
+    takes exactly one scenario, the one it will be planted in."""
+    from rvu_pipelines.redteam.decision_point import capture
 
     if name not in OBJECTIVES:
         raise ConfigError(f"Unknown optimised string {name!r}; allowed values: {', '.join(sorted(OBJECTIVES))}.")
-    if name == PER_SCENARIO and len(scenarios) != 1:
-        raise ConfigError(f"{PER_SCENARIO} is optimised on one scenario at a time, got {len(scenarios)}.")
+    if name in PER_SCENARIO_STRINGS and len(scenarios) != 1:
+        raise ConfigError(f"{name} is optimised on one scenario at a time, got {len(scenarios)}.")
     defense, objective = OBJECTIVES[name]
+    if (penalty_detector is not None) != (defense in DETECTOR_DEFENSES):
+        raise ConfigError(
+            f"{name} is captured under {defense}: "
+            + (
+                "pass that defense's detector as penalty_detector."
+                if defense in DETECTOR_DEFENSES
+                else "it has no detector term."
+            )
+        )
     if defense == "fath":  # the attacker cannot see the episode's tag: a fresh random one per captured prompt
         settings = dataclasses.replace(settings, fath_random_tags=True)
-    slots = [slot for s in scenarios if (slot := slot_for(s, tokenizer, settings, defense=defense, llm=llm))]
+    captures = [c for s in scenarios if (c := capture(s, tokenizer, settings, defense=defense, llm=llm))]
+    slots = [c.slot for c in captures]
     if not slots:
         raise ConfigError(f"None of the {len(scenarios)} training scenarios reaches the agent under {defense}.")
-    optimizer = GcgOptimizer(model, tokenizer, slots, config, model_sha256)
-    optimizer.penalty = penalty
+    penalty = None
+    if penalty_detector is not None:
+        penalty = detector_penalty(penalty_detector, [text for c in captures for text in c.read])
+    optimizer = GcgOptimizer(model, tokenizer, slots, config, model_sha256, penalty)
     state = optimizer.run(state_path, progress=progress)
     text = tokenizer.decode(state.best_ids)
     stored = StoredString(
@@ -85,8 +109,8 @@ def optimise_string(
         config={k: v for k, v in vars(config).items()},
         **(provenance or {}),
     )
-    if name == PER_SCENARIO:
-        save_string(per_scenario_path(strings_dir, profile, stored.train_scenarios[0]), stored)
+    if name in PER_SCENARIO_STRINGS:
+        save_string(per_scenario_path(strings_dir, profile, stored.train_scenarios[0], name), stored)
     else:
         save_string(string_path(strings_dir, name, profile), stored)
     if name == UNIVERSAL:  # its control, beside it: what the same number of unoptimised tokens does

@@ -40,6 +40,7 @@ ATTACKS: tuple[str, ...] = (
     "gcg_universal",
     "gcg_per_scenario",
     "adaptive",
+    "adaptive_per_scenario",
 )
 ATTACK_NOTES: dict[str, str] = {
     "no_attack": "control: the injection removed (utility without attack; any success means the judge is broken)",
@@ -53,4 +54,6 @@ ATTACK_NOTES: dict[str, str] = {
     "gcg_per_scenario": "the native injection plus a string optimised (GCG) on the agent's own weights for that very "
     "scenario; runs on the scenarios that have one",
     "adaptive": "the attack optimised against the cell's defense (the attacker moves second)",
+    "adaptive_per_scenario": "the per-scenario string optimised against the cell's defense, from the scenario's "
+    "gcg_per_scenario string; runs on the scenarios that have one",
 }

@@ -72,7 +72,7 @@ def test_a_per_scenario_string_acts_only_in_its_own_scenario(own_string, held_ou
     context = AttackContext("tiny", sha, "vanilla", folder)
     assert set(per_scenario_strings(context)) == {held_out[0].scenario_id}
     assert attacked(held_out[0], PER_SCENARIO, context).injection == held_out[0].injection + stored.text
-    with pytest.raises(ConfigError, match="No per-scenario string for"):
+    with pytest.raises(ConfigError, match="No gcg_per_scenario string for"):
         attacked(held_out[1], PER_SCENARIO, context)
     with pytest.raises(ConfigError, match="does not carry over between weights"):
         attacked(held_out[0], PER_SCENARIO, AttackContext("tiny", "0" * 64, "vanilla", folder))
@@ -103,7 +103,13 @@ def test_the_table_runs_the_string_and_its_control_on_the_same_scenarios_and_cou
 ):
     """ASR is the agent's on llama.cpp (quantised GGUF); the planted-call control runs on the same scenarios; a
     benchmark without strings is listed as not run; the transfer summary counts the PyTorch verdict beside it."""
-    from rvu_pipelines.redteam.table import TablePlan, run_table, study_markdown, transfer_summary
+    from rvu_pipelines.redteam.table import (
+        TablePlan,
+        per_scenario_cells,
+        run_table,
+        study_markdown,
+        transfer_summary,
+    )
 
     folder, stored = own_string
     harness = string_harness(folder)
@@ -120,14 +126,18 @@ def test_the_table_runs_the_string_and_its_control_on_the_same_scenarios_and_cou
     run = runs[1]
     row = run.rows.row(0, named=True)
     assert row["attack"] == PER_SCENARIO and row["error"] is None
-    summary = transfer_summary([run], per_scenario_strings(harness.attack_context("vanilla")))
+    summary = transfer_summary(runs, per_scenario_cells(plan, harness.attack_context))
     succeeded = int(bool(row["attack_succeeded"]))
-    assert summary == {
-        "strings": 1,
-        "solved_pytorch": int(stored.solved),
-        "succeeded_llama_cpp": succeeded,
-        "solved_and_succeeded": int(stored.solved) * succeeded,
-    }
+    assert summary == [
+        {
+            "attack": PER_SCENARIO,
+            "defense": "vanilla",
+            "strings": 1,
+            "solved_pytorch": int(stored.solved),
+            "succeeded_llama_cpp": succeeded,
+            "solved_and_succeeded": int(stored.solved) * succeeded,
+        }
+    ]
     import polars as pl
 
     from rvu_pipelines.attacks.paired import paired_attack_tests
@@ -136,7 +146,7 @@ def test_the_table_runs_the_string_and_its_control_on_the_same_scenarios_and_cou
     against = paired_attack_tests(episode_rows(runs), CONTROLS)
     assert against.select(["attack", "control", "n_pairs"]).rows() == [(PER_SCENARIO, "planted_call", 1)]
     text = study_markdown(pl.DataFrame(), pl.DataFrame(), [], summary, against)
-    assert f"{succeeded} succeeded on llama.cpp" in text
+    assert f"| {PER_SCENARIO} | vanilla | 1 | {int(stored.solved)} | {succeeded} |" in text
     assert "| injecagent_dh | vanilla | gcg_per_scenario | planted_call | 1 |" in text
 
 
