@@ -101,21 +101,6 @@ def encode(tokenizer: Any, text: str) -> tuple[int, ...]:
     return tuple(int(t) for t in tokenizer.encode(text, add_special_tokens=False))
 
 
-def slot_for(
-    scenario: Scenario,
-    tokenizer: Any,
-    settings: Any,
-    *,
-    defense: str = "vanilla",
-    llm: ChatModel | None = None,
-    target: str | None = None,
-) -> Slot | None:
-    """The optimisation slot of ``scenario`` under ``defense`` (the string goes right after the injection);
-    None when the agent never reads the injection there."""
-    captured = capture(scenario, tokenizer, settings, defense=defense, llm=llm, target=target)
-    return None if captured is None else captured.slot
-
-
 def capture(
     scenario: Scenario,
     tokenizer: Any,
@@ -125,9 +110,9 @@ def capture(
     llm: ChatModel | None = None,
     target: str | None = None,
 ) -> Capture | None:
-    """:func:`slot_for` and what ``defense``'s detector read on the way (its detectors replaced by a reader
-    that flags nothing, so the prompt is the one an undetected string meets); None when the agent never reads
-    the injection."""
+    """The optimisation slot of ``scenario`` under ``defense`` (the string goes right after the injection) and
+    what the defense's detector read on the way (its detectors replaced by a reader that flags nothing, so the
+    prompt is the one an undetected string meets); None when the agent never reads the injection there."""
     planted = scenario.with_injection(scenario.injection + SENTINEL)
     reader = _Reader()
     settings = dataclasses.replace(settings, detector=reader, hfer_detector=reader)

@@ -14,14 +14,14 @@ import pytest
 from rvu_pipelines.attacks.gcg import GcgConfig, GcgOptimizer
 from rvu_pipelines.attacks.planted_call import target_text
 from rvu_pipelines.errors import ConfigError
-from rvu_pipelines.redteam.decision_point import SENTINEL, slot_for
+from rvu_pipelines.redteam.decision_point import SENTINEL, capture
 
 TINY = GcgConfig(n_tokens=4, steps=2, candidates=8, top_k=16, seed=3)
 
 
 def test_the_slot_is_the_agents_prompt_cut_at_the_injection(dequantized, capture_settings, train_scenario):
     model, tokenizer, _ = dequantized
-    slot = slot_for(train_scenario, tokenizer, capture_settings)
+    slot = capture(train_scenario, tokenizer, capture_settings).slot
     assert slot is not None and slot.slot_id == train_scenario.scenario_id
     before, after = tokenizer.decode(list(slot.prefix_ids)), tokenizer.decode(list(slot.suffix_ids))
     assert before.endswith(train_scenario.injection)  # the string acts right after the native injection
@@ -44,7 +44,7 @@ def test_a_step_keeps_the_best_string_and_its_reported_loss_is_the_real_one(
     import torch
 
     model, tokenizer, sha = dequantized
-    slot = slot_for(train_scenario, tokenizer, capture_settings)
+    slot = capture(train_scenario, tokenizer, capture_settings).slot
     optimizer = GcgOptimizer(model, tokenizer, [slot], TINY, sha)
     state = optimizer.run(tmp_path / "state.json", progress=False, stop_when_solved=False)
     assert state.step == 2 and len(state.losses) == 3

@@ -11,7 +11,7 @@ from rvu_pipelines.attacks.gcg import GcgConfig, GcgOptimizer
 from rvu_pipelines.attacks.optimised import PER_SCENARIO, per_scenario_path, per_scenario_strings
 from rvu_pipelines.attacks.planted_call import target_text
 from rvu_pipelines.errors import ConfigError
-from rvu_pipelines.redteam.decision_point import slot_for
+from rvu_pipelines.redteam.decision_point import capture
 
 TINY = GcgConfig(n_tokens=20, steps=2, candidates=8, top_k=16, seed=3)
 
@@ -51,7 +51,7 @@ def test_the_warm_start_begins_at_the_goal_and_lowers_the_loss_of_reaching_it(de
     import torch
 
     model, tokenizer, sha = dequantized
-    slot = slot_for(held_out[0], tokenizer, capture_settings)
+    slot = capture(held_out[0], tokenizer, capture_settings).slot
     warm_config = dataclasses.replace(TINY, init_text=" " + target_text(held_out[0]))
     cold, warm = (GcgOptimizer(model, tokenizer, [slot], c, sha) for c in (TINY, warm_config))
     warm_ids = warm.initial_ids()
