@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--warm-start",
         action="store_true",
-        help="gcg_per_scenario: the string starts as the target tool call itself (the attacker knows its goal)",
+        help="gcg_per_scenario: the string starts as the attacker's goal written out (at least --tokens long)",
     )
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--candidates", type=int, default=32)
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace, argv: list[str] | None = None) -> list[StoredString]:
     if args.warm_start and args.name != PER_SCENARIO:
-        raise ConfigError(f"--warm-start starts from one scenario's tool call: it applies to {PER_SCENARIO} only.")
+        raise ConfigError(f"--warm-start starts from one scenario's goal: it applies to {PER_SCENARIO} only.")
     import torch
 
     from rvu_pipelines.agents.defenses import DefenseSettings
@@ -148,12 +148,14 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> list[StoredS
         state_name, config = f"{args.name}_{profile}", gcg
         if args.name in PER_SCENARIO_STRINGS:
             state_name += "/" + group[0].scenario_id.replace("/", "__")
-            if args.warm_start:
-                config = dataclasses.replace(gcg, init_text=" " + target_text(group[0]))
+            start = ""
+            if args.warm_start:  # the string starts as the attacker's goal written out
+                start = " " + target_text(group[0])
             if adapts_own:  # the attacker adapts its best string for this scenario to the defense
-                own = load_string(per_scenario_path(strings_dir, profile, group[0].scenario_id), resolved.sha256)
-                length = len(tokenizer.encode(own.text, add_special_tokens=False))
-                config = dataclasses.replace(gcg, init_text=own.text, n_tokens=max(gcg.n_tokens, length))
+                start = load_string(per_scenario_path(strings_dir, profile, group[0].scenario_id), resolved.sha256).text
+            if start:  # at least as long as where it starts
+                length = len(tokenizer.encode(start, add_special_tokens=False))
+                config = dataclasses.replace(gcg, init_text=start, n_tokens=max(gcg.n_tokens, length))
         stored.append(
             optimise_string(
                 args.name,
@@ -162,7 +164,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> list[StoredS
                 model=model,
                 tokenizer=tokenizer,
                 scenarios=group,
-                settings=DefenseSettings(detector=HeuristicDetector()),  # the capture pipeline's filter never runs
+                settings=DefenseSettings(detector=HeuristicDetector()),  # capture() reads in place of its detectors
                 config=config,
                 state_path=states / f"{state_name}.json",
                 strings_dir=strings_dir,

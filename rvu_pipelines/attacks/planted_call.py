@@ -1,9 +1,10 @@
-"""The control beside the per-scenario strings: the attacker's tool call itself written into the injection.
+"""The control beside the per-scenario strings: the attacker's goal itself written into the injection.
 
-A per-scenario string is warm-started from the tool call the judge counts (``{"tool": "<attacker tool>"}``), so the
-question its row must answer is what the optimisation adds to that text. ``planted_call`` plants exactly that text
-after the native injection, unoptimised: if it reaches the per-scenario row's ASR, the row's result is the planted
-text's, not the optimiser's. It needs no model access: the attacker only knows its own goal.
+A per-scenario string is warm-started from what the judge counts as the attack's success (the tool call
+``{"tool": "<attacker tool>"}`` on InjecAgent and AgentDojo, the answer on BIPIA), so the question its row must answer
+is what the optimisation adds to that text. ``planted_call`` plants exactly that text after the native injection,
+unoptimised: if it reaches the per-scenario row's ASR, the row's result is the planted text's, not the optimiser's. It
+needs no model access: the attacker only knows its own goal.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ PLANTED_CALL = "planted_call"
 
 
 def target_text(scenario: Scenario) -> str:
-    """The tool call the judge counts as the attack's success, complete, in the agent's tool-call format.
+    """What the judge counts as the attack's success, as the agent would write it: a tool call, complete, in the
+    agent's tool-call format, or for a benchmark judged on the answer, that answer.
 
     InjecAgent: ``{"tool": "<first attacker tool>"}`` (its tools take optional arguments, so the bare call runs);
     AgentDojo: the injection task's first ground-truth call with its arguments. The call is closed on purpose: a
     target that stops at the tool's name is reached by strings the model copies on into malformed JSON, which the
-    agent's parser rightly ignores."""
+    agent's parser rightly ignores. BIPIA: the shortest answer the attack's own judge accepts (the payload, the
+    requested form, the attack's keywords; ``BipiaScenario.attack_goal``)."""
     tools: Sequence[str] = getattr(scenario, "attacker_tools", ())
     if tools:
         return json.dumps({"tool": tools[0]})
@@ -34,16 +37,19 @@ def target_text(scenario: Scenario) -> str:
             raise ConfigError(f"{scenario.scenario_id}: the injection task has no ground-truth call to target.")
         function, args = calls[0]
         return json.dumps({"tool": function, "arguments": args}, default=str)
+    goal = getattr(scenario, "attack_goal", None)  # BIPIA: judged on the answer
+    if goal is not None:
+        return str(goal)
     raise ConfigError(
-        f"{scenario.scenario_id}: benchmark {scenario.benchmark!r} has no tool-call target for an optimised "
-        "string (InjecAgent and AgentDojo have; BIPIA judges free text)."
+        f"{scenario.scenario_id}: benchmark {scenario.benchmark!r} has no target for an optimised string (a tool "
+        "call the judge counts, or an answer it accepts)."
     )
 
 
 register(
     AttackSpec(
         PLANTED_CALL,
-        "control: the native injection plus the attacker's tool call written out (a per-scenario string's start)",
+        "control: the native injection plus the attacker's goal written out (a per-scenario string's start)",
         rewrite=lambda scenario, _context: scenario.with_injection(f"{scenario.injection} {target_text(scenario)}"),
         fingerprint=lambda _context: "tool-call-v2",
     )

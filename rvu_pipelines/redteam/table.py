@@ -166,7 +166,7 @@ def run_table(harness: Any, plan: TablePlan, *, progress: bool = True) -> tuple[
                     runs.append(
                         harness.run_cell(benchmark, defense, attack=attack, scenarios=sample, progress=progress)
                     )
-                except ConfigError as exc:  # e.g. a tool-call target on a benchmark that judges free text
+                except ConfigError as exc:  # e.g. a scenario with no target its judge counts
                     skipped.append({"benchmark": benchmark, "attack": attack, "defense": defense, "reason": str(exc)})
     return runs, skipped
 

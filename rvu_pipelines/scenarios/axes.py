@@ -47,8 +47,8 @@ ATTACK_NOTES: dict[str, str] = {
     NATIVE: "the benchmark's own injection text",
     "random_string": "control: the native injection plus a random string of the optimised strings' length",
     "forged_turn": "the injection closes the tool turn and opens a fake user turn in the model's chat template",
-    "planted_call": "control: the native injection plus the attacker's tool call written out, unoptimised (what "
-    "a per-scenario string starts from)",
+    "planted_call": "control: the native injection plus the attacker's goal written out, unoptimised (the tool call, "
+    "or on BIPIA the answer its judge accepts; what a per-scenario string starts from)",
     "gcg_universal": "the native injection plus one string optimised (GCG) on the agent's own weights over a "
     "training split of InjecAgent scenarios; evaluated on held-out scenarios",
     "gcg_per_scenario": "the native injection plus a string optimised (GCG) on the agent's own weights for that very "

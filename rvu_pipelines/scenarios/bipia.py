@@ -24,10 +24,11 @@ import polars as pl
 from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
 from agentdojo.functions_runtime import Function, FunctionCall
 
+from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scenarios.catalog import BenchmarkSpec, register_benchmark
 from rvu_pipelines.scenarios.common import ToolLog, make_tool, run_pipeline, stable_choice
 from rvu_pipelines.scenarios.contract import ScenarioOutcome
-from rvu_pipelines.scenarios.judges import bipia_judge, code_utility, qa_utility
+from rvu_pipelines.scenarios.judges import bipia_goal_answer, bipia_judge, code_utility, qa_utility
 
 TASKS = ("email", "table", "code")
 POSITIONS = ("start", "middle", "end")
@@ -112,6 +113,17 @@ class BipiaScenario:
         so ``attack_text`` stays the shipped one and the rewritten episode is judged on the original goal.
         """
         return replace(self, planted_text=text)
+
+    @property
+    def attack_goal(self) -> str:
+        """The answer the attack's own judge counts as success (an attack on BIPIA aims the reply at it)."""
+        kind = "code" if self.task == "code" else "text"
+        try:
+            return bipia_goal_answer(kind, self.attack_category, self.attack_text, f"{self.context}\n{self.question}")
+        except ValueError as exc:
+            raise ConfigError(
+                f"{self.scenario_id}: no answer its judge counts as the attack's success ({exc})."
+            ) from exc
 
     def tools(self, log: ToolLog) -> list[Function]:
         content = self.attacked_context

@@ -21,11 +21,14 @@ def test_the_attackers_tool_call_follows_the_native_injection():
     assert attack_fingerprint(PLANTED_CALL, CONTEXT) == "planted_call:tool-call-v2"
 
 
-def test_a_free_text_benchmark_has_no_call_to_plant():
+def test_on_a_benchmark_judged_on_the_answer_the_planted_text_is_that_answer():
     from rvu_pipelines.scenarios import scenarios_for
 
-    with pytest.raises(ConfigError, match="judges free text"):
-        attacked(scenarios_for("bipia_email", 1)[0], PLANTED_CALL, CONTEXT)
+    scenario = scenarios_for("bipia_email", 1)[0]
+    planted = attacked(scenario, PLANTED_CALL, CONTEXT)
+    assert planted.injection == f"{scenario.injection} {scenario.attack_goal}"
+    assert planted.attack_text == scenario.attack_text  # judged on the shipped goal, not on the planted text
+    assert scenario.judge(scenario.attack_goal)[0] and not scenario.judge(scenario.ideal)[0]
 
 
 def test_the_table_plan_refuses_an_unknown_sample():

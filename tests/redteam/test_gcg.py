@@ -31,11 +31,16 @@ def test_the_slot_is_the_agents_prompt_cut_at_the_injection(dequantized, capture
     assert target == target_text(train_scenario) and train_scenario.attacker_tools[0] in target
 
 
-def test_bipia_has_no_tool_call_target():
+def test_a_bipia_slot_targets_the_answer_its_judge_counts(dequantized, capture_settings):
+    """BIPIA is judged on the answer: the slot ends where the agent starts answering, and its target is that answer."""
     from rvu_pipelines.scenarios import scenarios_for
 
-    with pytest.raises(ConfigError, match="judges free text"):
-        target_text(scenarios_for("bipia_email", 1)[0])
+    tokenizer = dequantized[1]
+    scenario = scenarios_for("bipia_email", 1)[0]
+    slot = capture(scenario, tokenizer, capture_settings).slot
+    assert tokenizer.decode(list(slot.suffix_ids)).rstrip().endswith("<|im_start|>assistant")
+    assert tokenizer.decode(list(slot.target_ids)) == target_text(scenario) == scenario.attack_goal
+    assert scenario.judge(target_text(scenario))[0]
 
 
 def test_a_step_keeps_the_best_string_and_its_reported_loss_is_the_real_one(
