@@ -371,8 +371,8 @@ def study_markdown(
         lines.append("")
     if transfer:
         lines += [
-            "Per-scenario strings, PyTorch → llama.cpp (solved: the attacker's call is the greedy reply on the "
-            "de-quantised copy and, adapted to a detector, that detector lets the string through):",
+            "Per-scenario strings, PyTorch → llama.cpp (solved: the attacker's target, its call or answer, is the "
+            "greedy reply on the de-quantised copy and, adapted to a detector, that detector lets the string through):",
             "",
             "| Attack | Defense | strings | solved (PyTorch) | succeeded (llama.cpp) | solved and succeeded |",
             "|---|---|---|---|---|---|",
