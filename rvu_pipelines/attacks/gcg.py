@@ -77,12 +77,17 @@ class GcgState:
         return json.dumps(asdict(self), sort_keys=True, indent=1)
 
 
-def problem_fingerprint(model_sha256: str, slots: Sequence[Slot], config: GcgConfig) -> str:
-    """What decides the optimisation: the weights, every slot's ids and the settings (a resume must match)."""
-    payload = json.dumps(
-        [model_sha256, [asdict(s) for s in slots], {k: v for k, v in asdict(config).items() if _decides(k, v)}],
-        sort_keys=True,
-    )
+def problem_fingerprint(model_sha256: str, slots: Sequence[Slot], config: GcgConfig, penalty_key: str = "") -> str:
+    """What decides the optimisation: the weights, every slot's ids, the settings and, with a penalty, what it
+    scores (``penalty_key``: the detector's version and the texts it reads); a resume must match."""
+    parts: list[object] = [
+        model_sha256,
+        [asdict(s) for s in slots],
+        {k: v for k, v in asdict(config).items() if _decides(k, v)},
+    ]
+    if penalty_key:  # without one, the fingerprints of runs made before penalties were keyed
+        parts.append(penalty_key)
+    payload = json.dumps(parts, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -143,13 +148,14 @@ class GcgOptimizer:
         config: GcgConfig,
         model_sha256: str,
         penalty: Penalty | None = None,
+        penalty_key: str = "",
     ):
         import torch
 
         if not slots:
             raise ConfigError("GCG needs at least one slot (a scenario whose injection the agent reads).")
         self.model, self.tokenizer, self.slots, self.config = model, tokenizer, list(slots), config
-        self.fingerprint = problem_fingerprint(model_sha256, slots, config)
+        self.fingerprint = problem_fingerprint(model_sha256, slots, config, penalty_key if penalty else "")
         self.embeddings = model.get_input_embeddings().weight.detach()
         self.allowed = torch.tensor(allowed_tokens(tokenizer))
         self.caches = [_PrefixCache(model, slot.prefix_ids) for slot in self.slots]

@@ -8,6 +8,7 @@ because an optimisation slot is the prompt a defense's real pipeline builds.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -87,10 +88,13 @@ def optimise_string(
     slots = [c.slot for c in captures]
     if not slots:
         raise ConfigError(f"None of the {len(scenarios)} training scenarios reaches the agent under {defense}.")
-    penalty = None
+    penalty, penalty_key = None, ""
     if penalty_detector is not None:
-        penalty = detector_penalty(penalty_detector, [text for c in captures for text in c.read])
-    optimizer = GcgOptimizer(model, tokenizer, slots, config, model_sha256, penalty)
+        read = [text for c in captures for text in c.read]
+        penalty = detector_penalty(penalty_detector, read)
+        version = getattr(penalty_detector, "version", None) or type(penalty_detector).__name__
+        penalty_key = json.dumps([str(version), read])
+    optimizer = GcgOptimizer(model, tokenizer, slots, config, model_sha256, penalty, penalty_key)
     state = optimizer.run(state_path, progress=progress)
     text = tokenizer.decode(state.best_ids)
     stored = StoredString(

@@ -66,6 +66,12 @@ def test_the_detector_score_joins_the_objective_and_decides_what_counts_as_solve
     assert not caught_solved.any()  # caught by the detector: never solved, whatever the target loss
     assert passed_solved.tolist() == solved.tolist()
     assert caught.fingerprint != plain.fingerprint  # the evasion bound and weight decide the path
+    # so does what the penalty scores: a state saved against other texts or another detector is not resumed
+    keyed = [
+        GcgOptimizer(model, tokenizer, [slot], config, sha, penalty=lambda t: [0.0] * len(t), penalty_key=k)
+        for k in ("a", "b")
+    ]
+    assert len({caught.fingerprint, *(o.fingerprint for o in keyed)}) == 3
 
 
 def test_an_adapted_string_starts_from_its_own_and_is_stored_beside_it(
