@@ -52,7 +52,7 @@ from rvu_pipelines.code_version import code_version
 from rvu_pipelines.detectors.catalog import PRODUCTION_CHOICE
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import state_dir
-from rvu_pipelines.redteam.table import unavailable
+from rvu_pipelines.redteam.table import cell_scenarios, unavailable
 from rvu_pipelines.scenarios.axes import ATTACKS, BENCHMARKS, CANONICAL, DEFENSES, NATIVE
 
 GROUP = "attacks"
@@ -261,6 +261,7 @@ def attack_cell(
         limit=config.limit,
         progress=config.progress,
         rerun=config.rerun,
+        scenarios=cell_scenarios(attack, keys["benchmark"], harness.attack_context(defense), config.limit),
     )
     run_id = log_attack_cell(context, mlflow_tracker, harness, run, llm_model)
     return Output(

@@ -139,6 +139,20 @@ def _adaptive_per_scenario_gap(defense: str, context: AttackContext, benchmark: 
     return None
 
 
+PER_SCENARIO_ATTACKS = frozenset({PER_SCENARIO, ADAPTIVE_PER_SCENARIO})  # run where their strings were made
+
+
+def cell_scenarios(
+    attack: str, benchmark: str, context: AttackContext, limit: int | None = None
+) -> list[Scenario] | None:
+    """The scenarios one cell runs: a per-scenario attack's are those with a string (at most ``limit``); None for
+    every other attack (the benchmark's own fixed-seed sample)."""
+    if attack not in PER_SCENARIO_ATTACKS:
+        return None
+    own = own_string_sample(benchmark, context)
+    return own if limit is None else own[:limit]
+
+
 def run_table(harness: Any, plan: TablePlan, *, progress: bool = True) -> tuple[list[Any], list[dict[str, str]]]:
     """Every available cell of ``plan`` (resumable: finished episodes are reused); returns the cell runs and the
     cells that could not run, with why."""
@@ -146,7 +160,7 @@ def run_table(harness: Any, plan: TablePlan, *, progress: bool = True) -> tuple[
     skipped: list[dict[str, str]] = []
     for benchmark in plan.benchmarks:
         # the per-scenario strings do not depend on the defense: read them (and the benchmark) once
-        per_scenario = {PER_SCENARIO, ADAPTIVE_PER_SCENARIO} & set(plan.attacks)
+        per_scenario = PER_SCENARIO_ATTACKS & set(plan.attacks)
         own = own_string_sample(benchmark, harness.attack_context("vanilla")) if per_scenario else []
         if plan.sample == "per_scenario":
             scenarios = own or own_string_sample(benchmark, harness.attack_context("vanilla"))
@@ -161,7 +175,7 @@ def run_table(harness: Any, plan: TablePlan, *, progress: bool = True) -> tuple[
                 if reason:
                     skipped.append({"benchmark": benchmark, "attack": attack, "defense": defense, "reason": reason})
                     continue
-                sample = own if attack in (PER_SCENARIO, ADAPTIVE_PER_SCENARIO) else scenarios
+                sample = own if attack in PER_SCENARIO_ATTACKS else scenarios
                 try:
                     runs.append(
                         harness.run_cell(benchmark, defense, attack=attack, scenarios=sample, progress=progress)

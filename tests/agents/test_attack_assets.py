@@ -87,6 +87,33 @@ def test_a_cell_that_cannot_run_materializes_empty_and_says_why(tmp_path) -> Non
     assert result.output_for_node("attack_cell").height == 0
 
 
+def test_a_per_scenario_cell_runs_the_scenarios_its_strings_were_made_for(tmp_path) -> None:
+    """Not the benchmark's own sample, where no scenario has a string: the committed strings' scenarios."""
+    from rvu_pipelines.attacks.optimised import PER_SCENARIO
+    from rvu_pipelines.paths import config_dir
+
+    resources = deployment_resources("local") | {
+        "io_manager": LocalTableIOManager(base_dir=str(tmp_path / "assets")),
+        "mlflow_tracker": MlflowTrackerResource(tracking_uri=MlflowTracker(experiment=EXPERIMENT).tracking_uri),
+    }
+    llm_model = next(a for a in model_assets() if a.key.to_user_string() == "llm_model")
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize(
+            [llm_model, attack_cell],
+            partition_key=f"{PER_SCENARIO}.vanilla|injecagent_dh",
+            resources=resources,
+            instance=instance,
+            run_config=_run_config(),
+        )
+    assert result.success
+    rows = result.output_for_node("attack_cell")
+    made_for = sorted(
+        p.stem.replace("__", "/") for p in (config_dir() / "attacks" / f"{PER_SCENARIO}_tiny").glob("*.json")
+    )
+    assert rows["scenario_id"].to_list() == [s for s in made_for if s.startswith("injecagent/dh/")][:1]
+    assert rows["error"].to_list() == [None]
+
+
 def test_golden_check_fails_when_a_golden_value_moves(tmp_path) -> None:
     import polars as pl
 
