@@ -250,7 +250,8 @@ def attack_cell(
     attack, defense = parse_arm(keys["arm"])
     get_attack(attack, field="attack")
     harness = open_harness(config, llm_model, llm, model_store, mlflow_tracker)
-    reason = unavailable(attack, defense, harness.attack_context(defense), keys["benchmark"])
+    attack_context = harness.attack_context(defense)
+    reason = unavailable(attack, defense, attack_context, keys["benchmark"])
     if reason is not None:  # e.g. no adaptive attack against this defense: a cell that cannot run, said so
         context.log.warning(f"{keys['benchmark']} / {attack} / {defense} not run: {reason}")
         return Output(pl.DataFrame(), metadata={"dagster/row_count": 0, "not_run": reason})
@@ -261,7 +262,7 @@ def attack_cell(
         limit=config.limit,
         progress=config.progress,
         rerun=config.rerun,
-        scenarios=cell_scenarios(attack, keys["benchmark"], harness.attack_context(defense), config.limit),
+        scenarios=cell_scenarios(attack, keys["benchmark"], attack_context, config.limit),
     )
     run_id = log_attack_cell(context, mlflow_tracker, harness, run, llm_model)
     return Output(

@@ -66,20 +66,25 @@ def test_cell_materializes_then_rematerializes_without_inference(tmp_path) -> No
     assert runs[0].data.params["code_version"] == code_version() and metadata[1]["code_version"].value == code_version()
 
 
-def test_a_cell_that_cannot_run_materializes_empty_and_says_why(tmp_path) -> None:
+def _materialize_one_cell(tmp_path, partition: str):
+    """The model asset and one attack cell, in a fresh instance (one short episode per scenario)."""
     resources = deployment_resources("local") | {
         "io_manager": LocalTableIOManager(base_dir=str(tmp_path / "assets")),
         "mlflow_tracker": MlflowTrackerResource(tracking_uri=MlflowTracker(experiment=EXPERIMENT).tracking_uri),
     }
     llm_model = next(a for a in model_assets() if a.key.to_user_string() == "llm_model")
     with DagsterInstance.ephemeral() as instance:
-        result = materialize(
+        return materialize(
             [llm_model, attack_cell],
-            partition_key="adaptive.hfer|canonical",  # no adaptive attack against hfer here
+            partition_key=partition,
             resources=resources,
             instance=instance,
             run_config=_run_config(),
         )
+
+
+def test_a_cell_that_cannot_run_materializes_empty_and_says_why(tmp_path) -> None:
+    result = _materialize_one_cell(tmp_path, "adaptive.hfer|canonical")  # no adaptive attack against hfer here
     assert result.success
     [event] = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "attack_cell"]
     metadata = event.materialization.metadata
@@ -92,19 +97,7 @@ def test_a_per_scenario_cell_runs_the_scenarios_its_strings_were_made_for(tmp_pa
     from rvu_pipelines.attacks.optimised import PER_SCENARIO
     from rvu_pipelines.paths import config_dir
 
-    resources = deployment_resources("local") | {
-        "io_manager": LocalTableIOManager(base_dir=str(tmp_path / "assets")),
-        "mlflow_tracker": MlflowTrackerResource(tracking_uri=MlflowTracker(experiment=EXPERIMENT).tracking_uri),
-    }
-    llm_model = next(a for a in model_assets() if a.key.to_user_string() == "llm_model")
-    with DagsterInstance.ephemeral() as instance:
-        result = materialize(
-            [llm_model, attack_cell],
-            partition_key=f"{PER_SCENARIO}.vanilla|injecagent_dh",
-            resources=resources,
-            instance=instance,
-            run_config=_run_config(),
-        )
+    result = _materialize_one_cell(tmp_path, f"{PER_SCENARIO}.vanilla|injecagent_dh")
     assert result.success
     rows = result.output_for_node("attack_cell")
     made_for = sorted(
