@@ -223,7 +223,7 @@ def spectral_kill_switch_cell(
     source, profile = keys["source"], keys["profile"]
     graph = _checked_graph(config.graph)
     try:
-        model, record = load_cell_model(profile, offline=model_store.offline)
+        model, record = load_cell_model(profile, store=model_store.store())
     except ModelUnavailableError as exc:
         raise Failure(description=str(exc), metadata={"profile": profile, "source": source}) from exc
     frames = {

@@ -17,7 +17,7 @@ import numpy as np
 from bench_results import Row, add_results_dir_argument, record
 
 from rvu_pipelines.data.catalog import load_catalog, load_dataset
-from rvu_pipelines.data.sources import dataset_source_from_env
+from rvu_pipelines.data.sources import default_dataset_source
 from rvu_pipelines.memory_poisoning.corpus import strategyqa_corpus, texts
 from rvu_pipelines.memory_poisoning.defenses.base import WriteContext
 from rvu_pipelines.memory_poisoning.defenses.memsad import MemsadDetector
@@ -36,7 +36,7 @@ def main() -> None:
     parser.add_argument("--single", type=int, default=1_000)
     add_results_dir_argument(parser)
     args = parser.parse_args()
-    frame = load_dataset(load_catalog().datasets["agentpoison_strategyqa"], dataset_source_from_env()).frame
+    frame = load_dataset(load_catalog().datasets["agentpoison_strategyqa"], default_dataset_source()).frame
     corpus = strategyqa_corpus(frame, regime="full")
     profile = load_model_config().profile("tiny")
     embedder = SentenceEmbedder(ModelStore().resolve("embedder", profile["embedder"]).path)

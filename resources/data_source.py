@@ -1,12 +1,14 @@
 """Where data sets come from: one interface, a mirror folder or the public sources; a deployment picks one."""
 
 from abc import ABC, abstractmethod
+from dataclasses import replace
 from pathlib import Path
 
 from dagster import ConfigurableResource
 from pydantic import Field
 
 from rvu_pipelines.data.sources import DatasetSource, PublicDatasetSource, mirror_source
+from rvu_pipelines.paths import public_sources
 
 
 class DatasetSourceResource(ConfigurableResource, ABC):
@@ -35,4 +37,7 @@ class PublicDatasetSourceResource(DatasetSourceResource):
     cache_root: str | None = Field(default=None, description="Cache folder; default .rvu/cache/datasets")
 
     def build(self) -> DatasetSource:
-        return PublicDatasetSource(cache_root=Path(self.cache_root) if self.cache_root else None, offline=self.offline)
+        public = public_sources()
+        if self.offline is not None:
+            public = replace(public, offline=self.offline)
+        return PublicDatasetSource(cache_root=Path(self.cache_root) if self.cache_root else None, public=public)

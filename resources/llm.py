@@ -1,5 +1,6 @@
 """The chat model resource: one interface, one implementation per backend; a deployment picks one."""
 
+import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar
@@ -43,8 +44,14 @@ class OpenAICompatibleLLMResource(LLMResource):
     extra_body: dict[str, float] = Field(
         default_factory=dict, description="Server-specific sampling fields, e.g. repeat_penalty."
     )
+    api_key_env: str = Field(
+        default="OPENAI_API_KEY", description="The variable holding the server's API key, if it wants one."
+    )
 
     def build(self, model_path: Path, *, n_ctx: int = 2048, name: str | None = None) -> ChatModel:
         return OpenAICompatibleChatModel(
-            self.base_url, self.model or (name or Path(model_path).name), extra_body=dict(self.extra_body)
+            self.base_url,
+            self.model or (name or Path(model_path).name),
+            extra_body=dict(self.extra_body),
+            api_key=os.environ.get(self.api_key_env) or None,
         )

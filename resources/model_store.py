@@ -1,7 +1,10 @@
+from dataclasses import replace
+
 from dagster import ConfigurableResource
 from pydantic import Field
 
 from rvu_pipelines.models import ModelConfig, ModelSpec, ModelStore, ResolvedModel, load_model_config
+from rvu_pipelines.paths import public_sources
 
 
 class ModelStoreResource(ConfigurableResource):
@@ -23,5 +26,10 @@ class ModelStoreResource(ConfigurableResource):
     def spec(self, role: str) -> ModelSpec:
         return self.config().profile(self.profile)[role]  # type: ignore[index]
 
+    def store(self) -> ModelStore:
+        """The library's store, reaching the public hub as configured unless ``offline`` says otherwise."""
+        public = public_sources()
+        return ModelStore(public=public if self.offline is None else replace(public, offline=self.offline))
+
     def resolve(self, role: str) -> ResolvedModel:
-        return ModelStore(offline=self.offline).resolve(role, self.spec(role))
+        return self.store().resolve(role, self.spec(role))

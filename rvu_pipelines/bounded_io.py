@@ -16,25 +16,10 @@ import os
 import stat
 from pathlib import Path
 
-from rvu_pipelines.errors import ConfigError, InputFileError
-from rvu_pipelines.settings import env_value
+from rvu_pipelines.errors import InputFileError
+from rvu_pipelines.settings import max_input_bytes
 
 MAX_INPUT_ENV = "RVU_MAX_INPUT_MB"
-DEFAULT_MAX_INPUT_MB = 512.0
-
-
-def max_input_bytes() -> int:
-    """The configured read limit in bytes (RVU_MAX_INPUT_MB, default 512 MiB)."""
-    raw = env_value(MAX_INPUT_ENV)
-    if raw is None:
-        return int(DEFAULT_MAX_INPUT_MB * 2**20)
-    try:
-        megabytes = float(raw)
-    except ValueError:
-        megabytes = -1.0
-    if not megabytes > 0:
-        raise ConfigError(f"{MAX_INPUT_ENV}={raw!r} is not a positive number of MiB (e.g. 512).")
-    return int(megabytes * 2**20)
 
 
 def read_input_file(

@@ -68,13 +68,13 @@ def data_check(mirror: str | None) -> None:
     from rvu_pipelines.data import (
         MirrorDatasetSource,
         check_counts,
-        dataset_source_from_env,
+        default_dataset_source,
         load_catalog,
         load_dataset,
     )
 
     catalog = load_catalog()
-    source = MirrorDatasetSource(Path(mirror)) if mirror else dataset_source_from_env()
+    source = MirrorDatasetSource(Path(mirror)) if mirror else default_dataset_source()
     console.print(f"Reading data sets from {source.describe()}")
     from rvu_pipelines.data.catalog import observed_group_counts
 

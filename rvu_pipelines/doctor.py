@@ -85,7 +85,7 @@ def check_llama_build() -> Check:
 
 
 def check_llama_settings() -> Check:
-    settings = LlamaRuntimeSettings.from_env()
+    settings = LlamaRuntimeSettings.configured()
     params = default_model_params(settings)
     detail = (
         f"model parameters passed to llama.cpp: use_extra_bufts={bool(params.use_extra_bufts)} "

@@ -15,7 +15,6 @@ import hashlib
 import importlib.metadata
 import json
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.code_version import code_version
 from rvu_pipelines.hashing import sha256_file
 from rvu_pipelines.paths import config_dir, project_root, state_dir
-from rvu_pipelines.settings import env_flag
+from rvu_pipelines.settings import platform_variables, reuse_results
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +88,7 @@ def environment_digest() -> str:
         "layer": _tree_digest(layer, root),
         "configs": _tree_digest(configs, config_dir()),
         "libraries": installed_distributions(),
-        "env": sorted((k, v) for k, v in os.environ.items() if k.startswith("RVU_")),
+        "env": platform_variables(),
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
@@ -106,7 +105,7 @@ class ResultMemo:
 
     @staticmethod
     def enabled() -> bool:
-        return env_flag(REUSE_ENV, default=True)
+        return reuse_results()
 
     def key(self, parts: Mapping[str, Any]) -> str:
         material = json.dumps({"environment": environment_digest(), "parts": parts}, sort_keys=True, default=str)

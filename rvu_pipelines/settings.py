@@ -248,6 +248,72 @@ def is_offline() -> bool:
     return any(env_flag(name) for name in OFFLINE_SWITCHES)
 
 
+# ---- resolved values: each setting the library uses, parsed once here and handed to it as a typed value
+
+
+def max_input_bytes() -> int:
+    """``RVU_MAX_INPUT_MB`` in bytes (default 512 MiB): the largest outside file the platform reads."""
+    raw = env_value("RVU_MAX_INPUT_MB")
+    if raw is None:
+        return 512 * 2**20
+    try:
+        megabytes = float(raw)
+    except ValueError:
+        megabytes = -1.0
+    if not megabytes > 0:
+        raise ConfigError(f"RVU_MAX_INPUT_MB={raw!r} is not a positive number of MiB (e.g. 512).")
+    return int(megabytes * 2**20)
+
+
+def kv_cache_bytes() -> int:
+    """``RVU_KV_CACHE_BYTES``: the bound of the KV prefix disk tier (0 turns the tier off)."""
+    raw = env_value("RVU_KV_CACHE_BYTES") or str(1 << 30)
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ConfigError(
+            f"RVU_KV_CACHE_BYTES={raw!r} is not a whole number of bytes (0 turns the disk tier off)."
+        ) from exc
+
+
+def llama_extra_bufts() -> bool:
+    """``RVU_LLAMA_EXTRA_BUFTS``: let llama.cpp repack weights into extra buffer types."""
+    return env_flag("RVU_LLAMA_EXTRA_BUFTS")
+
+
+def llama_probe_enabled() -> bool:
+    """``RVU_LLAMA_PROBE``: run the child-process generation check before the first in-process load."""
+    return env_flag("RVU_LLAMA_PROBE", default=True)
+
+
+def llama_probe_fault() -> str | None:
+    """``RVU_LLAMA_PROBE_FAULT``: the crash the probe's child simulates (tests and demonstrations)."""
+    return env_value("RVU_LLAMA_PROBE_FAULT")
+
+
+def tier_fault_pause() -> tuple[int | None, str | None]:
+    """``RVU_FAULT_PAUSE_AFTER_TIER_STEPS`` and ``RVU_FAULT_MARKER``: where recovery pauses for a crash test."""
+    raw = env_value("RVU_FAULT_PAUSE_AFTER_TIER_STEPS")
+    if raw is not None and not raw.isdigit():
+        raise ConfigError(f"RVU_FAULT_PAUSE_AFTER_TIER_STEPS={raw!r}: give a whole number of tier steps.")
+    return (int(raw) if raw else None), env_value("RVU_FAULT_MARKER")
+
+
+def reuse_results() -> bool:
+    """``RVU_REUSE_RESULTS``: reuse a stored result whose code, configs, inputs and settings are unchanged."""
+    return env_flag("RVU_REUSE_RESULTS", default=True)
+
+
+def model_profile() -> str | None:
+    """``RVU_MODEL_PROFILE``: the model profile chosen for this process (None: the config file's default)."""
+    return env_value("RVU_MODEL_PROFILE")
+
+
+def platform_variables() -> list[tuple[str, str]]:
+    """Every ``RVU_*`` variable set now, sorted: part of what a stored result is keyed on."""
+    return sorted((name, value) for name, value in os.environ.items() if name.startswith("RVU_"))
+
+
 def markdown_table() -> str:
     """The reference table README shows (kept in step by a test)."""
     lines = ["| variable | group | default | what it does |", "|---|---|---|---|"]

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from rvu_pipelines.data.catalog import load_catalog, load_dataset
-from rvu_pipelines.data.sources import dataset_source_from_env
+from rvu_pipelines.data.sources import default_dataset_source
 from rvu_pipelines.memory_poisoning.seeds import SWEEP_REGIMES, SWEEP_SEEDS, SweepConfig, seed_sweep, write_sweep
 from rvu_pipelines.memory_poisoning.study_cells import StudyConfig
 from rvu_pipelines.models import ModelStore, load_model_config
@@ -41,7 +41,7 @@ def main() -> None:
     base = StudyConfig.sampled() if args.sampled else StudyConfig(agentpoison_poisons=20, agentpoison_train=20)
     config = SweepConfig(seeds=tuple(args.seeds), regimes=tuple(args.regimes), base=base)
     out = args.out or state_dir() / "memory_poisoning" / "seeds"
-    catalog, source = load_catalog(), dataset_source_from_env()
+    catalog, source = load_catalog(), default_dataset_source()
     frames = {n: load_dataset(catalog.datasets[n], source).frame for n in DATASETS}
     profile, store = load_model_config().profile("tiny"), ModelStore()
     embedder = SentenceEmbedder(store.resolve("embedder", profile["embedder"]).path)

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rvu_pipelines.data.catalog import load_catalog, load_dataset
-from rvu_pipelines.data.sources import dataset_source_from_env
+from rvu_pipelines.data.sources import default_dataset_source
 from rvu_pipelines.memory_poisoning.runner import run_study
 from rvu_pipelines.memory_poisoning.sir import SIRConfig
 from rvu_pipelines.memory_poisoning.study_cells import StudyConfig
@@ -48,7 +48,7 @@ def main() -> None:
     if args.adaptive_poisons:
         config = replace(config, adaptive_poisons=args.adaptive_poisons)
     out = args.out or state_dir() / "memory_poisoning" / name
-    catalog, source = load_catalog(), dataset_source_from_env()
+    catalog, source = load_catalog(), default_dataset_source()
     frames = {n: load_dataset(catalog.datasets[n], source).frame for n in DATASETS}
     profile, store = load_model_config().profile("tiny"), ModelStore()
     embedder = SentenceEmbedder(store.resolve("embedder", profile["embedder"]).path)

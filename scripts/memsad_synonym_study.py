@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from rvu_pipelines.data.catalog import load_catalog, load_dataset
-from rvu_pipelines.data.sources import dataset_source_from_env
+from rvu_pipelines.data.sources import default_dataset_source
 from rvu_pipelines.machine import results_stamp, stamp_line
 from rvu_pipelines.memory_poisoning.runner import benign_hybrid_kappa, hybrid_factory
 from rvu_pipelines.memory_poisoning.study_adaptive import adaptive_study
@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=state_dir() / "memory_poisoning" / "synonym")
     args = parser.parse_args()
     config = StudyConfig(regime=args.regime, agentpoison_poisons=args.poisons, agentpoison_train=args.poisons)
-    catalog, source = load_catalog(), dataset_source_from_env()
+    catalog, source = load_catalog(), default_dataset_source()
     frames = {"agentpoison_strategyqa": load_dataset(catalog.datasets["agentpoison_strategyqa"], source).frame}
     profile, store = load_model_config().profile("tiny"), ModelStore()
     embedder = SentenceEmbedder(store.resolve("embedder", profile["embedder"]).path)

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rvu_pipelines.data.catalog import load_catalog, load_dataset
-from rvu_pipelines.data.sources import dataset_source_from_env
+from rvu_pipelines.data.sources import default_dataset_source
 from rvu_pipelines.memory_poisoning.agent_loop import AgentConfig, minja_agent_study, plan_minja, write_agent_outputs
 from rvu_pipelines.memory_poisoning.attacks.minja import indication_templates
 from rvu_pipelines.memory_poisoning.corpus import minja_victims
@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="output folder (default .rvu/memory_poisoning/agent)")
     args = parser.parse_args()
     out = args.out or state_dir() / "memory_poisoning" / "agent"
-    frame = load_dataset(load_catalog().datasets["minja"], dataset_source_from_env()).frame
+    frame = load_dataset(load_catalog().datasets["minja"], default_dataset_source()).frame
     plan = plan_minja(
         minja_victims(frame),
         indication_templates(),

@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+    from rvu_pipelines.data import default_dataset_source, load_catalog, load_dataset
     from rvu_pipelines.machine import results_stamp, stamp_line
     from rvu_pipelines.spectral import load_profile_model
     from rvu_pipelines.spectral.attention_tracker import head_focus
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             baselines[name] = extract_baselines(model, frame, name=name, max_tokens=args.max_tokens,
                                                 progress=progress)  # fmt: skip
             baselines[name].save(str(base_path))
-    tofu = load_dataset(load_catalog().get("tofu"), dataset_source_from_env()).frame
+    tofu = load_dataset(load_catalog().get("tofu"), default_dataset_source()).frame
     tracker = AttentionTracker.fit(model, synthetic_pairs(tofu))
 
     report: dict[str, Any] = {

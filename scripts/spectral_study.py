@@ -118,7 +118,7 @@ def _comparison(
     frames: dict[str, pl.DataFrame], spectral: dict[str, FeatureSet], args: argparse.Namespace, out: Path, model_loader
 ) -> None:  # type: ignore[no-untyped-def]
     """Baselines on the same examples, then the comparison / leave-one-dataset-out table."""
-    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+    from rvu_pipelines.data import default_dataset_source, load_catalog, load_dataset
     from rvu_pipelines.spectral.baselines import AttentionTracker, BaselineFeatures, extract_baselines, synthetic_pairs
     from rvu_pipelines.spectral.comparison import SetFeatures, comparison_table, markdown_table, shipped_detectors
 
@@ -139,7 +139,7 @@ def _comparison(
                                           progress=progress)  # fmt: skip
             baselines.save(str(cache))
         sets[name] = SetFeatures(spectral[name], baselines)
-    tofu = load_dataset(load_catalog().get("tofu"), dataset_source_from_env()).frame
+    tofu = load_dataset(load_catalog().get("tofu"), default_dataset_source()).frame
     pairs = synthetic_pairs(tofu)
     trackers = [AttentionTracker.fit(model_loader(), pairs, mode=mode) for mode in ("normalised", "raw")]
     for tracker in trackers:

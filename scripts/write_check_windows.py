@@ -40,7 +40,7 @@ import numpy as np
 from tqdm import tqdm
 
 from rvu_pipelines.atomic_write import write_atomically
-from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+from rvu_pipelines.data import default_dataset_source, load_catalog, load_dataset
 from rvu_pipelines.memory_poisoning.corpus import strategyqa_corpus
 from rvu_pipelines.memory_poisoning.defenses import CompositeDetector, HybridDetector, MemsadDetector, WriteContext
 from rvu_pipelines.memory_poisoning.defenses.base import WriteDetector
@@ -126,7 +126,7 @@ def build_detector(kind: str) -> WriteDetector:
 
 def setup(kind: str) -> Setup:
     """Load StrategyQA and the tiny profile's embedder, fit the detector on the calibration context."""
-    loaded = load_dataset(load_catalog().get(DATASET), dataset_source_from_env())
+    loaded = load_dataset(load_catalog().get(DATASET), default_dataset_source())
     corpus = strategyqa_corpus(loaded.frame, regime="small", n_queries=N_QUERIES)
     spec = load_model_config().profile("tiny")["embedder"]
     resolved = ModelStore().resolve("embedder", spec)

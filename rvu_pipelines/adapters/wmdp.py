@@ -67,9 +67,9 @@ def load_wmdp_items(
     limit: int | None = None, source: DatasetSource | None = None, seed: int | None = None
 ) -> list[WmdpItem]:
     """The catalog's wmdp_cyber rows; ``limit`` keeps the first rows, or a seeded random subset when ``seed`` is set."""
-    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+    from rvu_pipelines.data import default_dataset_source, load_catalog, load_dataset
 
-    items = items_from_frame(load_dataset(load_catalog().get("wmdp_cyber"), source or dataset_source_from_env()).frame)
+    items = items_from_frame(load_dataset(load_catalog().get("wmdp_cyber"), source or default_dataset_source()).frame)
     return subset(items, limit, seed)
 
 

@@ -138,10 +138,10 @@ def zoo_root() -> Path:
 
 def catalog_frames(source: Any = None) -> Frames:
     """A memoised ``name -> frame`` loader over the data catalog (offline mirror or public source)."""
-    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+    from rvu_pipelines.data import default_dataset_source, load_catalog, load_dataset
 
     catalog = load_catalog()
-    data_source = source or dataset_source_from_env()
+    data_source = source or default_dataset_source()
 
     @functools.cache
     def frame(name: str) -> pl.DataFrame:

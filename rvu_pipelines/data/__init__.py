@@ -6,7 +6,7 @@ from rvu_pipelines.data.sources import (
     MirrorDatasetSource,
     PublicDatasetSource,
     ResolvedFiles,
-    dataset_source_from_env,
+    default_dataset_source,
 )
 from rvu_pipelines.data.specs import DatasetCatalog, DatasetSpec
 
@@ -19,7 +19,7 @@ __all__ = [
     "PublicDatasetSource",
     "ResolvedFiles",
     "check_counts",
-    "dataset_source_from_env",
+    "default_dataset_source",
     "load_catalog",
     "load_dataset",
 ]

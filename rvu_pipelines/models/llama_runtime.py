@@ -28,7 +28,7 @@ from typing import Any
 
 from rvu_pipelines.cpu_features import host_cpu_flags
 from rvu_pipelines.machine import usable_cores
-from rvu_pipelines.settings import env_flag
+from rvu_pipelines.settings import llama_extra_bufts
 
 EXTRA_BUFTS_ENV = "RVU_LLAMA_EXTRA_BUFTS"
 BUILD_TARGET_ENV = "RVU_LLAMA_CPU"
@@ -83,8 +83,9 @@ class LlamaRuntimeSettings:
     extra_bufts: bool = False
 
     @classmethod
-    def from_env(cls) -> LlamaRuntimeSettings:
-        return cls(extra_bufts=env_flag(EXTRA_BUFTS_ENV))
+    def configured(cls) -> LlamaRuntimeSettings:
+        """The settings this process was configured with (``RVU_LLAMA_EXTRA_BUFTS``)."""
+        return cls(extra_bufts=llama_extra_bufts())
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,7 +124,7 @@ def open_llama(cls: type, model_path: Path | str, settings: LlamaRuntimeSettings
 
     Thread counts not given are the cores of this process's CPU affinity: llama-cpp-python's own defaults count
     the machine's cores (half of them for generation, all for prompt batches), too many in a container's cpuset."""
-    settings = settings or LlamaRuntimeSettings.from_env()
+    settings = settings or LlamaRuntimeSettings.configured()
     kwargs["n_threads"] = kwargs.get("n_threads") or usable_cores()
     kwargs["n_threads_batch"] = kwargs.get("n_threads_batch") or kwargs["n_threads"]
     with model_params_applied(settings):
@@ -134,7 +135,7 @@ def default_model_params(settings: LlamaRuntimeSettings | None = None) -> Any:
     """The ``llama_model_params`` struct a project model load passes to llama.cpp (for tests and doctor)."""
     import llama_cpp.llama_cpp as lib
 
-    with model_params_applied(settings or LlamaRuntimeSettings.from_env()):
+    with model_params_applied(settings or LlamaRuntimeSettings.configured()):
         return lib.llama_model_default_params()
 
 
@@ -148,7 +149,7 @@ def llama_build_fingerprint(settings: LlamaRuntimeSettings | None = None) -> dic
     return {
         "llama_cpp": [llama_cpp.__version__, libs],
         "cpu": sorted(host_cpu_flags()),
-        "settings": (settings or LlamaRuntimeSettings.from_env()).as_dict(),
+        "settings": (settings or LlamaRuntimeSettings.configured()).as_dict(),
     }
 
 

@@ -192,7 +192,7 @@ def plain_content_chat() -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    settings = LlamaRuntimeSettings.from_env()
+    settings = LlamaRuntimeSettings.configured()
     sys.argv = ["llama_cpp.server", *(sys.argv[1:] if argv is None else argv)]
     # the whole server lifetime: models loaded later (a request naming another model) get them too
     with model_params_applied(settings), plain_content_chat():

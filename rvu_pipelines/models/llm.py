@@ -7,7 +7,6 @@ the generation took, so throughput is measured the same way whichever backend ru
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -28,14 +27,10 @@ from rvu_pipelines.models.chat_tokens import (
 )
 from rvu_pipelines.models.kv_prefixes import CHUNK_TOKENS, KVDiskCache, KVNamespace, KVPrefixStore
 from rvu_pipelines.models.llama_runtime import LlamaRuntimeSettings, llama_build_fingerprint, open_llama
-from rvu_pipelines.paths import state_dir
-from rvu_pipelines.settings import env_value
+from rvu_pipelines.paths import kv_prefix_dir
+from rvu_pipelines.settings import kv_cache_bytes
 
 Message = dict[str, str]
-
-KV_CACHE_DIR_ENV = "RVU_KV_CACHE_DIR"
-KV_CACHE_BYTES_ENV = "RVU_KV_CACHE_BYTES"
-DEFAULT_KV_CACHE_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -101,19 +96,13 @@ PrefixReuse = Literal["off", "last", "ram", "disk"]
 PREFIX_REUSE_MODES: tuple[str, ...] = ("off", "last", "ram", "disk")
 
 
-def kv_disk_cache(directory: Path | str | None = None) -> KVDiskCache | None:
-    """The disk tier from RVU_KV_CACHE_DIR / RVU_KV_CACHE_BYTES (None when the byte bound is 0)."""
-    raw = env_value(KV_CACHE_BYTES_ENV) or str(DEFAULT_KV_CACHE_BYTES)
-    try:
-        capacity = int(raw)
-    except ValueError as exc:
-        raise ConfigError(
-            f"{KV_CACHE_BYTES_ENV}={raw!r} is not a whole number of bytes (0 turns the disk tier off)."
-        ) from exc
+def kv_disk_cache(directory: Path | str | None = None, capacity: int | None = None) -> KVDiskCache | None:
+    """The disk tier in ``directory`` bounded by ``capacity`` bytes (defaults: RVU_KV_CACHE_DIR and
+    RVU_KV_CACHE_BYTES); None when the bound is 0."""
+    capacity = kv_cache_bytes() if capacity is None else capacity
     if capacity <= 0:
         return None
-    folder = directory or env_value(KV_CACHE_DIR_ENV) or state_dir() / "cache" / "kv_prefixes"  # made 0700 on write
-    return KVDiskCache(Path(folder), capacity)
+    return KVDiskCache(Path(directory or kv_prefix_dir()), capacity)  # the folder is made 0700 on write
 
 
 _PREFIX_LLAMA: type | None = None
@@ -180,7 +169,7 @@ class LlamaCppChatModel:
         self.name = name or Path(model_path).name
         self.model_path = Path(model_path)
         self._lock = threading.Lock()  # a llama.cpp context is not thread-safe
-        self.runtime = runtime or LlamaRuntimeSettings.from_env()
+        self.runtime = runtime or LlamaRuntimeSettings.configured()
         self.n_ctx, self.n_threads = int(n_ctx), n_threads or usable_cores()
         self._model_sha256 = model_sha256
         # a crash inside llama.cpp would kill this process: try the same load + generation in a child first
@@ -355,13 +344,14 @@ class OpenAICompatibleChatModel:
         base_url: str,
         model: str,
         *,
-        api_key_env: str = "OPENAI_API_KEY",
+        api_key: str | None = None,
         timeout_s: float = 300.0,
         extra_body: dict[str, object] | None = None,
         control_tokens: ControlTokenPolicy = "auto",
     ) -> None:
         """``extra_body`` carries server-specific sampling fields, e.g. {"repeat_penalty": 1.0} for
-        llama.cpp's server, whose default 1.1 penalty makes temperature 0 differ from plain greedy."""
+        llama.cpp's server, whose default 1.1 penalty makes temperature 0 differ from plain greedy.
+        ``api_key``: sent as a bearer token; kept private, never in a record or a message."""
         if control_tokens not in CONTROL_TOKEN_POLICIES:
             raise ConfigError(
                 f"OpenAICompatibleChatModel: control_tokens={control_tokens!r} is not one of "
@@ -370,14 +360,13 @@ class OpenAICompatibleChatModel:
         self.name = model
         self.extra_body = dict(extra_body or {})
         self.base_url = base_url.rstrip("/")
-        self.api_key_env = api_key_env
+        self._api_key = api_key
         self.timeout_s = timeout_s
         self.control_tokens: ControlTokenPolicy = control_tokens
         self._server_plain_content: bool | None = None  # "auto": what the server declared (asked once)
 
     def _headers(self) -> dict[str, str]:
-        key = os.environ.get(self.api_key_env)
-        return {"Authorization": f"Bearer {key}"} if key else {}
+        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
 
     def server_tokenizes_content_as_text(self) -> bool:
         """Whether the server declares (``PLAIN_CONTENT_HEADER`` on ``/models``) that it tokenizes message

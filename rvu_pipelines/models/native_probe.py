@@ -40,7 +40,7 @@ from rvu_pipelines.models.llama_runtime import (
 from rvu_pipelines.models.specs import load_model_config
 from rvu_pipelines.models.store import ModelStore
 from rvu_pipelines.paths import cache_dir
-from rvu_pipelines.settings import env_flag, env_value
+from rvu_pipelines.settings import llama_probe_enabled, llama_probe_fault
 
 PROBE_ENV = "RVU_LLAMA_PROBE"  # 0 skips the child-process check (not recommended)
 # Fault injection for the crash path's own tests and for trying `rvu doctor`'s report on a machine
@@ -168,9 +168,13 @@ def run_probe(
     n_ctx: int = 1024,
     n_threads: int | None = None,
     timeout_s: float = 180.0,
+    fault: str | None = None,
 ) -> ProbeResult:
-    """Load ``model_path`` and generate once, in a child Python process; never raises for a crash."""
-    settings = settings or LlamaRuntimeSettings.from_env()
+    """Load ``model_path`` and generate once, in a child Python process; never raises for a crash.
+
+    ``fault``: a crash for the child to simulate after loading (``segv``; default: ``RVU_LLAMA_PROBE_FAULT``)."""
+    settings = settings or LlamaRuntimeSettings.configured()
+    fault = fault or llama_probe_fault()
     with tempfile.TemporaryDirectory(prefix="rvu-probe-") as scratch:
         report = Path(scratch) / "report.json"
         command = [
@@ -187,6 +191,7 @@ def run_probe(
             str(n_threads or usable_cores()),
             "--extra-bufts",
             "1" if settings.extra_bufts else "0",
+            *(["--fault", fault] if fault else []),
         ]
         started = time.perf_counter()
         try:
@@ -250,9 +255,9 @@ def ensure_llama_runs(
     and remembers a pass; ``RVU_LLAMA_PROBE=0`` skips it. Returns the fresh result, or None when a
     remembered pass (or the switch) made running it unnecessary.
     """
-    if not env_flag(PROBE_ENV, default=True):
+    if not llama_probe_enabled():
         return None
-    settings = settings or LlamaRuntimeSettings.from_env()
+    settings = settings or LlamaRuntimeSettings.configured()
     model_path = Path(model_path)
     marker = cache_dir("native_probe") / f"{_probe_key(model_path, settings, n_threads)}.json"
     if marker.is_file():
@@ -269,7 +274,7 @@ def ensure_llama_runs(
 # ---- the child side -----------------------------------------------------------------------------
 
 
-def _child(model_path: str, report: Path, n_ctx: int, n_threads: int, extra_bufts: bool) -> int:
+def _child(model_path: str, report: Path, n_ctx: int, n_threads: int, extra_bufts: bool, fault: str | None) -> int:
     state: dict[str, Any] = {}
 
     def save(**values: Any) -> None:
@@ -293,7 +298,7 @@ def _child(model_path: str, report: Path, n_ctx: int, n_threads: int, extra_buft
             verbose=True,
         )
         save(loaded=True)
-        if env_value(FAULT_ENV) == "segv":
+        if fault == "segv":
             import ctypes
 
             ctypes.string_at(0)  # SIGSEGV, as a crash inside llama.cpp would be
@@ -331,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--report", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--fault", choices=("segv",), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--n-ctx", type=int, default=1024)
     parser.add_argument("--n-threads", type=int, default=usable_cores())
     parser.add_argument(
@@ -343,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.child:
-        return _child(args.model, args.report, args.n_ctx, args.n_threads, args.extra_bufts == "1")
+        return _child(args.model, args.report, args.n_ctx, args.n_threads, args.extra_bufts == "1", args.fault)
     if args.model is None:
         try:
             args.model = str(ModelStore().resolve("llm", load_model_config().profile()["llm"]).path)
@@ -353,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = (
         LlamaRuntimeSettings(extra_bufts=args.extra_bufts == "1")
         if args.extra_bufts is not None
-        else LlamaRuntimeSettings.from_env()
+        else LlamaRuntimeSettings.configured()
     )
     if args.cached:
         try:

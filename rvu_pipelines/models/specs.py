@@ -9,8 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rvu_pipelines.config import load_yaml_config
 from rvu_pipelines.errors import ConfigError
-from rvu_pipelines.paths import config_dir
-from rvu_pipelines.settings import env_value
+from rvu_pipelines.paths import config_dir, model_path_override
+from rvu_pipelines.settings import model_profile
 
 Role = Literal["llm", "embedder"]
 ROLES: tuple[Role, ...] = ("llm", "embedder")
@@ -65,7 +65,7 @@ class ModelConfig(BaseModel):
 
     def profile(self, name: str | None = None) -> dict[Role, ModelSpec]:
         """The named profile (else RVU_MODEL_PROFILE, else default), with local-path overrides applied."""
-        chosen = name or env_value(PROFILE_ENV) or self.default_profile
+        chosen = name or model_profile() or self.default_profile
         if chosen not in self.profiles:
             raise ConfigError(
                 f"Invalid config: key 'profile' (or {PROFILE_ENV}) is '{chosen}'; "
@@ -74,20 +74,21 @@ class ModelConfig(BaseModel):
         return {role: _with_env_override(role, spec) for role, spec in self.profiles[chosen].items()}
 
     def profile_name(self, name: str | None = None) -> str:
-        return name or env_value(PROFILE_ENV) or self.default_profile
+        return name or model_profile() or self.default_profile
 
 
 def _with_env_override(role: str, spec: ModelSpec) -> ModelSpec:
     """RVU_MODEL_<ROLE>_PATH points a role at a local file or folder (sha256 from RVU_MODEL_<ROLE>_SHA256)."""
-    path = env_value(f"RVU_MODEL_{role.upper()}_PATH")
-    if not path:
+    override = model_path_override(role)
+    if override is None:
         return spec
+    path, sha256 = override
     return ModelSpec(
         name=Path(path).name,
         source="local",
         path=path,
         licence="see the model's own licence",
-        sha256=env_value(f"RVU_MODEL_{role.upper()}_SHA256"),
+        sha256=sha256,
         n_ctx=spec.n_ctx,
     )
 

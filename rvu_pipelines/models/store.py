@@ -9,8 +9,7 @@ from pathlib import Path
 from rvu_pipelines.errors import ChecksumMismatchError, ModelUnavailableError
 from rvu_pipelines.hashing import sha256_path
 from rvu_pipelines.models.specs import ModelSpec
-from rvu_pipelines.paths import cache_dir
-from rvu_pipelines.settings import is_offline
+from rvu_pipelines.paths import PublicSources, cache_dir, public_sources
 
 
 @dataclass(frozen=True)
@@ -42,9 +41,10 @@ def _size(path: Path) -> int:
 class ModelStore:
     """Finds model weights and refuses any whose sha256 differs from the pin."""
 
-    def __init__(self, hub_cache: Path | None = None, offline: bool | None = None) -> None:
+    def __init__(self, hub_cache: Path | None = None, public: PublicSources | None = None) -> None:
+        """``public``: the hub endpoint and whether it may be reached (default: as configured)."""
         self.hub_cache = Path(hub_cache) if hub_cache else None
-        self.offline = is_offline() if offline is None else offline
+        self.public = public or public_sources()
 
     def resolve(self, role: str, spec: ModelSpec) -> ResolvedModel:
         path, source = self._locate(role, spec)
@@ -97,7 +97,7 @@ class ModelStore:
 
     def _download(self, role: str, spec: ModelSpec) -> Path:
         where = f"{spec.repo} @ {spec.revision} ({spec.file})"
-        if self.offline:
+        if self.public.offline:
             raise ModelUnavailableError(
                 f"Model '{role}' ({spec.name}) comes from the HuggingFace hub ({where}), but this machine "
                 "is offline (RVU_OFFLINE/HF_HUB_OFFLINE). Use the 'tiny' profile, or download the file "
@@ -110,11 +110,21 @@ class ModelStore:
             if spec.file in ("", "."):
                 return Path(
                     huggingface_hub.snapshot_download(
-                        spec.repo or "", revision=spec.revision, allow_patterns=spec.allow_patterns, cache_dir=cache
+                        spec.repo or "",
+                        revision=spec.revision,
+                        allow_patterns=spec.allow_patterns,
+                        cache_dir=cache,
+                        endpoint=self.public.huggingface,
                     )
                 )
             return Path(
-                huggingface_hub.hf_hub_download(spec.repo or "", spec.file, revision=spec.revision, cache_dir=cache)
+                huggingface_hub.hf_hub_download(
+                    spec.repo or "",
+                    spec.file,
+                    revision=spec.revision,
+                    cache_dir=cache,
+                    endpoint=self.public.huggingface,
+                )
             )
         except Exception as exc:  # network errors, missing repo/file: one clear message
             raise ModelUnavailableError(

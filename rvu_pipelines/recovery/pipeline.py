@@ -432,7 +432,7 @@ def recover(
             plan,
             details={"incident_id": incident.incident_id},
             runtime=runtime,
-            fault=FaultHook.from_env(),
+            fault=FaultHook.configured(),
         )
         lap("tiers")
         lingering_section: Mapping[str, Any] | None = None

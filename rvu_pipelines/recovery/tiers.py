@@ -36,7 +36,7 @@ from rvu_pipelines.provenance.intsets import union_ints, unique_ints
 from rvu_pipelines.provenance.store import ProvenanceStore
 from rvu_pipelines.recovery.froc import RiskTable, Tier
 from rvu_pipelines.recovery.vector_index import VectorIndex
-from rvu_pipelines.settings import env_value
+from rvu_pipelines.settings import tier_fault_pause
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +79,9 @@ class FaultHook:
         self.steps = 0
 
     @classmethod
-    def from_env(cls) -> FaultHook:
-        value = env_value(FAULT_PAUSE_ENV)
-        return cls(int(value) if value else None, env_value(FAULT_MARKER_ENV))
+    def configured(cls) -> FaultHook:
+        """The pause this process was configured with (none unless a crash test set one)."""
+        return cls(*tier_fault_pause())
 
     def step(self, name: str) -> None:
         self.steps += 1

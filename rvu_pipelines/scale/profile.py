@@ -33,12 +33,11 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from rvu_pipelines.errors import ConfigError, StoreError
+from rvu_pipelines.errors import StoreError
 from rvu_pipelines.machine import usable_cores
 from rvu_pipelines.paths import project_root, state_dir
 from rvu_pipelines.scale.dagster_instance import dagster_postgres_url, write_instance
 from rvu_pipelines.scale.postgres_server import LocalPostgres
-from rvu_pipelines.settings import env_flag, env_value
 
 DATABASES = ("dagster", "mlflow", "rvu")
 SERVICES = ("postgres", "mlflow", "dagster-webserver", "dagster-daemon")  # plus llm servers, redis, celery workers
@@ -53,29 +52,6 @@ class Ports:
     dagster: int = 3001
     redis: int = 6380
     llm: int = 8090  # server i listens on llm + i
-
-    @classmethod
-    def from_settings(cls) -> Ports:
-        def port(name: str, default: int) -> int:
-            raw = env_value(name) or str(default)
-            if not raw.isdigit() or not 1024 <= int(raw) <= 65535:
-                raise ConfigError(f"{name}={raw!r}: give a port number between 1024 and 65535.")
-            return int(raw)
-
-        return cls(
-            port("RVU_SCALE_POSTGRES_PORT", cls.postgres),
-            port("RVU_SCALE_MLFLOW_PORT", cls.mlflow),
-            port("RVU_SCALE_DAGSTER_PORT", cls.dagster),
-            port("RVU_SCALE_REDIS_PORT", cls.redis),
-            port("RVU_SCALE_LLM_PORT", cls.llm),
-        )
-
-
-def celery_worker_count() -> int:
-    raw = env_value("RVU_SCALE_CELERY_WORKERS") or "2"
-    if not raw.isdigit():
-        raise ConfigError(f"RVU_SCALE_CELERY_WORKERS={raw!r}: give a whole number (0: no celery, multiprocess).")
-    return int(raw)
 
 
 # what ScaleProfile.environment() sets: a process that must run on the embedded defaults drops these
@@ -134,17 +110,18 @@ class ScaleProfile:
         self,
         root: Path | None = None,
         ports: Ports | None = None,
-        workers: int | None = None,
+        workers: int = 2,
         max_concurrent_runs: int = 4,
-        llm_servers: bool | None = None,
+        llm_servers: bool = True,
     ) -> None:
-        """``llm_servers``: serve the LLM over HTTP (default RVU_SCALE_LLM_SERVERS); False: each step process
-        loads the model in-process as the embedded default does."""
+        """``workers``: celery workers (0: no celery, the multiprocess executor); ``llm_servers``: serve the LLM
+        over HTTP, one llama.cpp server per worker; False: each step process loads the model in-process as the
+        embedded default does. ``rvu scale`` passes what the RVU_SCALE_* settings say."""
         self.root = (root or state_dir() / "scale").resolve()
         self.max_concurrent_runs = max_concurrent_runs
-        self.ports = ports or Ports.from_settings()
-        self.workers = celery_worker_count() if workers is None else workers
-        self.llm_servers = env_flag("RVU_SCALE_LLM_SERVERS", default=True) if llm_servers is None else llm_servers
+        self.ports = ports or Ports()
+        self.workers = workers
+        self.llm_servers = llm_servers
         self.postgres = LocalPostgres(self.root / "postgres", self.ports.postgres)
 
     @property

@@ -198,9 +198,9 @@ def bipia_scenarios(frame: Any, task: str) -> list[BipiaScenario]:
 @lru_cache(maxsize=1)
 def _bipia_frame() -> Any:
     """BIPIA's tasks and attacks from the configured data source, read once per process."""
-    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+    from rvu_pipelines.data import default_dataset_source, load_catalog, load_dataset
 
-    return load_dataset(load_catalog().get("bipia"), dataset_source_from_env()).frame
+    return load_dataset(load_catalog().get("bipia"), default_dataset_source()).frame
 
 
 def _task_scenarios(task: str) -> Any:

@@ -209,9 +209,9 @@ def injecagent_scenarios(frame: Any, tools_json: Path, setting: str) -> list[Inj
 @lru_cache(maxsize=1)
 def _injecagent_data() -> tuple[Any, Path]:
     """(the cases, tools.json) from the configured data source, read once per process."""
-    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+    from rvu_pipelines.data import default_dataset_source, load_catalog, load_dataset
 
-    loaded = load_dataset(load_catalog().get("injecagent"), dataset_source_from_env())
+    loaded = load_dataset(load_catalog().get("injecagent"), default_dataset_source())
     return loaded.frame, loaded.resolved.files["tools.json"]
 
 

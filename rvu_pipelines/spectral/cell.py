@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -38,6 +38,9 @@ from rvu_pipelines.spectral.errors import CalibrationError, SpectralInputError
 from rvu_pipelines.spectral.killswitch import KillSwitch, calibrate, evaluate, stratified_draw
 from rvu_pipelines.spectral.model import SpectralModel, load_spectral_model
 from rvu_pipelines.spectral.plots import layer_histograms, roc_curves
+
+if TYPE_CHECKING:
+    from rvu_pipelines.models import ModelStore
 from rvu_pipelines.spectral.study import DEFAULT_MAX_TOKENS, extract_features, limit_groups, per_layer_auroc
 from rvu_pipelines.tracking import metric_name
 
@@ -74,15 +77,16 @@ def profile_names() -> list[str]:
     return list(load_model_config().profiles)
 
 
-def load_cell_model(profile: str, *, offline: bool | None = None) -> tuple[SpectralModel, dict[str, object]]:
+def load_cell_model(profile: str, *, store: ModelStore | None = None) -> tuple[SpectralModel, dict[str, object]]:
     """The profile's LLM in transformers, and its record (name, source, sha256). A profile whose weights
     cannot be had here (a hub model on an offline machine) raises ``ModelUnavailableError`` naming the
-    profile and what to do, before anything else runs."""
+    profile and what to do, before anything else runs. ``store``: where weights come from (default: as
+    configured)."""
     from rvu_pipelines.models import ModelStore, load_model_config
 
     spec = load_model_config().profile(profile)["llm"]
     try:
-        resolved = ModelStore(offline=offline).resolve("llm", spec)
+        resolved = (store or ModelStore()).resolve("llm", spec)
     except ModelUnavailableError as exc:
         raise ModelUnavailableError(
             f"The spectral cell for model profile '{profile}' cannot run: its LLM is not available here. {exc}"

@@ -167,10 +167,10 @@ def deepset_contamination(deepset: pl.DataFrame) -> pl.DataFrame:
 
 def load_spectral_datasets(source: object | None = None) -> dict[str, pl.DataFrame]:
     """Every evaluation set, read through the data catalog (mirror or public source, sha256-verified)."""
-    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+    from rvu_pipelines.data import default_dataset_source, load_catalog, load_dataset
 
     catalog = load_catalog()
-    data_source = source or dataset_source_from_env()
+    data_source = source or default_dataset_source()
     frames = {
         name: load_dataset(catalog.get(name), data_source).frame  # type: ignore[arg-type]
         for name in ("tofu", "bipia", "injecagent", "deepset_prompt_injections")

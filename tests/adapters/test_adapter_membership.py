@@ -104,9 +104,9 @@ def base(tiny_models):
 
 @pytest.fixture(scope="module")
 def tofu_split(shared_data) -> tuple[list[ChatExample], np.ndarray]:
-    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+    from rvu_pipelines.data import default_dataset_source, load_catalog, load_dataset
 
-    frame = load_dataset(load_catalog().get("tofu"), dataset_source_from_env()).frame
+    frame = load_dataset(load_catalog().get("tofu"), default_dataset_source()).frame
     forget = frame.filter(frame["subset"] == "forget").head(16)
     examples = [ChatExample(row["question"], row["answer"]) for row in forget.iter_rows(named=True)]
     members, _ = split_members(len(examples), seed=0)

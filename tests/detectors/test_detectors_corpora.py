@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+from rvu_pipelines.data import default_dataset_source, load_catalog, load_dataset
 from rvu_pipelines.detectors import build_corpus, jackhhao_corpus
 from rvu_pipelines.detectors.corpora import (
     cluster_split,
@@ -59,7 +59,7 @@ def test_jailbreak_corpus_labels_come_from_the_source(corpora) -> None:
 
 
 def test_corpora_are_deterministic(corpora) -> None:
-    catalog, source = load_catalog(), dataset_source_from_env()
+    catalog, source = load_catalog(), default_dataset_source()
     frames = {
         d: load_dataset(catalog.get(d), source).frame
         for d in ("deepset_prompt_injections", "trustair_jailbreaks", "awesome_chatgpt_prompts")

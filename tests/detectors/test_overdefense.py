@@ -66,10 +66,10 @@ def test_no_text_near_duplicates_a_corpus_text_the_other_split_or_its_own_split(
 
 
 def test_corpus_texts_cover_every_corpus_training_split(corpus, shared_data):
-    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+    from rvu_pipelines.data import default_dataset_source, load_catalog, load_dataset
     from rvu_pipelines.detectors.corpora import deepset_corpus
 
-    frame = load_dataset(load_catalog().get("deepset_prompt_injections"), dataset_source_from_env()).frame
+    frame = load_dataset(load_catalog().get("deepset_prompt_injections"), default_dataset_source()).frame
     assert set(deepset_corpus(frame).texts("train")) <= set(corpus)
     assert len(corpus) > 3000
 

@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_extra_buffer_types_are_off_by_default(monkeypatch) -> None:
     monkeypatch.delenv(EXTRA_BUFTS_ENV, raising=False)
-    assert LlamaRuntimeSettings.from_env().extra_bufts is False
+    assert LlamaRuntimeSettings.configured().extra_bufts is False
     assert default_model_params().use_extra_bufts is False  # the struct llama.cpp receives
     monkeypatch.setenv(EXTRA_BUFTS_ENV, "1")
     assert default_model_params().use_extra_bufts is True  # the documented switch turns repacking back on
@@ -66,7 +66,7 @@ def test_the_override_is_scoped_to_project_loads(monkeypatch) -> None:
 def test_a_bad_switch_value_names_the_variable(monkeypatch, value: str) -> None:
     monkeypatch.setenv(EXTRA_BUFTS_ENV, value)
     with pytest.raises(ConfigError, match=EXTRA_BUFTS_ENV):
-        LlamaRuntimeSettings.from_env()
+        LlamaRuntimeSettings.configured()
 
 
 def test_system_info_is_parsed_and_compared_with_the_cpu() -> None:

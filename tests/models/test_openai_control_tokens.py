@@ -44,6 +44,7 @@ class _Recorder(BaseHTTPRequestHandler):
     """An OpenAI-compatible server that declares nothing and answers with the messages it received."""
 
     received: list[list[dict[str, str]]] = []
+    authorization: list[str | None] = []
     declare = False
 
     def _reply(self, payload: dict[str, Any]) -> None:
@@ -62,6 +63,7 @@ class _Recorder(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).received.append(request["messages"])
+        type(self).authorization.append(self.headers.get("Authorization"))
         message = {"role": "assistant", "content": "ok"}
         self._reply({"choices": [{"message": message, "finish_reason": "stop"}], "usage": {}})
 
@@ -71,7 +73,7 @@ class _Recorder(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def recorder() -> Iterator[tuple[str, type[_Recorder]]]:
-    handler = type("Recorder", (_Recorder,), {"received": [], "declare": False})
+    handler = type("Recorder", (_Recorder,), {"received": [], "authorization": [], "declare": False})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -108,3 +110,13 @@ def test_a_declaring_server_gets_content_as_is(recorder) -> None:
     model = OpenAICompatibleChatModel(url, "m")
     model.chat(MESSAGES)
     assert model.server_tokenizes_content_as_text() and handler.received[-1] == MESSAGES
+
+
+def test_the_api_key_is_sent_and_never_shown(recorder) -> None:
+    """The key the deployment hands over goes out as a bearer token and appears in no record of the model."""
+    url, handler = recorder
+    OpenAICompatibleChatModel(url, "m").chat(MESSAGES[:2])
+    keyed = OpenAICompatibleChatModel(url, "m", api_key="sk-test-secret")
+    keyed.chat(MESSAGES[:2])
+    assert handler.authorization == [None, "Bearer sk-test-secret"]
+    assert "sk-test-secret" not in repr(keyed) + json.dumps(vars(keyed) | {"_api_key": None}, default=str)

@@ -8,6 +8,7 @@ import pytest
 
 from rvu_pipelines.errors import ChecksumMismatchError, ConfigError, ModelUnavailableError
 from rvu_pipelines.models import ModelSpec, ModelStore, load_model_config
+from rvu_pipelines.paths import PublicSources
 
 SMOLLM_SHA = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
@@ -60,7 +61,7 @@ def test_missing_package_says_how_to_install() -> None:
 def test_paper_profile_offline_fails_with_a_clear_message() -> None:
     spec = load_model_config().profile("paper")["llm"]
     with pytest.raises(ModelUnavailableError) as error:
-        ModelStore(offline=True).resolve("llm", spec)
+        ModelStore(public=PublicSources(offline=True)).resolve("llm", spec)
     assert "Qwen/Qwen2.5-1.5B-Instruct-GGUF" in str(error.value) and "tiny" in str(error.value)
 
 

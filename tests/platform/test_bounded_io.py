@@ -6,8 +6,9 @@ import os
 
 import pytest
 
-from rvu_pipelines.bounded_io import max_input_bytes, read_input_file, truncate_for_message
+from rvu_pipelines.bounded_io import read_input_file, truncate_for_message
 from rvu_pipelines.errors import ConfigError, InputFileError
+from rvu_pipelines.settings import max_input_bytes
 
 
 def test_regular_file_is_read(tmp_path) -> None:

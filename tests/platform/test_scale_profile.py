@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from rvu_pipelines.cli_scale import configured_ports
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scale.postgres_server import free_port
 from rvu_pipelines.scale.profile import PROFILE_VARIABLES, Ports, ScaleProfile, embedded_environment
@@ -25,10 +26,10 @@ def test_ports_come_from_settings_and_a_bad_one_is_refused_by_name(monkeypatch: 
     monkeypatch.setenv("RVU_SCALE_MLFLOW_PORT", "15999")
     monkeypatch.delenv("RVU_SCALE_REDIS_PORT", raising=False)
     monkeypatch.setenv("RVU_SCALE_LLM_PORT", "18090")
-    assert Ports.from_settings() == Ports(5433, 15999, 3001, 6380, 18090)
+    assert configured_ports() == Ports(5433, 15999, 3001, 6380, 18090)
     monkeypatch.setenv("RVU_SCALE_DAGSTER_PORT", "80")
     with pytest.raises(ConfigError, match="RVU_SCALE_DAGSTER_PORT"):
-        Ports.from_settings()
+        configured_ports()
 
 
 def test_the_profile_environment_points_everything_at_its_services(tmp_path: Path) -> None:

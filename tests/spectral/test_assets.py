@@ -16,6 +16,8 @@ from assets.spectral import _checked_graph, spectral_kill_switch_cell, spectral_
 from resources import LocalTableIOManager, MlflowTrackerResource
 from resources.deployments import deployment_resources
 from rvu_pipelines.errors import ModelUnavailableError
+from rvu_pipelines.models import ModelStore
+from rvu_pipelines.paths import PublicSources
 from rvu_pipelines.spectral.cell import (
     SOURCES,
     cell_sample,
@@ -130,7 +132,7 @@ def test_a_profile_without_its_weights_fails_with_the_reason(cell_setup) -> None
     """The paper profile's LLM comes from the hub; offline (the tests' HF_HUB_OFFLINE) the cell fails with a
     message that names the profile and the way out, before any work."""
     with pytest.raises(ModelUnavailableError, match="profile 'paper'.*offline.*'tiny' profile"):
-        load_cell_model("paper", offline=True)
+        load_cell_model("paper", store=ModelStore(public=PublicSources(offline=True)))
     result = _materialize_cell(cell_setup, "paper", "bipia", {"limit": 8}, raise_on_error=False)
     assert not result.success
     (failure,) = result.get_step_failure_events()

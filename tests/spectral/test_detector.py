@@ -26,10 +26,10 @@ def test_hfer_detector_calibrates_and_scores(hfer_detector, spectral_model, spec
 
 @pytest.fixture(scope="module")
 def injecagent_scenario(shared_data):
-    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+    from rvu_pipelines.data import default_dataset_source, load_catalog, load_dataset
     from rvu_pipelines.scenarios.injecagent import injecagent_scenarios
 
-    frame = load_dataset(load_catalog().get("injecagent"), dataset_source_from_env()).frame
+    frame = load_dataset(load_catalog().get("injecagent"), default_dataset_source()).frame
     return injecagent_scenarios(frame, shared_data / "injecagent" / "tools.json", "dh")[0]
 
 

@@ -59,9 +59,9 @@ def test_span_nll_equals_the_full_pass_log_likelihood(spectral_model) -> None:
 
 
 def test_synthetic_pairs_are_real_answers_plus_an_injection(spectral_sets, shared_data) -> None:
-    from rvu_pipelines.data import dataset_source_from_env, load_catalog, load_dataset
+    from rvu_pipelines.data import default_dataset_source, load_catalog, load_dataset
 
-    tofu = load_dataset(load_catalog().get("tofu"), dataset_source_from_env()).frame
+    tofu = load_dataset(load_catalog().get("tofu"), default_dataset_source()).frame
     pairs = synthetic_pairs(tofu, n=6)
     assert len(pairs) == 6 and all(attacked.startswith(clean + "\n") for clean, attacked in pairs)
     assert len({attacked.split("\n")[-1] for _, attacked in pairs}) == 6  # templates rotate

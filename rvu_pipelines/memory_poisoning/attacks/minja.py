@@ -46,10 +46,10 @@ _LEAD = re.compile(
 
 def _default_template_path() -> Path:
     from rvu_pipelines.data.catalog import load_catalog
-    from rvu_pipelines.data.sources import dataset_source_from_env
+    from rvu_pipelines.data.sources import default_dataset_source
 
     spec = load_catalog().datasets["minja"]
-    return dataset_source_from_env().resolve(spec).files[TEMPLATE_FILE]
+    return default_dataset_source().resolve(spec).files[TEMPLATE_FILE]
 
 
 def indication_templates(path: str | Path | None = None) -> tuple[str, ...]:

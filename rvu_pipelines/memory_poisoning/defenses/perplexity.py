@@ -64,7 +64,7 @@ class LlamaPerplexity:
         self.name = name or self.model_path.name
         self.n_ctx = int(n_ctx)
         threads = n_threads or usable_cores()
-        self.runtime = runtime or LlamaRuntimeSettings.from_env()
+        self.runtime = runtime or LlamaRuntimeSettings.configured()
         # the probe's verdict is remembered per (model, build, settings, threads): None = the default key
         ensure_llama_runs(self.model_path, settings=self.runtime, n_threads=n_threads)
         self._llm: Any = open_llama(
