@@ -24,7 +24,7 @@ from assets.partitions import incident_partitions
 from resources import EmbedderResource, MlflowTrackerResource, ModelStoreResource
 from resources.recovery import RecoveryResource
 from rvu_pipelines.provenance.engines import describe_store
-from rvu_pipelines.recovery import Tier, recover, verify_certificate
+from rvu_pipelines.recovery import RecoveryOptions, Tier, recover, verify_certificate
 from rvu_pipelines.recovery.reproductions import (
     reproduce_adapter_closure,
     reproduce_certificate_audit,
@@ -191,12 +191,8 @@ def incident_recovery(
         log = load_incident(source)
         signal, signal_version = by_name(recovery.detector, mlflow_tracker.tracker().tracking_uri)
         run.log_params({"detector": signal_version})
-        result = recover(
-            log,
-            recovery.store_path,
-            recovery.index_path,
-            recovery.key_dir,
-            recovery.certificate_path(incident_id),
+        options = RecoveryOptions(
+            detector=signal,
             policy=policy,
             embedder=vectors,
             gate=gate_for_incident(log),
@@ -207,8 +203,8 @@ def incident_recovery(
                 reason="disabled by the recovery resource's membership_probe",
                 lingering=purge.stores,
             ),
-            detector=signal,
         )
+        result = recover(log, recovery.paths().files_for(incident_id), options)
         blocklisted = record_evictions(log, result.evicted_adapters)
         if blocklisted:
             context.log.info(f"evicted adapters added to the gate's blocklist: {blocklisted}")

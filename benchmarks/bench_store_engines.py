@@ -34,7 +34,10 @@ from bench_results import Row, add_results_dir_argument  # noqa: E402
 from bench_results import record as record_rows  # noqa: E402 (`record` names E8's records below)
 
 from rvu_pipelines.provenance import open_store, write_incident  # noqa: E402
-from rvu_pipelines.recovery import pipeline  # noqa: E402
+from rvu_pipelines.recovery import (
+    RecoveryFiles,  # noqa: E402
+    pipeline,  # noqa: E402
+)
 from rvu_pipelines.recovery.reproductions import e8_records  # noqa: E402
 from rvu_pipelines.scale.postgres_server import LocalPostgres, free_port  # noqa: E402
 
@@ -121,7 +124,7 @@ def numbered_incident(k: int) -> list[dict[str, Any]]:
 
 def recover_one(args: tuple[str, str, str, str]) -> dict[str, int]:
     incident, store, folder, key_dir = args
-    result = pipeline.recover(incident, store, None, key_dir, Path(folder) / (Path(incident).stem + ".json"))
+    result = pipeline.recover(incident, RecoveryFiles(store, key_dir, Path(folder) / (Path(incident).stem + ".json")))
     return dict(result.tier_counts)
 
 

@@ -81,33 +81,27 @@ def recover(
     from rvu_pipelines.detectors.catalog import by_name
     from rvu_pipelines.paths import default_tracking_uri
     from rvu_pipelines.provenance.incident import load_incident
+    from rvu_pipelines.recovery import RecoveryOptions, RecoveryPaths
     from rvu_pipelines.recovery import recover as run_recovery
     from rvu_pipelines.recovery.pipeline import check_before_models
-    from rvu_pipelines.recovery.state import RecoveryPaths
 
     paths = RecoveryPaths.default(state)
     log = load_incident(incident)  # validated once, first: a bad file changes nothing; recovery uses this copy
-    incident_id = log.incident_id
-    out = cert_out or paths.certificate(incident_id)
+    files = paths.files_for(log.incident_id, cert_out)
     # what recovery would refuse without a model (a log a new store would refuse, an unwritable output, a lost
     # key), refused before the detector and the embedder load
-    check_before_models(log, paths.store, paths.keys, out, paths.certificates, new_key)
+    check_before_models(log, files, new_key)
     signal, _ = by_name(detector, default_tracking_uri())
-    result = run_recovery(
-        log,
-        paths.store,
-        paths.index,
-        paths.keys,
-        out,
+    options = RecoveryOptions(
+        detector=signal,
         embedder=_embedder_for_recovery(),
-        max_depth=max_depth,
-        certificates_dir=paths.certificates,
-        new_key=new_key,
         gate=gate_for_incident(log),
         lingering=(purge := runtime_lingering()),
         probe=probe_for_incident(log, enabled=membership, lingering=purge.stores),
-        detector=signal,
+        max_depth=max_depth,
+        new_key=new_key,
     )
+    result = run_recovery(log, files, options)
     blocked = record_evictions(log, result.evicted_adapters)
     if blocked:
         console.print(f"evicted adapters blocklisted (sha256): {', '.join(b[:12] for b in blocked)}", highlight=False)

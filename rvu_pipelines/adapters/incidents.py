@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rvu_pipelines.adapters.runtime import AdapterTimeline, AgentAdapter
+from rvu_pipelines.recovery.pipeline import RecoveryOptions
+from rvu_pipelines.recovery.state import RecoveryFiles
 
 if TYPE_CHECKING:
     from rvu_pipelines.provenance.incident import IncidentLog
@@ -272,14 +274,13 @@ def score_recovery(
     incident = load_incident(write_incident(folder / "incident.jsonl", log.records))
     result = recover(
         incident,
-        folder / "provenance.duckdb",
-        None,
-        folder / "keys",
-        folder / "certificate.json",
-        detector,
-        policy=policy,
-        closure_mode="v1" if mode == "v1" else "v2",
-        probe=probe_for(incident) if probe_for is not None else None,
+        RecoveryFiles(folder / "provenance.duckdb", folder / "keys", folder / "certificate.json"),
+        RecoveryOptions(
+            detector=detector,
+            policy=policy,
+            closure_mode="v1" if mode == "v1" else "v2",
+            probe=probe_for(incident) if probe_for is not None else None,
+        ),
     )
     entries, truth = log.entries(), log.truth() & log.entries()
     removed = {e for e, tier in result.tiers.items() if tier in REMOVING_TIERS} & entries

@@ -17,9 +17,9 @@ from rvu_pipelines.agents.defenses import RECOVERING_DEFENSES, DefenseSettings, 
 from rvu_pipelines.agents.provenance_log import contaminated_count, episode_records, write_incident
 from rvu_pipelines.models.llm import ChatModel
 from rvu_pipelines.recovery.certificate import verify_certificate
-from rvu_pipelines.recovery.pipeline import recover
+from rvu_pipelines.recovery.pipeline import ClosureMode, RecoveryOptions, recover
 from rvu_pipelines.recovery.signing_keys import trusted_fingerprint
-from rvu_pipelines.recovery.state import RecoveryPaths
+from rvu_pipelines.recovery.state import RecoveryFiles, RecoveryPaths
 from rvu_pipelines.scenarios.contract import Scenario
 
 INCIDENT_FILE = "incident.jsonl"
@@ -65,16 +65,12 @@ def _recover(incident: Path, defense: str, settings: DefenseSettings, workdir: P
     shutil.rmtree(folder, ignore_errors=True)  # a re-run starts from an empty store: same bytes out
     folder.mkdir(parents=True)
     key_dir = Path(settings.signing_key_dir) if settings.signing_key_dir else RecoveryPaths.default().keys
-    mode = "v1" if defense == "rvu_v1" else "v2"
+    mode: ClosureMode = "v1" if defense == "rvu_v1" else "v2"
     started = time.perf_counter()
     result = recover(
         incident,
-        folder / "provenance.duckdb",
-        None,
-        key_dir,
-        workdir / CERTIFICATE_FILE,
-        settings.detector,
-        closure_mode=mode,
+        RecoveryFiles(folder / "provenance.duckdb", key_dir, workdir / CERTIFICATE_FILE),
+        RecoveryOptions(detector=settings.detector, closure_mode=mode),
     )
     # pinned to the key this episode signed with; without it the certificate is not counted as verified
     # (an unpinned check proves integrity only: any key makes a self-consistent certificate)

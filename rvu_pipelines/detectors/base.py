@@ -1,6 +1,6 @@
 """The one plug-in interface every injection detector implements, and adapters for its consumers.
 
-The recovery pipeline (``recover(..., detector)``: it scores the content of each action record and
+The recovery pipeline (``RecoveryOptions(detector=...)``: it scores the content of each action record and
 records the detector's ``name`` and, if set, ``version`` in the certificate), the attack harness and,
 through :func:`as_text_scorer`, the memory monitor's USER-channel content check all take an
 :class:`InjectionDetector`; whether it is a regex list, a registered MLflow model or a fine-tuned

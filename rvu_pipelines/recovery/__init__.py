@@ -21,6 +21,7 @@ from rvu_pipelines.recovery.pipeline import (
     AdapterGate,
     MembershipProbe,
     NotRunProbe,
+    RecoveryOptions,
     RecoveryResult,
     contamination_scores,
     detector_identity,
@@ -32,6 +33,7 @@ from rvu_pipelines.recovery.pipeline import (
     score_risk,
 )
 from rvu_pipelines.recovery.signing_keys import load_or_create_signing_key, open_signing_key, trusted_fingerprint
+from rvu_pipelines.recovery.state import RecoveryFiles, RecoveryPaths
 from rvu_pipelines.recovery.tamper_audit import tamper_report
 from rvu_pipelines.recovery.tiers import AdapterRuntime, TierOutcome, TierPlan, apply_tiers, restore_entry
 from rvu_pipelines.recovery.vector_index import VectorIndex
@@ -47,6 +49,9 @@ __all__ = [
     "MembershipProbe",
     "NotRunProbe",
     "RecordedInfluence",
+    "RecoveryFiles",
+    "RecoveryOptions",
+    "RecoveryPaths",
     "RecoveryResult",
     "RiskTable",
     "SeedReport",

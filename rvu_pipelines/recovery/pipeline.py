@@ -33,7 +33,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -54,6 +54,7 @@ from rvu_pipelines.recovery.contamination import Closures, SeedReport, compute_c
 from rvu_pipelines.recovery.first_ingest import MadeBeforeIngest, check_against_new_store, undone_unless_ingested
 from rvu_pipelines.recovery.froc import FrocPolicy, InfluenceSource, RecordedInfluence, RiskTable, Tier, compute_risk
 from rvu_pipelines.recovery.signing_keys import PRIVATE_KEY_FILE, check_signing_key, open_signing_key
+from rvu_pipelines.recovery.state import RecoveryFiles
 from rvu_pipelines.recovery.tiers import (
     AdapterRuntime,
     FaultHook,
@@ -132,6 +133,39 @@ class NotRunProbe:
 
     def run(self, store: ProvenanceStore, purged_entry_ids: Sequence[str]) -> Mapping[str, Any]:
         return {"status": "not run", "reason": self.reason}
+
+
+ClosureMode = Literal["v1", "v2"]
+CLOSURE_MODES: tuple[str, ...] = ("v1", "v2")
+
+
+@dataclass(frozen=True)
+class RecoveryOptions:
+    """How one recovery decides, and what it plugs in; every field has the default the module doc names.
+
+    ``closure_mode="v1"`` reproduces the RVU v1 baseline (the attack table's rvu_v1 defense): the recovery acts
+    on the parent/child closure only and purges all of it (binary purge, no graduated tiers, no adapter
+    eviction); the certificate then says ``runtime_recovery.closure_mode: "v1"``. ``max_depth`` overrides the
+    policy's closure depth bound. ``new_key``: create a signing key even where earlier recoveries used one that
+    is gone (their certificates then no longer verify against this folder's key)."""
+
+    detector: InjectionDetector | None = None
+    policy: FrocPolicy | None = None
+    embedder: Embedder | None = None
+    influence: InfluenceSource | None = None
+    gate: AdapterGate | None = None
+    probe: MembershipProbe | None = None
+    runtime: AdapterRuntime | None = None
+    lingering: LingeringState | None = None
+    closure_mode: ClosureMode = "v2"
+    max_depth: int | None = None
+    new_key: bool = False
+
+    def __post_init__(self) -> None:
+        if self.closure_mode not in CLOSURE_MODES:
+            raise ConfigError(
+                f"Invalid closure_mode '{self.closure_mode}' for recover(); allowed values: {', '.join(CLOSURE_MODES)}."
+            )
 
 
 # ------------------------------------------------------------------------------------ results
@@ -316,67 +350,38 @@ def prior_recoveries(store: ProvenanceStore | None, certificates_dir: Path | str
     return found
 
 
-def check_before_models(
-    incident: IncidentLog,
-    store_path: Path | str,
-    key_dir: Path | str,
-    cert_out: Path | str,
-    certificates_dir: Path | str | None = None,
-    new_key: bool = False,
-) -> None:
+def check_before_models(incident: IncidentLog, files: RecoveryFiles, new_key: bool = False) -> None:
     """The refusals of :func:`recover` that need no model, for callers to make before they load a detector or an
-    embedder: a log a new store would refuse, an unwritable ``cert_out``, a lost signing key. Changes nothing but
-    the certificate's folder, created when missing (as :func:`recover` creates it)."""
-    check_against_new_store(incident, store_path)
-    check_writable(cert_out)
-    if (Path(key_dir) / PRIVATE_KEY_FILE).exists():  # what earlier recoveries left matters only without a key
+    embedder: a log a new store would refuse, an unwritable certificate path, a lost signing key. Changes nothing
+    but the certificate's folder, created when missing (as :func:`recover` creates it)."""
+    check_against_new_store(incident, files.store)
+    check_writable(files.certificate)
+    if (files.keys / PRIVATE_KEY_FILE).exists():  # what earlier recoveries left matters only without a key
         prior: list[str] = []
-    elif MadeBeforeIngest.before(store_path, key_dir).store_is_new or str(store_path) == ":memory:":
-        prior = prior_recoveries(None, certificates_dir)
+    elif MadeBeforeIngest.before(files.store, files.keys).store_is_new or str(files.store) == ":memory:":
+        prior = prior_recoveries(None, files.certificates)
     else:
-        with open_store(store_path, read_only=True) as store:
-            prior = prior_recoveries(store, certificates_dir)
-    check_signing_key(key_dir, prior_use=prior, new_key=new_key)
+        with open_store(files.store, read_only=True) as store:
+            prior = prior_recoveries(store, files.certificates)
+    check_signing_key(files.keys, prior_use=prior, new_key=new_key)
 
 
 def recover(
-    incident_path: IncidentLog | Path | str,
-    store_path: Path | str,
-    index_path: Path | str | None,
-    key_dir: Path | str,
-    cert_out: Path | str,
-    detector: InjectionDetector | None = None,
-    *,
-    policy: FrocPolicy | None = None,
-    embedder: Embedder | None = None,
-    influence: InfluenceSource | None = None,
-    gate: AdapterGate | None = None,
-    probe: MembershipProbe | None = None,
-    runtime: AdapterRuntime | None = None,
-    lingering: LingeringState | None = None,
-    closure_mode: str = "v2",
-    max_depth: int | None = None,
-    certificates_dir: Path | str | None = None,
-    new_key: bool = False,
+    incident_path: IncidentLog | Path | str, files: RecoveryFiles, options: RecoveryOptions | None = None
 ) -> RecoveryResult:
-    """Recover from one incident log and write its signed certificate to ``cert_out``.
-
-    ``closure_mode="v1"`` reproduces the RVU v1 baseline (the attack table's rvu_v1 defense): the
-    recovery acts on the parent/child closure only and purges all of it (binary purge, no graduated
-    tiers, no adapter eviction); the certificate then says ``runtime_recovery.closure_mode: "v1"``.
-    ``max_depth`` overrides the policy's closure depth bound.
+    """Recover from one incident log and write its signed certificate to ``files.certificate``.
 
     Nothing changes before every check passed: the log validates (against a new store too:
-    :func:`check_against_new_store`), ``cert_out`` is writable, the log is scored and embedded, and the
+    :func:`check_against_new_store`), the certificate path is writable, the log is scored and embedded, and the
     signing key exists or may be created. A missing key is created only where no earlier recovery
-    (certificates in ``certificates_dir``, incidents in the store) would be orphaned by it, unless
-    ``new_key``. If the ingest still refuses the log, the key and store file this run created are removed
-    again. Entries an operator restored stay restored unless new evidence arrived.
+    (certificates in ``files.certificates``, incidents in the store) would be orphaned by it, unless
+    ``options.new_key``. If the ingest still refuses the log, the key and store file this run created are
+    removed again. Entries an operator restored stay restored unless new evidence arrived.
     Raises IncidentValidationError (nothing ingested) for a bad log, ConfigError for a bad policy,
-    CertificateOutputError for an unwritable ``cert_out``, SigningKeyError for a lost key.
+    CertificateOutputError for an unwritable certificate path, SigningKeyError for a lost key.
     """
-    if closure_mode not in ("v1", "v2"):
-        raise ConfigError(f"Invalid closure_mode '{closure_mode}' for recover(); allowed values: v1, v2.")
+    options = options or RecoveryOptions()
+    closure_mode, new_key, influence = options.closure_mode, options.new_key, options.influence
     timings: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -386,28 +391,30 @@ def recover(
         timings[name] = now - clock
         clock = now
 
-    policy = with_max_depth(policy or FrocPolicy.load(), max_depth)
-    detector = detector or ExfiltrationHeuristic()
-    embedder = embedder or HashingEmbedder()
+    policy = with_max_depth(options.policy or FrocPolicy.load(), options.max_depth)
+    detector = options.detector or ExfiltrationHeuristic()
+    embedder = options.embedder or HashingEmbedder()
     # an IncidentLog the caller already validated is used as is: the file is not read a second time
     incident = incident_path if isinstance(incident_path, IncidentLog) else load_incident(incident_path)
     # every refusal that needs no model, before the log is scored and embedded
-    check_before_models(incident, store_path, key_dir, cert_out, certificates_dir, new_key)
+    check_before_models(incident, files, new_key)
     lap("validate")
     prepared = prepare_ingest(incident, detector=detector, embedder=embedder)
     sources = prepared.sources
-    made = MadeBeforeIngest.before(store_path, key_dir)
+    made = MadeBeforeIngest.before(files.store, files.keys)
     if made.store_is_new:
         # no store yet: settle the key before the store file is created, so a refusal leaves nothing behind
-        made.key = open_signing_key(key_dir, prior_use=prior_recoveries(None, certificates_dir), new_key=new_key)
-    with undone_unless_ingested(made), open_store(store_path) as store:
-        made.claim_store(store_path, store)
+        made.key = open_signing_key(files.keys, prior_use=prior_recoveries(None, files.certificates), new_key=new_key)
+    with undone_unless_ingested(made), open_store(files.store) as store:
+        made.claim_store(files.store, store)
         if made.key is None:
-            made.key = open_signing_key(key_dir, prior_use=prior_recoveries(store, certificates_dir), new_key=new_key)
+            made.key = open_signing_key(
+                files.keys, prior_use=prior_recoveries(store, files.certificates), new_key=new_key
+            )
         key = made.key
         ingest = prepared.write(store)
         made.ingested = True
-        index = VectorIndex.open(index_path, store, dimension=embedder.dimension) if index_path is not None else None
+        index = VectorIndex.open(files.index, store, dimension=embedder.dimension) if files.index is not None else None
         lap("ingest")
         seeds = find_seeds(store, incident, policy, sources)
         graph = store.graph()
@@ -431,7 +438,7 @@ def recover(
             index,
             plan,
             details={"incident_id": incident.incident_id},
-            runtime=runtime,
+            runtime=options.runtime,
             fault=FaultHook.configured(),
         )
         lap("tiers")
@@ -439,12 +446,12 @@ def recover(
         if plan.evict_adapters.size:  # before the probe, so it measures what the purge left
             evicted_rows = store.adapters(plan.evict_adapters)
             lingering_section = (
-                lingering.run(store, evicted_rows)
-                if lingering is not None
+                options.lingering.run(store, evicted_rows)
+                if options.lingering is not None
                 else {"status": "not run", "reason": NO_LINGERING_STORES}
             )
         purged_ids = store.entry_ids(plan.purge)
-        probe_section = (probe or NotRunProbe()).run(store, purged_ids)
+        probe_section = (options.probe or NotRunProbe()).run(store, purged_ids)
         kept_ids = store.entry_ids(sorted(kept))
         body = build_certificate_body(
             store,
@@ -457,7 +464,7 @@ def recover(
             risk,
             plan,
             probe_section,
-            _gate_section(gate, incident),
+            _gate_section(options.gate, incident),
             restored=sorted(restore_decisions(store)),
             kept_restored={entry_id: kept[seq].reason for entry_id, seq in zip(kept_ids, sorted(kept), strict=True)},
         )
@@ -466,7 +473,7 @@ def recover(
         if lingering_section is not None:
             body["adapter_attestation"]["lingering"] = dict(lingering_section)
         certificate = sign_certificate(body, key)
-        path = write_certificate(certificate, cert_out)
+        path = write_certificate(certificate, files.certificate)
         lap("certificate")
         risk_ids = store.entry_ids(risk.seqs)
         runtime_section = certificate["runtime_recovery"]

@@ -28,8 +28,9 @@ from rvu_pipelines.provenance.engines import open_store
 from rvu_pipelines.provenance.incident import load_incident, write_incident
 from rvu_pipelines.recovery.certificate import certificate_bytes, completeness_problems, verify_certificate
 from rvu_pipelines.recovery.froc import PAPER_POPULATION, FrocPolicy, RecordedInfluence, Tier, compute_risk
-from rvu_pipelines.recovery.pipeline import ingest_incident, recover
+from rvu_pipelines.recovery.pipeline import RecoveryOptions, ingest_incident, recover
 from rvu_pipelines.recovery.signing_keys import trusted_fingerprint
+from rvu_pipelines.recovery.state import RecoveryFiles
 from rvu_pipelines.recovery.tamper_audit import tamper_report
 
 T0 = 1_718_000_000.0
@@ -411,12 +412,8 @@ def reproduce_certificate_audit(
     cert_path = workdir / "e8_certificate.json"
     result = recover(
         incident_path,
-        workdir / "e8.duckdb",
-        workdir / "e8.faiss",
-        key_dir,
-        cert_path,
-        ExfiltrationHeuristic(),
-        policy=policy,
+        RecoveryFiles(workdir / "e8.duckdb", key_dir, cert_path, index=workdir / "e8.faiss"),
+        RecoveryOptions(detector=ExfiltrationHeuristic(), policy=policy),
     )
     trusted = [fp for fp in [trusted_fingerprint(key_dir)] if fp]  # recover() just wrote the key
     ok, reason = verify_certificate(cert_path, trusted_fingerprints=trusted)

@@ -34,6 +34,7 @@ from rvu_pipelines.agents.defenses import DefenseSettings
 from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
 from rvu_pipelines.models.llm import LlamaCppChatModel
 from rvu_pipelines.provenance.incident import load_incident
+from rvu_pipelines.recovery import RecoveryFiles, RecoveryOptions
 from rvu_pipelines.scenarios import scenarios_for
 
 
@@ -303,13 +304,8 @@ def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_m
     purge = LingeringPurge(stores)
     result = recover(
         incident,
-        tmp_path / "p.duckdb",
-        None,
-        tmp_path / "keys",
-        tmp_path / "cert.json",
-        policy=policy,
-        probe=probe,
-        lingering=purge,
+        RecoveryFiles(tmp_path / "p.duckdb", tmp_path / "keys", tmp_path / "cert.json"),
+        RecoveryOptions(policy=policy, probe=probe, lingering=purge),
     )
     assert result.evicted_adapters == ["a1"]
     (lingering,) = result.certificate["adapter_attestation"]["lingering"]["adapters"]

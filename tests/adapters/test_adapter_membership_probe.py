@@ -18,6 +18,7 @@ from rvu_pipelines.adapters.membership_sets import MembershipSet, zoo_membership
 from rvu_pipelines.adapters.partition import partition_of
 from rvu_pipelines.adapters.zoo import catalog_frames, load_zoo_config, training_set
 from rvu_pipelines.adapters.zoo_data import PARTITIONED
+from rvu_pipelines.recovery import RecoveryFiles, RecoveryOptions
 
 
 @pytest.fixture(scope="module")
@@ -214,8 +215,8 @@ def test_a_recovery_certifies_each_evicted_adapter_or_says_why(
     )
 
     def run(cert: str) -> Any:
-        paths = (tmp_path / "p.duckdb", None, tmp_path / "keys", tmp_path / cert)
-        return recover(incident, *paths, policy=policy, probe=membership.for_incident(incident))
+        files = RecoveryFiles(tmp_path / "p.duckdb", tmp_path / "keys", tmp_path / cert)
+        return recover(incident, files, RecoveryOptions(policy=policy, probe=membership.for_incident(incident)))
 
     result = run("cert.json")
     assert sorted(result.evicted_adapters) == ["depots", "depots-gone"]

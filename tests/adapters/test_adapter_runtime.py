@@ -29,6 +29,7 @@ from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
 from rvu_pipelines.agents.provenance_log import episode_records, write_incident
 from rvu_pipelines.models.llm import LlamaCppChatModel
 from rvu_pipelines.provenance.incident import load_incident
+from rvu_pipelines.recovery import RecoveryFiles, RecoveryOptions
 from rvu_pipelines.recovery.pipeline import recover
 
 SCHEMA = json.loads(Path("configs/schemas/incident_log.schema.json").read_text())
@@ -165,12 +166,8 @@ def test_timeline_places_lifecycle_lines_and_v2_follows_the_adapter(model, rando
     for mode in ("v1", "v2"):
         result = recover(
             incident,
-            tmp_path / f"{mode}.duckdb",
-            None,
-            tmp_path / "keys",
-            tmp_path / f"{mode}.json",
-            _FlagInjections(),
-            closure_mode=mode,
+            RecoveryFiles(tmp_path / f"{mode}.duckdb", tmp_path / "keys", tmp_path / f"{mode}.json"),
+            RecoveryOptions(detector=_FlagInjections(), closure_mode=mode),
         )
         closures[mode] = set(result.closure_v2)
         assert result.certificate["runtime_recovery"].get("closure_mode", "v2") == mode

@@ -39,6 +39,7 @@ from rvu_pipelines.detectors.heuristic import HeuristicDetector
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import project_root
 from rvu_pipelines.provenance.incident import load_incident
+from rvu_pipelines.recovery import RecoveryFiles, RecoveryOptions
 
 KEY = bytes(range(32))
 SCHEMA = json.loads((project_root() / "configs/schemas/incident_log.schema.json").read_text())
@@ -177,7 +178,9 @@ def test_recover_v1_mode_purges_the_parent_child_closure(tmp_path: Path) -> None
     results = {}
     for mode in ("v1", "v2"):
         results[mode] = recover(
-            incident, tmp_path / f"{mode}.duckdb", None, tmp_path / "keys", tmp_path / f"{mode}.json", closure_mode=mode
+            incident,
+            RecoveryFiles(tmp_path / f"{mode}.duckdb", tmp_path / "keys", tmp_path / f"{mode}.json"),
+            RecoveryOptions(closure_mode=mode),
         )
         assert verify_certificate(results[mode].certificate_path)[0]
     v1 = results["v1"].certificate["runtime_recovery"]
@@ -186,7 +189,11 @@ def test_recover_v1_mode_purges_the_parent_child_closure(tmp_path: Path) -> None
     assert v1["closure_ids"] == v1["closure_v1_ids"] and v1["closure_size"] >= 2
     assert v1["purged"] == v1["closure_ids"]  # binary purge of the whole closure
     with pytest.raises(ConfigError, match="closure_mode"):
-        recover(incident, tmp_path / "x.duckdb", None, tmp_path / "keys", tmp_path / "x.json", closure_mode="v3")
+        recover(
+            incident,
+            RecoveryFiles(tmp_path / "x.duckdb", tmp_path / "keys", tmp_path / "x.json"),
+            RecoveryOptions(closure_mode="v3"),
+        )
 
 
 # ------------------------------------------------------------------------------------- classifier

@@ -27,6 +27,7 @@ from rvu_pipelines.memory_poisoning.agent_loop import (
 from rvu_pipelines.memory_poisoning.attacks.minja import indication_templates
 from rvu_pipelines.memory_poisoning.corpus import minja_victims
 from rvu_pipelines.memory_poisoning.retrieval import embed_texts
+from rvu_pipelines.recovery import RecoveryFiles
 from rvu_pipelines.recovery.pipeline import recover
 
 CONFIG = AgentConfig(top_k=2, max_tokens=16)
@@ -67,7 +68,7 @@ def test_a_stored_episode_is_served_and_its_audit_reaches_recovery(plan, llm, em
     exported = export_audit_incident(
         audit, tmp_path / "day.jsonl", flagged_keys={("attacker", first.key)}, contents=None
     )
-    result = recover(exported.path, tmp_path / "s.duckdb", None, tmp_path / "keys", tmp_path / "cert.json")
+    result = recover(exported.path, RecoveryFiles(tmp_path / "s.duckdb", tmp_path / "keys", tmp_path / "cert.json"))
     assert set(result.seeds) == set(exported.seeds) and len(exported.seeds) == 1
     reads = [line for line in _lines(exported.path) if line["action_type"] == "memory_retrieval"]
     victim_reads = {r["entry_id"] for r in reads if r["episode_id"].endswith("victim-000")}

@@ -24,6 +24,7 @@ from rvu_pipelines.memory_poisoning.study import attack_defense_matrix, context_
 from rvu_pipelines.memory_poisoning.study_cells import EmbeddingCache, StudyConfig, build_cell
 from rvu_pipelines.provenance.entry_ids import write_entry_id
 from rvu_pipelines.provenance.incident import load_incident
+from rvu_pipelines.recovery import RecoveryFiles
 from rvu_pipelines.recovery.pipeline import recover
 
 CONFIG = StudyConfig(
@@ -97,7 +98,7 @@ def test_a_poisoning_incident_is_recovered_and_certified(cells, embedder, tmp_pa
     log = load_incident(path)
     retrievals = [r for r in log.records if r.action_type == "memory_retrieval"]
     assert retrievals and any(r.parent_id and r.parent_id.startswith("write:agentpoison") for r in retrievals)
-    result = recover(path, tmp_path / "s.duckdb", None, tmp_path / "keys", tmp_path / "cert.json")
+    result = recover(path, RecoveryFiles(tmp_path / "s.duckdb", tmp_path / "keys", tmp_path / "cert.json"))
     poison_ids = {write_entry_id(k) for k in flagged}
     assert poison_ids <= set(result.seeds)
     # every retrieval of a poison is in the closure, and no genesis (benign) write is a seed

@@ -18,6 +18,7 @@ from rvu_pipelines.errors import IncidentValidationError
 from rvu_pipelines.provenance import closure_v1, closure_v2, load_incident, open_store, parse_incident, write_incident
 from rvu_pipelines.provenance.canonical import canonical_dumps
 from rvu_pipelines.provenance.incident import IncidentLog, incident_line
+from rvu_pipelines.recovery import RecoveryFiles
 
 EP = "ep-gate"
 HASH_A = "ab" * 32
@@ -206,7 +207,9 @@ def test_closure_does_not_reach_through_a_refusal(tmp_path: Path, store_location
 
 def test_recovery_runs_over_a_log_with_refusals(tmp_path: Path) -> None:
     path = write_incident(gate_records(), tmp_path / "gate.jsonl")
-    result = pipeline.recover(path, tmp_path / "s.duckdb", tmp_path / "s.faiss", tmp_path / "k", tmp_path / "c.json")
+    result = pipeline.recover(
+        path, RecoveryFiles(tmp_path / "s.duckdb", tmp_path / "k", tmp_path / "c.json", index=tmp_path / "s.faiss")
+    )
     assert result.seeds == ["a1"]
     assert not set(result.closure_v2) & {"refuse-rogue", "refuse-a", "c1"}
     assert set(result.closure_v2) == {"u0", "load-a", "a1"}

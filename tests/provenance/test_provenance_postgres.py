@@ -160,17 +160,17 @@ def test_postgres_killed_mid_recovery_fails_clearly_and_a_rerun_signs_the_same_c
     import sys
     import time
 
-    from rvu_pipelines.recovery.pipeline import recover
+    from rvu_pipelines.recovery import RecoveryFiles, recover
     from rvu_pipelines.recovery.reproductions import e8_records
     from rvu_pipelines.recovery.tiers import FAULT_MARKER_ENV, FAULT_PAUSE_ENV
 
     incident = write_incident(e8_records(), tmp_path / "incident.jsonl")
     keys = tmp_path / "keys"
-    recover(incident, tmp_path / "clean.duckdb", None, keys, tmp_path / "clean.json")
+    recover(incident, RecoveryFiles(tmp_path / "clean.duckdb", keys, tmp_path / "clean.json"))
     marker = tmp_path / "paused"
     script = (
-        "import sys; from rvu_pipelines.recovery.pipeline import recover; "
-        "a = sys.argv; recover(a[1], a[2], None, a[3], a[4])"
+        "import sys; from rvu_pipelines.recovery import RecoveryFiles, recover; "
+        "a = sys.argv; recover(a[1], RecoveryFiles(a[2], a[3], a[4]))"
     )
     env = {**os.environ, FAULT_PAUSE_ENV: "2", FAULT_MARKER_ENV: str(marker)}  # paused inside the tier transaction
     process = subprocess.Popen(
@@ -196,7 +196,7 @@ def test_postgres_killed_mid_recovery_fails_clearly_and_a_rerun_signs_the_same_c
     with open_store(postgres_location) as store:
         assert store.verify_event_chain().ok
         assert not store.entry_states(np.arange(store.entry_count))["quarantined"].any()  # rolled back
-    recover(incident, postgres_location, None, keys, tmp_path / "cert.json")
+    recover(incident, RecoveryFiles(postgres_location, keys, tmp_path / "cert.json"))
     assert (tmp_path / "cert.json").read_bytes() == (tmp_path / "clean.json").read_bytes()
     with open_store(postgres_location, read_only=True) as store:
         events = store.events()

@@ -16,6 +16,7 @@ import pytest
 from rvu_pipelines.errors import ConfigError, IncidentValidationError, InputFileError, RvuError
 from rvu_pipelines.provenance.engines import open_store
 from rvu_pipelines.provenance.incident import incident_line, load_incident
+from rvu_pipelines.recovery import RecoveryFiles
 from rvu_pipelines.recovery.inbox import IncidentFolders, TriageOutcome, incident_folders, triage_inbox
 from rvu_pipelines.recovery.pipeline import recover
 from rvu_pipelines.recovery.reproductions import e2_records
@@ -104,7 +105,10 @@ def test_triage_of_the_whole_corpus_at_once_drains_the_inbox(folders: IncidentFo
 @pytest.mark.parametrize("name", sorted(ACCEPTED - {"unknown_adapter_unload.jsonl"}))
 def test_accepted_corpus_logs_recover_end_to_end(name: str, tmp_path: Path) -> None:
     """What validation lets through, every later stage (store, embedder, index, certificate) must hold."""
-    result = recover(CORPUS / name, tmp_path / "s.duckdb", tmp_path / "i.faiss", tmp_path / "keys", tmp_path / "c.json")
+    result = recover(
+        CORPUS / name,
+        RecoveryFiles(tmp_path / "s.duckdb", tmp_path / "keys", tmp_path / "c.json", index=tmp_path / "i.faiss"),
+    )
     assert result.certificate_path.is_file()
 
 

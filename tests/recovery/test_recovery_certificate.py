@@ -11,6 +11,7 @@ import pytest
 
 from rvu_pipelines.errors import SigningKeyError
 from rvu_pipelines.provenance import write_incident
+from rvu_pipelines.recovery import RecoveryFiles
 from rvu_pipelines.recovery.certificate import (
     REQUIRED_FIELDS,
     certificate_bytes,
@@ -100,11 +101,13 @@ def test_same_incident_and_key_give_byte_identical_certificates(tmp_path: Path) 
     outputs = []
     for run in ("one", "two"):
         cert = tmp_path / run / "cert.json"
-        recover(incident, tmp_path / run / "store.duckdb", tmp_path / run / "index.faiss", keys, cert)
+        recover(
+            incident, RecoveryFiles(tmp_path / run / "store.duckdb", keys, cert, index=tmp_path / run / "index.faiss")
+        )
         outputs.append(cert.read_bytes())
     assert outputs[0] == outputs[1]
     other = tmp_path / "other" / "cert.json"
-    recover(incident, tmp_path / "other" / "store.duckdb", None, tmp_path / "other-keys", other)
+    recover(incident, RecoveryFiles(tmp_path / "other" / "store.duckdb", tmp_path / "other-keys", other))
     a, b = json.loads(outputs[0]), json.loads(other.read_bytes())
     assert a["signature"]["value"] != b["signature"]["value"]
     assert a["runtime_recovery"] == b["runtime_recovery"] | {"index": a["runtime_recovery"]["index"]}

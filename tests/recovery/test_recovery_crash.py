@@ -21,15 +21,15 @@ import numpy as np
 import pytest
 
 from rvu_pipelines.provenance import open_store, write_incident
-from rvu_pipelines.recovery.pipeline import recover
+from rvu_pipelines.recovery import RecoveryFiles, recover
 from rvu_pipelines.recovery.reproductions import e8_records
 from rvu_pipelines.recovery.tiers import FAULT_MARKER_ENV, FAULT_PAUSE_ENV
 from rvu_pipelines.recovery.vector_index import VectorIndex
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = (
-    "import sys; from rvu_pipelines.recovery.pipeline import recover; "
-    "recover(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])"
+    "import sys; from rvu_pipelines.recovery import RecoveryFiles, recover; a = sys.argv; "
+    "recover(a[1], RecoveryFiles(a[2], a[4], a[5], index=a[3]))"
 )
 
 
@@ -73,7 +73,7 @@ def clean_certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, P
     tmp = tmp_path_factory.mktemp("clean")
     incident = write_incident(e8_records(), tmp / "incident.jsonl")
     keys = tmp / "keys"
-    recover(incident, tmp / "store.duckdb", tmp / "index.faiss", keys, tmp / "cert.json")
+    recover(incident, RecoveryFiles(tmp / "store.duckdb", keys, tmp / "cert.json", index=tmp / "index.faiss"))
     return incident, keys, (tmp / "cert.json").read_bytes()
 
 
@@ -103,7 +103,7 @@ def test_sigkill_during_tiers_leaves_store_and_index_consistent(tmp_path: Path, 
             if quarantined_now or purged:
                 assert seq not in retrievable
 
-    recover(incident, paths["store"], paths["index"], keys, paths["cert"])
+    recover(incident, RecoveryFiles(paths["store"], keys, paths["cert"], index=paths["index"]))
     assert paths["cert"].read_bytes() == expected  # re-running converges to the clean run's certificate
     with open_store(paths["store"]) as store:
         assert store.verify_event_chain().ok

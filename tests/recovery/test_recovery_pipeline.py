@@ -10,7 +10,7 @@ import pytest
 from rvu_pipelines.detectors.base import DetectorBase, InjectionDetector
 from rvu_pipelines.errors import ConfigError, IncidentValidationError, StoreError
 from rvu_pipelines.provenance import open_store, write_incident
-from rvu_pipelines.recovery import FrocPolicy, recover, restore, verify_certificate
+from rvu_pipelines.recovery import FrocPolicy, RecoveryFiles, RecoveryOptions, recover, restore, verify_certificate
 from rvu_pipelines.recovery.certificate import CertificateOutputError
 from rvu_pipelines.recovery.reproductions import e2_records, e8_records
 from rvu_pipelines.recovery.signing_keys import trusted_fingerprint
@@ -21,10 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_recover_the_example_incident(tmp_path: Path) -> None:
     result = recover(
         REPO / "configs" / "examples" / "incident_example.jsonl",
-        tmp_path / "s.duckdb",
-        tmp_path / "i.faiss",
-        tmp_path / "keys",
-        tmp_path / "cert.json",
+        RecoveryFiles(tmp_path / "s.duckdb", tmp_path / "keys", tmp_path / "cert.json", index=tmp_path / "i.faiss"),
     )
     ok, reason = verify_certificate(
         result.certificate_path, trusted_fingerprints=[trusted_fingerprint(tmp_path / "keys")]
@@ -41,7 +38,10 @@ def test_recover_the_example_incident(tmp_path: Path) -> None:
 
 def test_e2_through_the_pipeline(tmp_path: Path) -> None:
     incident = write_incident(e2_records(), tmp_path / "e2.jsonl")
-    result = recover(incident, tmp_path / "s.duckdb", tmp_path / "i.faiss", tmp_path / "keys", tmp_path / "c.json")
+    result = recover(
+        incident,
+        RecoveryFiles(tmp_path / "s.duckdb", tmp_path / "keys", tmp_path / "c.json", index=tmp_path / "i.faiss"),
+    )
     assert result.seeds == ["b1"]
     assert result.closure_v1 == ["b1", "b2", "b3"] and result.closure_v2 == ["b1", "b2", "b3", "load-b"]
     assert result.tainted_adapters == ["adapter-b"]
@@ -53,20 +53,14 @@ def test_a_malformed_incident_changes_nothing(tmp_path: Path) -> None:
     store_path = tmp_path / "s.duckdb"
     recover(
         write_incident(e2_records(), tmp_path / "e2.jsonl"),
-        store_path,
-        tmp_path / "i.faiss",
-        tmp_path / "k",
-        tmp_path / "c.json",
+        RecoveryFiles(store_path, tmp_path / "k", tmp_path / "c.json", index=tmp_path / "i.faiss"),
     )
     with open_store(store_path) as store:
         before = (store.entry_count, store.verify_event_chain().head)
     with pytest.raises(IncidentValidationError):
         recover(
             REPO / "configs" / "examples" / "incident_malformed.jsonl",
-            store_path,
-            tmp_path / "i.faiss",
-            tmp_path / "k",
-            tmp_path / "bad-cert.json",
+            RecoveryFiles(store_path, tmp_path / "k", tmp_path / "bad-cert.json", index=tmp_path / "i.faiss"),
         )
     assert not (tmp_path / "bad-cert.json").exists()
     with open_store(store_path) as store:
@@ -89,11 +83,8 @@ def test_detector_is_pluggable(tmp_path: Path) -> None:
     records[5].pop("contaminated")  # b1 no longer flagged by the log
     result = recover(
         write_incident(records, tmp_path / "e2.jsonl"),
-        tmp_path / "s.duckdb",
-        None,
-        tmp_path / "k",
-        tmp_path / "c.json",
-        OrphanDetector(),
+        RecoveryFiles(tmp_path / "s.duckdb", tmp_path / "k", tmp_path / "c.json"),
+        RecoveryOptions(detector=OrphanDetector()),
     )
     assert result.seeds == ["orphan"] and result.closure_v2 == ["orphan"]
     assert result.certificate["detector"] == {"name": "orphan-finder", "version": "0.1"}
@@ -106,7 +97,9 @@ def test_a_later_incident_taints_history_through_a_shared_adapter(tmp_path: Path
     records = e2_records()
     records[5].pop("contaminated")
     records[5]["content"] = "Build succeeded."
-    first = recover(write_incident(records, tmp_path / "day1.jsonl"), store, index, keys, tmp_path / "c1.json")
+    first = recover(
+        write_incident(records, tmp_path / "day1.jsonl"), RecoveryFiles(store, keys, tmp_path / "c1.json", index=index)
+    )
     assert first.seeds == [] and first.closure_v2 == []
     later = [
         {
@@ -119,7 +112,9 @@ def test_a_later_incident_taints_history_through_a_shared_adapter(tmp_path: Path
             "active_adapter_id": "adapter-b",
         }
     ]
-    second = recover(write_incident(later, tmp_path / "day2.jsonl"), store, index, keys, tmp_path / "c2.json")
+    second = recover(
+        write_incident(later, tmp_path / "day2.jsonl"), RecoveryFiles(store, keys, tmp_path / "c2.json", index=index)
+    )
     assert second.seeds == ["b9"] and second.closure_v2 == ["b1", "b2", "b3", "b9", "load-b"]
     assert second.closure_v1 == ["b9"]
 
@@ -148,7 +143,9 @@ def test_the_certificate_states_the_resulting_state_of_every_closure_entry(tmp_p
     """A later incident whose closure reaches entries purged or quarantined earlier: the plan may say
     'flag', the store still says purged / quarantined, and the certificate says what the store says."""
     store, keys = tmp_path / "s.duckdb", tmp_path / "k"
-    first = recover(write_incident(e8_records(), tmp_path / "e8.jsonl"), store, None, keys, tmp_path / "c1.json")
+    first = recover(
+        write_incident(e8_records(), tmp_path / "e8.jsonl"), RecoveryFiles(store, keys, tmp_path / "c1.json")
+    )
     assert first.resulting_state["m1"] == "purged" and first.resulting_state["t1"] == "quarantined"
     later = [
         {
@@ -162,7 +159,7 @@ def test_the_certificate_states_the_resulting_state_of_every_closure_entry(tmp_p
             "contaminated": True,
         }
     ]
-    second = recover(write_incident(later, tmp_path / "late.jsonl"), store, None, keys, tmp_path / "c2.json")
+    second = recover(write_incident(later, tmp_path / "late.jsonl"), RecoveryFiles(store, keys, tmp_path / "c2.json"))
     runtime = second.certificate["runtime_recovery"]
     state = runtime["resulting_state"]
     assert set(state["entries"]) == set(runtime["closure_ids"])
@@ -179,9 +176,9 @@ def test_the_certificate_states_the_resulting_state_of_every_closure_entry(tmp_p
 def test_a_restore_is_kept_on_re_run_until_new_evidence(tmp_path: Path) -> None:
     store, index, keys, cert = tmp_path / "s.duckdb", tmp_path / "i.faiss", tmp_path / "k", tmp_path / "c.json"
     incident = write_incident(e8_records(), tmp_path / "e8.jsonl")
-    recover(incident, store, index, keys, cert)
+    recover(incident, RecoveryFiles(store, keys, cert, index=index))
     assert restore("t1", store, index, reason="false positive, checked by hand") is True
-    again = recover(incident, store, index, keys, cert)
+    again = recover(incident, RecoveryFiles(store, keys, cert, index=index))
     assert again.kept_restored == ["t1"] and again.resulting_state["t1"] == "restored"
     runtime = again.certificate["runtime_recovery"]
     assert runtime["kept_restored"] == [
@@ -195,7 +192,7 @@ def test_a_restore_is_kept_on_re_run_until_new_evidence(tmp_path: Path) -> None:
     with open_store(store) as opened:
         assert not opened.entry("t1").quarantined
     first_bytes = cert.read_bytes()
-    recover(incident, store, index, keys, cert)
+    recover(incident, RecoveryFiles(store, keys, cert, index=index))
     assert cert.read_bytes() == first_bytes  # still deterministic
     # new evidence: a new incident names t1 (a new record whose parent it is)
     later = [
@@ -210,22 +207,32 @@ def test_a_restore_is_kept_on_re_run_until_new_evidence(tmp_path: Path) -> None:
             "contaminated": True,
         }
     ]
-    newer = recover(write_incident(later, tmp_path / "new.jsonl"), store, index, keys, tmp_path / "c2.json")
+    newer = recover(
+        write_incident(later, tmp_path / "new.jsonl"), RecoveryFiles(store, keys, tmp_path / "c2.json", index=index)
+    )
     assert newer.kept_restored == [] and newer.resulting_state["t1"] in ("quarantined", "purged")
 
 
 def test_closure_truncation_is_reported_and_the_depth_can_be_raised(tmp_path: Path) -> None:
     incident = write_incident(chain_records(15), tmp_path / "chain.jsonl")
-    bounded = recover(incident, tmp_path / "a.duckdb", None, tmp_path / "k", tmp_path / "a.json")
+    bounded = recover(incident, RecoveryFiles(tmp_path / "a.duckdb", tmp_path / "k", tmp_path / "a.json"))
     assert bounded.truncated_at_depth == 10 and bounded.entries_beyond_depth == 4
     assert len(bounded.closure_v2) == 11 and "c14" not in bounded.resulting_state
     runtime = bounded.certificate["runtime_recovery"]
     assert (runtime["truncated_at_depth"], runtime["entries_beyond_depth"]) == (10, 4)
-    deeper = recover(incident, tmp_path / "b.duckdb", None, tmp_path / "k", tmp_path / "b.json", max_depth=20)
+    deeper = recover(
+        incident,
+        RecoveryFiles(tmp_path / "b.duckdb", tmp_path / "k", tmp_path / "b.json"),
+        RecoveryOptions(max_depth=20),
+    )
     assert deeper.truncated_at_depth is None and deeper.entries_beyond_depth == 0 and len(deeper.closure_v2) == 15
     assert deeper.certificate["policy"]["closure_max_depth"] == 20
     with pytest.raises(ConfigError):
-        recover(incident, tmp_path / "c.duckdb", None, tmp_path / "k", tmp_path / "c.json", max_depth=-1)
+        recover(
+            incident,
+            RecoveryFiles(tmp_path / "c.duckdb", tmp_path / "k", tmp_path / "c.json"),
+            RecoveryOptions(max_depth=-1),
+        )
 
 
 def test_an_unwritable_certificate_path_changes_nothing(tmp_path: Path) -> None:
@@ -234,9 +241,9 @@ def test_an_unwritable_certificate_path_changes_nothing(tmp_path: Path) -> None:
     store = tmp_path / "s.duckdb"
     incident = write_incident(e8_records(), tmp_path / "e8.jsonl")
     with pytest.raises(CertificateOutputError, match="Nothing was changed"):
-        recover(incident, store, None, tmp_path / "k", blocker / "cert.json")
+        recover(incident, RecoveryFiles(store, tmp_path / "k", blocker / "cert.json"))
     assert not store.exists() and not (tmp_path / "k").exists()
-    finished = recover(incident, store, None, tmp_path / "k", tmp_path / "cert.json")  # a re-run finishes it
+    finished = recover(incident, RecoveryFiles(store, tmp_path / "k", tmp_path / "cert.json"))  # a re-run finishes it
     assert finished.certificate_path.exists()
 
 
@@ -251,9 +258,13 @@ def test_unreachable_tiers_reach_the_result(tmp_path: Path) -> None:
     result says so (the CLI prints it, the risk_scores asset shows it) instead of staying silent."""
     incident = write_incident(e2_records(), tmp_path / "e2.jsonl")
     paper = FrocPolicy.load().with_spread_population("store")
-    result = recover(incident, tmp_path / "s.duckdb", None, tmp_path / "k", tmp_path / "c.json", policy=paper)
+    result = recover(
+        incident,
+        RecoveryFiles(tmp_path / "s.duckdb", tmp_path / "k", tmp_path / "c.json"),
+        RecoveryOptions(policy=paper),
+    )
     assert len(result.risk_notes) == 1 and "evict cannot be reached" in result.risk_notes[0]
-    default = recover(incident, tmp_path / "d.duckdb", None, tmp_path / "k", tmp_path / "d.json")
+    default = recover(incident, RecoveryFiles(tmp_path / "d.duckdb", tmp_path / "k", tmp_path / "d.json"))
     assert default.risk_notes == []
 
 
@@ -262,7 +273,9 @@ def test_a_log_a_new_store_refuses_creates_neither_key_nor_store(tmp_path: Path)
     records[2]["parent_id"] = "not-in-this-file"
     incident = write_incident(records, tmp_path / "orphan.jsonl")
     with pytest.raises(IncidentValidationError) as refused:
-        recover(incident, tmp_path / "state" / "s.duckdb", None, tmp_path / "state" / "keys", tmp_path / "c.json")
+        recover(
+            incident, RecoveryFiles(tmp_path / "state" / "s.duckdb", tmp_path / "state" / "keys", tmp_path / "c.json")
+        )
     assert [(issue.line, issue.field) for issue in refused.value.issues] == [(3, "parent_id")]
     assert not (tmp_path / "state").exists() and not (tmp_path / "c.json").exists()
 
@@ -280,14 +293,16 @@ def test_a_refusal_at_ingest_removes_what_this_run_created_and_nothing_else(tmp_
     with monkeypatch.context() as patched:
         patched.setattr(PreparedIngest, "write", refuse)
         with pytest.raises(StoreError, match="refused"):
-            recover(incident, tmp_path / "new" / "s.duckdb", None, tmp_path / "new" / "keys", tmp_path / "c.json")
+            recover(
+                incident, RecoveryFiles(tmp_path / "new" / "s.duckdb", tmp_path / "new" / "keys", tmp_path / "c.json")
+            )
     assert sorted(path.name for path in (tmp_path / "new").iterdir()) == []
 
     state = tmp_path / "old"
-    recover(incident, state / "s.duckdb", None, state / "keys", state / "first.json")
+    recover(incident, RecoveryFiles(state / "s.duckdb", state / "keys", state / "first.json"))
     before = {path: path.read_bytes() for path in state.rglob("*") if path.is_file()}
     with monkeypatch.context() as patched:
         patched.setattr(PreparedIngest, "write", refuse)
         with pytest.raises(StoreError, match="refused"):
-            recover(incident, state / "s.duckdb", None, state / "keys", state / "second.json")
+            recover(incident, RecoveryFiles(state / "s.duckdb", state / "keys", state / "second.json"))
     assert {path: path.read_bytes() for path in state.rglob("*") if path.is_file()} == before

@@ -15,6 +15,7 @@ import pytest
 import rvu_pipelines.recovery.pipeline as pipeline
 from rvu_pipelines.errors import EntryNotFoundError, StoreError
 from rvu_pipelines.provenance import DuckDBProvenanceStore, ProvenanceStore, load_incident, open_store, write_incident
+from rvu_pipelines.recovery import RecoveryFiles
 from rvu_pipelines.recovery.reproductions import e2_records, e8_records
 
 INTERFACE = {
@@ -55,13 +56,21 @@ def test_open_store_refuses_an_engine_it_does_not_have() -> None:
 def test_recovery_on_postgres_signs_the_same_certificate_as_on_duckdb(tmp_path: Path, postgres_location: str) -> None:
     """The scale profile's engine changes nothing a user sees: same seeds, same actions, same signed bytes."""
     incident = write_incident(e8_records(), tmp_path / "e8.jsonl")
-    duck = pipeline.recover(incident, tmp_path / "a.duckdb", tmp_path / "a.faiss", tmp_path / "k", tmp_path / "a.json")
-    pg = pipeline.recover(incident, postgres_location, tmp_path / "b.faiss", tmp_path / "k", tmp_path / "b.json")
+    duck = pipeline.recover(
+        incident, RecoveryFiles(tmp_path / "a.duckdb", tmp_path / "k", tmp_path / "a.json", index=tmp_path / "a.faiss")
+    )
+    pg = pipeline.recover(
+        incident, RecoveryFiles(postgres_location, tmp_path / "k", tmp_path / "b.json", index=tmp_path / "b.faiss")
+    )
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
     assert pg.seeds == duck.seeds and pg.applied == duck.applied
     # a second recovery of the same incident on the same store: again the same on both engines
-    pipeline.recover(incident, tmp_path / "a.duckdb", tmp_path / "a.faiss", tmp_path / "k", tmp_path / "c.json")
-    pipeline.recover(incident, postgres_location, tmp_path / "b.faiss", tmp_path / "k", tmp_path / "d.json")
+    pipeline.recover(
+        incident, RecoveryFiles(tmp_path / "a.duckdb", tmp_path / "k", tmp_path / "c.json", index=tmp_path / "a.faiss")
+    )
+    pipeline.recover(
+        incident, RecoveryFiles(postgres_location, tmp_path / "k", tmp_path / "d.json", index=tmp_path / "b.faiss")
+    )
     assert (tmp_path / "c.json").read_bytes() == (tmp_path / "d.json").read_bytes()
     with open_store(postgres_location, read_only=True) as store, open_store(tmp_path / "a.duckdb") as reference:
         assert store.verify_event_chain().ok and store.path.startswith("postgresql://")
@@ -70,10 +79,12 @@ def test_recovery_on_postgres_signs_the_same_certificate_as_on_duckdb(tmp_path: 
 
 def test_recovery_through_the_interface_alone_gives_the_same_certificate(tmp_path: Path, monkeypatch) -> None:
     incident = write_incident(e8_records(), tmp_path / "e8.jsonl")
-    plain = pipeline.recover(incident, tmp_path / "a.duckdb", tmp_path / "a.faiss", tmp_path / "k", tmp_path / "a.json")
+    plain = pipeline.recover(
+        incident, RecoveryFiles(tmp_path / "a.duckdb", tmp_path / "k", tmp_path / "a.json", index=tmp_path / "a.faiss")
+    )
     monkeypatch.setattr(pipeline, "open_store", lambda path: InterfaceOnly(open_store(path)))
     wrapped = pipeline.recover(
-        incident, tmp_path / "b.duckdb", tmp_path / "b.faiss", tmp_path / "k", tmp_path / "b.json"
+        incident, RecoveryFiles(tmp_path / "b.duckdb", tmp_path / "k", tmp_path / "b.json", index=tmp_path / "b.faiss")
     )
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
     assert wrapped.seeds == plain.seeds and wrapped.applied == plain.applied

@@ -10,6 +10,7 @@ import pytest
 
 from rvu_pipelines.errors import EntryNotFoundError, RestoreError
 from rvu_pipelines.provenance import open_store, write_incident
+from rvu_pipelines.recovery import RecoveryFiles, RecoveryOptions
 from rvu_pipelines.recovery.pipeline import recover, restore
 from rvu_pipelines.recovery.reproductions import e8_records
 from rvu_pipelines.recovery.tiers import TierPlan, apply_tiers, restore_entry
@@ -35,7 +36,11 @@ def recovered(tmp_path: Path):
         "cert": tmp_path / "cert.json",
         "incident": incident,
     }
-    result = recover(incident, paths["store"], paths["index"], paths["keys"], paths["cert"], runtime=runtime)
+    result = recover(
+        incident,
+        RecoveryFiles(paths["store"], paths["keys"], paths["cert"], index=paths["index"]),
+        RecoveryOptions(runtime=runtime),
+    )
     return result, paths, runtime
 
 
@@ -96,7 +101,9 @@ def test_applying_the_same_plan_twice_changes_nothing(recovered) -> None:
 def test_rerunning_recovery_is_a_no_op_with_identical_certificate(recovered) -> None:
     result, paths, _ = recovered
     first = paths["cert"].read_bytes()
-    again = recover(paths["incident"], paths["store"], paths["index"], paths["keys"], paths["cert"])
+    again = recover(
+        paths["incident"], RecoveryFiles(paths["store"], paths["keys"], paths["cert"], index=paths["index"])
+    )
     assert all(count == 0 for count in again.applied.values()), again.applied
     assert paths["cert"].read_bytes() == first
 

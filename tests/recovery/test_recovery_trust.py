@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from rvu_pipelines.cli import cli
 from rvu_pipelines.errors import SigningKeyError
 from rvu_pipelines.provenance import load_incident, write_incident
+from rvu_pipelines.recovery import RecoveryFiles, RecoveryOptions
 from rvu_pipelines.recovery.certificate import check_certificate
 from rvu_pipelines.recovery.pipeline import recover
 from rvu_pipelines.recovery.reproductions import e2_records
@@ -59,11 +60,7 @@ def recovered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     state = paths["state"]
     recover(
         incident,
-        state / "provenance.duckdb",
-        None,
-        state / "keys",
-        paths["cert"],
-        certificates_dir=state / "certificates",
+        RecoveryFiles(state / "provenance.duckdb", state / "keys", paths["cert"], certificates=state / "certificates"),
     )
     return paths
 
@@ -188,16 +185,18 @@ def test_a_public_key_of_another_key_is_refused(tmp_path: Path) -> None:
 def test_a_lost_key_folder_is_an_error_not_a_silent_new_key(tmp_path: Path) -> None:
     incident = write_incident(e2_records(), tmp_path / "e2.jsonl")
     store, keys, certs = tmp_path / "s.duckdb", tmp_path / "keys", tmp_path / "certificates"
-    first = recover(incident, store, None, keys, certs / "e2.json", certificates_dir=certs)
+    first = recover(incident, RecoveryFiles(store, keys, certs / "e2.json", certificates=certs))
     assert first.key_created
     (keys / PRIVATE_KEY_FILE).unlink()
     (keys / PUBLIC_KEY_FILE).unlink()
     with pytest.raises(SigningKeyError) as caught:
-        recover(incident, store, None, keys, certs / "again.json", certificates_dir=certs)
+        recover(incident, RecoveryFiles(store, keys, certs / "again.json", certificates=certs))
     message = str(caught.value)
     assert str(keys) in message and str(certs) in message and str(store) in message and "--new-key" in message
     assert not (certs / "again.json").exists() and not (keys / PRIVATE_KEY_FILE).exists()
-    second = recover(incident, store, None, keys, certs / "again.json", certificates_dir=certs, new_key=True)
+    second = recover(
+        incident, RecoveryFiles(store, keys, certs / "again.json", certificates=certs), RecoveryOptions(new_key=True)
+    )
     assert second.key_created and second.key_fingerprint != first.key_fingerprint
     with pytest.raises(SigningKeyError, match="never replaced"):
         open_signing_key(keys, new_key=True)
@@ -323,12 +322,12 @@ def test_a_refused_key_on_a_new_store_leaves_no_store_file(tmp_path: Path) -> No
     comes before the store file is created, so nothing is left half-made."""
     incident = write_incident(e2_records(), tmp_path / "e2.jsonl")
     keys, certs = tmp_path / "keys", tmp_path / "certificates"
-    recover(incident, tmp_path / "old.duckdb", None, keys, certs / "e2.json", certificates_dir=certs)
+    recover(incident, RecoveryFiles(tmp_path / "old.duckdb", keys, certs / "e2.json", certificates=certs))
     (keys / PRIVATE_KEY_FILE).unlink()
     (keys / PUBLIC_KEY_FILE).unlink()
     new_store = tmp_path / "new.duckdb"
     with pytest.raises(SigningKeyError, match="--new-key"):
-        recover(incident, new_store, None, keys, certs / "again.json", certificates_dir=certs)
+        recover(incident, RecoveryFiles(new_store, keys, certs / "again.json", certificates=certs))
     assert not new_store.exists() and not list(tmp_path.glob("new.duckdb*"))
 
 
@@ -338,5 +337,5 @@ def test_recover_takes_an_already_validated_log(tmp_path: Path) -> None:
     path = write_incident(e2_records(), tmp_path / "e2.jsonl")
     log = load_incident(path)
     path.write_text("not json\n")  # the file changes after validation
-    result = recover(log, tmp_path / "s.duckdb", None, tmp_path / "keys", tmp_path / "c.json")
+    result = recover(log, RecoveryFiles(tmp_path / "s.duckdb", tmp_path / "keys", tmp_path / "c.json"))
     assert result.incident_id == log.incident_id
