@@ -33,8 +33,11 @@ from rvu_pipelines.adapters.gate import evaluate_gate, load_gate_config
 from rvu_pipelines.adapters.report import gate_markdown
 from rvu_pipelines.adapters.study import AdapterLab, influence_summary, scores_frame
 from rvu_pipelines.adapters.zoo import load_zoo_config, zoo_root
+from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.tracking import metric_name
+
+CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
 
 GROUP = "adapters"
 GATE_AUROC_GOAL = 0.90  # goal: combined gate AUROC over ≥ 20 real adapters
@@ -65,6 +68,7 @@ def _frames(**frames: pl.DataFrame) -> Any:
 
 
 @asset(
+    code_version=CODE_VERSION,
     group_name=GROUP,
     kinds={"mlflow"},
     partitions_def=adapter_partitions,
@@ -144,6 +148,7 @@ def adapter_zoo(
 
 
 @asset(
+    code_version=CODE_VERSION,
     group_name=GROUP,
     kinds={"mlflow"},
     deps=[adapter_zoo],
@@ -218,6 +223,7 @@ def adapter_gate_evaluation(
 
 
 @asset(
+    code_version=CODE_VERSION,
     group_name=GROUP,
     kinds={"mlflow"},
     deps=[adapter_zoo],
@@ -273,6 +279,7 @@ def adapter_membership(
 
 
 @asset(
+    code_version=CODE_VERSION,
     group_name=GROUP,
     kinds={"mlflow"},
     deps=[adapter_zoo],
@@ -320,6 +327,7 @@ def wmdp_cyber_evaluation(
 
 
 @asset(
+    code_version=CODE_VERSION,
     group_name=GROUP,
     kinds={"mlflow"},
     description="The adapter study in miniature (default job): four zoo adapters trained for a few steps on a few "
@@ -358,6 +366,7 @@ def adapter_sample(
             "frames": {name: frame_digest(frame) for name, frame in inputs.items()},
             "lab": SAMPLE_LAB,
         },
+        code=__name__,
     )
     stored = memo.load()
     reused = stored is not None

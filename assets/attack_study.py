@@ -27,6 +27,7 @@ from rvu_pipelines.agents.evaluation import attack_table
 from rvu_pipelines.agents.regression import compare_to_golden, drift_markdown, load_golden, load_tolerance
 from rvu_pipelines.atomic_write import atomic_path
 from rvu_pipelines.attacks.paired import paired_attack_tests, paired_defense_tests
+from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import config_dir, state_dir
 from rvu_pipelines.redteam.table import (
@@ -41,6 +42,8 @@ from rvu_pipelines.redteam.table import (
     transfer_summary,
 )
 from rvu_pipelines.scenarios.axes import ATTACKS, DEFENSES
+
+CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
 
 SMALL_BENCHMARKS = ["injecagent_dh", "injecagent_ds", "bipia_email", "agentdojo"]
 
@@ -86,6 +89,7 @@ def _golden_check(table: pl.DataFrame, profile: str) -> AssetCheckResult:
 
 
 @asset(
+    code_version=CODE_VERSION,
     group_name=GROUP,
     deps=[PRODUCTION_ASSET],
     kinds={"llama_cpp", "mlflow"},

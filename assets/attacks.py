@@ -48,12 +48,15 @@ from rvu_pipelines.agents.regression import (
     table_code_version,
 )
 from rvu_pipelines.attacks.catalog import get_attack
+from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.code_version import code_version
 from rvu_pipelines.detectors.catalog import PRODUCTION_CHOICE
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.redteam.table import cell_scenarios, unavailable
 from rvu_pipelines.scenarios.axes import ATTACKS, BENCHMARKS, CANONICAL, DEFENSES, NATIVE
+
+CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
 
 GROUP = "attacks"
 
@@ -223,6 +226,7 @@ def _table_output(context: AssetExecutionContext, runs: list[CellRun], run_ids: 
 
 
 @asset(
+    code_version=CODE_VERSION,
     group_name=GROUP,
     deps=[PRODUCTION_ASSET],
     partitions_def=cell_partitions,
@@ -312,6 +316,7 @@ def _golden_check(
 
 
 @asset(
+    code_version=CODE_VERSION,
     group_name=GROUP,
     deps=[PRODUCTION_ASSET],
     kinds={"llama_cpp", "agentdojo", "mlflow"},
@@ -358,6 +363,7 @@ def attack_table_1(
 
 
 @asset(
+    code_version=CODE_VERSION,
     group_name=GROUP,
     deps=[PRODUCTION_ASSET],
     kinds={"llama_cpp", "agentdojo", "mlflow"},

@@ -14,11 +14,14 @@ from dagster import (
 )
 
 from resources import DatasetSourceResource
+from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.data import check_counts, load_catalog, load_dataset
 from rvu_pipelines.data.agentdojo_suites import check_suite_counts, installed_agentdojo_version, load_agentdojo_suites
 from rvu_pipelines.data.catalog import observed_group_counts
 from rvu_pipelines.data.specs import DatasetSpec
 from rvu_pipelines.reporting import markdown_table
+
+CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
 
 GROUP = "datasets"
 COUNT_CHECK = "published_row_counts"
@@ -46,6 +49,7 @@ def _count_check(spec: DatasetSpec, frame: pl.DataFrame) -> AssetCheckResult:
 
 def build_dataset_asset(spec: DatasetSpec) -> AssetsDefinition:
     @asset(
+        code_version=CODE_VERSION,
         name=spec.name,
         group_name=GROUP,
         description=f"{spec.title}. {spec.description} Licence {spec.licence}. "
@@ -88,6 +92,7 @@ def _agentdojo_asset() -> AssetsDefinition:
     spec = load_catalog().agentdojo
 
     @asset(
+        code_version=CODE_VERSION,
         name="agentdojo_suites",
         group_name=GROUP,
         description=f"AgentDojo task suites ({spec.benchmark_version}) read from the installed agentdojo package: "

@@ -26,6 +26,7 @@ from dagster import (
 from pydantic import Field
 
 from resources import MlflowTrackerResource, ModelStoreResource
+from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.detectors import (
     CORPUS_NAMES,
     Corpus,
@@ -54,6 +55,8 @@ from rvu_pipelines.detectors.registry import (
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.reporting import markdown_table
 from rvu_pipelines.result_memo import MemoEntry, ResultMemo, frame_digest, reuse_message
+
+CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
 
 GROUP = "detectors"
 PAPER_GOAL_F1 = {"deepset": 0.9474}  # goal: D4 or D5 F1 on deepset >= the paper's 94.74%
@@ -96,6 +99,7 @@ def _corpus_asset(name: str) -> AssetsDefinition:
     sources = SOURCE_DATASETS[name]
 
     @asset(
+        code_version=CODE_VERSION,
         name=key,
         group_name=GROUP,
         ins={dataset: AssetIn(key=dataset) for dataset in sources},
@@ -206,6 +210,7 @@ def _d2_asset(corpus_name: str) -> AssetsDefinition:
     key = f"detector_d2_{corpus_name}"
 
     @asset(
+        code_version=CODE_VERSION,
         name=key,
         group_name=GROUP,
         ins={"corpus_frame": AssetIn(key=f"detector_corpus_{corpus_name}")},
@@ -240,7 +245,7 @@ def _d2_asset(corpus_name: str) -> AssetsDefinition:
             **TfidfDetector.params(),
         }
         name = registered_name("d2", corpus_name)
-        memo = ResultMemo.default().entry(key, _registration_parts(params, corpus_frame, uri, name))
+        memo = ResultMemo.default().entry(key, _registration_parts(params, corpus_frame, uri, name), code=__name__)
         stored = _reused_registration(context, memo, name, uri)
         if stored is None:
             detector = TfidfDetector.train(train["text"].to_list(), train["label"].to_numpy())
@@ -283,6 +288,7 @@ def _d4_asset(corpus_name: str) -> AssetsDefinition:
     key = f"detector_d4_{corpus_name}"
 
     @asset(
+        code_version=CODE_VERSION,
         name=key,
         group_name=GROUP,
         ins={"corpus_frame": AssetIn(key=f"detector_corpus_{corpus_name}")},
@@ -331,7 +337,7 @@ def _d4_asset(corpus_name: str) -> AssetsDefinition:
             **settings.params(),
         }
         name = registered_name("d4", corpus_name)
-        memo = ResultMemo.default().entry(key, _registration_parts(params, corpus_frame, uri, name))
+        memo = ResultMemo.default().entry(key, _registration_parts(params, corpus_frame, uri, name), code=__name__)
         stored = _reused_registration(context, memo, name, uri)
         if stored is None:
             with mlflow_tracker.run_for(context, params=params) as run:
@@ -465,6 +471,7 @@ def _evaluation_asset(corpus_name: str) -> AssetsDefinition:
         )
 
     @asset(
+        code_version=CODE_VERSION,
         name=key,
         group_name=GROUP,
         ins={
@@ -591,6 +598,7 @@ def _lodo_asset() -> AssetsDefinition:
     ins |= {f"{kind}_{d}": AssetIn(key=f"detector_{kind}_{d}") for kind in ("d2", "d4") for d in LODO_DATASETS}
 
     @asset(
+        code_version=CODE_VERSION,
         name=LODO_KEY,
         group_name=GROUP,
         ins=ins,

@@ -6,12 +6,15 @@ from pydantic import Field
 
 from assets.production_detector import KEY as PRODUCTION_ASSET
 from resources import MlflowTrackerResource
+from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.detectors.catalog import PRODUCTION_CHOICE, content_check_for
 from rvu_pipelines.detectors.corpora import CORPUS_NAMES, build_corpus
 from rvu_pipelines.memory import evaluate_monitor
 from rvu_pipelines.memory.user_channel import ContentCheck, RegexContentCheck
 from rvu_pipelines.memory.utility_cost import strategyqa_records
 from rvu_pipelines.result_memo import ResultMemo, frame_digest, reuse_message
+
+CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
 
 UTILITY_WORKLOAD = "AgentPoison ReAct-StrategyQA memory"
 
@@ -83,6 +86,7 @@ def memory_metrics(report: dict) -> dict[str, float]:
 
 
 @asset(
+    code_version=CODE_VERSION,
     group_name="memory",
     deps=[PRODUCTION_ASSET],
     kinds={"duckdb", "mlflow"},
@@ -115,6 +119,7 @@ def memory_monitor_evaluation(
     memo = ResultMemo.default().entry(
         "memory_monitor_evaluation",
         {"frames": frames, "workload": UTILITY_WORKLOAD, "sessions": 50, "content_check": content_check.name},
+        code=__name__,
     )
     stored = memo.load()
     reused = stored is not None

@@ -32,11 +32,14 @@ from dagster import (
 
 from assets.partitions import poisoning_partitions
 from resources import EmbedderResource, MlflowTrackerResource
+from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.memory_poisoning.sir import SIRConfig
 from rvu_pipelines.memory_poisoning.study_cells import ATTACKS, StudyConfig
 from rvu_pipelines.memory_poisoning.timeline import ScanConfig
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.result_memo import ResultMemo, frame_digest, reuse_message
+
+CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
 
 if TYPE_CHECKING:  # the runner pulls sklearn/scipy: imported when a study runs, not when the code location loads
     from rvu_pipelines.memory_poisoning.runner import StudyResult
@@ -160,6 +163,7 @@ def _materialize(
             "frames": {name: frame_digest(frame) for name, frame in sorted(frames.items())},
             "out_dir": str(out_dir),
         },
+        code=__name__,
     )
     stored = memo.load()
     reused = stored is not None
@@ -225,6 +229,7 @@ def _study_asset(
     name: str, description: str, config: StudyConfig, sir: SIRConfig, scan: ScanConfig, out: str, *, use_llm: bool
 ):
     @asset(
+        code_version=CODE_VERSION,
         name=name,
         group_name=GROUP,
         kinds={"faiss", "mlflow"},
@@ -291,6 +296,7 @@ memory_poisoning_study = _study_asset(
 
 
 @asset(
+    code_version=CODE_VERSION,
     group_name=GROUP,
     kinds={"faiss", "mlflow"},
     partitions_def=poisoning_partitions,
@@ -331,6 +337,7 @@ def memory_poisoning_cell(
 
 
 @asset(
+    code_version=CODE_VERSION,
     group_name=GROUP,
     kinds={"faiss", "mlflow"},
     description="The attack-defense matrix and its Bonferroni comparisons over five splits x seeds at |M| = 1,000 "
@@ -366,6 +373,7 @@ def memory_poisoning_seeds(
             "frames": {name: frame_digest(frame) for name, frame in sorted(frames.items())},
             "out_dir": str(out),
         },
+        code=__name__,
     )
     stored = memo.load()
     reused = stored is not None
@@ -404,6 +412,7 @@ def memory_poisoning_seeds(
 
 
 @asset(
+    code_version=CODE_VERSION,
     group_name=GROUP,
     kinds={"llama_cpp", "mlflow"},
     description="MINJA through the real agent: the attacker's queries go through a memory-augmented shopping agent "

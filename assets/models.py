@@ -16,9 +16,12 @@ from dagster import (
 )
 
 from resources import EmbedderResource, LLMResource, MlflowTrackerResource, ModelStoreResource
+from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.models import ROLES
 from rvu_pipelines.reporting import markdown_table
 from rvu_pipelines.smoke import SMOKE_USER_PROMPT, run_embedder_smoke, run_llm_smoke
+
+CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
 
 GROUP = "models"
 
@@ -27,6 +30,7 @@ def _model_asset(role: str) -> AssetsDefinition:
     name = f"{role}_model"
 
     @asset(
+        code_version=CODE_VERSION,
         name=name,
         group_name=GROUP,
         description=f"The {role} weights of the active model profile (configs/models.yaml), resolved from a "
@@ -60,6 +64,7 @@ MANIFEST_COLUMNS = ["role", "name", "path", "source", "size_bytes", "sha256", "l
 
 
 @asset(
+    code_version=CODE_VERSION,
     group_name=GROUP,
     description="Manifest of the models in use: role, file, source, size, sha256 and licence of each.",
     kinds={"polars", "parquet"},
@@ -77,6 +82,7 @@ class LlmSmokeConfig(Config):
 
 
 @asset(
+    code_version=CODE_VERSION,
     group_name=GROUP,
     description="A real deterministic chat completion (temperature 0, fixed seed) run twice with the profile's "
     "LLM; records prompt and generation tokens/s in MLflow and checks the two generations are identical.",
@@ -131,6 +137,7 @@ def llm_smoke(
 
 
 @asset(
+    code_version=CODE_VERSION,
     group_name=GROUP,
     description="Embeds a paraphrase pair and an unrelated sentence with the profile's embedder; records the "
     "dimension, cosine similarities and sentences/s in MLflow and checks the paraphrase pair is closer.",

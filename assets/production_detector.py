@@ -14,6 +14,7 @@ from dagster import AssetCheckResult, AssetCheckSpec, AssetExecutionContext, Ass
 from pydantic import Field
 
 from resources import MlflowTrackerResource, ModelStoreResource
+from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.detectors.corpora import Corpus
 from rvu_pipelines.detectors.deployment_texts import load_deployment_texts
 from rvu_pipelines.detectors.finetune import ENCODER_ROLE, EncoderRef, FinetuneSettings
@@ -30,6 +31,8 @@ from rvu_pipelines.detectors.production import (
 )
 from rvu_pipelines.detectors.registry import load_registered_detector, reinstate_versions
 from rvu_pipelines.result_memo import ResultMemo, frame_digest, reuse_message
+
+CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
 
 GROUP = "detectors"
 KEY = "detector_production"
@@ -48,6 +51,7 @@ class ProductionDetectorConfig(Config):
 
 
 @asset(
+    code_version=CODE_VERSION,
     name=KEY,
     group_name=GROUP,
     ins={
@@ -98,7 +102,7 @@ def production_detector(
         "hard_negatives": frame_digest(hard_negatives),
         "registry": uri,
     }
-    memo = ResultMemo.default().entry(KEY, parts)
+    memo = ResultMemo.default().entry(KEY, parts, code=__name__)
     stored = memo.load()
     if stored is not None and reinstate_versions(PRODUCTION_NAME, uri, dict(stored["aliases"])):
         context.log.info(f"{reuse_message(stored)}: {PRODUCTION_NAME} versions {stored['aliases']}")

@@ -23,6 +23,7 @@ from dagster import (
 from assets.partitions import incident_partitions
 from resources import EmbedderResource, MlflowTrackerResource, ModelStoreResource
 from resources.recovery import RecoveryResource
+from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.provenance.engines import describe_store
 from rvu_pipelines.recovery import RecoveryOptions, Tier, recover, verify_certificate
 from rvu_pipelines.recovery.reproductions import (
@@ -33,6 +34,8 @@ from rvu_pipelines.recovery.reproductions import (
 from rvu_pipelines.recovery.signing_keys import trusted_fingerprint
 from rvu_pipelines.reporting import markdown_table
 
+CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
+
 GROUP = "recovery"
 REPRO_GROUP = "recovery_reproductions"
 
@@ -42,6 +45,7 @@ def _numbers(result: dict) -> dict[str, float]:
 
 
 @asset(
+    code_version=CODE_VERSION,
     group_name=REPRO_GROUP,
     kinds={"duckdb", "mlflow"},
     description="Seed 000 E2: adapter-aware closure on the paper's scenario (adapter A clean a1-a3, adapter B "
@@ -72,6 +76,7 @@ def e2_closure_reproduction(context: AssetExecutionContext, mlflow_tracker: Mlfl
 
 
 @asset(
+    code_version=CODE_VERSION,
     group_name=REPRO_GROUP,
     kinds={"duckdb", "mlflow"},
     description="Seed 000 E3 / Table 3: FROC risk R(e) = w_c·P + w_i·I + w_p·|C({e})|/|V| and tier of the "
@@ -108,6 +113,7 @@ def e3_froc_reproduction(
 
 
 @asset(
+    code_version=CODE_VERSION,
     group_name=REPRO_GROUP,
     kinds={"duckdb", "faiss", "mlflow"},
     description="Seed 000 E8: recover from the E8 incident, then audit its Ed25519-signed v2 certificate: valid "
@@ -153,6 +159,7 @@ _DESCRIPTIONS = {
 
 
 @multi_asset(
+    code_version=CODE_VERSION,
     outs={name: AssetOut(group_name=GROUP, description=_DESCRIPTIONS[name], kinds={"duckdb"}) for name in STAGES},
     internal_asset_deps={name: ({AssetKey(STAGES[i - 1])} if i else set()) for i, name in enumerate(STAGES)},
     partitions_def=incident_partitions,

@@ -25,6 +25,7 @@ from pydantic import Field
 
 from assets.partitions import spectral_partitions
 from resources import MlflowTrackerResource, ModelStoreResource
+from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.errors import ModelUnavailableError
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.result_memo import ResultMemo, frame_digest, reuse_message
@@ -44,6 +45,8 @@ from rvu_pipelines.spectral.cell import (
 from rvu_pipelines.spectral.config import DEFAULT_GRAPH_CONFIG, GRAPH_CONFIGS, graph_config
 from rvu_pipelines.spectral.data import context_verification, injecagent_contamination
 from rvu_pipelines.spectral.study import SampledResult, sampled_study
+
+CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
 
 ASSET = "spectral_kill_switch_sample"
 PER_SET = 24  # examples per evaluation set: 6 calibration + 6 held-out pairs (the asset's time budget)
@@ -72,6 +75,7 @@ class SpectralSampleConfig(Config):
 
 
 @asset(
+    code_version=CODE_VERSION,
     group_name="spectral",
     kinds={"mlflow"},
     description="Seed 004 (arXiv 2511.05804) sampled: the packaged LLM's attention token graphs (head-mean, "
@@ -104,7 +108,7 @@ def spectral_kill_switch_sample(
         "graph": graph,
     }
     frames = {"tofu": frame_digest(tofu), "injecagent": frame_digest(injecagent)}
-    memo = ResultMemo.default().entry(ASSET, {"params": params, "frames": frames})
+    memo = ResultMemo.default().entry(ASSET, {"params": params, "frames": frames}, code=__name__)
     stored = memo.load()
     reused = stored is not None
     if stored is not None:  # nothing it depends on changed since that MLflow run
@@ -195,6 +199,7 @@ class SpectralCellConfig(Config):
 
 
 @asset(
+    code_version=CODE_VERSION,
     group_name="spectral",
     kinds={"mlflow"},
     partitions_def=spectral_partitions,

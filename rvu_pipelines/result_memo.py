@@ -1,11 +1,11 @@
 """Results of deterministic steps, reused when nothing they depend on changed (a re-run of ``make run``).
 
-A memo key is sha256 over: the code version (``code_version``: the commit, or the package hash when the
-tree is dirty), the bytes of every ``.py`` file of the Dagster layer (``assets/``, ``resources/``) and
-every file in the config folder, the name and version of every installed distribution, every ``RVU_*``
-environment variable, and the caller's parts (parameters, digests of input tables, model sha256s). A
-result is stored as JSON with the sha256 of each file it points to; a file that changed or vanished since
-makes it a miss, and so does anything unreadable. ``RVU_REUSE_RESULTS=0`` turns reuse off.
+A memo key is sha256 over: the code the step runs (``code_closure.code_digest`` of the step's module: its
+own source and every first-party module it reaches by import), every file in the config folder, the name
+and version of every installed distribution, every ``RVU_*`` environment variable, and the caller's parts
+(parameters, digests of input tables, model sha256s). An edit to another step's code keeps this step's
+results. A result is stored as JSON with the sha256 of each file it points to; a file that changed or
+vanished since makes it a miss, and so does anything unreadable. ``RVU_REUSE_RESULTS=0`` turns reuse off.
 """
 
 from __future__ import annotations
@@ -24,15 +24,14 @@ import numpy as np
 import polars as pl
 
 from rvu_pipelines.atomic_write import write_atomically
-from rvu_pipelines.code_version import code_version
+from rvu_pipelines.code_closure import code_digest
 from rvu_pipelines.hashing import sha256_file
-from rvu_pipelines.paths import config_dir, project_root, state_dir
+from rvu_pipelines.paths import config_dir, state_dir
 from rvu_pipelines.settings import platform_variables, reuse_results
 
 log = logging.getLogger(__name__)
 
 REUSE_ENV = "RVU_REUSE_RESULTS"
-LAYER_DIRS = ("assets", "resources")
 
 
 def _json_default(value: Any) -> Any:
@@ -78,14 +77,11 @@ def installed_distributions() -> tuple[tuple[str, str], ...]:
     return tuple(sorted(found))
 
 
-def environment_digest() -> str:
-    """Everything outside the caller's parts that a result may depend on (module doc)."""
-    root = project_root()
-    layer = [p for d in LAYER_DIRS for p in (root / d).rglob("*.py") if "__pycache__" not in p.parts]
+def environment_digest(code: str, code_root: Path | None = None) -> str:
+    """Everything outside the caller's parts that a result of the step in module ``code`` may depend on."""
     configs = [p for p in config_dir().rglob("*") if p.is_file()]
     material = {
-        "code_version": code_version(),
-        "layer": _tree_digest(layer, root),
+        "code": code_digest(code, code_root),
         "configs": _tree_digest(configs, config_dir()),
         "libraries": installed_distributions(),
         "env": platform_variables(),
@@ -95,9 +91,11 @@ def environment_digest() -> str:
 
 @dataclass(frozen=True)
 class ResultMemo:
-    """JSON results under ``root/<name>/<key>.json`` (default root: the state folder's ``result_memo``)."""
+    """JSON results under ``root/<name>/<key>.json`` (default root: the state folder's ``result_memo``).
+    ``code_root``: where the step modules' sources are (default: the checkout)."""
 
     root: Path
+    code_root: Path | None = None
 
     @classmethod
     def default(cls) -> ResultMemo:
@@ -107,8 +105,10 @@ class ResultMemo:
     def enabled() -> bool:
         return reuse_results()
 
-    def key(self, parts: Mapping[str, Any]) -> str:
-        material = json.dumps({"environment": environment_digest(), "parts": parts}, sort_keys=True, default=str)
+    def key(self, parts: Mapping[str, Any], *, code: str) -> str:
+        """The key of a result of the step defined in module ``code`` (e.g. the asset's ``__name__``)."""
+        environment = environment_digest(code, self.code_root)
+        material = json.dumps({"environment": environment, "parts": parts}, sort_keys=True, default=str)
         return hashlib.sha256(material.encode()).hexdigest()
 
     def _path(self, name: str, key: str) -> Path:
@@ -129,9 +129,9 @@ class ResultMemo:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def entry(self, name: str, parts: Mapping[str, Any]) -> MemoEntry:
-        """The entry of step ``name`` for these parts (the key is computed once, here)."""
-        return MemoEntry(self, name, self.key(parts))
+    def entry(self, name: str, parts: Mapping[str, Any], *, code: str) -> MemoEntry:
+        """The entry of step ``name``, defined in module ``code``, for these parts (the key is computed once)."""
+        return MemoEntry(self, name, self.key(parts, code=code))
 
     def save(self, name: str, key: str, value: Mapping[str, Any], files: Sequence[Path] = ()) -> None:
         """Store ``value`` (JSON-serialisable) with the sha256 of each file it relies on; atomic."""
