@@ -60,9 +60,7 @@ minja-agent: setup
 # under its controls (sink-free graphs, pairs, length, the length-matched clean partner, a per-head probe left one
 # set out) and the inline hfer defense's cost on AgentDojo's tool outputs; hours of CPU
 spectral: setup
-	$(BIN)/python scripts/spectral_study.py --limit 500 bipia=300 deepset=700 --scopes text --out .rvu/spectral
-	$(BIN)/python scripts/spectral_controls.py --groups 100 --out .rvu/spectral/controls
-	$(BIN)/python scripts/hfer_defense_cost.py --per-source 60 --out .rvu/spectral
+	$(BIN)/dg launch --job spectral_study_job -m assets.definitions --config configs/runs/spectral.yaml
 	cat .rvu/spectral/comparison.md .rvu/spectral/controls/controls.md .rvu/spectral/hfer_cost.md
 
 # Seed 000 E4-E7 on real LoRA adapters: train the zoo (configs/adapter_zoo.yaml; unchanged adapters reused), the gate

@@ -124,6 +124,15 @@ spectral_cells_job = define_asset_job(
     "config `limit` sets the examples per cell.",
 )
 
+spectral_study_job = define_asset_job(
+    "spectral_study_job",
+    selection=AssetSelection.groups("spectral_study").upstream(),
+    executor_def=JOB_EXECUTOR,
+    description="Seed 004 in full (`make spectral`, configs/runs/spectral.yaml): the switch against its baselines "
+    "with the leave-one-dataset-out table, the switch under its controls, and the inline hfer defense's cost; "
+    "hours of CPU, features cached by a digest of the examples.",
+)
+
 adapter_zoo_job = define_asset_job(
     "adapter_zoo_job",
     selection=AssetSelection.assets("adapter_zoo"),
@@ -178,6 +187,7 @@ JOBS = [
     memory_poisoning_seeds_job,
     memory_poisoning_cells_job,
     spectral_cells_job,
+    spectral_study_job,
     adapter_zoo_job,
     adapter_study_job,
     recovery_job,

@@ -1,10 +1,12 @@
 """Seed 004's spectral kill switch as assets on the agent's own weights (thin: the library does the work in
-``rvu_pipelines.spectral``; the full study is ``scripts/spectral_study.py``):
+``rvu_pipelines.spectral``):
 
 - ``spectral_kill_switch_sample``: the default job's sampled study (two sets, a few pairs each);
 - ``spectral_kill_switch_cell``: partitioned by data source × model profile, one cell's switch calibrated
   on 20 and on all calibration examples, held-out AUROC / TPR / FPR, per-layer HFER AUROC, the statistic's
-  time, plots in MLflow; ``spectral_cells_job``.
+  time, plots in MLflow; ``spectral_cells_job``;
+- ``spectral_study``, ``spectral_controls``, ``hfer_defense_cost``: the full study (``spectral_study_job``,
+  ``make spectral``): the switch against its baselines, under its controls, and the inline defense's cost.
 """
 
 from pathlib import Path
@@ -27,6 +29,7 @@ from assets.partitions import spectral_partitions
 from resources import MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.errors import ModelUnavailableError
+from rvu_pipelines.machine import thread_limit
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.result_memo import ResultMemo, frame_digest, reuse_message
 from rvu_pipelines.spectral import SpectralInputError, load_spectral_model
@@ -43,8 +46,13 @@ from rvu_pipelines.spectral.cell import (
     run_cell,
 )
 from rvu_pipelines.spectral.config import DEFAULT_GRAPH_CONFIG, GRAPH_CONFIGS, graph_config
+from rvu_pipelines.spectral.controls_run import CONTROL_GRAPHS, CONTROL_SETS, ControlsOptions, run_controls
+from rvu_pipelines.spectral.cost_run import COST_POLICIES, CostOptions, run_cost
 from rvu_pipelines.spectral.data import context_verification, injecagent_contamination
+from rvu_pipelines.spectral.errors import CalibrationError
 from rvu_pipelines.spectral.study import SampledResult, sampled_study
+from rvu_pipelines.spectral.study_run import STUDY_SETS, StudyOptions, run_study
+from rvu_pipelines.tracking import numeric_metrics
 
 CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
 
@@ -301,5 +309,219 @@ def spectral_kill_switch_cell(
         )
 
 
+# ---- the full study (`make spectral`): the study, its controls and the inline defense's cost, as one job
+
+STUDY_GROUP = "spectral_study"
+SOURCE_FRAME_INPUTS = "tofu, bipia, injecagent and deepset_prompt_injections"
+
+
+def _study_folder(out: str | None, default: str) -> Path:
+    """Where a full-study asset writes its tables and plots (``rvu report`` reads them there)."""
+    return Path(out) if out else state_dir() / default
+
+
+class SpectralStudyConfig(Config):
+    sets: list[str] = Field(default=list(STUDY_SETS), description="evaluation sets (data.spectral_sets)")
+    limit: int = Field(default=400, ge=8, description="examples per set (whole pairs)")
+    limits: dict[str, int] = Field(default_factory=dict, description="examples for a set by name, e.g. {bipia: 300}")
+    scopes: list[str] = Field(default=["text", "document"], description="text, document or both")
+    max_tokens: int = Field(default=384, ge=16, description="examples longer than this are skipped")
+    graph: str = Field(default="sink_free", description=GRAPH_DESCRIPTION)
+    draws: int = Field(default=20, ge=1, description="calibration draws per size")
+    comparison: bool = Field(default=True, description="score the baselines and write the comparison table")
+    threads: int = Field(default=DEFAULT_THREADS, ge=1, description="torch / BLAS threads")
+    out: str | None = Field(default=None, description="output folder; default <RVU_HOME>/spectral")
+
+
+@asset(
+    code_version=CODE_VERSION,
+    group_name=STUDY_GROUP,
+    kinds={"mlflow"},
+    description="Seed 004's study in full on the packaged LLM: features per set and scope, per-layer held-out "
+    "AUROC, 20/50/200 calibration, the token-count confound, histograms, and (config comparison) the baselines "
+    "(Attention Tracker, perplexity, D1-D5) on the same held-out splits with the leave-one-dataset-out table; "
+    "features cached by a digest of the examples. Writes comparison.md, calibration.csv and report.json.",
+)
+def spectral_study(
+    context: AssetExecutionContext,
+    config: SpectralStudyConfig,
+    mlflow_tracker: MlflowTrackerResource,
+    tofu: pl.DataFrame,
+    bipia: pl.DataFrame,
+    injecagent: pl.DataFrame,
+    deepset_prompt_injections: pl.DataFrame,
+) -> Output[dict]:
+    _checked_graph(config.graph)
+    out = _study_folder(config.out, "spectral")
+    options = StudyOptions(
+        sets=tuple(config.sets),
+        limit=config.limit,
+        limits=dict(config.limits),
+        scopes=tuple(config.scopes),
+        max_tokens=config.max_tokens,
+        graph=config.graph,
+        draws=config.draws,
+        comparison=config.comparison,
+    )
+    frames = {
+        "tofu": tofu,
+        "bipia": bipia,
+        "injecagent": injecagent,
+        "deepset_prompt_injections": deepset_prompt_injections,
+    }
+    with thread_limit(config.threads), mlflow_tracker.run_for(context, params=config.model_dump()) as run:
+        try:
+            report = run_study(options, out, frames=frames, say=context.log.info)
+        except (SpectralInputError, CalibrationError, ValueError) as exc:
+            raise Failure(description=f"spectral_study: {exc}") from exc
+        run.log_metrics(numeric_metrics(report))
+        for name in ("comparison.md", "comparison.csv", "calibration.csv", "report.json"):
+            if (out / name).is_file():
+                run.log_artifact(out / name)
+    comparison = out / "comparison.md"
+    return Output(
+        report,
+        metadata={
+            "folder": str(out),
+            "comparison": MetadataValue.md(comparison.read_text(encoding="utf-8")) if comparison.is_file() else "",
+            "mlflow_run_id": run.run_id,
+        },
+    )
+
+
+class SpectralControlsConfig(Config):
+    sets: list[str] = Field(default=list(CONTROL_SETS), description="sets (agentdojo joins data.spectral_sets)")
+    graphs: list[str] = Field(default=list(CONTROL_GRAPHS), description="graph configurations, one forward pass")
+    groups: int = Field(default=40, ge=8, description="groups (pairs / triples) per set, 40 % held out")
+    max_tokens: int = Field(default=384, ge=16, description="whole groups only, each member at most this long")
+    seed: int = Field(default=0, description="sampling and resampling seed")
+    detectors: bool = Field(default=True, description="D1-D5 beside the switch (D2 / D4 train on deepset: minutes)")
+    threads: int = Field(default=DEFAULT_THREADS, ge=1, description="torch / BLAS threads")
+    out: str | None = Field(default=None, description="output folder; default <RVU_HOME>/spectral/controls")
+
+
+@asset(
+    code_version=CODE_VERSION,
+    group_name=STUDY_GROUP,
+    kinds={"mlflow"},
+    description="The switch under its controls on the same held-out splits: sink-free graphs, pairs as pairs with "
+    "length-matched padded clean texts, the length confound, a linear probe over every feature "
+    "(leave-one-set-out), Attention Tracker and D1-D5 beside it, Holm-corrected paired tests. Writes "
+    "controls.md / controls.json, stamped with the job, commit, date and machine.",
+)
+def spectral_controls(
+    context: AssetExecutionContext,
+    config: SpectralControlsConfig,
+    mlflow_tracker: MlflowTrackerResource,
+    tofu: pl.DataFrame,
+    bipia: pl.DataFrame,
+    injecagent: pl.DataFrame,
+    deepset_prompt_injections: pl.DataFrame,
+) -> Output[dict]:
+    for graph in config.graphs:
+        _checked_graph(graph)
+    out = _study_folder(config.out, "spectral/controls")
+    options = ControlsOptions(
+        sets=tuple(config.sets),
+        graphs=tuple(config.graphs),
+        groups=config.groups,
+        max_tokens=config.max_tokens,
+        seed=config.seed,
+        detectors=config.detectors,
+    )
+    frames = {
+        "tofu": tofu,
+        "bipia": bipia,
+        "injecagent": injecagent,
+        "deepset_prompt_injections": deepset_prompt_injections,
+    }
+    with thread_limit(config.threads), mlflow_tracker.run_for(context, params=config.model_dump()) as run:
+        try:
+            report = run_controls(options, out, command=_launched(context), frames=frames, say=context.log.info)
+        except (SpectralInputError, CalibrationError, ValueError) as exc:
+            raise Failure(description=f"spectral_controls: {exc}") from exc
+        run.log_metrics(numeric_metrics({"tracker": report["tracker"]}))
+        for name in ("controls.md", "controls.json"):
+            run.log_artifact(out / name)
+    return Output(
+        {"switch": report["switch"], "probe_lodo": report.get("probe_lodo", []), "stamp": report["stamp"]},
+        metadata={
+            "folder": str(out),
+            "controls": MetadataValue.md((out / "controls.md").read_text(encoding="utf-8")),
+            "mlflow_run_id": run.run_id,
+        },
+    )
+
+
+class HferCostConfig(Config):
+    suites: list[str] | None = Field(default=None, description="AgentDojo suites (default: all four)")
+    per_source: int = Field(default=120, ge=2, description="examples per source (whole pairs)")
+    profile: str | None = Field(default=None, description="model profile (default: the configured one)")
+    policies: list[str] = Field(default=list(COST_POLICIES), description="threshold policies: benign_fpr, bayes")
+    seed: int = Field(default=0, description="sampling seed")
+    threads: int = Field(default=DEFAULT_THREADS, ge=1, description="torch / BLAS threads")
+    out: str | None = Field(default=None, description="output folder; default <RVU_HOME>/spectral")
+
+
+@asset(
+    code_version=CODE_VERSION,
+    group_name=STUDY_GROUP,
+    kinds={"mlflow"},
+    description="The inline hfer defense's real cost: the agent's own switch per threshold policy, FPR on clean "
+    "and TPR on injected AgentDojo tool outputs of held-out user tasks and on held-out BIPIA / InjecAgent pairs, "
+    "latency per tool output. Writes hfer_cost.md / hfer_cost.json, stamped.",
+)
+def hfer_defense_cost(
+    context: AssetExecutionContext,
+    config: HferCostConfig,
+    mlflow_tracker: MlflowTrackerResource,
+    tofu: pl.DataFrame,
+    bipia: pl.DataFrame,
+    injecagent: pl.DataFrame,
+    deepset_prompt_injections: pl.DataFrame,
+) -> Output[dict]:
+    out = _study_folder(config.out, "spectral")
+    options = CostOptions(
+        suites=tuple(config.suites) if config.suites is not None else None,
+        per_source=config.per_source,
+        profile=config.profile,
+        policies=tuple(config.policies),
+        seed=config.seed,
+    )
+    frames = {
+        "tofu": tofu,
+        "bipia": bipia,
+        "injecagent": injecagent,
+        "deepset_prompt_injections": deepset_prompt_injections,
+    }
+    with thread_limit(config.threads), mlflow_tracker.run_for(context, params=config.model_dump()) as run:
+        try:
+            document = run_cost(options, out, command=_launched(context), frames=frames, say=context.log.info)
+        except (SpectralInputError, CalibrationError, ValueError) as exc:
+            raise Failure(description=f"hfer_defense_cost: {exc}") from exc
+        run.log_metrics(numeric_metrics({p: document[p] for p in options.policies}))
+        for name in ("hfer_cost.md", "hfer_cost.json"):
+            run.log_artifact(out / name)
+    return Output(
+        document,
+        metadata={
+            "folder": str(out),
+            "cost": MetadataValue.md((out / "hfer_cost.md").read_text(encoding="utf-8")),
+            "mlflow_run_id": run.run_id,
+        },
+    )
+
+
+def _launched(context: AssetExecutionContext) -> str:
+    """What a stamp names as the command: the job and asset that produced the file."""
+    return f"dg launch --job {context.run.job_name} (asset {context.asset_key.to_user_string()})"
+
+
 def spectral_assets() -> list:
-    return [spectral_kill_switch_sample, spectral_kill_switch_cell]
+    return [
+        spectral_kill_switch_sample,
+        spectral_kill_switch_cell,
+        spectral_study,
+        spectral_controls,
+        hfer_defense_cost,
+    ]

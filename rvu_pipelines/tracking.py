@@ -7,6 +7,7 @@ never by an end-of-job hook, so a run holds exactly the metrics of the work it n
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 from collections.abc import Iterator, Mapping
@@ -45,6 +46,19 @@ def experiment_for(domain: str | None) -> str:
 def metric_name(key: str) -> str:
     """An MLflow-valid metric name: runs of other characters (e.g. "MEMSAD (k=2)") become one underscore."""
     return re.sub(r"[^A-Za-z0-9_.\-/:]+", "_", key).strip("_")
+
+
+def numeric_metrics(report: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """The finite numbers of a nested report (mappings only; lists are tables, logged as artifacts), named by
+    their path: ``{"bipia/text": {"token_count_auroc": {"value": 0.6}}}`` -> ``bipia/text_token_count_auroc_value``."""
+    found: dict[str, float] = {}
+    for key, value in sorted(report.items(), key=lambda item: str(item[0])):
+        name = f"{prefix}_{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            found |= numeric_metrics(value, name)
+        elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            found[metric_name(name)] = float(value)
+    return found
 
 
 def default_artifact_root() -> Path:

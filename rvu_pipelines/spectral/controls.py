@@ -68,7 +68,7 @@ def score_controls(
     padded_rows = (features.splits == "heldout") & ((roles == "padded") | (roles == "injected"))
     padded_groups = set(groups[(roles == "padded") & (features.splits == "heldout")].tolist())
     padded_rows &= np.isin(groups, list(padded_groups))
-    if padded_groups and len(set(y[padded_rows].tolist())) == 2:
+    if len(padded_groups) >= 2 and len(set(y[padded_rows].tolist())) == 2:  # a paired test needs two pairs
         out["padded"] = paired_bootstrap_auroc(
             s[padded_rows], y[padded_rows], groups[padded_rows], n_boot=resamples, seed=seed
         ).as_dict()

@@ -165,22 +165,35 @@ def deepset_contamination(deepset: pl.DataFrame) -> pl.DataFrame:
     return example_frame(rows)
 
 
-def load_spectral_datasets(source: object | None = None) -> dict[str, pl.DataFrame]:
-    """Every evaluation set, read through the data catalog (mirror or public source, sha256-verified)."""
+SOURCE_FRAMES = ("tofu", "bipia", "injecagent", "deepset_prompt_injections")
+
+
+def load_source_frames(source: object | None = None) -> dict[str, pl.DataFrame]:
+    """The parsed data sets the evaluation sets are built from, by catalog name (mirror or public source,
+    sha256-verified); the Dagster assets pass their own inputs instead."""
     from rvu_pipelines.data import default_dataset_source, load_catalog, load_dataset
 
     catalog = load_catalog()
     data_source = source or default_dataset_source()
-    frames = {
-        name: load_dataset(catalog.get(name), data_source).frame  # type: ignore[arg-type]
-        for name in ("tofu", "bipia", "injecagent", "deepset_prompt_injections")
-    }
+    return {name: load_dataset(catalog.get(name), data_source).frame for name in SOURCE_FRAMES}  # type: ignore[arg-type]
+
+
+def spectral_sets(frames: Mapping[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """Every evaluation set, from the parsed data sets ``SOURCE_FRAMES`` names."""
+    missing = sorted(set(SOURCE_FRAMES) - set(frames))
+    if missing:
+        raise SpectralInputError(f"the spectral sets need the data sets {missing}")
     return {
         "context_verification": context_verification(frames["tofu"]),
         "bipia": bipia_contamination(frames["bipia"]),
         "injecagent": injecagent_contamination(frames["injecagent"], frames["tofu"]),
         "deepset": deepset_contamination(frames["deepset_prompt_injections"]),
     }
+
+
+def load_spectral_datasets(source: object | None = None) -> dict[str, pl.DataFrame]:
+    """Every evaluation set, read through the data catalog (mirror or public source, sha256-verified)."""
+    return spectral_sets(load_source_frames(source))
 
 
 def _inserted_at(clean: str, injected: str) -> tuple[int, str]:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from rvu_pipelines.tracking import MlflowTracker
+from rvu_pipelines.tracking import MlflowTracker, numeric_metrics
 
 
 def test_run_round_trips_in_a_temp_tracking_dir(tmp_path) -> None:
@@ -70,3 +70,19 @@ def test_losing_the_race_to_create_the_experiment_uses_the_winners(tmp_path, mon
     monkeypatch.setattr(MlflowClient, "get_experiment_by_name", looked_up_before_the_winner_created_it)
     assert MlflowTracker(uri, experiment="raced", artifact_root=tmp_path / "art").experiment_id() == winner
     assert len(calls) == 2
+
+
+def test_numeric_metrics_names_each_number_by_its_path_and_skips_the_rest() -> None:
+    report = {
+        "bipia/text": {"token_count_auroc": {"value": 0.61, "n": 40}, "switch": {"layer": 7, "statistic": "hfer"}},
+        "kept": True,  # a flag is not a metric
+        "rows": [{"auroc": 0.9}],  # a table goes out as an artifact
+        "undefined": float("nan"),
+        "MEMSAD (k=2)": 0.5,
+    }
+    assert numeric_metrics(report) == {
+        "MEMSAD_k_2": 0.5,
+        "bipia/text_switch_layer": 7.0,
+        "bipia/text_token_count_auroc_n": 40.0,
+        "bipia/text_token_count_auroc_value": 0.61,
+    }

@@ -165,3 +165,25 @@ def test_the_report_renders_from_its_json_alone() -> None:
     assert markdown.startswith("Measured today.")
     assert "| synthetic | D1 marker | 48 | 1.000" in markdown
     assert "| synthetic | 0.700 | 1.000 [1.00, 1.00] | D1 marker | no |" in markdown
+
+
+def test_one_padded_pair_held_out_is_reported_without_a_test() -> None:
+    """A small sample may hold out a single padded partner: there is no paired test on one pair, so the padded
+    columns are left out instead of failing the whole report."""
+    features = _triples(n_groups=10)
+    keep = ~((features.roles == "padded") & (features.splits == "heldout") & (features.groups != "g0"))
+    subset = FeatureSet(
+        name="synthetic",
+        values=features.values[keep],
+        labels=features.labels[keep],
+        splits=features.splits[keep],
+        sources=features.sources[keep],
+        n_tokens=features.n_tokens[keep],
+        groups=features.groups[keep],
+        roles=features.roles[keep],
+    )
+    out = score_controls(subset.values[:, 1, 0], subset)
+    assert "padded_test" not in out and "padded" not in out
+    assert out["paired_test"]["n_pairs"] == 4
+    full = score_controls(features.values[:, 1, 0], features)
+    assert full["padded_test"]["n_pairs"] == 4

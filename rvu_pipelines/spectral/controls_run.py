@@ -1,51 +1,70 @@
 """The spectral switch under its controls: sink-free graphs, pairs as pairs, length, a probe, leave-one-set-out.
 
-    .venv/bin/python scripts/spectral_controls.py                     # 40 groups per set, every graph config
-    .venv/bin/python scripts/spectral_controls.py --groups 12 --sets bipia injecagent --out /tmp/sc
-
 Sets: BIPIA, InjecAgent and AgentDojo tool outputs as (clean, injected, length-matched padded clean) triples;
 deepset prompts (one per group, no pairs); TOFU context verification pairs (the seed's own task, no padding).
-Whole groups only, each member ≤ --max-tokens. One forward pass per example gives the statistics of every
-graph configuration (``config.GRAPH_CONFIGS``) and per-head graphs at a few layers; a second (the probe prompt)
-gives Attention Tracker's per-head focus and the span's perplexity. Everything a decision uses is fitted on the
-calibration split and read on the held-out split. Writes ``<out>/controls.md``, ``controls.json`` and per-feature
-CSVs, stamped with the command, commit, date and machine; features are cached in ``<out>/cache``.
+Whole groups only, each member at most ``max_tokens``. One forward pass per example gives the statistics of
+every graph configuration (``config.GRAPH_CONFIGS``) and per-head graphs at a few layers; a second (the probe
+prompt) gives Attention Tracker's per-head focus and the span's perplexity. Everything a decision uses is fitted
+on the calibration split and read on the held-out split. Writes ``<out>/controls.md``, ``controls.json`` and
+per-feature CSVs, stamped with the command, commit, date and machine; features are cached in ``<out>/cache``.
+The ``spectral_controls`` asset runs it (``make spectral``).
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import sys
-import time
-from dataclasses import asdict
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
+from rvu_pipelines.spectral.errors import SpectralInputError
+from rvu_pipelines.spectral.study_run import progress_reporter
+
 PADDED_SETS = ("bipia", "injecagent", "agentdojo")
 CONTAMINATION = ("bipia", "injecagent", "agentdojo", "deepset")
 HEAD_LAYERS = (2, 8, 14, 20, 26)
+CONTROL_SETS = ("bipia", "injecagent", "agentdojo", "deepset", "context_verification")
+CONTROL_GRAPHS = ("seed_study", "sink_free", "sink_free_norm", "spectral_trust")
 
 
-def _frames(names: list[str], groups: int, max_tokens: int, tokenizer: Any, seed: int) -> dict[str, pl.DataFrame]:
-    from rvu_pipelines.spectral.data import keep_whole_groups, length_matched_clean, load_spectral_datasets
+@dataclass(frozen=True)
+class ControlsOptions:
+    """``groups`` (pairs / triples) per set, 40 % held out; ``detectors``: D1-D5 beside the switch (training D2 /
+    D4 on deepset takes minutes)."""
+
+    sets: tuple[str, ...] = CONTROL_SETS
+    graphs: tuple[str, ...] = CONTROL_GRAPHS
+    groups: int = 40
+    max_tokens: int = 384
+    seed: int = 0
+    detectors: bool = True
+
+
+def control_frames(options: ControlsOptions, tokenizer: Any, sets: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """Each set's whole groups within the token cap, ``groups`` of them split 60 / 40 calibration / held-out
+    (``sets``: the spectral evaluation sets, ``data.spectral_sets``; AgentDojo's tool outputs join them here)."""
+    from rvu_pipelines.spectral.data import keep_whole_groups, length_matched_clean
     from rvu_pipelines.spectral.study import limit_groups
     from rvu_pipelines.spectral.tool_outputs import agentdojo_tool_outputs
 
-    sets = load_spectral_datasets()
+    sets = dict(sets)
     outputs = agentdojo_tool_outputs()
-    paired = outputs.filter(pl.col("label").sum().over("group") == 1)
-    sets["agentdojo"] = paired
+    sets["agentdojo"] = outputs.filter(pl.col("label").sum().over("group") == 1)
+    unknown = sorted(set(options.sets) - set(sets))
+    if unknown:
+        raise ValueError(f"unknown control sets {unknown}; allowed values: {', '.join(sorted(sets))}")
+    groups, seed = options.groups, options.seed
     out = {}
-    for name in names:
+    for name in options.sets:
         frame = sets[name]
         if name in PADDED_SETS:
             frame = length_matched_clean(frame, seed=seed)
-        frame = keep_whole_groups(frame, lambda text: len(tokenizer(text)["input_ids"]), max_tokens)
+        frame = keep_whole_groups(frame, lambda text: len(tokenizer(text)["input_ids"]), options.max_tokens)
         per_group = max(1, int(frame.group_by("group").len()["len"].max()))  # type: ignore[arg-type]
         parts = []
         for split, share in (("calibration", groups - groups * 2 // 5), ("heldout", groups * 2 // 5)):
@@ -67,37 +86,16 @@ def _digest(frame: pl.DataFrame, *parts: object) -> str:
     return h.hexdigest()[:12]
 
 
-def _progress(name: str, started: float):  # type: ignore[no-untyped-def]
-    def report(i: int, n: int) -> None:
-        if i % 20 == 0:
-            print(f"  {name}: {i}/{n} ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
-
-    return report
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--sets", nargs="*", default=["bipia", "injecagent", "agentdojo", "deepset", "context_verification"]
-    )
-    parser.add_argument("--graphs", nargs="*", default=["seed_study", "sink_free", "sink_free_norm", "spectral_trust"])
-    parser.add_argument("--groups", type=int, default=40, help="groups (pairs / triples) per set, 40 %% held out")
-    parser.add_argument("--max-tokens", type=int, default=384)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--no-detectors",
-        dest="detectors",
-        action="store_false",
-        help="skip D1–D5 (training D2 / D4 on deepset takes minutes)",
-    )
-    parser.add_argument("--out", default=".rvu/spectral/controls")
-    args = parser.parse_args(argv)  # fmt: skip
-
-    import torch
-
-    torch.set_num_threads(args.threads)
-    from rvu_pipelines.data import default_dataset_source, load_catalog, load_dataset
+def run_controls(
+    options: ControlsOptions,
+    out: Path,
+    *,
+    command: str,
+    frames: Mapping[str, pl.DataFrame] | None = None,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """The controls report into ``out`` (``command`` is what the stamp says produced it); returns the report.
+    ``frames``: the parsed data sets by catalog name (``data.SOURCE_FRAMES``; default: read through the catalog)."""
     from rvu_pipelines.machine import results_stamp, stamp_line
     from rvu_pipelines.spectral import load_profile_model
     from rvu_pipelines.spectral.attention_tracker import head_focus
@@ -112,40 +110,51 @@ def main(argv: list[str] | None = None) -> int:
         switch_controls,
     )
     from rvu_pipelines.spectral.controls_report import holm, render_controls
+    from rvu_pipelines.spectral.data import load_source_frames, spectral_sets
     from rvu_pipelines.spectral.probe import leave_one_dataset_out
     from rvu_pipelines.spectral.study import FeatureSet, extract_by_graph
 
-    out, cache = Path(args.out), Path(args.out) / "cache"
+    graphs = list(options.graphs)
+    cache = out / "cache"
     cache.mkdir(parents=True, exist_ok=True)
     model = load_profile_model()
-    frames = _frames(args.sets, args.groups, args.max_tokens, model.tokenizer, args.seed)
+    source_frames = frames if frames is not None else load_source_frames()
+    frames = control_frames(options, model.tokenizer, spectral_sets(source_frames))
     features: dict[str, dict[str, FeatureSet]] = {}
     baselines: dict[str, BaselineFeatures] = {}
     for name, frame in frames.items():
-        definitions = [asdict(graph_config(graph)) for graph in args.graphs]  # a changed definition recomputes
-        digest = _digest(frame, args.max_tokens, args.graphs, definitions, HEAD_LAYERS)
-        paths = {graph: cache / f"{name}_{graph}_{digest}.npz" for graph in args.graphs}
+        definitions = [asdict(graph_config(graph)) for graph in graphs]  # a changed definition recomputes
+        digest = _digest(frame, options.max_tokens, graphs, definitions, HEAD_LAYERS)
+        paths = {graph: cache / f"{name}_{graph}_{digest}.npz" for graph in graphs}
         if all(path.is_file() for path in paths.values()):
             features[name] = {graph: FeatureSet.load(str(path)) for graph, path in paths.items()}
-            print(f"  {name}: cached features, {features[name][args.graphs[0]].seconds_per_example:.1f} s/example",
-                  file=sys.stderr)  # fmt: skip
+            say(f"  {name}: cached features, {features[name][graphs[0]].seconds_per_example:.1f} s/example")
         else:
-            progress = _progress(name, time.perf_counter())
-            computed = extract_by_graph(model, frame, args.graphs, name=name, max_tokens=args.max_tokens,
-                                        head_layers=HEAD_LAYERS, progress=progress)  # fmt: skip
-            features[name] = {graph: computed[("text", graph)] for graph in args.graphs}
+            computed = extract_by_graph(
+                model,
+                frame,
+                graphs,
+                name=name,
+                max_tokens=options.max_tokens,
+                head_layers=HEAD_LAYERS,
+                progress=progress_reporter(say, name, 20),
+            )
+            features[name] = {graph: computed[("text", graph)] for graph in graphs}
             for graph, path in paths.items():
                 features[name][graph].save(str(path))
         base_path = cache / f"{name}_baselines_{digest}.npz"
         if base_path.is_file():
             baselines[name] = BaselineFeatures.load(str(base_path))
         else:
-            progress = _progress(f"{name} baselines", time.perf_counter())
-            baselines[name] = extract_baselines(model, frame, name=name, max_tokens=args.max_tokens,
-                                                progress=progress)  # fmt: skip
+            baselines[name] = extract_baselines(
+                model,
+                frame,
+                name=name,
+                max_tokens=options.max_tokens,
+                progress=progress_reporter(say, f"{name} baselines", 20),
+            )
             baselines[name].save(str(base_path))
-    tofu = load_dataset(load_catalog().get("tofu"), default_dataset_source()).frame
-    tracker = AttentionTracker.fit(model, synthetic_pairs(tofu))
+    tracker = AttentionTracker.fit(model, synthetic_pairs(source_frames["tofu"]))
 
     report: dict[str, Any] = {
         "tracker": {"k": tracker.k, "heads": tracker.n_heads, "k_auroc": tracker.k_auroc},
@@ -154,23 +163,24 @@ def main(argv: list[str] | None = None) -> int:
         "attention_tracker": [],
         "detectors": [],
     }
-    detectors = shipped_detectors() if args.detectors else {}
+    detectors = shipped_detectors() if options.detectors else {}
     for name in frames:
-        for graph in args.graphs:
+        for graph in graphs:
             feats = features[name][graph]
-            report["switch"].append({"set": name, "graph": graph} | switch_controls(feats, seed=args.seed))
-            table = feature_table(feats, seed=args.seed)
+            report["switch"].append({"set": name, "graph": graph} | switch_controls(feats, seed=options.seed))
+            table = feature_table(feats, seed=options.seed)
             table.write_csv(out / f"{name}_{graph}_features.csv")
-            top = float(table["beyond_length"].max())
+            top = float(table["beyond_length"].max())  # type: ignore[arg-type]
             report["best_feature"].append(
                 {"set": name, "graph": graph, "top_beyond_length": top} | best_by_calibration(table)
             )
         tracker_scores = tracker.score_features(baselines[name])
         if np.isfinite(tracker_scores).all():
             report["attention_tracker"].append(
-                {"set": name} | score_controls(tracker_scores, features[name][args.graphs[0]])
+                {"set": name} | score_controls(tracker_scores, features[name][graphs[0]])
             )
-        for row in detector_controls(detectors, baselines[name].spans, features[name][args.graphs[0]], seed=args.seed):
+        first = features[name][graphs[0]]
+        for row in detector_controls(detectors, baselines[name].spans, first, seed=options.seed):
             report["detectors"].append({"set": name} | row)
     tests = {f"{r['set']}/{r['graph']}": r["paired_test"]["p_value"] for r in report["switch"] if "paired_test" in r}
     adjusted = holm(tests)
@@ -181,11 +191,13 @@ def main(argv: list[str] | None = None) -> int:
     if len(probe_sets) >= 2:
         blocks, labels, sources, groups, splits = [], [], [], [], []
         for name in probe_sets:
-            first = features[name][args.graphs[0]]
+            first = features[name][graphs[0]]
+            if first.groups is None:
+                raise SpectralInputError(f"{name}: the features carry no groups; the probe splits by group")
             n = first.labels.size
             keep = first.roles != "padded" if first.roles is not None else np.ones(n, bool)
             base = baselines[name]
-            parts = [features[name][g].values.reshape(n, -1) for g in args.graphs]
+            parts = [features[name][g].values.reshape(n, -1) for g in graphs]
             if first.head_values is not None:
                 parts.append(first.head_values.reshape(n, -1))
             parts.append(head_focus(base.instruction_attention, base.data_attention, "normalised").reshape(n, -1))
@@ -194,19 +206,20 @@ def main(argv: list[str] | None = None) -> int:
             sources.append(np.full(int(keep.sum()), name))
             groups.append(np.char.add(f"{name}/", first.groups[keep].astype(str)))
             splits.append(first.splits[keep])
-        lodo = leave_one_dataset_out(np.concatenate(blocks), np.concatenate(labels), np.concatenate(sources),
-                                     np.concatenate(groups), np.concatenate(splits), seed=args.seed)  # fmt: skip
+        lodo = leave_one_dataset_out(
+            np.concatenate(blocks),
+            np.concatenate(labels),
+            np.concatenate(sources),
+            np.concatenate(groups),
+            np.concatenate(splits),
+            seed=options.seed,
+        )
         report["probe_lodo"] = [r.as_dict() for r in lodo]
 
-    command = ["python scripts/spectral_controls.py", *(argv if argv is not None else sys.argv[1:])]
-    report["stamp"] = results_stamp(" ".join(command))
+    report["stamp"] = results_stamp(command)
     report["stamp_line"] = stamp_line(report["stamp"])
     markdown = render_controls(report)
     (out / "controls.md").write_text(markdown, encoding="utf-8")
     (out / "controls.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
-    print(markdown)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    say(markdown)
+    return report
