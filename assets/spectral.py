@@ -9,6 +9,7 @@
   ``make spectral``): the switch against its baselines, under its controls, and the inline defense's cost.
 """
 
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -320,6 +321,43 @@ def _study_folder(out: str | None, default: str) -> Path:
     return Path(out) if out else state_dir() / default
 
 
+def _full_study(
+    context: AssetExecutionContext,
+    mlflow_tracker: MlflowTrackerResource,
+    config: Config,
+    threads: int,
+    compute: Callable[[], dict],
+    *,
+    out: Path,
+    page: str,
+    artifacts: tuple[str, ...],
+    metrics: Callable[[dict], dict[str, float]],
+) -> tuple[dict, dict]:
+    """One full-study asset's run: ``compute`` inside its MLflow run and thread limit, a refusal of the library
+    as the asset's Failure, the tables as artifacts; returns the result and the asset's metadata (``page`` shown)."""
+    with thread_limit(threads), mlflow_tracker.run_for(context, params=config.model_dump()) as run:
+        try:
+            result = compute()
+        except (SpectralInputError, CalibrationError, ValueError) as exc:
+            raise Failure(description=f"{context.asset_key.to_user_string()}: {exc}") from exc
+        run.log_metrics(metrics(result))
+        for name in artifacts:
+            if (out / name).is_file():
+                run.log_artifact(out / name)
+    shown = out / page
+    metadata = {
+        "folder": str(out),
+        page: MetadataValue.md(shown.read_text(encoding="utf-8")) if shown.is_file() else "",
+        "mlflow_run_id": run.run_id,
+    }
+    return result, metadata
+
+
+def _source_frames(**frames: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """The data set assets a full study reads, by catalog name (``spectral.data.SOURCE_FRAMES``)."""
+    return frames
+
+
 class SpectralStudyConfig(Config):
     sets: list[str] = Field(default=list(STUDY_SETS), description="evaluation sets (data.spectral_sets)")
     limit: int = Field(default=400, ge=8, description="examples per set (whole pairs)")
@@ -363,30 +401,21 @@ def spectral_study(
         draws=config.draws,
         comparison=config.comparison,
     )
-    frames = {
-        "tofu": tofu,
-        "bipia": bipia,
-        "injecagent": injecagent,
-        "deepset_prompt_injections": deepset_prompt_injections,
-    }
-    with thread_limit(config.threads), mlflow_tracker.run_for(context, params=config.model_dump()) as run:
-        try:
-            report = run_study(options, out, frames=frames, say=context.log.info)
-        except (SpectralInputError, CalibrationError, ValueError) as exc:
-            raise Failure(description=f"spectral_study: {exc}") from exc
-        run.log_metrics(numeric_metrics(report))
-        for name in ("comparison.md", "comparison.csv", "calibration.csv", "report.json"):
-            if (out / name).is_file():
-                run.log_artifact(out / name)
-    comparison = out / "comparison.md"
-    return Output(
-        report,
-        metadata={
-            "folder": str(out),
-            "comparison": MetadataValue.md(comparison.read_text(encoding="utf-8")) if comparison.is_file() else "",
-            "mlflow_run_id": run.run_id,
-        },
+    frames = _source_frames(
+        tofu=tofu, bipia=bipia, injecagent=injecagent, deepset_prompt_injections=deepset_prompt_injections
     )
+    report, metadata = _full_study(
+        context,
+        mlflow_tracker,
+        config,
+        config.threads,
+        lambda: run_study(options, out, frames=frames, say=context.log.info),
+        out=out,
+        page="comparison.md",
+        artifacts=("comparison.md", "comparison.csv", "calibration.csv", "report.json"),
+        metrics=numeric_metrics,
+    )
+    return Output(report, metadata=metadata)
 
 
 class SpectralControlsConfig(Config):
@@ -429,28 +458,22 @@ def spectral_controls(
         seed=config.seed,
         detectors=config.detectors,
     )
-    frames = {
-        "tofu": tofu,
-        "bipia": bipia,
-        "injecagent": injecagent,
-        "deepset_prompt_injections": deepset_prompt_injections,
-    }
-    with thread_limit(config.threads), mlflow_tracker.run_for(context, params=config.model_dump()) as run:
-        try:
-            report = run_controls(options, out, command=_launched(context), frames=frames, say=context.log.info)
-        except (SpectralInputError, CalibrationError, ValueError) as exc:
-            raise Failure(description=f"spectral_controls: {exc}") from exc
-        run.log_metrics(numeric_metrics({"tracker": report["tracker"]}))
-        for name in ("controls.md", "controls.json"):
-            run.log_artifact(out / name)
-    return Output(
-        {"switch": report["switch"], "probe_lodo": report.get("probe_lodo", []), "stamp": report["stamp"]},
-        metadata={
-            "folder": str(out),
-            "controls": MetadataValue.md((out / "controls.md").read_text(encoding="utf-8")),
-            "mlflow_run_id": run.run_id,
-        },
+    frames = _source_frames(
+        tofu=tofu, bipia=bipia, injecagent=injecagent, deepset_prompt_injections=deepset_prompt_injections
     )
+    report, metadata = _full_study(
+        context,
+        mlflow_tracker,
+        config,
+        config.threads,
+        lambda: run_controls(options, out, command=_launched(context), frames=frames, say=context.log.info),
+        out=out,
+        page="controls.md",
+        artifacts=("controls.md", "controls.json"),
+        metrics=lambda report: numeric_metrics({"tracker": report["tracker"]}),
+    )
+    kept = {"switch": report["switch"], "probe_lodo": report.get("probe_lodo", []), "stamp": report["stamp"]}
+    return Output(kept, metadata=metadata)
 
 
 class HferCostConfig(Config):
@@ -488,28 +511,21 @@ def hfer_defense_cost(
         policies=tuple(config.policies),
         seed=config.seed,
     )
-    frames = {
-        "tofu": tofu,
-        "bipia": bipia,
-        "injecagent": injecagent,
-        "deepset_prompt_injections": deepset_prompt_injections,
-    }
-    with thread_limit(config.threads), mlflow_tracker.run_for(context, params=config.model_dump()) as run:
-        try:
-            document = run_cost(options, out, command=_launched(context), frames=frames, say=context.log.info)
-        except (SpectralInputError, CalibrationError, ValueError) as exc:
-            raise Failure(description=f"hfer_defense_cost: {exc}") from exc
-        run.log_metrics(numeric_metrics({p: document[p] for p in options.policies}))
-        for name in ("hfer_cost.md", "hfer_cost.json"):
-            run.log_artifact(out / name)
-    return Output(
-        document,
-        metadata={
-            "folder": str(out),
-            "cost": MetadataValue.md((out / "hfer_cost.md").read_text(encoding="utf-8")),
-            "mlflow_run_id": run.run_id,
-        },
+    frames = _source_frames(
+        tofu=tofu, bipia=bipia, injecagent=injecagent, deepset_prompt_injections=deepset_prompt_injections
     )
+    document, metadata = _full_study(
+        context,
+        mlflow_tracker,
+        config,
+        config.threads,
+        lambda: run_cost(options, out, command=_launched(context), frames=frames, say=context.log.info),
+        out=out,
+        page="hfer_cost.md",
+        artifacts=("hfer_cost.md", "hfer_cost.json"),
+        metrics=lambda document: numeric_metrics({p: document[p] for p in options.policies}),
+    )
+    return Output(document, metadata=metadata)
 
 
 def _launched(context: AssetExecutionContext) -> str:
