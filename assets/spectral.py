@@ -9,6 +9,7 @@
   ``make spectral``): the switch against its baselines, under its controls, and the inline defense's cost.
 """
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -466,7 +467,7 @@ def spectral_controls(
         mlflow_tracker,
         config,
         config.threads,
-        lambda: run_controls(options, out, command=_launched(context), frames=frames, say=context.log.info),
+        lambda: run_controls(options, out, command=_launched(context, config), frames=frames, say=context.log.info),
         out=out,
         page="controls.md",
         artifacts=("controls.md", "controls.json"),
@@ -519,7 +520,7 @@ def hfer_defense_cost(
         mlflow_tracker,
         config,
         config.threads,
-        lambda: run_cost(options, out, command=_launched(context), frames=frames, say=context.log.info),
+        lambda: run_cost(options, out, command=_launched(context, config), frames=frames, say=context.log.info),
         out=out,
         page="hfer_cost.md",
         artifacts=("hfer_cost.md", "hfer_cost.json"),
@@ -528,9 +529,10 @@ def hfer_defense_cost(
     return Output(document, metadata=metadata)
 
 
-def _launched(context: AssetExecutionContext) -> str:
-    """What a stamp names as the command: the job and asset that produced the file."""
-    return f"dg launch --job {context.run.job_name} (asset {context.asset_key.to_user_string()})"
+def _launched(context: AssetExecutionContext, config: Config) -> str:
+    """What a stamp names as the command: the job, the asset and the config fields set away from their defaults."""
+    chosen = json.dumps(config.model_dump(exclude_defaults=True), sort_keys=True)
+    return f"dg launch --job {context.run.job_name} (asset {context.asset_key.to_user_string()}, config {chosen})"
 
 
 def spectral_assets() -> list:
