@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import sys
 from pathlib import Path
 
 from rvu_pipelines.paths import project_root
@@ -100,9 +101,22 @@ def _file_digest(path: Path, stamp: tuple[int, int]) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def source_root(module: str) -> Path:
+    """The folder holding the top-level package of ``module`` as this process imported it (the checkout, or
+    wherever the packages are installed), else the project root."""
+    loaded = sys.modules.get(module)
+    file = getattr(loaded, "__file__", None)
+    if file is None:
+        return project_root().resolve()
+    path = Path(file).resolve()
+    depth = module.count(".") + (2 if path.name == "__init__.py" else 1)
+    return path.parents[depth - 1]
+
+
 def module_closure(module: str, root: Path | None = None) -> dict[str, Path]:
-    """Every first-party module ``module`` runs when imported and called: name -> source file, sorted."""
-    root = (root or project_root()).resolve()
+    """Every first-party module ``module`` runs when imported and called: name -> source file, sorted.
+    ``root``: where the sources are (default: where ``module`` was imported from, ``source_root``)."""
+    root = (root or source_root(module)).resolve()
     start = module_file(module, root)
     if start is None:
         raise ValueError(f"{module} is not a first-party module under {root} (one of {', '.join(FIRST_PARTY)})")
@@ -122,7 +136,7 @@ def module_closure(module: str, root: Path | None = None) -> dict[str, Path]:
 
 def code_digest(module: str, root: Path | None = None) -> str:
     """sha256 over the names and bytes of :func:`module_closure` (each file read again only when it changed)."""
-    closure = module_closure(module, root)
+    closure = module_closure(module, root)  # root None: where the module was imported from
     lines = [f"{name} {_file_digest(path, _stamp(path))}" for name, path in closure.items()]
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 

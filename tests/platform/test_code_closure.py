@@ -115,3 +115,13 @@ def test_every_asset_carries_the_code_version_of_its_module() -> None:
     assert None not in versions
     assert code_version_of("assets.spectral") in versions and code_version_of("assets.recovery") in versions
     assert set(FIRST_PARTY) == {"rvu_pipelines", "assets", "resources", "sensors"}
+
+
+def test_the_code_is_found_where_it_was_imported_from(tmp_path: Path, monkeypatch) -> None:
+    """RVU_PROJECT_ROOT may name another folder (a data checkout): the digest still reads the sources this
+    process imported."""
+    import rvu_pipelines.result_memo  # noqa: F401  (imported: its file says where the sources are)
+
+    expected = code_digest("rvu_pipelines.result_memo", REPO)
+    monkeypatch.setenv("RVU_PROJECT_ROOT", str(tmp_path))
+    assert code_digest("rvu_pipelines.result_memo") == expected
