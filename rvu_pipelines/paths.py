@@ -1,5 +1,6 @@
-"""Where the project keeps its configs, its local state (DAGSTER_HOME, MLflow, outputs) and its caches: the
-default locations, each overridable by a setting, read here so the rest of the library receives them."""
+"""Where the project keeps its configs, its local state (DAGSTER_HOME, MLflow, outputs) and its caches, and where
+it may fetch data and models from (the public sources, or none when offline): the default locations, each
+overridable by a setting, read here so the rest of the library receives them."""
 
 from __future__ import annotations
 
