@@ -33,7 +33,7 @@ FULL_STUDIES = AssetSelection.assets(
     "spectral_kill_switch_cell",
     "spectral_study",
     "spectral_controls",
-    "hfer_defense_cost",
+    "spectral_hfer_cost",
     "adapter_zoo",
     "adapter_gate_evaluation",
     "adapter_membership",

@@ -5,7 +5,7 @@
 - ``spectral_kill_switch_cell``: partitioned by data source × model profile, one cell's switch calibrated
   on 20 and on all calibration examples, held-out AUROC / TPR / FPR, per-layer HFER AUROC, the statistic's
   time, plots in MLflow; ``spectral_cells_job``;
-- ``spectral_study``, ``spectral_controls``, ``hfer_defense_cost``: the full study (``spectral_study_job``,
+- ``spectral_study``, ``spectral_controls``, ``spectral_hfer_cost``: the full study (``spectral_study_job``,
   ``make spectral``): the switch against its baselines, under its controls, and the inline defense's cost.
 """
 
@@ -495,7 +495,7 @@ class HferCostConfig(Config):
     "and TPR on injected AgentDojo tool outputs of held-out user tasks and on held-out BIPIA / InjecAgent pairs, "
     "latency per tool output. Writes hfer_cost.md / hfer_cost.json, stamped.",
 )
-def hfer_defense_cost(
+def spectral_hfer_cost(
     context: AssetExecutionContext,
     config: HferCostConfig,
     mlflow_tracker: MlflowTrackerResource,
@@ -541,5 +541,5 @@ def spectral_assets() -> list:
         spectral_kill_switch_cell,
         spectral_study,
         spectral_controls,
-        hfer_defense_cost,
+        spectral_hfer_cost,
     ]

@@ -6,7 +6,7 @@ policy: ``benign_fpr`` (the threshold at 5 % FPR on 100 clean tool outputs of Ag
 tasks) and ``bayes`` (the seed's mixture threshold from the 20 examples). Both are scored on AgentDojo's clean and
 injected tool outputs of the *held-out* user tasks (ground-truth solutions executed with the suites' tools) and on
 the held-out BIPIA / InjecAgent pairs. Writes ``<out>/hfer_cost.json`` and ``<out>/hfer_cost.md`` (stamped with the
-command, commit, date and machine). The ``hfer_defense_cost`` asset runs it (``make spectral``).
+command, commit, date and machine). The ``spectral_hfer_cost`` asset runs it (``make spectral``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from dagster import DagsterInstance, DagsterInvalidConfigError, materialize, val
 
 from assets.datasets import dataset_assets
 from assets.definitions import defs
-from assets.spectral import hfer_defense_cost, spectral_controls, spectral_study
+from assets.spectral import spectral_controls, spectral_hfer_cost, spectral_study
 from resources import LocalTableIOManager, MlflowTrackerResource
 from resources.deployments import deployment_resources
 from rvu_pipelines.tracking import MlflowTracker
@@ -24,7 +24,7 @@ UPSTREAM = ("tofu", "bipia", "injecagent", "deepset_prompt_injections")
 def test_make_spectral_launches_the_job_with_a_valid_config() -> None:
     job = defs.resolve_job_def("spectral_study_job")
     selected = {key.to_user_string() for key in job.asset_layer.executable_asset_keys}
-    assert {"spectral_study", "spectral_controls", "hfer_defense_cost"} <= selected
+    assert {"spectral_study", "spectral_controls", "spectral_hfer_cost"} <= selected
     config = yaml.safe_load((REPO / "configs" / "runs" / "spectral.yaml").read_text())
     assert validate_run_config(job, config)
     assert "--job spectral_study_job" in (REPO / "Makefile").read_text()
@@ -62,14 +62,14 @@ def test_the_three_studies_write_their_reports(tmp_path: Path, shared_data) -> N
                     "out": str(out / "controls"),
                 }
             },
-            "hfer_defense_cost": {
+            "spectral_hfer_cost": {
                 "config": {"suites": ["banking"], "per_source": 2, "policies": ["bayes"], "out": str(out)}
             },
         }
     }
     with DagsterInstance.ephemeral() as instance:
         result = materialize(
-            [*upstream, spectral_study, spectral_controls, hfer_defense_cost],
+            [*upstream, spectral_study, spectral_controls, spectral_hfer_cost],
             resources=resources,
             instance=instance,
             run_config=run_config,
