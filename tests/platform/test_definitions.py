@@ -66,6 +66,9 @@ def test_default_job_selects_every_asset_with_checks() -> None:
             "adapter_membership",
             "wmdp_cyber_evaluation",
             "attack_table_full",
+            "spectral_study",
+            "spectral_controls",
+            "spectral_hfer_cost",
         )
     }
     assert AssetKey("adapter_sample") in selected
