@@ -50,7 +50,7 @@ from rvu_pipelines.spectral.cell import (
 from rvu_pipelines.spectral.config import DEFAULT_GRAPH_CONFIG, GRAPH_CONFIGS, graph_config
 from rvu_pipelines.spectral.controls_run import CONTROL_GRAPHS, CONTROL_SETS, ControlsOptions, run_controls
 from rvu_pipelines.spectral.cost_run import COST_POLICIES, CostOptions, run_cost
-from rvu_pipelines.spectral.data import context_verification, injecagent_contamination
+from rvu_pipelines.spectral.data import SOURCE_FRAMES, context_verification, injecagent_contamination
 from rvu_pipelines.spectral.errors import CalibrationError
 from rvu_pipelines.spectral.study import SampledResult, sampled_study
 from rvu_pipelines.spectral.study_run import STUDY_SETS, StudyOptions, run_study
@@ -354,9 +354,9 @@ def _full_study(
     return result, metadata
 
 
-def _source_frames(**frames: pl.DataFrame) -> dict[str, pl.DataFrame]:
-    """The data set assets a full study reads, by catalog name (``spectral.data.SOURCE_FRAMES``)."""
-    return frames
+def _source_frames(*frames: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """The data set assets a full study reads, in ``SOURCE_FRAMES`` order, by their catalog names."""
+    return dict(zip(SOURCE_FRAMES, frames, strict=True))
 
 
 class SpectralStudyConfig(Config):
@@ -402,9 +402,7 @@ def spectral_study(
         draws=config.draws,
         comparison=config.comparison,
     )
-    frames = _source_frames(
-        tofu=tofu, bipia=bipia, injecagent=injecagent, deepset_prompt_injections=deepset_prompt_injections
-    )
+    frames = _source_frames(tofu, bipia, injecagent, deepset_prompt_injections)
     report, metadata = _full_study(
         context,
         mlflow_tracker,
@@ -459,9 +457,7 @@ def spectral_controls(
         seed=config.seed,
         detectors=config.detectors,
     )
-    frames = _source_frames(
-        tofu=tofu, bipia=bipia, injecagent=injecagent, deepset_prompt_injections=deepset_prompt_injections
-    )
+    frames = _source_frames(tofu, bipia, injecagent, deepset_prompt_injections)
     report, metadata = _full_study(
         context,
         mlflow_tracker,
@@ -512,9 +508,7 @@ def spectral_hfer_cost(
         policies=tuple(config.policies),
         seed=config.seed,
     )
-    frames = _source_frames(
-        tofu=tofu, bipia=bipia, injecagent=injecagent, deepset_prompt_injections=deepset_prompt_injections
-    )
+    frames = _source_frames(tofu, bipia, injecagent, deepset_prompt_injections)
     document, metadata = _full_study(
         context,
         mlflow_tracker,

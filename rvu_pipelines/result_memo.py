@@ -31,8 +31,6 @@ from rvu_pipelines.settings import platform_variables, reuse_results
 
 log = logging.getLogger(__name__)
 
-REUSE_ENV = "RVU_REUSE_RESULTS"
-
 
 def _json_default(value: Any) -> Any:
     """numpy scalars and arrays, paths and sets as JSON types; anything else is refused, never ``str()``-ed."""
@@ -92,7 +90,7 @@ def environment_digest(code: str, code_root: Path | None = None) -> str:
 @dataclass(frozen=True)
 class ResultMemo:
     """JSON results under ``root/<name>/<key>.json`` (default root: the state folder's ``result_memo``).
-    ``code_root``: where the step modules' sources are (default: the checkout)."""
+    ``code_root``: where the step modules' sources are (default: where each step module was imported from)."""
 
     root: Path
     code_root: Path | None = None

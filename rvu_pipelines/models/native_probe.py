@@ -42,7 +42,6 @@ from rvu_pipelines.models.store import ModelStore
 from rvu_pipelines.paths import cache_dir
 from rvu_pipelines.settings import llama_probe_enabled, llama_probe_fault
 
-PROBE_ENV = "RVU_LLAMA_PROBE"  # 0 skips the child-process check (not recommended)
 # Fault injection for the crash path's own tests and for trying `rvu doctor`'s report on a machine
 # that does not crash: "segv" makes the child dereference NULL (a real SIGSEGV in native code) after
 # the model has loaded, where llama.cpp's AMX crash happens.

@@ -33,7 +33,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
 
@@ -136,7 +136,7 @@ class NotRunProbe:
 
 
 ClosureMode = Literal["v1", "v2"]
-CLOSURE_MODES: tuple[str, ...] = ("v1", "v2")
+CLOSURE_MODES: tuple[str, ...] = get_args(ClosureMode)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ The ``spectral_controls`` asset runs it (``make spectral``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -23,7 +22,7 @@ import numpy as np
 import polars as pl
 
 from rvu_pipelines.spectral.errors import SpectralInputError
-from rvu_pipelines.spectral.study_run import progress_reporter
+from rvu_pipelines.spectral.study_run import examples_digest, progress_reporter
 
 PADDED_SETS = ("bipia", "injecagent", "agentdojo")
 CONTAMINATION = ("bipia", "injecagent", "agentdojo", "deepset")
@@ -79,13 +78,6 @@ def control_frames(options: ControlsOptions, tokenizer: Any, sets: dict[str, pl.
     return out
 
 
-def _digest(frame: pl.DataFrame, *parts: object) -> str:
-    h = hashlib.sha256(repr(parts).encode())
-    for text, split in zip(frame["text"].to_list(), frame["split"].to_list(), strict=True):
-        h.update(f"{split}\0{text}\0".encode())
-    return h.hexdigest()[:12]
-
-
 def run_controls(
     options: ControlsOptions,
     out: Path,
@@ -124,7 +116,7 @@ def run_controls(
     baselines: dict[str, BaselineFeatures] = {}
     for name, frame in frames.items():
         definitions = [asdict(graph_config(graph)) for graph in graphs]  # a changed definition recomputes
-        digest = _digest(frame, options.max_tokens, graphs, definitions, HEAD_LAYERS)
+        digest = examples_digest(frame, repr((options.max_tokens, graphs, definitions, HEAD_LAYERS)))
         paths = {graph: cache / f"{name}_{graph}_{digest}.npz" for graph in graphs}
         if all(path.is_file() for path in paths.values()):
             features[name] = {graph: FeatureSet.load(str(path)) for graph, path in paths.items()}

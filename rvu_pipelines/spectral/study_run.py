@@ -44,12 +44,18 @@ class StudyOptions:
         return int(self.limits.get(name, self.limit))
 
 
-def feature_digest(frame: pl.DataFrame, max_tokens: int) -> str:
-    """Names a feature cache by what it was computed from: the examples' texts and splits and the length cap."""
-    h = hashlib.sha256(f"max_tokens={max_tokens}\n".encode())
+def examples_digest(frame: pl.DataFrame, settings: str) -> str:
+    """Names a feature cache by what it was computed from: ``settings`` (what else the features depend on),
+    then the examples' splits and texts in order."""
+    h = hashlib.sha256(settings.encode())
     for text, split in zip(frame["text"].to_list(), frame["split"].to_list(), strict=True):
         h.update(f"{split}\0{text}\0".encode())
     return h.hexdigest()[:12]
+
+
+def feature_digest(frame: pl.DataFrame, max_tokens: int) -> str:
+    """The study's feature caches: the examples and the length cap."""
+    return examples_digest(frame, f"max_tokens={max_tokens}\n")
 
 
 def progress_reporter(say: Say, name: str, every: int) -> Callable[[int, int], None]:
