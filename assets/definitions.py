@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dagster import Definitions
 
+from assets.adapter_study import adapter_study_assets
 from assets.adapters import adapter_assets
 from assets.attack_study import attack_study_assets
 from assets.attacks import attack_assets
@@ -33,6 +34,7 @@ ALL_ASSETS = [
     *attack_study_assets(),
     *spectral_assets(),
     *adapter_assets(),
+    *adapter_study_assets(),
 ]
 
 

@@ -66,6 +66,20 @@ def _tool_call(name: str, arguments: Mapping[str, Any]) -> str:
 
 
 Frames = Callable[[str], pl.DataFrame]
+
+
+def frames_from(frames: Mapping[str, pl.DataFrame]) -> Frames:
+    """A ``Frames`` over data sets already parsed (a Dagster asset's inputs), under their catalog names."""
+
+    def frame(name: str) -> pl.DataFrame:
+        if name not in frames:
+            given = ", ".join(sorted(frames))
+            raise KeyError(f"data set '{name}' was not given (given: {given}); add it to the inputs")
+        return frames[name]
+
+    return frame
+
+
 Builder = Callable[[Frames, Mapping[str, Any]], TrainingSet]
 
 
