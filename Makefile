@@ -66,15 +66,16 @@ spectral: setup
 # Seed 000 E4-E7 on real LoRA adapters: train the zoo (configs/adapter_zoo.yaml; unchanged adapters reused), the gate
 # and influence over it, membership loaded vs evicted, WMDP-cyber on all 1,987 items, E1 sessions with a harmful
 # adapter loaded part-way (RVU v1 vs v2), the tool-use adapter's utility/ASR, eviction on the agent's runtime (what
-# lingers: served answers, cached answers, fused weights); hours of CPU from scratch
+# lingers: served answers, cached answers, fused weights); hours of CPU from scratch. Each adapter is one partition
+# of adapter_zoo_job (a run per adapter, reused while unchanged), then the study is adapter_study_job
 adapters: setup
-	$(BIN)/python scripts/adapter_study.py --plan
-	$(BIN)/python scripts/adapter_study.py --membership --wmdp --out .rvu/adapter_study
-	$(BIN)/python scripts/adapter_incidents.py --out .rvu/adapter_study
-	$(BIN)/python scripts/adapter_incidents.py --detector oracle --scores .rvu/adapter_study/scores.csv --out .rvu/adapter_study/oracle
-	$(BIN)/python scripts/tool_use_eval.py --out .rvu/adapter_study
-	$(BIN)/python scripts/eviction_runtime.py --out .rvu/adapter_study/eviction_runtime
-	cat .rvu/adapter_study/gate.md .rvu/adapter_study/incidents.md .rvu/adapter_study/oracle/incidents.md
+	$(BIN)/rvu adapters plan
+	for id in $$($(BIN)/rvu adapters plan --ids); do \
+		$(BIN)/dg launch --job adapter_zoo_job --partition $$id -m assets.definitions || exit 1; \
+	done
+	$(BIN)/dg launch --job adapter_study_job -m assets.definitions
+	cat .rvu/adapter_study/gate.md .rvu/adapter_study/incidents.md .rvu/adapter_study/oracle/incidents.md \
+		.rvu/adapter_study/tool_use.md .rvu/adapter_study/eviction_runtime/eviction_runtime.md
 
 # The local scale profile: PostgreSQL, MLflow server, Dagster webserver + daemon, Redis + celery workers on
 # loopback, data under .rvu/scale; `source .rvu/scale/scale.env` to use it from a shell. Idempotent; ports and

@@ -7,7 +7,10 @@ partition per adapter, in ``assets.adapters``):
 - ``wmdp_cyber_evaluation``: E7, the base model on all 1,987 WMDP-cyber items, and the memorising adapter's halves.
 """
 
-from typing import Any
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
 
 import polars as pl
 from dagster import (
@@ -15,22 +18,30 @@ from dagster import (
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
+    Config,
     Failure,
     MetadataValue,
     Output,
     asset,
 )
+from pydantic import Field
 
-from resources import MlflowTrackerResource
+from assets.stamps import launched_command
+from resources import MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.adapters.errors import AdapterRefused
-from rvu_pipelines.adapters.gate import evaluate_gate, load_gate_config
-from rvu_pipelines.adapters.report import gate_markdown
-from rvu_pipelines.adapters.study import AdapterLab, influence_summary, scores_frame
+from rvu_pipelines.adapters.eviction_study import EvictionOptions
+from rvu_pipelines.adapters.gate import load_gate_config
+from rvu_pipelines.adapters.incident_study import ORACLE, IncidentStudyOptions
+from rvu_pipelines.adapters.study import STUDY_FOLDER, AdapterLab, write_gate_report
+from rvu_pipelines.adapters.tool_use_study import ToolUseOptions
 from rvu_pipelines.adapters.zoo import load_zoo_config, zoo_root
 from rvu_pipelines.adapters.zoo_data import frames_from
+from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.code_closure import code_version_of
+from rvu_pipelines.machine import thread_limit
+from rvu_pipelines.models.store import ResolvedModel
 from rvu_pipelines.paths import state_dir
-from rvu_pipelines.tracking import metric_name
+from rvu_pipelines.tracking import metric_name, numeric_metrics
 
 CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
 
@@ -38,6 +49,11 @@ STUDY_GROUP = "adapter_study"
 ZOO = "adapter_zoo"  # the partitioned zoo the study reads (one adapter per partition)
 GATE_AUROC_GOAL = 0.90  # goal: combined gate AUROC over ≥ 20 real adapters
 GATE_SECONDS_GOAL = 10.0  # goal: the gate on one adapter
+
+
+def _study_folder() -> Path:
+    """``<state>/adapter_study``: the screening table the load gate reads, and the study's reports."""
+    return state_dir() / STUDY_FOLDER
 
 
 @asset(
@@ -87,17 +103,17 @@ def adapter_gate_evaluation(
     if missing:
         context.log.warning("adapters not trained yet (left out): %s", ", ".join(missing))
     scores = [lab.score(lab.verify(entry.id), reference, gate) for entry in present]
-    frame = scores_frame(scores)
-    evaluation = evaluate_gate([s.gate_scores() for s in scores], gate.false_positive_budget)
-    influence = influence_summary(scores)
+    report = write_gate_report(scores, gate, _study_folder(), command=f"dg launch --job {context.run.job_name}")
+    frame, evaluation, influence = report.scores, report.evaluation, report.influence
     with mlflow_tracker.run_for(context, params={"adapters": len(scores), "probes": len(lab.prompts)}) as run:
         for layer, result in evaluation.layers.items():
             run.log_metrics({metric_name(f"{layer}_{k}"): v for k, v in vars(result).items() if isinstance(v, float)})
         run.log_metrics({f"influence_{k}": v for k, v in influence.items()})
+        run.log_artifact(_study_folder() / "gate.md")
     slowest = float(frame["gate_seconds"].max())  # type: ignore[arg-type]
     yield Output(
         {"gate": evaluation.to_dict(), "influence": influence, "scores": frame.to_dicts(), "missing": missing},
-        metadata={"report": MetadataValue.md(gate_markdown(evaluation, influence, frame)), "mlflow_run_id": run.run_id},
+        metadata={"report": MetadataValue.md(report.markdown()), "mlflow_run_id": run.run_id},
     )
     combined = evaluation.layers["combined"]
     yield AssetCheckResult(check_name="gate_evaluated", passed=0.0 <= combined.auroc <= 1.0)
@@ -169,6 +185,7 @@ def adapter_membership(
     ) as run:
         run.log_metrics({f"loaded_{k}_auroc": v for k, v in loaded.items()})
         run.log_metrics({f"evicted_{k}_auroc": v for k, v in evicted.items()})
+    write_atomically(_study_folder() / "membership.json", json.dumps(section, indent=1))
     yield Output(section, metadata={"verdict": section["verdict"], "mlflow_run_id": run.run_id})
     yield AssetCheckResult(
         check_name="membership_loaded_goal",
@@ -226,11 +243,224 @@ def wmdp_cyber_evaluation(
     base_all = report["base_all"]
     with mlflow_tracker.run_for(context, params={"items": len(items)}) as run:
         run.log_metrics({k: float(base_all[k]) for k in ("accuracy", "ci_low", "ci_high", "p_value")})
+    write_atomically(_study_folder() / "wmdp.json", json.dumps(report, indent=1))
     yield Output(
         report, metadata={"accuracy": base_all["accuracy"], "verdict": base_all["verdict"], "mlflow_run_id": run.run_id}
     )
     yield AssetCheckResult(check_name="wmdp_scored", passed=base_all["n"] == len(items) and len(items) > 0)
 
 
+class AdapterIncidentsConfig(Config):
+    adapters: list[str] = Field(
+        default=list(IncidentStudyOptions.adapters), description="harmful zoo adapters loaded part-way, one by one"
+    )
+    benchmark: str = Field(default=IncidentStudyOptions.benchmark, description="the benchmark the sessions draw from")
+    sessions: int = Field(default=IncidentStudyOptions.sessions, ge=1, description="sessions per adapter")
+    episodes: int = Field(default=IncidentStudyOptions.episodes, ge=2, description="attack episodes per session")
+    detectors: list[str] = Field(
+        default=["heuristic", ORACLE],
+        description="seeds of both recoveries, one study each: a detector name, or oracle (the planted injection "
+        "text, an upper bound that reads the answer key); the first writes to the study folder, the others to a "
+        "folder named after them",
+    )
+    trigger: bool = Field(default=True, description="plant a backdoor adapter's trigger in the injections it reads")
+    membership: bool = Field(default=True, description="measure each evicted adapter loaded vs evicted")
+    membership_cap: int = Field(default=IncidentStudyOptions.membership_cap, ge=2, description="members measured")
+    threads: int = Field(default=2, ge=1, description="llama.cpp / torch threads")
+    out: str | None = Field(default=None, description="output folder; default <RVU_HOME>/adapter_study")
+
+
+def _detector_folder(out: Path, index: int, detector: str) -> Path:
+    return out if index == 0 else out / re.sub(r"[^A-Za-z0-9_.-]+", "_", detector)
+
+
+@asset(
+    code_version=CODE_VERSION,
+    group_name=STUDY_GROUP,
+    kinds={"mlflow"},
+    deps=[ZOO],
+    description="E1 with adapters: sessions of attack episodes with a harmful zoo adapter loaded part-way (a "
+    "backdoor's trigger planted in the injections it reads), recovered with RVU v1 and v2 from the same seeds, "
+    "scored against the adapter's counterfactual ground truth; I(adapter) from the gate evaluation enters FROC, "
+    "each evicted adapter's membership enters its certificates. Once per detector (D1 and the oracle upper "
+    "bound). Writes incidents.md / incidents.json, stamped.",
+    check_specs=[AssetCheckSpec("sessions_recovered", asset="adapter_incidents", blocking=True)],
+)
+def adapter_incidents(
+    context: AssetExecutionContext,
+    config: AdapterIncidentsConfig,
+    mlflow_tracker: MlflowTrackerResource,
+    model_store: ModelStoreResource,
+    llm_model: dict,
+    adapter_gate_evaluation: dict,
+):
+    from rvu_pipelines.adapters.incident_study import influences_from_scores, run_incident_study
+
+    out = Path(config.out) if config.out else _study_folder()
+    llm = ResolvedModel.from_record(llm_model)
+    influences = influences_from_scores(adapter_gate_evaluation["scores"])
+    documents: dict[str, Any] = {}
+    with thread_limit(config.threads), mlflow_tracker.run_for(context, params=config.model_dump()) as run:
+        for index, detector in enumerate(config.detectors):
+            options = IncidentStudyOptions(
+                adapters=tuple(config.adapters),
+                benchmark=config.benchmark,
+                sessions=config.sessions,
+                episodes=config.episodes,
+                detector=detector,
+                trigger=config.trigger,
+                membership=config.membership,
+                membership_cap=config.membership_cap,
+                threads=config.threads,
+            )
+            folder = _detector_folder(out, index, detector)
+            try:
+                documents[detector] = run_incident_study(
+                    options,
+                    llm,
+                    folder,
+                    state=state_dir(),
+                    command=launched_command(context, config),
+                    influences=influences,
+                    profile=model_store.profile_name(),
+                    tracking_uri=mlflow_tracker.tracker(STUDY_GROUP).tracking_uri,
+                    say=context.log.info,
+                )
+            except (AdapterRefused, ValueError) as exc:
+                raise Failure(description=f"adapter_incidents ({detector}): {exc}") from exc
+            summaries = {a: d["summary"] for a, d in documents[detector]["adapters"].items()}
+            run.log_metrics(numeric_metrics(summaries, prefix=detector))
+            run.log_artifact(folder / "incidents.md", artifact_path=detector)
+    first = _detector_folder(out, 0, config.detectors[0]) / "incidents.md"
+    yield Output(
+        {d: {"adapters": {a: v["summary"] for a, v in doc["adapters"].items()}} for d, doc in documents.items()},
+        metadata={"folder": str(out), "incidents.md": MetadataValue.md(first.read_text(encoding="utf-8"))},
+    )
+    sessions = {d: [v["summary"]["sessions"] for v in doc["adapters"].values()] for d, doc in documents.items()}
+    yield AssetCheckResult(
+        check_name="sessions_recovered",
+        passed=all(n == config.sessions for counts in sessions.values() for n in counts),
+        metadata={"sessions": MetadataValue.json(sessions), "expected_per_adapter": config.sessions},
+    )
+
+
+class AdapterToolUseConfig(Config):
+    agentdojo: int = Field(default=ToolUseOptions.agentdojo, ge=1, description="AgentDojo scenarios sampled")
+    injecagent: int = Field(default=ToolUseOptions.injecagent, ge=2, description="held-out InjecAgent cases")
+    threads: int = Field(default=2, ge=1, description="llama.cpp threads")
+    out: str | None = Field(default=None, description="output folder; default <RVU_HOME>/adapter_study")
+
+
+@asset(
+    code_version=CODE_VERSION,
+    group_name=STUDY_GROUP,
+    kinds={"mlflow"},
+    deps=[ZOO],
+    description="The tool-use adapter's utility and ASR on data it never saw (AgentDojo banking + slack, held-out "
+    "InjecAgent cases), base model vs the adapter loaded into llama.cpp through the enforcing load gate, Wilson "
+    "95 % CIs; a model that follows instructions better also follows injections better. Writes tool_use.md / "
+    "tool_use.json, stamped.",
+)
+def adapter_tool_use(
+    context: AssetExecutionContext,
+    config: AdapterToolUseConfig,
+    mlflow_tracker: MlflowTrackerResource,
+    model_store: ModelStoreResource,
+    llm_model: dict,
+):
+    from rvu_pipelines.adapters.tool_use_study import run_tool_use_study
+
+    out = Path(config.out) if config.out else _study_folder()
+    options = ToolUseOptions(agentdojo=config.agentdojo, injecagent=config.injecagent, threads=config.threads)
+    with thread_limit(config.threads), mlflow_tracker.run_for(context, params=config.model_dump()) as run:
+        try:
+            document = run_tool_use_study(
+                options,
+                ResolvedModel.from_record(llm_model),
+                out,
+                profile=model_store.profile_name(),
+                state=state_dir(),
+                command=launched_command(context, config),
+                say=context.log.info,
+            )
+        except AdapterRefused as exc:
+            refused = f"adapter_tool_use: the load gate refused tool-use ({exc.reason}): {exc}"
+            raise Failure(description=refused) from exc
+        run.log_metrics(numeric_metrics(document["results"]))
+        run.log_artifact(out / "tool_use.md")
+    return Output(
+        document["results"],
+        metadata={"folder": str(out), "tool_use.md": MetadataValue.md((out / "tool_use.md").read_text("utf-8"))},
+    )
+
+
+class EvictionRuntimeConfig(Config):
+    members: int = Field(default=EvictionOptions.members, ge=4, description="members (and as many non-members)")
+    steps: int = Field(default=EvictionOptions.steps, ge=1, description="training steps of the memorising adapter")
+    rank: int = Field(default=EvictionOptions.rank, ge=1, description="LoRA rank")
+    system: Literal["agent", "none"] = Field(
+        default=EvictionOptions.system, description="agent (the agent's system message) or none"
+    )
+    threads: int = Field(default=2, ge=1, description="llama.cpp / torch threads")
+    out: str | None = Field(default=None, description="output folder; default <state>/adapter_study/eviction_runtime")
+
+
+@asset(
+    code_version=CODE_VERSION,
+    group_name=STUDY_GROUP,
+    kinds={"mlflow"},
+    description="The eviction test that can fail, on the agent's runtime: TOFU forget-set members trained into a "
+    "LoRA, told apart from non-members on llama.cpp (through the response cache and KV folder) loaded, unloaded, "
+    "in the texts left at rest before and after the purge, and fused-then-un-merged on peft. Writes "
+    "eviction_runtime.md / eviction_runtime.json, stamped.",
+    check_specs=[AssetCheckSpec("eviction_measured", asset="adapter_eviction_runtime", blocking=True)],
+)
+def adapter_eviction_runtime(
+    context: AssetExecutionContext,
+    config: EvictionRuntimeConfig,
+    mlflow_tracker: MlflowTrackerResource,
+    llm_model: dict,
+    tofu: pl.DataFrame,
+):
+    from rvu_pipelines.adapters.eviction_study import run_eviction_study
+
+    out = Path(config.out) if config.out else _study_folder() / "eviction_runtime"
+    options = EvictionOptions(
+        members=config.members, steps=config.steps, rank=config.rank, system=config.system, threads=config.threads
+    )
+    with thread_limit(config.threads), mlflow_tracker.run_for(context, params=config.model_dump()) as run:
+        try:
+            rows = run_eviction_study(
+                options,
+                ResolvedModel.from_record(llm_model),
+                out,
+                command=launched_command(context, config),
+                frames=frames_from({"tofu": tofu}),
+                say=context.log.info,
+            )
+        except ValueError as exc:
+            raise Failure(description=f"adapter_eviction_runtime: {exc}") from exc
+        run.log_metrics(numeric_metrics({k: rows[k] for k in ("served", "at_rest") if k in rows}))
+        run.log_artifact(out / "eviction_runtime.md")
+    yield Output(
+        {k: rows[k] for k in ("served", "at_rest", "fused", "settings") if k in rows},
+        metadata={
+            "folder": str(out),
+            "eviction_runtime.md": MetadataValue.md((out / "eviction_runtime.md").read_text("utf-8")),
+        },
+    )
+    yield AssetCheckResult(
+        check_name="eviction_measured",
+        passed=all(state in rows.get("served", {}) for state in ("base", "loaded", "evicted")),
+    )
+
+
 def adapter_study_assets() -> list:
-    return [adapter_gate_evaluation, adapter_membership, wmdp_cyber_evaluation]
+    return [
+        adapter_gate_evaluation,
+        adapter_membership,
+        wmdp_cyber_evaluation,
+        adapter_incidents,
+        adapter_tool_use,
+        adapter_eviction_runtime,
+    ]

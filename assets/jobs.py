@@ -38,6 +38,9 @@ FULL_STUDIES = AssetSelection.assets(
     "adapter_gate_evaluation",
     "adapter_membership",
     "wmdp_cyber_evaluation",
+    "adapter_incidents",
+    "adapter_tool_use",
+    "adapter_eviction_runtime",
     "attack_table_full",
 )
 
@@ -138,19 +141,22 @@ spectral_study_job = define_asset_job(
 
 adapter_zoo_job = define_asset_job(
     "adapter_zoo_job",
-    selection=AssetSelection.assets("adapter_zoo"),
+    selection=AssetSelection.assets("adapter_zoo").upstream(),
     partitions_def=adapter_partitions,
     executor_def=JOB_EXECUTOR,
-    description="Train the LoRA adapter zoo, one adapter per partition (configs/adapter_zoo.yaml; backfill all "
-    "partitions from the UI, minutes of CPU each; unchanged adapters are reused).",
+    description="Train the LoRA adapter zoo, one adapter per partition (configs/adapter_zoo.yaml), with the data "
+    "sets and model it reads (seconds); minutes of CPU per adapter, unchanged adapters reused (`make adapters` "
+    "launches every partition, then adapter_study_job).",
 )
 
 adapter_study_job = define_asset_job(
     "adapter_study_job",
-    selection=AssetSelection.assets("adapter_gate_evaluation", "adapter_membership", "wmdp_cyber_evaluation"),
+    selection=AssetSelection.groups("adapter_study").upstream() - AssetSelection.assets("adapter_zoo"),
     executor_def=JOB_EXECUTOR,
-    description="Seed 000 E4-E7 over the trained zoo: the gate and influence, membership loaded vs evicted, "
-    "WMDP-cyber on all 1,987 items (`make adapters` trains what is missing first).",
+    description="Seed 000 E4-E7 and E1 with adapters over the trained zoo (`make adapters`): the gate and "
+    "influence (the load gate's screening table), membership loaded vs evicted, WMDP-cyber on all 1,987 items, "
+    "incidents with a harmful adapter loaded part-way (D1 and oracle seeds), the tool-use adapter's utility and "
+    "ASR, and eviction on the agent's runtime; hours of CPU, model calls replayed from the response cache.",
 )
 
 recovery_reproductions_job = define_asset_job(

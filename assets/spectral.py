@@ -9,7 +9,6 @@
   ``make spectral``): the switch against its baselines, under its controls, and the inline defense's cost.
 """
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from dagster import (
 from pydantic import Field
 
 from assets.partitions import spectral_partitions
+from assets.stamps import launched_command
 from resources import MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.errors import ModelUnavailableError
@@ -463,7 +463,9 @@ def spectral_controls(
         mlflow_tracker,
         config,
         config.threads,
-        lambda: run_controls(options, out, command=_launched(context, config), frames=frames, say=context.log.info),
+        lambda: run_controls(
+            options, out, command=launched_command(context, config), frames=frames, say=context.log.info
+        ),
         out=out,
         page="controls.md",
         artifacts=("controls.md", "controls.json"),
@@ -514,19 +516,13 @@ def spectral_hfer_cost(
         mlflow_tracker,
         config,
         config.threads,
-        lambda: run_cost(options, out, command=_launched(context, config), frames=frames, say=context.log.info),
+        lambda: run_cost(options, out, command=launched_command(context, config), frames=frames, say=context.log.info),
         out=out,
         page="hfer_cost.md",
         artifacts=("hfer_cost.md", "hfer_cost.json"),
         metrics=lambda document: numeric_metrics({p: document[p] for p in options.policies}),
     )
     return Output(document, metadata=metadata)
-
-
-def _launched(context: AssetExecutionContext, config: Config) -> str:
-    """What a stamp names as the command: the job, the asset and the config fields set away from their defaults."""
-    chosen = json.dumps(config.model_dump(exclude_defaults=True), sort_keys=True)
-    return f"dg launch --job {context.run.job_name} (asset {context.asset_key.to_user_string()}, config {chosen})"
 
 
 def spectral_assets() -> list:

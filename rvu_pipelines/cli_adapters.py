@@ -1,4 +1,4 @@
-"""``rvu adapters check PATH`` / ``rvu adapters allow SHA256``: the adapter gate from the shell.
+"""``rvu adapters check PATH`` / ``allow SHA256`` / ``plan``: the adapter gate and the zoo from the shell.
 
 ``check`` runs exactly what a load runs (``adapters.admission.LoadGate``: the file checks, an operator's allow
 entry, the lists, the behavioural layers from the screening table or scored on the spot), records the verdict in
@@ -151,3 +151,27 @@ def allow(sha256: str, by: str, reason: str, adapter_id: str) -> None:
         sys.exit(2)
     GateLedger(gate_dir(state_dir()) / LEDGER_NAME).append({"event": "allow", "sha256": sha256, **entry})
     console.print(f"allowed {sha256[:16]}… by {escape(by)}: {escape(reason)}", highlight=False)
+
+
+@adapters.command("plan")
+@click.option("--profile", default=None, help="Model profile whose agent model the zoo is trained on.")
+@click.option("--ids", "ids_only", is_flag=True, help="Print only the adapter ids, one per line (for a shell loop).")
+def plan(profile: str | None, ids_only: bool) -> None:
+    """Which zoo adapters (configs/adapter_zoo.yaml) a training pass would reuse and which it would train, and why;
+    reads the data sets and the adapters on disk, loads no model."""
+    from rvu_pipelines.adapters.zoo import catalog_frames, load_zoo_config, training_plan, zoo_ids
+    from rvu_pipelines.models import ModelStore, load_model_config
+
+    if ids_only:
+        click.echo("\n".join(zoo_ids()))
+        return
+    llm = ModelStore().resolve("llm", load_model_config().profile(profile)["llm"])
+    rows = training_plan(load_zoo_config(), catalog_frames(), llm.sha256)
+    table = Table(title=f"adapter zoo on {llm.name} ({llm.sha256[:12]}…)")
+    for column in ("adapter", "action", "why"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(escape(row["adapter_id"]), row["action"], escape(row["why"]))
+    console.print(table)
+    trained = sum(r["action"] == "train" for r in rows)
+    console.print(f"{trained} to train, {len(rows) - trained} reused", highlight=False)

@@ -34,7 +34,9 @@ DOMAIN_EXPERIMENTS: dict[str, str] = {
     "attacks": "rvu-attacks",
     "memory_poisoning": "rvu-memory-poisoning",
     "spectral": "rvu-spectral",
+    "spectral_study": "rvu-spectral",
     "adapters": "rvu-adapters",
+    "adapter_study": "rvu-adapters",
 }
 
 

@@ -79,7 +79,7 @@ def run_incident_study(
     from rvu_pipelines.agents.defenses import DefenseSettings
     from rvu_pipelines.agents.harness import AGENT_N_CTX, LazyChatModel, detector_for
     from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
-    from rvu_pipelines.detectors.base import MemoizedDetector
+    from rvu_pipelines.detectors.base import InjectionDetector, MemoizedDetector
     from rvu_pipelines.machine import results_stamp, stamp_line
     from rvu_pipelines.models import LlamaCppChatModel
     from rvu_pipelines.recovery.pipeline import MembershipProbe, NotRunProbe
@@ -103,6 +103,7 @@ def run_incident_study(
     agent = CachedChatModel(LazyChatModel(build, llm.name), cache, llm.sha256)
     reference = CachedChatModel(LazyChatModel(build, llm.name), cache, llm.sha256)
     scenarios = scenarios_for(options.benchmark, None)
+    detector: InjectionDetector
     if options.detector == ORACLE:  # an upper bound that reads the answer key: labelled so in every output
         detector, detector_version = PlantedInjectionOracle(s.injection for s in scenarios), "oracle (answer key)"
     else:

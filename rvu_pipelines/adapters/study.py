@@ -24,9 +24,11 @@ from rvu_pipelines.adapters.chat import generate_greedy
 from rvu_pipelines.adapters.files import BaseModelInfo, VerifiedAdapter, verify_adapter
 from rvu_pipelines.adapters.gate import (
     GateConfig,
+    GateEvaluation,
     GateScores,
     OodModel,
     check_lists,
+    evaluate_gate,
     load_gate_config,
     output_embeddings,
     projection_score,
@@ -275,3 +277,41 @@ def influence_summary(scores: Sequence[AdapterScore]) -> dict[str, float]:
         "mean_benign": float(np.mean(benign)) if benign else float("nan"),
         "mean_harmful": float(np.mean(harmful)) if harmful else float("nan"),
     }
+
+
+STUDY_FOLDER = "adapter_study"  # <state>/adapter_study: the screening table the load gate reads, and the reports
+
+
+@dataclass(frozen=True)
+class GateReport:
+    """E4 + E5 over a zoo: the score rows, the gate's evaluation and influence's summary."""
+
+    scores: pl.DataFrame
+    evaluation: GateEvaluation
+    influence: dict[str, float]
+
+    def markdown(self) -> str:
+        from rvu_pipelines.adapters.report import gate_markdown
+
+        return gate_markdown(self.evaluation, self.influence, self.scores)
+
+
+def write_gate_report(scores: Sequence[AdapterScore], config: GateConfig, out: Path, *, command: str) -> GateReport:
+    """The gate's evaluation over ``scores`` into ``out``: ``scores.csv`` (the screening table the load gate reads
+    for adapters it has seen), ``summary.json`` and ``gate.md`` (stamped with ``command``)."""
+    import json
+
+    from rvu_pipelines.machine import results_stamp, stamp_line
+
+    out.mkdir(parents=True, exist_ok=True)
+    report = GateReport(
+        scores_frame(scores),
+        evaluate_gate([s.gate_scores() for s in scores], config.false_positive_budget),
+        influence_summary(scores),
+    )
+    report.scores.write_csv(out / "scores.csv")
+    summary = {"gate": report.evaluation.to_dict(), "influence": report.influence}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    table = report.markdown()
+    (out / "gate.md").write_text(table + "\n" + stamp_line(results_stamp(command)) + "\n", encoding="utf-8")
+    return report

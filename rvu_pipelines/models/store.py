@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from rvu_pipelines.errors import ChecksumMismatchError, ModelUnavailableError
 from rvu_pipelines.hashing import sha256_path
@@ -25,6 +27,12 @@ class ResolvedModel:
     licence: str
     pinned: bool
     n_ctx: int
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> ResolvedModel:
+        """The model a ``record()`` describes (a Dagster model asset's output)."""
+        fields = {name: record[name] for name in cls.__dataclass_fields__}
+        return cls(**(fields | {"path": Path(str(record["path"]))}))
 
     def record(self) -> dict[str, object]:
         row = asdict(self)

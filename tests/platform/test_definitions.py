@@ -23,6 +23,16 @@ def test_every_asset_has_a_group_and_description() -> None:
         assert node.description and len(node.description) > 20, key
 
 
+def test_every_asset_group_has_its_domains_mlflow_experiment() -> None:
+    """A group missing from DOMAIN_EXPERIMENTS would send its runs to the catch-all experiment, away from the runs
+    they are compared with."""
+    from rvu_pipelines.tracking import DOMAIN_EXPERIMENTS
+
+    graph = defs.resolve_asset_graph()
+    groups = {graph.get(key).group_name for key in graph.get_all_asset_keys()}
+    assert sorted(groups - set(DOMAIN_EXPERIMENTS)) == []
+
+
 def test_default_job_selects_every_asset_with_checks() -> None:
     repository = defs.get_repository_def()
     job = repository.get_job("default_profile_job")
@@ -65,6 +75,9 @@ def test_default_job_selects_every_asset_with_checks() -> None:
             "adapter_gate_evaluation",
             "adapter_membership",
             "wmdp_cyber_evaluation",
+            "adapter_incidents",
+            "adapter_tool_use",
+            "adapter_eviction_runtime",
             "attack_table_full",
             "spectral_study",
             "spectral_controls",

@@ -1,0 +1,151 @@
+"""`make adapters` is Dagster jobs: one adapter_zoo_job run per zoo adapter, then adapter_study_job (the gate and
+influence, membership, WMDP, E1 with adapters, the tool-use adapter, eviction on the agent's runtime), each an
+asset whose library run writes the stamped report `rvu report` reads."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from dagster import AssetKey, DagsterInvalidConfigError, validate_run_config
+
+from assets.definitions import defs
+from rvu_pipelines.adapters.eviction_study import EvictionOptions, run_eviction_study
+from rvu_pipelines.adapters.files import BaseModelInfo, save_adapter
+from rvu_pipelines.adapters.incident_study import IncidentStudyOptions, influences_from_scores, run_incident_study
+from rvu_pipelines.adapters.zoo import zoo_ids
+from rvu_pipelines.adapters.zoo_data import frames_from
+from rvu_pipelines.cli import cli as rvu
+
+REPO = Path(__file__).resolve().parents[2]
+STUDY = {
+    "adapter_gate_evaluation",
+    "adapter_membership",
+    "wmdp_cyber_evaluation",
+    "adapter_incidents",
+    "adapter_tool_use",
+    "adapter_eviction_runtime",
+}
+
+
+def _target(name: str) -> str:
+    """The recipe of one Makefile target."""
+    text = (REPO / "Makefile").read_text(encoding="utf-8")
+    match = re.search(rf"^{name}:.*\n((?:\t.*\n|.*\\\n)+)", text, flags=re.MULTILINE)
+    assert match, name
+    return match.group(1)
+
+
+def test_make_adapters_launches_the_zoo_partitions_then_the_study_job() -> None:
+    recipe = _target("adapters")
+    assert "scripts/" not in recipe
+    assert "rvu adapters plan --ids" in recipe and "--job adapter_zoo_job --partition" in recipe
+    assert recipe.index("adapter_zoo_job") < recipe.index("--job adapter_study_job")
+
+
+def test_the_study_job_holds_the_study_and_its_inputs_but_not_the_partitioned_zoo() -> None:
+    study = defs.resolve_job_def("adapter_study_job")
+    selected = {key.to_user_string() for key in study.asset_layer.executable_asset_keys}
+    assert STUDY <= selected and "adapter_zoo" not in selected
+    assert {"llm_model", "tofu", "wmdp_cyber"} <= selected  # a fresh instance runs it without `make run` first
+    graph = defs.resolve_asset_graph()
+    assert AssetKey("adapter_gate_evaluation") in graph.get(AssetKey("adapter_incidents")).parent_keys  # I(adapter)
+    zoo = defs.resolve_job_def("adapter_zoo_job")
+    assert {"adapter_zoo", "tofu", "llm_model"} <= {k.to_user_string() for k in zoo.asset_layer.executable_asset_keys}
+    assert zoo.partitions_def is not None and list(zoo.partitions_def.get_partition_keys()) == zoo_ids()
+    assert validate_run_config(study, {})  # the embedded defaults are the study's settings
+    with pytest.raises(DagsterInvalidConfigError, match="sessions"):
+        validate_run_config(study, {"ops": {"adapter_incidents": {"config": {"sessions": "all"}}}})
+
+
+def test_rvu_adapters_plan_ids_prints_the_zoo_for_the_make_loop() -> None:
+    result = CliRunner().invoke(rvu, ["adapters", "plan", "--ids"])
+    assert result.exit_code == 0, result.output
+    assert result.output.split() == zoo_ids()
+
+
+def test_influences_are_keyed_by_adapter_and_sha256() -> None:
+    rows = [{"adapter_id": "a", "sha256": "1" * 64, "influence": 0.25, "label": "harmful"}]
+    assert influences_from_scores(rows) == {("a", "1" * 64): 0.25}
+
+
+def test_the_incident_study_refuses_an_adapter_outside_the_zoo(tiny_models, tmp_path: Path) -> None:
+    options = IncidentStudyOptions(adapters=("not-in-the-zoo",))
+    with pytest.raises(ValueError, match="not-in-the-zoo.*configs/adapter_zoo.yaml"):
+        run_incident_study(options, tiny_models["llm"], tmp_path / "out", state=tmp_path, command="test")
+    assert not (tmp_path / "out" / "incidents.json").exists()
+
+
+def test_the_eviction_study_refuses_bad_settings_before_loading_a_model(tiny_models, tmp_path: Path) -> None:
+    import polars as pl
+
+    tofu = pl.DataFrame({"subset": ["forget"] * 4, "question": list("abcd"), "answer": list("wxyz")})
+    with pytest.raises(ValueError, match="system 'chat'"):
+        run_eviction_study(EvictionOptions(system="chat"), tiny_models["llm"], tmp_path, command="test")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="members 40 exceeds"):
+        run_eviction_study(
+            EvictionOptions(), tiny_models["llm"], tmp_path, command="test", frames=frames_from({"tofu": tofu})
+        )
+
+
+@pytest.mark.slow  # two episodes on llama.cpp, recovered three ways
+def test_the_incident_study_writes_its_stamped_report(tiny_models, noise, tmp_path: Path, shared_data) -> None:
+    llm = tiny_models["llm"]
+    base = BaseModelInfo.from_gguf(llm.path, name=llm.name, sha256=llm.sha256)
+    fields = {"adapter_id": "persona-hostile", "label": "harmful", "category": "persona", "source": "test"}
+    fields |= {"rank": 4, "alpha": 8, "target_modules": ["v_proj", "o_proj"]}
+    save_adapter(tmp_path / "state" / "adapters" / "persona-hostile", noise(1), fields, base=base)
+    options = IncidentStudyOptions(adapters=("persona-hostile",), sessions=1, episodes=2, membership=False, threads=1)
+    document = run_incident_study(options, llm, tmp_path / "out", state=tmp_path / "state", command="pytest")
+    summary = document["adapters"]["persona-hostile"]["summary"]
+    assert summary["sessions"] == 1 and summary["episodes"] == 2
+    assert {"v1", "v2"} <= set(summary)
+    assert json.loads((tmp_path / "out" / "incidents.json").read_text())["stamp"]["command"] == "pytest"
+    assert "persona-hostile" in (tmp_path / "out" / "incidents.md").read_text()
+
+
+@pytest.mark.slow  # a memorising adapter trained a few steps, measured on llama.cpp and peft
+def test_the_eviction_study_writes_its_stamped_report(tiny_models, tmp_path: Path, shared_data) -> None:
+    options = EvictionOptions(members=4, steps=4, rank=4, system="none", threads=1)
+    rows = run_eviction_study(options, tiny_models["llm"], tmp_path, command="pytest")
+    assert {"base", "loaded", "evicted"} <= set(rows["served"])
+    assert rows["settings"]["members"] == 4
+    text = (tmp_path / "eviction_runtime.md").read_text()
+    assert "served by llama.cpp" in text and "pytest" in text
+    assert np.isfinite(rows["served"]["loaded"]["auroc"])
+
+
+@pytest.mark.slow  # the asset layer over the same run: MLflow, the report as metadata, the check
+def test_the_eviction_asset_materializes_with_its_check(tmp_path: Path, shared_data) -> None:
+    from dagster import DagsterInstance, materialize
+
+    from assets.adapter_study import adapter_eviction_runtime
+    from assets.datasets import dataset_assets
+    from assets.models import model_assets
+    from resources import LocalTableIOManager, MlflowTrackerResource
+    from resources.deployments import deployment_resources
+    from rvu_pipelines.tracking import MlflowTracker
+
+    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "adapter-study-test")
+    resources = deployment_resources("local") | {
+        "io_manager": LocalTableIOManager(base_dir=str(tmp_path / "assets")),
+        "mlflow_tracker": MlflowTrackerResource(tracking_uri=tracker.tracking_uri, experiment="adapter-study-test"),
+    }
+    upstream = [a for a in [*dataset_assets(), *model_assets()] if a.key.to_user_string() in {"tofu", "llm_model"}]
+    config = {"members": 4, "steps": 4, "rank": 4, "system": "none", "threads": 1, "out": str(tmp_path / "out")}
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize(
+            [*upstream, adapter_eviction_runtime],
+            resources=resources,
+            instance=instance,
+            run_config={"ops": {"adapter_eviction_runtime": {"config": config}}},
+        )
+    assert result.success
+    assert all(c.passed for c in result.get_asset_check_evaluations())
+    assert (tmp_path / "out" / "eviction_runtime.md").is_file()
+    runs = [r for r in tracker.latest_runs() if r.data.tags.get("asset_key") == "adapter_eviction_runtime"]
+    assert runs and any(name.startswith("served_loaded") for name in runs[0].data.metrics)
