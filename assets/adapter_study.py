@@ -18,14 +18,18 @@ from dagster import (
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
+    AssetSelection,
     Config,
     Failure,
     MetadataValue,
     Output,
     asset,
+    define_asset_job,
 )
 from pydantic import Field
 
+from assets.executors import JOB_EXECUTOR
+from assets.profiles import FULL_STUDY
 from assets.stamps import launched_command
 from resources import MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.adapters.errors import AdapterRefused
@@ -58,6 +62,7 @@ def _study_folder() -> Path:
 
 @asset(
     code_version=CODE_VERSION,
+    tags=FULL_STUDY,
     group_name=STUDY_GROUP,
     kinds={"mlflow"},
     deps=[ZOO],
@@ -139,6 +144,7 @@ def adapter_gate_evaluation(
 
 @asset(
     code_version=CODE_VERSION,
+    tags=FULL_STUDY,
     group_name=STUDY_GROUP,
     kinds={"mlflow"},
     deps=[ZOO],
@@ -203,6 +209,7 @@ def adapter_membership(
 
 @asset(
     code_version=CODE_VERSION,
+    tags=FULL_STUDY,
     group_name=STUDY_GROUP,
     kinds={"mlflow"},
     deps=[ZOO],
@@ -276,6 +283,7 @@ def _detector_folder(out: Path, index: int, detector: str) -> Path:
 
 @asset(
     code_version=CODE_VERSION,
+    tags=FULL_STUDY,
     group_name=STUDY_GROUP,
     kinds={"mlflow"},
     deps=[ZOO],
@@ -353,6 +361,7 @@ class AdapterToolUseConfig(Config):
 
 @asset(
     code_version=CODE_VERSION,
+    tags=FULL_STUDY,
     group_name=STUDY_GROUP,
     kinds={"mlflow"},
     deps=[ZOO],
@@ -407,6 +416,7 @@ class EvictionRuntimeConfig(Config):
 
 @asset(
     code_version=CODE_VERSION,
+    tags=FULL_STUDY,
     group_name=STUDY_GROUP,
     kinds={"mlflow"},
     description="The eviction test that can fail, on the agent's runtime: TOFU forget-set members trained into a "
@@ -464,3 +474,18 @@ def adapter_study_assets() -> list:
         adapter_tool_use,
         adapter_eviction_runtime,
     ]
+
+
+adapter_study_job = define_asset_job(
+    "adapter_study_job",
+    selection=AssetSelection.groups("adapter_study").upstream() - AssetSelection.assets("adapter_zoo"),
+    executor_def=JOB_EXECUTOR,
+    description="Seed 000 E4-E7 and E1 with adapters over the trained zoo (`make adapters`): the gate and "
+    "influence (the load gate's screening table), membership loaded vs evicted, WMDP-cyber on all 1,987 items, "
+    "incidents with a harmful adapter loaded part-way (D1 and oracle seeds), the tool-use adapter's utility and "
+    "ASR, and eviction on the agent's runtime; hours of CPU, model calls replayed from the response cache.",
+)
+
+
+def adapter_study_jobs() -> list:
+    return [adapter_study_job]

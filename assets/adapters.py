@@ -18,22 +18,30 @@ from dagster import (
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
+    AssetSelection,
     MetadataValue,
     Output,
+    StaticPartitionsDefinition,
     asset,
+    define_asset_job,
 )
 
-from assets.partitions import adapter_partitions
+from assets.executors import JOB_EXECUTOR
+from assets.profiles import FULL_STUDY
 from resources import MlflowTrackerResource
 from rvu_pipelines.adapters.report import gate_markdown
 from rvu_pipelines.adapters.study import AdapterLab, scores_frame
-from rvu_pipelines.adapters.zoo import load_zoo_config, zoo_root
+from rvu_pipelines.adapters.zoo import load_zoo_config, zoo_ids, zoo_root
 from rvu_pipelines.adapters.zoo_data import frames_from
 from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.tracking import metric_name
 
 CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
+
+# one partition per adapter of configs/adapter_zoo.yaml: the evaluated zoo, its safety reference and the agent's
+# tool-use adapter
+adapter_partitions = StaticPartitionsDefinition(zoo_ids())
 
 GROUP = "adapters"
 TRAIN_SECONDS_GOAL = 300.0  # goal: training one adapter on a 2-core CPU
@@ -56,6 +64,7 @@ def _probe_frames(
 
 @asset(
     code_version=CODE_VERSION,
+    tags=FULL_STUDY,
     group_name=GROUP,
     kinds={"mlflow"},
     partitions_def=adapter_partitions,
@@ -236,3 +245,17 @@ def adapter_sample(
 
 def adapter_assets() -> list:
     return [adapter_zoo, adapter_sample]
+
+
+adapter_zoo_job = define_asset_job(
+    "adapter_zoo_job",
+    selection=AssetSelection.assets("adapter_zoo").upstream(),
+    executor_def=JOB_EXECUTOR,
+    description="Train the LoRA adapter zoo, one adapter per partition (configs/adapter_zoo.yaml), with the data "
+    "sets and model it reads (seconds); minutes of CPU per adapter, unchanged adapters reused (`make adapters` "
+    "launches every partition, then adapter_study_job).",
+)
+
+
+def adapter_jobs() -> list:
+    return [adapter_zoo_job]

@@ -14,14 +14,18 @@ from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     AssetsDefinition,
+    AssetSelection,
     MetadataValue,
     Output,
     asset,
+    define_asset_job,
 )
 from pydantic import Field
 
 from assets.attacks import GROUP, HarnessConfig, log_attack_cell, open_harness
+from assets.executors import JOB_EXECUTOR
 from assets.production_detector import KEY as PRODUCTION_ASSET
+from assets.profiles import FULL_STUDY
 from resources import LLMResource, MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.agents.evaluation import attack_table
 from rvu_pipelines.agents.regression import compare_to_golden, drift_markdown, load_golden, load_tolerance
@@ -90,6 +94,7 @@ def _golden_check(table: pl.DataFrame, profile: str) -> AssetCheckResult:
 
 @asset(
     code_version=CODE_VERSION,
+    tags=FULL_STUDY,
     group_name=GROUP,
     deps=[PRODUCTION_ASSET],
     kinds={"llama_cpp", "mlflow"},
@@ -160,3 +165,16 @@ def _output(table: pl.DataFrame, paired: pl.DataFrame, markdown: str, run_ids: l
 
 def attack_study_assets() -> list[AssetsDefinition]:
     return [attack_table_full]
+
+
+attack_table_job = define_asset_job(
+    "attack_table_job",
+    selection=AssetSelection.assets("attack_table_full"),
+    executor_def=JOB_EXECUTOR,
+    description="The attack table on held-out scenarios: benchmark × attack × defense with controls, the GCG "
+    "universal string and the adaptive attacks, paired comparisons (`make attacks`; config `per_benchmark`).",
+)
+
+
+def attack_study_jobs() -> list:
+    return [attack_table_job]

@@ -23,16 +23,21 @@ from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     AssetsDefinition,
+    AssetSelection,
     Config,
     MetadataValue,
     MultiPartitionKey,
+    MultiPartitionsDefinition,
     Output,
+    StaticPartitionsDefinition,
     asset,
+    define_asset_job,
 )
 from pydantic import Field
 
-from assets.partitions import cell_partitions, parse_arm
+from assets.executors import JOB_EXECUTOR
 from assets.production_detector import KEY as PRODUCTION_ASSET  # the classifier defense's default detector
+from assets.profiles import FULL_STUDY, NIGHTLY_ONLY
 from resources import LLMResource, MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.agents.evaluation import CellRun, attack_table, plot_attack_table, table_markdown
 from rvu_pipelines.agents.harness import AGENT_N_CTX, Harness
@@ -57,6 +62,32 @@ from rvu_pipelines.redteam.table import cell_scenarios, unavailable
 from rvu_pipelines.scenarios.axes import ATTACKS, BENCHMARKS, CANONICAL, DEFENSES, NATIVE
 
 CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
+
+ARM_SEPARATOR = "."  # Dagster refuses "|", ",", "[" and "]" in a dimension's keys; no attack or defense has a "."
+
+
+def arm_key(attack: str, defense: str) -> str:
+    """The ``arm`` partition key of one attack under one defense, e.g. ``native.rvg``."""
+    return f"{attack}{ARM_SEPARATOR}{defense}"
+
+
+def parse_arm(arm: str) -> tuple[str, str]:
+    """``attack.defense`` -> (attack, defense)."""
+    attack, separator, defense = arm.partition(ARM_SEPARATOR)
+    if not separator or not attack or not defense:
+        raise ValueError(f"Arm {arm!r} is not <attack>{ARM_SEPARATOR}<defense>.")
+    return attack, defense
+
+
+# one attack-table cell per (benchmark, attack × defense): Dagster takes at most two dimensions, so attack and
+# defense share the ``arm`` dimension; "canonical" is Table 1's fixed 10 scenarios. Keys read
+# "native.vanilla|canonical" (dimensions in name order).
+cell_partitions = MultiPartitionsDefinition(
+    {
+        "benchmark": StaticPartitionsDefinition([CANONICAL, *BENCHMARKS]),
+        "arm": StaticPartitionsDefinition([arm_key(a, d) for a in ATTACKS for d in DEFENSES]),
+    }
+)
 
 GROUP = "attacks"
 
@@ -227,6 +258,7 @@ def _table_output(context: AssetExecutionContext, runs: list[CellRun], run_ids: 
 
 @asset(
     code_version=CODE_VERSION,
+    tags=FULL_STUDY,
     group_name=GROUP,
     deps=[PRODUCTION_ASSET],
     partitions_def=cell_partitions,
@@ -364,6 +396,7 @@ def attack_table_1(
 
 @asset(
     code_version=CODE_VERSION,
+    tags=NIGHTLY_ONLY,
     group_name=GROUP,
     deps=[PRODUCTION_ASSET],
     kinds={"llama_cpp", "agentdojo", "mlflow"},
@@ -403,3 +436,28 @@ def attack_benchmark_samples(
 
 def attack_assets() -> list[AssetsDefinition]:
     return [attack_cell, attack_table_1, attack_benchmark_samples]
+
+
+attack_cells_job = define_asset_job(
+    "attack_cells_job",
+    selection=AssetSelection.assets("attack_cell"),
+    executor_def=JOB_EXECUTOR,
+    description="Attack-table cells (partitions benchmark × arm, an arm being <attack>.<defense>, e.g. "
+    "`native.rvg|canonical`): launch or backfill any cell from the UI; config `limit` sets the sample size "
+    "(null = the whole benchmark).",
+)
+
+
+nightly_regression_job = define_asset_job(
+    "nightly_regression_job",
+    selection=AssetSelection.assets("attack_table_1", "attack_benchmark_samples"),
+    executor_def=JOB_EXECUTOR,
+    tags={"rvu/sweep": "nightly"},
+    description="Re-run the canonical attack cells (Table 1) and check them against configs/golden/ "
+    "(tolerances in configs/regression.yaml), and a fixed-seed sample of every benchmark under every defense. "
+    "MLflow runs carry the tag rvu_sweep=nightly.",
+)
+
+
+def attack_jobs() -> list:
+    return [attack_cells_job, nightly_regression_job]

@@ -18,13 +18,16 @@ from dagster import (
     AssetExecutionContext,
     AssetIn,
     AssetsDefinition,
+    AssetSelection,
     Config,
     MetadataValue,
     Output,
     asset,
+    define_asset_job,
 )
 from pydantic import Field
 
+from assets.executors import JOB_EXECUTOR
 from resources import MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.detectors import (
@@ -704,3 +707,16 @@ def detector_assets() -> list[AssetsDefinition]:
         _lodo_asset(),
         production_detector,
     ]
+
+
+detectors_job = define_asset_job(
+    "detectors_job",
+    selection=AssetSelection.groups("detectors").upstream(),
+    executor_def=JOB_EXECUTOR,
+    description="Seed 002 §5-6: build the three corpora, train and register D2/D4 per corpus in MLflow, and "
+    "evaluate D1-D5 with bootstrap CIs (tens of minutes of CPU; `make detectors`).",
+)
+
+
+def detector_jobs() -> list:
+    return [detectors_job]

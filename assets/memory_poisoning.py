@@ -25,14 +25,20 @@ from dagster import (
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
+    AssetSelection,
     MetadataValue,
+    MultiPartitionsDefinition,
     Output,
+    StaticPartitionsDefinition,
     asset,
+    define_asset_job,
 )
 
-from assets.partitions import poisoning_partitions
+from assets.executors import JOB_EXECUTOR
+from assets.profiles import FULL_STUDY
 from resources import EmbedderResource, MlflowTrackerResource
 from rvu_pipelines.code_closure import code_version_of
+from rvu_pipelines.memory_poisoning.corpus import MEMORY_REGIMES
 from rvu_pipelines.memory_poisoning.sir import SIRConfig
 from rvu_pipelines.memory_poisoning.study_cells import ATTACKS, StudyConfig
 from rvu_pipelines.memory_poisoning.timeline import ScanConfig
@@ -40,6 +46,14 @@ from rvu_pipelines.paths import state_dir
 from rvu_pipelines.result_memo import ResultMemo, frame_digest, reuse_message
 
 CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
+
+# one memory-poisoning cell per (attack class, memory regime): seed 003's |M| = 200 / 1,000 / every record
+poisoning_partitions = MultiPartitionsDefinition(
+    {
+        "attack": StaticPartitionsDefinition(list(ATTACKS)),
+        "regime": StaticPartitionsDefinition(list(MEMORY_REGIMES)),
+    }
+)
 
 if TYPE_CHECKING:  # the runner pulls sklearn/scipy: imported when a study runs, not when the code location loads
     from rvu_pipelines.memory_poisoning.runner import StudyResult
@@ -226,10 +240,19 @@ def _emit_checks(checks: dict[str, tuple[bool, dict[str, Any]]], names: list[str
 
 
 def _study_asset(
-    name: str, description: str, config: StudyConfig, sir: SIRConfig, scan: ScanConfig, out: str, *, use_llm: bool
+    name: str,
+    description: str,
+    config: StudyConfig,
+    sir: SIRConfig,
+    scan: ScanConfig,
+    out: str,
+    *,
+    use_llm: bool,
+    full_study: bool,
 ):
     @asset(
         code_version=CODE_VERSION,
+        tags=FULL_STUDY if full_study else None,
         name=name,
         group_name=GROUP,
         kinds={"faiss", "mlflow"},
@@ -277,6 +300,7 @@ memory_poisoning_sample = _study_asset(
     ScanConfig(seeds=(0, 1, 2)),
     "sample",
     use_llm=False,
+    full_study=False,
 )
 
 memory_poisoning_study = _study_asset(
@@ -292,11 +316,13 @@ memory_poisoning_study = _study_asset(
     # the hybrid's LLM-perplexity feature stays off: one fit scores 400+ texts through llama.cpp (minutes
     # of CPU) and it separates weakly at 135M; HybridDetector(nll_scorer=LlamaPerplexity(...)) turns it on
     use_llm=False,
+    full_study=True,
 )
 
 
 @asset(
     code_version=CODE_VERSION,
+    tags=FULL_STUDY,
     group_name=GROUP,
     kinds={"faiss", "mlflow"},
     partitions_def=poisoning_partitions,
@@ -338,6 +364,7 @@ def memory_poisoning_cell(
 
 @asset(
     code_version=CODE_VERSION,
+    tags=FULL_STUDY,
     group_name=GROUP,
     kinds={"faiss", "mlflow"},
     description="The attack-defense matrix and its Bonferroni comparisons over five splits x seeds at |M| = 1,000 "
@@ -413,6 +440,7 @@ def memory_poisoning_seeds(
 
 @asset(
     code_version=CODE_VERSION,
+    tags=FULL_STUDY,
     group_name=GROUP,
     kinds={"llama_cpp", "mlflow"},
     description="MINJA through the real agent: the attacker's queries go through a memory-augmented shopping agent "
@@ -463,3 +491,33 @@ def memory_poisoning_assets() -> list:
         memory_poisoning_seeds,
         memory_poisoning_agent,
     ]
+
+
+memory_poisoning_job = define_asset_job(
+    "memory_poisoning_job",
+    selection=AssetSelection.assets("memory_poisoning_study", "memory_poisoning_agent").upstream(),
+    executor_def=JOB_EXECUTOR,
+    description="Seed 003 in full at |M| = 1,000 (the attack-defense matrix with CIs, the adaptive attacks and the "
+    "hybrid check, the SIR figure) and MINJA through the real agent (`make memory-poisoning`).",
+)
+
+
+memory_poisoning_seeds_job = define_asset_job(
+    "memory_poisoning_seeds_job",
+    selection=AssetSelection.assets("memory_poisoning_seeds").upstream(),
+    executor_def=JOB_EXECUTOR,
+    description="Seed 003's matrix over five splits x seeds at |M| = 1,000 and full, mean ± sd and the Bonferroni "
+    "comparisons per seed (`make memory-poisoning-seeds`; about an hour on 2 cores).",
+)
+
+
+memory_poisoning_cells_job = define_asset_job(
+    "memory_poisoning_cells_job",
+    selection=AssetSelection.assets("memory_poisoning_cell"),
+    executor_def=JOB_EXECUTOR,
+    description="One memory-poisoning attack class against one memory regime per partition (backfill from the UI).",
+)
+
+
+def memory_poisoning_jobs() -> list:
+    return [memory_poisoning_job, memory_poisoning_seeds_job, memory_poisoning_cells_job]

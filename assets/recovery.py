@@ -14,13 +14,16 @@ from dagster import (
     AssetExecutionContext,
     AssetKey,
     AssetOut,
+    AssetSelection,
+    DynamicPartitionsDefinition,
     MetadataValue,
     Output,
     asset,
+    define_asset_job,
     multi_asset,
 )
 
-from assets.partitions import incident_partitions
+from assets.executors import JOB_EXECUTOR
 from resources import EmbedderResource, MlflowTrackerResource, ModelStoreResource
 from resources.recovery import RecoveryResource
 from rvu_pipelines.code_closure import code_version_of
@@ -35,6 +38,10 @@ from rvu_pipelines.recovery.signing_keys import trusted_fingerprint
 from rvu_pipelines.reporting import markdown_table
 
 CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
+
+# one partition per accepted incident log, keyed by its content sha256 (added by the incident sensor)
+INCIDENTS = "incidents"
+incident_partitions = DynamicPartitionsDefinition(name=INCIDENTS)
 
 GROUP = "recovery"
 REPRO_GROUP = "recovery_reproductions"
@@ -313,3 +320,26 @@ def _membership_summary(section: dict) -> dict:
 
 def recovery_assets() -> list:
     return [e2_closure_reproduction, e3_froc_reproduction, e8_certificate_audit, incident_recovery]
+
+
+recovery_reproductions_job = define_asset_job(
+    "recovery_reproductions_job",
+    selection=AssetSelection.groups("recovery_reproductions"),
+    executor_def=JOB_EXECUTOR,
+    description="Re-run the paper's E2 (closure), E3 (FROC) and E8 (certificate audit) reproductions: three "
+    "independent steps, seconds each (also the smallest job to try an executor or instance on).",
+)
+
+
+recovery_job = define_asset_job(
+    "recovery_job",
+    selection=AssetSelection.groups("recovery"),
+    executor_def=JOB_EXECUTOR,
+    description="Recover from one incident log (a partition of `incidents`): ingest, closure, risk, tiers, "
+    "certificate.",
+    tags={"rvu/provenance_store": "default"},  # the instance limits this tag to one run at a time
+)
+
+
+def recovery_jobs() -> list:
+    return [recovery_reproductions_job, recovery_job]

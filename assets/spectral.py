@@ -18,15 +18,20 @@ from dagster import (
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
+    AssetSelection,
     Config,
     Failure,
     MetadataValue,
+    MultiPartitionsDefinition,
     Output,
+    StaticPartitionsDefinition,
     asset,
+    define_asset_job,
 )
 from pydantic import Field
 
-from assets.partitions import spectral_partitions
+from assets.executors import JOB_EXECUTOR
+from assets.profiles import FULL_STUDY
 from assets.stamps import launched_command
 from resources import MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.code_closure import code_version_of
@@ -42,9 +47,11 @@ from rvu_pipelines.spectral.cell import (
     DEFAULT_THREADS,
     SMALL_CALIBRATION,
     SMALL_DRAWS,
+    SOURCES,
     build_examples,
     cell_checks,
     load_cell_model,
+    profile_names,
     run_cell,
 )
 from rvu_pipelines.spectral.config import DEFAULT_GRAPH_CONFIG, GRAPH_CONFIGS, graph_config
@@ -57,6 +64,11 @@ from rvu_pipelines.spectral.study_run import STUDY_SETS, StudyOptions, run_study
 from rvu_pipelines.tracking import numeric_metrics
 
 CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
+
+# one spectral kill-switch cell per (data source, model profile of configs/models.yaml); keys read "tiny|bipia"
+spectral_partitions = MultiPartitionsDefinition(
+    {"source": StaticPartitionsDefinition(list(SOURCES)), "profile": StaticPartitionsDefinition(profile_names())}
+)
 
 ASSET = "spectral_kill_switch_sample"
 PER_SET = 24  # examples per evaluation set: 6 calibration + 6 held-out pairs (the asset's time budget)
@@ -210,6 +222,7 @@ class SpectralCellConfig(Config):
 
 @asset(
     code_version=CODE_VERSION,
+    tags=FULL_STUDY,
     group_name="spectral",
     kinds={"mlflow"},
     partitions_def=spectral_partitions,
@@ -374,6 +387,7 @@ class SpectralStudyConfig(Config):
 
 @asset(
     code_version=CODE_VERSION,
+    tags=FULL_STUDY,
     group_name=STUDY_GROUP,
     kinds={"mlflow"},
     description="Seed 004's study in full on the packaged LLM: features per set and scope, per-layer held-out "
@@ -430,6 +444,7 @@ class SpectralControlsConfig(Config):
 
 @asset(
     code_version=CODE_VERSION,
+    tags=FULL_STUDY,
     group_name=STUDY_GROUP,
     kinds={"mlflow"},
     description="The switch under its controls on the same held-out splits: sink-free graphs, pairs as pairs with "
@@ -487,6 +502,7 @@ class HferCostConfig(Config):
 
 @asset(
     code_version=CODE_VERSION,
+    tags=FULL_STUDY,
     group_name=STUDY_GROUP,
     kinds={"mlflow"},
     description="The inline hfer defense's real cost: the agent's own switch per threshold policy, FPR on clean "
@@ -533,3 +549,27 @@ def spectral_assets() -> list:
         spectral_controls,
         spectral_hfer_cost,
     ]
+
+
+spectral_cells_job = define_asset_job(
+    "spectral_cells_job",
+    selection=AssetSelection.assets("spectral_kill_switch_cell"),
+    executor_def=JOB_EXECUTOR,
+    description="Seed 004's kill switch, one data source × model profile per partition (e.g. `tiny|bipia`): "
+    "calibrated on 20 and on all calibration examples, held-out AUROC / TPR / FPR, plots in MLflow; "
+    "config `limit` sets the examples per cell.",
+)
+
+
+spectral_study_job = define_asset_job(
+    "spectral_study_job",
+    selection=AssetSelection.groups("spectral_study").upstream(),
+    executor_def=JOB_EXECUTOR,
+    description="Seed 004 in full (`make spectral`, configs/runs/spectral.yaml): the switch against its baselines "
+    "with the leave-one-dataset-out table, the switch under its controls, and the inline hfer defense's cost; "
+    "hours of CPU, features cached by a digest of the examples.",
+)
+
+
+def spectral_jobs() -> list:
+    return [spectral_cells_job, spectral_study_job]

@@ -8,8 +8,7 @@ from dagster import (
     sensor,
 )
 
-from assets.jobs import recovery_job
-from assets.partitions import INCIDENTS, incident_partitions
+from assets.recovery import INCIDENTS, incident_partitions, recovery_job
 from resources.recovery import RecoveryResource
 from rvu_pipelines.recovery.inbox import triage_inbox
 

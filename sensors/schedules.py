@@ -8,7 +8,7 @@ replayed; the LLM response cache still serves identical prompts, which keeps the
 
 from dagster import ScheduleDefinition
 
-from assets.jobs import nightly_regression_job
+from assets.attacks import nightly_regression_job
 
 NIGHTLY_RUN_CONFIG = {
     "ops": {name: {"config": {"rerun": True}} for name in ("attack_table_1", "attack_benchmark_samples")}

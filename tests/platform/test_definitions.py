@@ -121,7 +121,7 @@ def test_detectors_job_trains_every_detector_from_its_data() -> None:
 
 def test_attack_cells_are_partitioned_by_benchmark_and_arm() -> None:
     """Dagster takes two dimensions at most: attack and defense share the ``arm`` dimension, ``<attack>.<defense>``."""
-    from assets.partitions import arm_key, parse_arm
+    from assets.attacks import arm_key, parse_arm
     from rvu_pipelines.scenarios.axes import ATTACKS, BENCHMARKS, DEFENSES
 
     partitions = defs.get_repository_def().asset_graph.get(AssetKey("attack_cell")).partitions_def

@@ -11,8 +11,7 @@ from dagster import AssetCheckSeverity, DagsterInstance, Failure, MultiPartition
 
 from assets.datasets import dataset_assets
 from assets.models import model_assets
-from assets.partitions import spectral_partitions
-from assets.spectral import _checked_graph, spectral_kill_switch_cell, spectral_kill_switch_sample
+from assets.spectral import _checked_graph, spectral_kill_switch_cell, spectral_kill_switch_sample, spectral_partitions
 from resources import LocalTableIOManager, MlflowTrackerResource
 from resources.deployments import deployment_resources
 from rvu_pipelines.errors import ModelUnavailableError
