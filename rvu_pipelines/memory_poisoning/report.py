@@ -10,9 +10,10 @@ import numpy as np
 import polars as pl
 from sklearn.metrics import roc_curve
 
+from rvu_pipelines.memory_poisoning.attack_catalog import registered_poisoning_attacks
 from rvu_pipelines.memory_poisoning.study import PAPER_AUROC, PAPER_TPR, CellScores
+from rvu_pipelines.memory_poisoning.study_cells import ATTACKS
 
-ATTACK_LABEL = {"agentpoison": "AP", "minja": "MJ", "injecmem": "IM"}
 HISTORY_ORDER = ("plain", "triggered_1pct", "triggered_2pct", "triggered_5pct", "triggered_25pct", "triggered")
 
 
@@ -26,9 +27,11 @@ def _main_rows(table: pl.DataFrame) -> pl.DataFrame:
 def paper_comparison_markdown(table: pl.DataFrame) -> str:
     """The paper's AUROC / TPR-at-threshold table with ours beside it (95 % CIs, n)."""
     rows = _main_rows(table)
-    attacks = [a for a in ("agentpoison", "minja", "injecmem") if a in set(rows["attack"].to_list())]
-    head = " | ".join(f"AUROC {ATTACK_LABEL[a]} paper / ours [95% CI]" for a in attacks)
-    tpr_head = " | ".join(f"TPR {ATTACK_LABEL[a]} paper / ours [95% CI]" for a in attacks)
+    specs = registered_poisoning_attacks()
+    labels = {name: spec.label for name, spec in specs.items()}
+    attacks = [a for a in ATTACKS if specs[a].in_paper and a in set(rows["attack"].to_list())]
+    head = " | ".join(f"AUROC {labels[a]} paper / ours [95% CI]" for a in attacks)
+    tpr_head = " | ".join(f"TPR {labels[a]} paper / ours [95% CI]" for a in attacks)
     lines = [f"| defense | {head} | {tpr_head} |", "|---" * (1 + 2 * len(attacks)) + "|"]
     for defense in sorted(set(rows["defense"].to_list())):
         cells_auroc, cells_tpr = [], []
@@ -46,7 +49,7 @@ def paper_comparison_markdown(table: pl.DataFrame) -> str:
             )
         lines.append(f"| {defense} | " + " | ".join(cells_auroc + cells_tpr) + " |")
     ns = ", ".join(
-        f"{ATTACK_LABEL[a]}: {r['n_poisons']} poisons vs {r['n_benign']} benign writes "
+        f"{labels[a]}: {r['n_poisons']} poisons vs {r['n_benign']} benign writes "
         f"({r['n_benign_records']} distinct records)"
         for a in attacks
         for r in [rows.filter(pl.col("attack") == a).row(0, named=True)]

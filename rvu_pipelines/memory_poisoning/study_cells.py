@@ -32,15 +32,16 @@ and pooled (``members``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 
 from rvu_pipelines.errors import MemoryPoisoningInputError
-from rvu_pipelines.memory_poisoning.attacks import agentpoison, injecmem, minja, varied
+from rvu_pipelines.memory_poisoning.attack_catalog import poisoning_attack_spec
 from rvu_pipelines.memory_poisoning.attacks.base import AttackRun
-from rvu_pipelines.memory_poisoning.corpus import MemoryEntry, PoisoningCorpus, minja_victims, strategyqa_corpus
+from rvu_pipelines.memory_poisoning.attacks.trigger_config import TriggerConfig
+from rvu_pipelines.memory_poisoning.corpus import MemoryEntry
 from rvu_pipelines.memory_poisoning.retrieval import embed_texts
 from rvu_pipelines.models.embedding import Embedder
 
@@ -58,7 +59,7 @@ class StudyConfig:
     n_queries: int | None = None  # subsample of the 490 StrategyQA test questions (sampled job)
     agentpoison_poisons: int = 5
     agentpoison_train: int = 16
-    trigger: agentpoison.TriggerConfig = field(default_factory=agentpoison.TriggerConfig)
+    trigger: TriggerConfig = field(default_factory=TriggerConfig)
     minja_attack_queries: int = 10
     minja_same_item: int = 30  # benign sessions about the victim's own item: 2/3 in the memory, 1/3 benign writes
     minja_victims: tuple[str, ...] | None = None  # None: all nine
@@ -74,7 +75,7 @@ class StudyConfig:
         return cls(
             regime="small",
             n_queries=100,
-            trigger=agentpoison.TriggerConfig(length=4, iterations=8, candidates=8),
+            trigger=TriggerConfig(length=4, iterations=8, candidates=8),
             minja_victims=("camera", "chair"),
             adaptive_poisons=1,
             adaptive_methods=("synonym",),
@@ -133,20 +134,20 @@ def question_of(entry: MemoryEntry) -> str:
     return entry.text.splitlines()[0].removeprefix("Question: ").removeprefix("Instruction: ").strip()
 
 
-def _halves(items: Sequence[str]) -> tuple[list[str], list[str]]:
+def halves(items: Sequence[str]) -> tuple[list[str], list[str]]:
     """Alternate items into (history, evaluation): both halves span the whole (sorted) stream."""
     if len(items) < 2:
         raise MemoryPoisoningInputError(f"an attack needs at least 2 victim queries to split, got {len(items)}")
     return list(items[0::2]), list(items[1::2])
 
 
-def _frame(frames: Mapping[str, pl.DataFrame], name: str) -> pl.DataFrame:
+def frame_named(frames: Mapping[str, pl.DataFrame], name: str) -> pl.DataFrame:
     if name not in frames:
         raise MemoryPoisoningInputError(f"the memory-poisoning study needs the {name!r} data set; load it first")
     return frames[name]
 
 
-def _cell(
+def embedded_cell(
     embed: EmbeddingCache,
     run: AttackRun,
     memory: Sequence[MemoryEntry],
@@ -173,153 +174,8 @@ def _cell(
     )
 
 
-def agentpoison_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, config: StudyConfig) -> AttackCell:
-    corpus = strategyqa_corpus(
-        _frame(frames, "agentpoison_strategyqa"), regime=config.regime, seed=config.seed, n_queries=config.n_queries
-    )
-    return _triggered_cell(embed, _agentpoison_run(embed, corpus, config), corpus)
-
-
-def _agentpoison_run(embed: EmbeddingCache, corpus: PoisoningCorpus, config: StudyConfig) -> AttackRun:
-    """The trigger search for this split and config, run once per study (the varied cell reuses it)."""
-    key = (
-        corpus.regime,
-        corpus.queries,
-        tuple(e.key for e in corpus.memory),
-        config.seed,
-        config.agentpoison_poisons,
-        config.agentpoison_train,
-        config.trigger,
-    )
-    if key not in embed.trigger_runs:
-        embed.trigger_runs[key] = agentpoison.agentpoison_attack(
-            embed.embedder,
-            corpus.queries,
-            embed([e.text for e in corpus.memory], "memory"),
-            n_poisons=config.agentpoison_poisons,
-            n_train=config.agentpoison_train,
-            config=replace(config.trigger, seed=config.seed),
-        )
-    return embed.trigger_runs[key]
-
-
-def varied_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, config: StudyConfig) -> AttackCell:
-    """AgentPoison's trigger, split and victims; poisons of real content in the memory's format."""
-    strategyqa = _frame(frames, "agentpoison_strategyqa")
-    corpus = strategyqa_corpus(strategyqa, regime=config.regime, seed=config.seed, n_queries=config.n_queries)
-    sources = [
-        varied.SourceRecord(str(r["qid"]), str(r["question"]), str(r["term"]), str(r["description"]), str(r["answer"]))
-        for r in strategyqa.filter(pl.col("split") == "train").drop_nulls(["term", "description"]).to_dicts()
-    ]
-    instructions = injecmem.injecagent_payloads(_frame(frames, "injecagent"))
-    run = varied.varied_attack(_agentpoison_run(embed, corpus, config), sources, instructions, seed=config.seed)
-    return _triggered_cell(embed, run, corpus)
-
-
-def random_trigger_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, config: StudyConfig) -> AttackCell:
-    """The control: AgentPoison's split, poisons and protocol with a random trigger of the same length."""
-    corpus = strategyqa_corpus(
-        _frame(frames, "agentpoison_strategyqa"), regime=config.regime, seed=config.seed, n_queries=config.n_queries
-    )
-    run = agentpoison.random_trigger_attack(
-        embed.embedder,
-        corpus.queries,
-        n_poisons=config.agentpoison_poisons,
-        n_train=config.agentpoison_train,
-        length=config.trigger.length,
-        seed=config.seed,
-        trigger_seed=config.seed + 1_000_003,
-    )
-    return _triggered_cell(embed, run, corpus)
-
-
-def _triggered_cell(embed: EmbeddingCache, run: AttackRun, corpus: PoisoningCorpus) -> AttackCell:
-    history, victims = _halves(run.victim_queries)
-    plain_history, plain_victims = _halves(agentpoison.untriggered_queries(run))
-    benign_queries = [question_of(e) for e in corpus.benign_writes] + plain_victims
-    cell = _cell(embed, run, corpus.memory, corpus.reference, corpus.benign_writes, history, victims, benign_queries)
-    return replace(
-        cell,
-        plain_history_vectors=embed(plain_history, "plain query history"),
-        plain_history_texts=tuple(plain_history),
-        plain_victim_vectors=embed(plain_victims, "plain victim queries"),
-        plain_victim_texts=tuple(plain_victims),
-    )
-
-
-def injecmem_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, config: StudyConfig) -> AttackCell:
-    corpus = strategyqa_corpus(_frame(frames, "agentpoison_strategyqa"), regime=config.regime, seed=config.seed)
-    payloads = injecmem.injecagent_payloads(_frame(frames, "injecagent"))
-    run = injecmem.injecmem_attack(
-        corpus.queries,
-        payloads,
-        n_entities=config.injecmem_entities,
-        per_entity=config.injecmem_per_entity,
-        seed=config.seed,
-    )
-    history, victims = _halves(run.victim_queries)
-    others = sorted(set(corpus.queries) - set(run.victim_queries))
-    if config.n_queries is not None:
-        others = others[: config.n_queries]
-    benign_queries = [question_of(e) for e in corpus.benign_writes] + others
-    return _cell(embed, run, corpus.memory, corpus.reference, corpus.benign_writes, history, victims, benign_queries)
-
-
-def minja_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, config: StudyConfig) -> AttackCell:
-    corpus = strategyqa_corpus(_frame(frames, "agentpoison_strategyqa"), regime=config.regime, seed=config.seed)
-    victims = minja_victims(_frame(frames, "minja"))
-    templates = minja.indication_templates()
-    chosen = [v for v in victims if config.minja_victims is None or v.victim in config.minja_victims]
-    if not chosen:
-        raise MemoryPoisoningInputError(
-            f"none of the MINJA victims {config.minja_victims} exists; known: {[v.victim for v in victims]}"
-        )
-    half_memory = (corpus.size + 1) // 2
-    half_ref, half_benign = len(corpus.reference) // 2, len(corpus.benign_writes) // 2
-    members = []
-    for victim in chosen:
-        shop = list(minja.shopping_records(victims, exclude_victim=victim.victim))
-        order = np.random.default_rng(config.seed).permutation(len(shop))
-        shop = [shop[i] for i in order]
-        shop_ref, shop_benign, shop_pool = (
-            shop[:half_ref],
-            shop[half_ref : half_ref + half_benign],
-            shop[half_ref + half_benign :],
-        )
-        run = minja.minja_attack(
-            victim, templates, n_attack=config.minja_attack_queries, n_benign=config.minja_same_item, seed=config.seed
-        )
-        same_item = list(run.details["benign_records"])
-        in_memory = same_item[: 2 * len(same_item) // 3]
-        memory = list(corpus.memory[:half_memory]) + shop_pool[: corpus.size - half_memory - len(in_memory)] + in_memory
-        reference = list(corpus.reference[:half_ref]) + shop_ref
-        benign = list(corpus.benign_writes[:half_benign]) + shop_benign + same_item[len(in_memory) :]
-        history, victim_queries = _halves(run.victim_queries)
-        benign_queries = [question_of(e) for e in benign]
-        members.append(_cell(embed, run, memory, reference, benign, history, victim_queries, benign_queries))
-    first = members[0]
-    pooled = AttackRun(
-        name=minja.NAME,
-        poisons=tuple(p for m in members for p in m.attack.poisons),
-        victim_queries=tuple(q for m in members for q in m.attack.victim_queries),
-        details={"victims": [m.attack.details["victim"] for m in members], "pooled": True},
-        channel=first.attack.channel,
-    )
-    return replace(first, attack=pooled, members=tuple(members))
-
-
-CELL_BUILDERS = {
-    "agentpoison": agentpoison_cell,
-    agentpoison.RANDOM_NAME: random_trigger_cell,
-    varied.NAME: varied_cell,
-    "minja": minja_cell,
-    "injecmem": injecmem_cell,
-}
-
-
 def build_cell(
     attack: str, frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, config: StudyConfig
 ) -> AttackCell:
-    if attack not in CELL_BUILDERS:
-        raise MemoryPoisoningInputError(f"unknown attack {attack!r}; choose one of {ATTACKS}")
-    return CELL_BUILDERS[attack](frames, embed, config)
+    """The cell of attack ``attack`` (registered by its module, ``attack_catalog``) under ``config``."""
+    return poisoning_attack_spec(attack).build_cell(frames, embed, config)

@@ -35,49 +35,29 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import polars as pl
     import torch
 
+    from rvu_pipelines.memory_poisoning.study_cells import AttackCell, EmbeddingCache, StudyConfig
+
 from rvu_pipelines.errors import MemoryPoisoningInputError
+from rvu_pipelines.memory_poisoning.attack_catalog import poisoning_attack
 from rvu_pipelines.memory_poisoning.attacks.base import AttackRun
+from rvu_pipelines.memory_poisoning.attacks.trigger_config import TriggerConfig
 from rvu_pipelines.memory_poisoning.attacks.white_box import WhiteBoxEncoder, white_box
-from rvu_pipelines.memory_poisoning.corpus import MemoryEntry
+from rvu_pipelines.memory_poisoning.corpus import MemoryEntry, PoisoningCorpus, strategyqa_corpus
 
 NAME = "agentpoison"
 RANDOM_NAME = "agentpoison_random_trigger"
 TARGETS = ("unknown", "opposite")
-
-
-@dataclass(frozen=True)
-class TriggerConfig:
-    """The trigger search's knobs. The defaults keep the search short on a CPU with MiniLM-L6."""
-
-    length: int = 5
-    iterations: int = 20
-    candidates: int = 10
-    n_clusters: int = 5
-    compactness_weight: float = 0.1
-    seed: int = 0
-
-    @classmethod
-    def tiny(cls, seed: int = 0) -> TriggerConfig:
-        """A few seconds: for tests."""
-        return cls(length=3, iterations=4, candidates=5, seed=seed)
-
-    def validate(self) -> None:
-        if self.length < 1:
-            raise MemoryPoisoningInputError(f"trigger length must be at least 1 token, got {self.length}")
-        if self.iterations < 0 or self.candidates < 1:
-            raise MemoryPoisoningInputError(
-                f"trigger search needs iterations >= 0 and candidates >= 1, got {self.iterations} / {self.candidates}"
-            )
-        if self.n_clusters < 1:
-            raise MemoryPoisoningInputError(f"n_clusters must be at least 1, got {self.n_clusters}")
 
 
 @dataclass(frozen=True)
@@ -331,3 +311,83 @@ def untriggered_queries(run: AttackRun) -> tuple[str, ...]:
             f"attack run {run.name!r} has no plain held-out queries (not an AgentPoison run)"
         )
     return tuple(plain)
+
+
+@poisoning_attack(NAME, label="AP", in_paper=True)
+def agentpoison_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, config: StudyConfig) -> AttackCell:
+    """The study's AgentPoison: the regime's StrategyQA memory, the trigger searched once per split."""
+    from rvu_pipelines.memory_poisoning.study_cells import frame_named
+
+    corpus = strategyqa_corpus(
+        frame_named(frames, "agentpoison_strategyqa"),
+        regime=config.regime,
+        seed=config.seed,
+        n_queries=config.n_queries,
+    )
+    return triggered_cell(embed, agentpoison_run(embed, corpus, config), corpus)
+
+
+def agentpoison_run(embed: EmbeddingCache, corpus: PoisoningCorpus, config: StudyConfig) -> AttackRun:
+    """The trigger search for this split and config, run once per study (the varied cell reuses it)."""
+    key = (
+        corpus.regime,
+        corpus.queries,
+        tuple(e.key for e in corpus.memory),
+        config.seed,
+        config.agentpoison_poisons,
+        config.agentpoison_train,
+        config.trigger,
+    )
+    if key not in embed.trigger_runs:
+        embed.trigger_runs[key] = agentpoison_attack(
+            embed.embedder,
+            corpus.queries,
+            embed([e.text for e in corpus.memory], "memory"),
+            n_poisons=config.agentpoison_poisons,
+            n_train=config.agentpoison_train,
+            config=replace(config.trigger, seed=config.seed),
+        )
+    return embed.trigger_runs[key]
+
+
+@poisoning_attack(RANDOM_NAME, label="AP-random")
+def random_trigger_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, config: StudyConfig) -> AttackCell:
+    """The control: AgentPoison's split, poisons and protocol with a random trigger of the same length."""
+    from rvu_pipelines.memory_poisoning.study_cells import frame_named
+
+    corpus = strategyqa_corpus(
+        frame_named(frames, "agentpoison_strategyqa"),
+        regime=config.regime,
+        seed=config.seed,
+        n_queries=config.n_queries,
+    )
+    run = random_trigger_attack(
+        embed.embedder,
+        corpus.queries,
+        n_poisons=config.agentpoison_poisons,
+        n_train=config.agentpoison_train,
+        length=config.trigger.length,
+        seed=config.seed,
+        trigger_seed=config.seed + 1_000_003,
+    )
+    return triggered_cell(embed, run, corpus)
+
+
+def triggered_cell(embed: EmbeddingCache, run: AttackRun, corpus: PoisoningCorpus) -> AttackCell:
+    """A triggered attack's cell: the triggered history and victims, and beside them the same queries without the
+    trigger (plain calibration, the inconsistent protocol)."""
+    from rvu_pipelines.memory_poisoning.study_cells import embedded_cell, halves, question_of
+
+    history, victims = halves(run.victim_queries)
+    plain_history, plain_victims = halves(untriggered_queries(run))
+    benign_queries = [question_of(e) for e in corpus.benign_writes] + plain_victims
+    cell = embedded_cell(
+        embed, run, corpus.memory, corpus.reference, corpus.benign_writes, history, victims, benign_queries
+    )
+    return replace(
+        cell,
+        plain_history_vectors=embed(plain_history, "plain query history"),
+        plain_history_texts=tuple(plain_history),
+        plain_victim_vectors=embed(plain_victims, "plain victim queries"),
+        plain_victim_texts=tuple(plain_victims),
+    )

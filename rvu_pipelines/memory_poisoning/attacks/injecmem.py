@@ -27,14 +27,19 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
 from rvu_pipelines.errors import MemoryPoisoningInputError
+from rvu_pipelines.memory_poisoning.attack_catalog import poisoning_attack
 from rvu_pipelines.memory_poisoning.attacks.base import AttackRun
-from rvu_pipelines.memory_poisoning.corpus import MemoryEntry
+from rvu_pipelines.memory_poisoning.corpus import MemoryEntry, strategyqa_corpus
+
+if TYPE_CHECKING:
+    from rvu_pipelines.memory_poisoning.study_cells import AttackCell, EmbeddingCache, StudyConfig
 
 NAME = "injecmem"
 TEMPLATES: tuple[str, ...] = (
@@ -152,4 +157,28 @@ def injecmem_attack(
             "payloads_used": tuple(payloads[int(i)] for i in picks),
             "seed": seed,
         },
+    )
+
+
+@poisoning_attack(NAME, label="IM", in_paper=True)
+def injecmem_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, config: StudyConfig) -> AttackCell:
+    """The study's InjecMEM: the regime's StrategyQA memory, InjecAgent payloads anchored on its entities."""
+    from rvu_pipelines.memory_poisoning.study_cells import embedded_cell, frame_named, halves, question_of
+
+    corpus = strategyqa_corpus(frame_named(frames, "agentpoison_strategyqa"), regime=config.regime, seed=config.seed)
+    payloads = injecagent_payloads(frame_named(frames, "injecagent"))
+    run = injecmem_attack(
+        corpus.queries,
+        payloads,
+        n_entities=config.injecmem_entities,
+        per_entity=config.injecmem_per_entity,
+        seed=config.seed,
+    )
+    history, victims = halves(run.victim_queries)
+    others = sorted(set(corpus.queries) - set(run.victim_queries))
+    if config.n_queries is not None:
+        others = others[: config.n_queries]
+    benign_queries = [question_of(e) for e in corpus.benign_writes] + others
+    return embedded_cell(
+        embed, run, corpus.memory, corpus.reference, corpus.benign_writes, history, victims, benign_queries
     )

@@ -25,14 +25,22 @@ from __future__ import annotations
 import json
 import re
 import string
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rvu_pipelines.errors import MemoryPoisoningInputError
+from rvu_pipelines.memory_poisoning.attack_catalog import poisoning_attack
 from rvu_pipelines.memory_poisoning.attacks.base import AttackRun
-from rvu_pipelines.memory_poisoning.corpus import MemoryEntry, MinjaVictim
+from rvu_pipelines.memory_poisoning.corpus import MemoryEntry, MinjaVictim, minja_victims, strategyqa_corpus
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from rvu_pipelines.memory_poisoning.study_cells import AttackCell, EmbeddingCache, StudyConfig
 
 NAME = "minja"
 TEMPLATE_FILE = "indication_prompt_template.json"
@@ -197,3 +205,51 @@ def minja_attack(
             "seed": seed,
         },
     )
+
+
+@poisoning_attack(NAME, label="MJ", in_paper=True)
+def minja_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, config: StudyConfig) -> AttackCell:
+    """The study's MINJA: each chosen victim's shopping memory (half StrategyQA, half other victims' sessions and
+    earlier sessions about the victim's own item), its attack run, and the victims pooled."""
+    from rvu_pipelines.memory_poisoning.study_cells import embedded_cell, frame_named, halves, question_of
+
+    corpus = strategyqa_corpus(frame_named(frames, "agentpoison_strategyqa"), regime=config.regime, seed=config.seed)
+    victims = minja_victims(frame_named(frames, "minja"))
+    templates = indication_templates()
+    chosen = [v for v in victims if config.minja_victims is None or v.victim in config.minja_victims]
+    if not chosen:
+        raise MemoryPoisoningInputError(
+            f"none of the MINJA victims {config.minja_victims} exists; known: {[v.victim for v in victims]}"
+        )
+    half_memory = (corpus.size + 1) // 2
+    half_ref, half_benign = len(corpus.reference) // 2, len(corpus.benign_writes) // 2
+    members = []
+    for victim in chosen:
+        shop = list(shopping_records(victims, exclude_victim=victim.victim))
+        order = np.random.default_rng(config.seed).permutation(len(shop))
+        shop = [shop[i] for i in order]
+        shop_ref, shop_benign, shop_pool = (
+            shop[:half_ref],
+            shop[half_ref : half_ref + half_benign],
+            shop[half_ref + half_benign :],
+        )
+        run = minja_attack(
+            victim, templates, n_attack=config.minja_attack_queries, n_benign=config.minja_same_item, seed=config.seed
+        )
+        same_item = list(run.details["benign_records"])
+        in_memory = same_item[: 2 * len(same_item) // 3]
+        memory = list(corpus.memory[:half_memory]) + shop_pool[: corpus.size - half_memory - len(in_memory)] + in_memory
+        reference = list(corpus.reference[:half_ref]) + shop_ref
+        benign = list(corpus.benign_writes[:half_benign]) + shop_benign + same_item[len(in_memory) :]
+        history, victim_queries = halves(run.victim_queries)
+        benign_queries = [question_of(e) for e in benign]
+        members.append(embedded_cell(embed, run, memory, reference, benign, history, victim_queries, benign_queries))
+    first = members[0]
+    pooled = AttackRun(
+        name=NAME,
+        poisons=tuple(p for m in members for p in m.attack.poisons),
+        victim_queries=tuple(q for m in members for q in m.attack.victim_queries),
+        details={"victims": [m.attack.details["victim"] for m in members], "pooled": True},
+        channel=first.attack.channel,
+    )
+    return replace(first, attack=pooled, members=tuple(members))

@@ -22,13 +22,22 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rvu_pipelines.errors import MemoryPoisoningInputError
-from rvu_pipelines.memory_poisoning.attacks.agentpoison import triggered
+from rvu_pipelines.memory_poisoning.attack_catalog import poisoning_attack
+from rvu_pipelines.memory_poisoning.attacks.agentpoison import agentpoison_run, triggered, triggered_cell
 from rvu_pipelines.memory_poisoning.attacks.base import AttackRun
-from rvu_pipelines.memory_poisoning.corpus import MemoryEntry
+from rvu_pipelines.memory_poisoning.corpus import MemoryEntry, strategyqa_corpus
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import polars as pl
+
+    from rvu_pipelines.memory_poisoning.study_cells import AttackCell, EmbeddingCache, StudyConfig
 
 NAME = "agentpoison_varied"
 _WORD = re.compile(r"[a-z0-9]+")
@@ -108,3 +117,22 @@ def varied_attack(run: AttackRun, sources: Sequence[SourceRecord], instructions:
         poisons.append(MemoryEntry(key=f"{NAME}/{i}", text=text, origin=NAME))
     details = {**run.details, "poisons": "varied: real search lines, InjecAgent instructions / flipped answers"}
     return replace(run, name=NAME, poisons=tuple(poisons), details=details)
+
+
+@poisoning_attack(NAME, label="AP-varied")
+def varied_cell(frames: Mapping[str, pl.DataFrame], embed: EmbeddingCache, config: StudyConfig) -> AttackCell:
+    """AgentPoison's trigger, split and victims; poisons of real content in the memory's format."""
+    import polars as pl
+
+    from rvu_pipelines.memory_poisoning.attacks.injecmem import injecagent_payloads
+    from rvu_pipelines.memory_poisoning.study_cells import frame_named
+
+    strategyqa = frame_named(frames, "agentpoison_strategyqa")
+    corpus = strategyqa_corpus(strategyqa, regime=config.regime, seed=config.seed, n_queries=config.n_queries)
+    sources = [
+        SourceRecord(str(r["qid"]), str(r["question"]), str(r["term"]), str(r["description"]), str(r["answer"]))
+        for r in strategyqa.filter(pl.col("split") == "train").drop_nulls(["term", "description"]).to_dicts()
+    ]
+    instructions = injecagent_payloads(frame_named(frames, "injecagent"))
+    run = varied_attack(agentpoison_run(embed, corpus, config), sources, instructions, seed=config.seed)
+    return triggered_cell(embed, run, corpus)
