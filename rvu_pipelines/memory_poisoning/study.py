@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -28,16 +29,8 @@ import polars as pl
 
 from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.memory_poisoning import stats
+from rvu_pipelines.memory_poisoning.defense_catalog import write_defense_spec
 from rvu_pipelines.memory_poisoning.defenses.base import WriteContext, WriteDetector
-from rvu_pipelines.memory_poisoning.defenses.baselines import (
-    EnergyDetector,
-    KnnDetector,
-    MahalanobisDetector,
-    SpectralSignatureDetector,
-    TrustRagFilter,
-)
-from rvu_pipelines.memory_poisoning.defenses.composite import composite_defense
-from rvu_pipelines.memory_poisoning.defenses.memsad import MemsadDetector
 from rvu_pipelines.memory_poisoning.retrieval import RetrievalMemory
 from rvu_pipelines.memory_poisoning.retrieval_metrics import attack_success, benign_accuracy
 from rvu_pipelines.memory_poisoning.study_cells import AttackCell
@@ -62,17 +55,10 @@ PAPER_TPR = {
 
 
 def detector_suite(kappa: float = 2.0, *, composite_kappa: float | None = None) -> dict[str, DetectorFactory]:
-    """The matrix's detectors by name, each a fresh unfitted instance per call."""
+    """The matrix's detectors by name, in the axis' order, each a fresh unfitted instance per call (every one
+    registered by its module in ``defense_catalog``)."""
     ck = kappa if composite_kappa is None else composite_kappa
-    return {
-        "memsad": lambda: MemsadDetector(kappa),
-        "energy": lambda: EnergyDetector(kappa),
-        "mahalanobis": lambda: MahalanobisDetector(kappa),
-        "knn": lambda: KnnDetector(kappa),
-        "composite": lambda: composite_defense(ck, name="composite"),
-        "spectral": lambda: SpectralSignatureDetector(kappa),
-        "trustrag": lambda: TrustRagFilter(kappa),
-    }
+    return {name: partial(write_defense_spec(name).build, kappa, ck) for name in (*PAPER_DEFENSES, *EXTRA_DEFENSES)}
 
 
 @dataclass(frozen=True)

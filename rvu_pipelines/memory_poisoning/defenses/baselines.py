@@ -37,6 +37,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rvu_pipelines.errors import MemoryPoisoningInputError
+from rvu_pipelines.memory_poisoning.defense_catalog import write_defense
 from rvu_pipelines.memory_poisoning.defenses.base import WriteContext
 from rvu_pipelines.memory_poisoning.defenses.memsad import (
     DEFAULT_KAPPA,
@@ -363,3 +364,28 @@ BASELINES: dict[str, type[_Calibrated]] = {
     "spectral": SpectralSignatureDetector,
     "trustrag": TrustRagFilter,
 }
+
+
+@write_defense("energy", in_paper=True)
+def energy_defense(kappa: float, composite_kappa: float) -> EnergyDetector:
+    return EnergyDetector(kappa)
+
+
+@write_defense("mahalanobis", in_paper=True)
+def mahalanobis_defense(kappa: float, composite_kappa: float) -> MahalanobisDetector:
+    return MahalanobisDetector(kappa)
+
+
+@write_defense("knn", in_paper=True)
+def knn_defense(kappa: float, composite_kappa: float) -> KnnDetector:
+    return KnnDetector(kappa)
+
+
+@write_defense("spectral")
+def spectral_defense(kappa: float, composite_kappa: float) -> SpectralSignatureDetector:
+    return SpectralSignatureDetector(kappa)
+
+
+@write_defense("trustrag")
+def trustrag_defense(kappa: float, composite_kappa: float) -> TrustRagFilter:
+    return TrustRagFilter(kappa)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from rvu_pipelines.errors import MemoryPoisoningInputError
+from rvu_pipelines.memory_poisoning.defense_catalog import write_defense
 from rvu_pipelines.memory_poisoning.defenses.base import WriteContext, WriteDetector
 from rvu_pipelines.memory_poisoning.defenses.baselines import EnergyDetector
 from rvu_pipelines.memory_poisoning.defenses.memsad import MemsadDetector, check_kappa
@@ -112,3 +113,8 @@ def composite_defense(
     member = baseline if baseline is not None else EnergyDetector(kappa)
     label = name or f"composite(k={kappa:g})"
     return CompositeDetector([MemsadDetector(kappa), member], name=label)
+
+
+@write_defense("composite", in_paper=True)
+def composite_write_defense(kappa: float, composite_kappa: float) -> CompositeDetector:
+    return composite_defense(composite_kappa, name="composite")

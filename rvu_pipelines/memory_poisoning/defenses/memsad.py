@@ -44,6 +44,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rvu_pipelines.errors import MemoryPoisoningInputError
+from rvu_pipelines.memory_poisoning.defense_catalog import write_defense
 from rvu_pipelines.memory_poisoning.defenses.base import WriteContext
 from rvu_pipelines.memory_poisoning.retrieval import check_embeddings
 
@@ -401,3 +402,8 @@ class MemsadDetector(CalibratedThreshold):
         candidates = candidate_matrix(vectors, self.dimension, self.name)
         sims = candidates @ self.history.T
         return sims.max(axis=1).astype(np.float64), sims.mean(axis=1).astype(np.float64)
+
+
+@write_defense("memsad", in_paper=True)
+def memsad_defense(kappa: float, composite_kappa: float) -> MemsadDetector:
+    return MemsadDetector(kappa)
