@@ -5,7 +5,6 @@ Thin wrappers over rvu_pipelines.detectors; every MLflow run is one asset materi
 """
 
 import base64
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -36,22 +35,19 @@ from rvu_pipelines.detectors import (
     TfidfDetector,
     build_corpus,
     evaluate_corpus,
-    finetune,
     load_pretrained_detector,
     load_registered_detector,
     point_metrics,
-    register_detector,
     registered_name,
     settings_for,
 )
 from rvu_pipelines.detectors.corpora import DESCRIPTIONS, SOURCE_DATASETS, cross_split_pairs, stratified_subsample
+from rvu_pipelines.detectors.d4_registration import register_reference, train_and_register_d4
 from rvu_pipelines.detectors.evaluation import LODO_DATASETS, ORDER, LodoSettings, leave_one_dataset_out
 from rvu_pipelines.detectors.finetune import ENCODER_ROLE, EncoderRef
-from rvu_pipelines.detectors.onnx_d4 import OnnxDetector, agreement, export_detector
 from rvu_pipelines.detectors.registry import (
     CURRENT_ALIAS,
     ONNX_ALIAS,
-    RegisteredDetector,
     registered_ref,
     reinstate_versions,
 )
@@ -173,20 +169,6 @@ def _registration_parts(params: dict, corpus_frame: pl.DataFrame, uri: str, name
     return {"params": params, "corpus": frame_digest(corpus_frame), "registry": uri, "name": name}
 
 
-def _register_reference(
-    detector: Any, name: str, run_id: str, uri: str, corpus_name: str, metrics: dict, what: str
-) -> RegisteredDetector:
-    """Register the trained (reference) model as the next version of ``name``, alias 'current'."""
-    return register_detector(
-        detector,
-        name=name,
-        run_id=run_id,
-        tracking_uri=uri,
-        tags={"corpus": corpus_name, "test_f1": metrics["test_f1"]},
-        description=f"{what} {corpus_name} training split.",
-    )
-
-
 def _registration_metadata(name: str, version: Any, stored: dict, metrics: dict) -> dict:
     """The Output metadata of a trained-or-reused detector (``stored``: the memo's result)."""
     return {
@@ -259,7 +241,7 @@ def _d2_asset(corpus_name: str) -> AssetsDefinition:
                     **{f"test_{k}": v for k, v in point_metrics(y, scores).items()},
                 }
                 run.log_metrics(metrics)
-                registered = _register_reference(
+                registered = register_reference(
                     detector, name, run.run_id, uri, corpus_name, metrics, "D2 TF-IDF+LR trained on the"
                 )
             stored = memo.save(
@@ -344,59 +326,37 @@ def _d4_asset(corpus_name: str) -> AssetsDefinition:
         stored = _reused_registration(context, memo, name, uri)
         if stored is None:
             with mlflow_tracker.run_for(context, params=params) as run:
-                detector, report = finetune(
+                done = train_and_register_d4(
                     train["text"].to_list(),
                     train["label"].to_numpy(),
+                    texts,
+                    y,
                     encoder=encoder,
                     settings=settings,
+                    name=name,
+                    corpus_name=corpus_name,
+                    run_id=run.run_id,
+                    tracking_uri=uri,
+                    log_metrics=run.log_metrics,
                     progress=config.progress,
                 )
-                scores = detector.score(texts)
-                metrics = {**report.metrics(), **{f"test_{k}": v for k, v in point_metrics(y, scores).items()}}
-                run.log_metrics(metrics)
-                registered = _register_reference(
-                    detector, name, run.run_id, uri, corpus_name, metrics, "D4 MiniLM fine-tuned on the"
-                )
-                with tempfile.TemporaryDirectory() as tmp:
-                    fast = OnnxDetector.load(export_detector(detector, Path(tmp)), "int8", encoder=encoder)
-                    fast_scores = fast.score(texts)
-                    agreed = agreement(scores, fast_scores, y)
-                    onnx_metrics = {
-                        "onnx_int8_test_f1": float(agreed.f1_candidate or 0.0),
-                        "onnx_int8_max_abs_diff": agreed.max_abs_diff,
-                        "onnx_int8_decision_flips": float(agreed.decision_flips),
-                    }
-                    run.log_metrics(onnx_metrics)
-                    onnx_registered = register_detector(
-                        fast,
-                        name=name,
-                        run_id=run.run_id,
-                        tracking_uri=uri,
-                        tags={"corpus": corpus_name, "runtime": "onnxruntime-int8", **onnx_metrics},
-                        description=f"D4 ({corpus_name}) on ONNX Runtime: fused graph, int8 weights.",
-                        alias=ONNX_ALIAS,
-                    )
             context.log.info(
-                f"D4 {corpus_name}: fine-tuned {train.height} texts in {report.wall_seconds:.1f}s, "
-                f"test F1 {metrics['test_f1']:.4f}"
+                f"D4 {corpus_name}: fine-tuned {train.height} texts in {done.wall_seconds:.1f}s, "
+                f"test F1 {done.metrics['test_f1']:.4f}"
             )
             stored = memo.save(
                 {
                     "record": {
-                        **registered.record(),
+                        **done.reference.record(),
                         "corpus": corpus_name,
-                        **metrics,
-                        "onnx_version": onnx_registered.version,
+                        **done.metrics,
+                        "onnx_version": done.onnx.version,
                     },
-                    "metrics": {**metrics, **onnx_metrics},
-                    "scores": scores,
-                    "fast_scores": fast_scores,
-                    "agreement": {
-                        "f1_change_points": agreed.f1_change_points or 0.0,
-                        "max_abs_diff": agreed.max_abs_diff,
-                        "decision_flips": agreed.decision_flips,
-                    },
-                    "aliases": {CURRENT_ALIAS: registered.version, ONNX_ALIAS: onnx_registered.version},
+                    "metrics": {**done.metrics, **done.onnx_metrics},
+                    "scores": done.scores,
+                    "fast_scores": done.fast_scores,
+                    "agreement": done.agreement,
+                    "aliases": {CURRENT_ALIAS: done.reference.version, ONNX_ALIAS: done.onnx.version},
                     "mlflow_run_id": run.run_id,
                 }
             )
