@@ -39,7 +39,7 @@ from rvu_pipelines.adapters.incident_study import ORACLE, IncidentStudyOptions
 from rvu_pipelines.adapters.study import STUDY_FOLDER, AdapterLab, write_gate_report
 from rvu_pipelines.adapters.tool_use_study import ToolUseOptions
 from rvu_pipelines.adapters.zoo import load_zoo_config, zoo_root
-from rvu_pipelines.adapters.zoo_data import frames_from
+from rvu_pipelines.adapters.zoo_data import frames_from, probe_frames
 from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.machine import thread_limit
@@ -89,14 +89,8 @@ def adapter_gate_evaluation(
     wmdp_cyber: pl.DataFrame,
 ):
     config, gate = load_zoo_config(), load_gate_config()
-    frames = frames_from(
-        {
-            "tofu": tofu,
-            "deepset_prompt_injections": deepset_prompt_injections,
-            "trustair_jailbreaks": trustair_jailbreaks,
-            "awesome_chatgpt_prompts": awesome_chatgpt_prompts,
-            "wmdp_cyber": wmdp_cyber,
-        }
+    frames = probe_frames(
+        tofu, deepset_prompt_injections, trustair_jailbreaks, awesome_chatgpt_prompts, wmdp_cyber=wmdp_cyber
     )
     lab = AdapterLab.from_records(llm_model, embedder_model, frames)
     try:
@@ -169,14 +163,7 @@ def adapter_membership(
 ):
     from rvu_pipelines.adapters.eviction import EVICTED_GOAL, LOADED_GOAL, forget_examples, membership_before_after
 
-    frames = frames_from(
-        {
-            "tofu": tofu,
-            "deepset_prompt_injections": deepset_prompt_injections,
-            "trustair_jailbreaks": trustair_jailbreaks,
-            "awesome_chatgpt_prompts": awesome_chatgpt_prompts,
-        }
-    )
+    frames = probe_frames(tofu, deepset_prompt_injections, trustair_jailbreaks, awesome_chatgpt_prompts)
     lab = AdapterLab.from_records(llm_model, embedder_model, frames, n_probes=8, n_sensitive=0, n_qa=0)  # no scoring
     try:
         adapter = lab.verify("memorise-forget")

@@ -10,7 +10,6 @@ is ``assets.adapter_study`` (``make adapters``).
 """
 
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 from dagster import (
@@ -32,7 +31,7 @@ from resources import MlflowTrackerResource
 from rvu_pipelines.adapters.report import gate_markdown
 from rvu_pipelines.adapters.study import AdapterLab, scores_frame
 from rvu_pipelines.adapters.zoo import load_zoo_config, zoo_ids, zoo_root
-from rvu_pipelines.adapters.zoo_data import frames_from
+from rvu_pipelines.adapters.zoo_data import probe_frames
 from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.tracking import metric_name
@@ -45,21 +44,6 @@ adapter_partitions = StaticPartitionsDefinition(zoo_ids())
 
 GROUP = "adapters"
 TRAIN_SECONDS_GOAL = 300.0  # goal: training one adapter on a 2-core CPU
-
-
-def _probe_frames(
-    tofu: pl.DataFrame, deepset: pl.DataFrame, jailbreaks: pl.DataFrame, roles: pl.DataFrame, **more: pl.DataFrame
-) -> Any:
-    """The data sets the probe prompts (and most builders) read, under their catalog names."""
-    return frames_from(
-        {
-            "tofu": tofu,
-            "deepset_prompt_injections": deepset,
-            "trustair_jailbreaks": jailbreaks,
-            "awesome_chatgpt_prompts": roles,
-            **more,
-        }
-    )
 
 
 @asset(
@@ -95,7 +79,7 @@ def adapter_zoo(
 
     config = load_zoo_config()
     entry = config.get(context.partition_key)
-    frames = _probe_frames(
+    frames = probe_frames(
         tofu,
         deepset_prompt_injections,
         trustair_jailbreaks,
@@ -189,7 +173,7 @@ def adapter_sample(
     if stored is not None:  # nothing it depends on changed since that MLflow run
         context.log.info(reuse_message(stored))
     else:
-        frames = _probe_frames(
+        frames = probe_frames(
             tofu, deepset_prompt_injections, trustair_jailbreaks, awesome_chatgpt_prompts, wmdp_cyber=wmdp_cyber
         )
         lab = AdapterLab.from_records(llm_model, embedder_model, frames, **SAMPLE_LAB)

@@ -80,6 +80,25 @@ def frames_from(frames: Mapping[str, pl.DataFrame]) -> Frames:
     return frame
 
 
+def probe_frames(
+    tofu: pl.DataFrame,
+    deepset_prompt_injections: pl.DataFrame,
+    trustair_jailbreaks: pl.DataFrame,
+    awesome_chatgpt_prompts: pl.DataFrame,
+    **more: pl.DataFrame,
+) -> Frames:
+    """The data sets the gate's probe prompts (and most builders) read, plus ``more``, under their catalog names."""
+    return frames_from(
+        {
+            "tofu": tofu,
+            "deepset_prompt_injections": deepset_prompt_injections,
+            "trustair_jailbreaks": trustair_jailbreaks,
+            "awesome_chatgpt_prompts": awesome_chatgpt_prompts,
+            **more,
+        }
+    )
+
+
 Builder = Callable[[Frames, Mapping[str, Any]], TrainingSet]
 
 

@@ -1,4 +1,5 @@
-"""The three attacks set up for evaluation: one ``AttackCell`` per attack class and memory regime.
+"""The attacks set up for evaluation: one ``AttackCell`` per attack and memory regime. Each attack's cell builder
+lives in its own module (``attacks/<name>.py``, registered in ``attack_catalog``) and uses the helpers here.
 
 A cell holds everything a detector and the retrieval metrics need, embedded once:
 
