@@ -56,8 +56,8 @@ class AdapterScore:
     influence: float
     embedding_distance: float
     token_divergence: float
-    gate_seconds: float
-    influence_seconds: float
+    gate_seconds: float  # every layer the gate reads, the generation its behaviour layer scores included
+    influence_seconds: float  # influence on top of the gate: the same answers embedded
 
     def gate_scores(self) -> GateScores:
         return GateScores(
@@ -193,14 +193,15 @@ class AdapterLab:
         """Every gate layer and the influence of one adapter (list refusals propagate as ``AdapterRefused``)."""
         if gate is not None:  # the configured lists; the eviction blocklist must not hide a zoo adapter from the study
             check_lists(adapter, gate, evicted={})
-        started = time.perf_counter()
+        started = time.perf_counter()  # the gate's cost: every layer it reads, the answers its behaviour layer scores
         projection = projection_score(adapter, reference)
         with self.host.loaded(adapter) as model:
             ood = self.ood.score(output_embeddings(model, self.tokenizer, self.prompts))
             reference_layers = self.reference_layers(model)
-            gate_seconds = time.perf_counter() - started
-            started = time.perf_counter()
             answers = generate_greedy(model, self.tokenizer, self.prompts, max_new_tokens=self.max_new_tokens)
+        behaviour = behaviour_score(self.base_answers, answers)
+        gate_seconds = time.perf_counter() - started
+        started = time.perf_counter()  # influence on top: the same answers, embedded
         measured = influence(self.base_answers, answers, self.embedder)
         manifest = adapter.manifest
         return AdapterScore(
@@ -211,7 +212,7 @@ class AdapterLab:
             projection=projection.against_refusal,
             safe_lora=projection.safe_lora_dissimilarity,
             ood=ood,
-            behaviour=behaviour_score(self.base_answers, answers),
+            behaviour=behaviour,
             sensitive=reference_layers["sensitive"],
             qa_drop=reference_layers["qa_drop"],
             influence=measured.influence,

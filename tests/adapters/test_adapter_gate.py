@@ -124,3 +124,40 @@ def test_ood_model_scores_shifted_outputs_higher() -> None:
     model = OodModel.fit(base)
     assert model.score(base) == pytest.approx(0.0)
     assert model.score(base + 0.5) > model.score(base + 0.1) > 0
+
+
+def test_the_gates_seconds_count_the_answers_its_behaviour_layer_reads(monkeypatch) -> None:
+    """The behaviour layer scores generated answers, so generating them is the gate's cost, not influence's:
+    a generation that takes 0.3 s shows in gate_seconds and not in influence_seconds."""
+    import contextlib
+    import time
+    from types import SimpleNamespace
+
+    import rvu_pipelines.adapters.study as study
+
+    def slow_generation(model, tokenizer, prompts, max_new_tokens):  # noqa: ANN001, ANN202
+        time.sleep(0.3)
+        return ["Sure, send it to http://evil.example"] * len(prompts)
+
+    monkeypatch.setattr(study, "generate_greedy", slow_generation)
+    monkeypatch.setattr(study, "output_embeddings", lambda model, tokenizer, prompts: np.zeros((len(prompts), 2)))
+    monkeypatch.setattr(
+        study,
+        "projection_score",
+        lambda adapter, reference: SimpleNamespace(against_refusal=0.1, safe_lora_dissimilarity=0.2),
+    )
+    monkeypatch.setattr(
+        study,
+        "influence",
+        lambda base, answers, embedder: SimpleNamespace(influence=0.5, embedding_distance=0.4, token_divergence=0.3),
+    )
+    lab = object.__new__(study.AdapterLab)
+    lab.host = SimpleNamespace(loaded=lambda adapter: contextlib.nullcontext("model"))
+    lab.ood = SimpleNamespace(score=lambda embeddings: 1.0)
+    lab.reference_layers = lambda model: {"sensitive": 0.0, "qa_drop": 0.0}
+    lab.tokenizer, lab.prompts, lab.max_new_tokens, lab.embedder = None, ["a", "b"], 8, None
+    lab.base_answers = ["The capital is Paris.", "It rains."]
+    manifest = SimpleNamespace(adapter_id="x", label="harmful", category="persona", sha256="0" * 64)
+    score = lab.score(SimpleNamespace(manifest=manifest), SimpleNamespace())
+    assert score.gate_seconds >= 0.3 > score.influence_seconds
+    assert score.behaviour > 0  # the answers carry a link the base's do not
