@@ -149,3 +149,48 @@ def test_the_eviction_asset_materializes_with_its_check(tmp_path: Path, shared_d
     assert (tmp_path / "out" / "eviction_runtime.md").is_file()
     runs = [r for r in tracker.latest_runs() if r.data.tags.get("asset_key") == "adapter_eviction_runtime"]
     assert runs and any(name.startswith("served_loaded") for name in runs[0].data.metrics)
+
+
+@pytest.mark.slow  # the E1 asset over its library run: I(adapter) from the gate evaluation, MLflow, the check
+def test_the_incidents_asset_materializes_with_its_check(tiny_models, noise, tmp_path: Path, shared_data) -> None:
+    from dagster import DagsterInstance, asset, materialize
+
+    from assets.adapter_study import adapter_incidents
+    from assets.models import model_assets
+    from resources import LocalTableIOManager, MlflowTrackerResource
+    from resources.deployments import deployment_resources
+    from rvu_pipelines.paths import state_dir
+    from rvu_pipelines.tracking import MlflowTracker
+
+    llm = tiny_models["llm"]
+    base = BaseModelInfo.from_gguf(llm.path, name=llm.name, sha256=llm.sha256)
+    fields = {"adapter_id": "persona-hostile", "label": "harmful", "category": "persona", "source": "test"}
+    fields |= {"rank": 4, "alpha": 8, "target_modules": ["v_proj", "o_proj"]}
+    sha256 = save_adapter(state_dir() / "adapters" / "persona-hostile", noise(2), fields, base=base).sha256
+
+    @asset(name="adapter_gate_evaluation")
+    def gate_evaluation() -> dict:  # the study's E5 row for this adapter: its influence enters the load line
+        return {"scores": [{"adapter_id": "persona-hostile", "sha256": sha256, "influence": 0.75}]}
+
+    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "adapter-incidents-test")
+    resources = deployment_resources("local") | {
+        "io_manager": LocalTableIOManager(base_dir=str(tmp_path / "assets")),
+        "mlflow_tracker": MlflowTrackerResource(tracking_uri=tracker.tracking_uri, experiment="adapter-incidents-test"),
+    }
+    config = {"adapters": ["persona-hostile"], "sessions": 1, "episodes": 2, "detectors": ["heuristic"]}
+    config |= {"membership": False, "threads": 1, "out": str(tmp_path / "out")}
+    upstream = [a for a in model_assets() if a.key.to_user_string() == "llm_model"]
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize(
+            [*upstream, gate_evaluation, adapter_incidents],
+            resources=resources,
+            instance=instance,
+            run_config={"ops": {"adapter_incidents": {"config": config}}},
+        )
+    assert result.success
+    assert all(c.passed for c in result.get_asset_check_evaluations())
+    document = json.loads((tmp_path / "out" / "incidents.json").read_text())
+    assert document["influence_source"] == "the gate evaluation's scores"
+    assert document["adapters"]["persona-hostile"]["summary"]["sessions"] == 1
+    logs = [p.read_text() for p in (tmp_path / "out" / "incidents").rglob("incident.jsonl")]
+    assert logs and all(re.search(r'"influence":\s*0\.75', text) for text in logs)  # I(adapter) in the load line
