@@ -31,11 +31,12 @@ detector-validity: setup
 # Seed 000 Table 1 on held-out scenarios: benchmark × attack (controls, native, forged turn, the GCG universal string,
 # adaptive) × defense, paired comparisons; reuses the stored strings in configs/attacks (never re-optimises them).
 # ATTACKS_CONFIG: a run config (e.g. configs/runs/attacks_per_scenario.yaml; `per_benchmark` sets the sample, the
-# published table: 100); resumable
+# published table: 100); resumable. Each config's table stays in .rvu/attacks/full/<profile>/<its name>/; the newest
+# is printed
 ATTACKS_CONFIG ?=
 attacks: setup
 	$(BIN)/dg launch --job attack_table_job -m assets.definitions $(if $(ATTACKS_CONFIG),--config $(ATTACKS_CONFIG))
-	cat .rvu/attacks/full/*/table.md
+	cat "$$(ls -t .rvu/attacks/full/*/*/table.md | head -1)"
 
 # Seed 003 in full (|M| = 1,000): attack-defense matrix with CIs, adaptive attacks + hybrid check, SIR figure
 memory-poisoning: setup

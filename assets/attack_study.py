@@ -59,6 +59,12 @@ class AttackTableConfig(HarnessConfig):
     per_benchmark: int = Field(
         default=5, description="Held-out scenarios per benchmark (fixed seed; the published table uses >= 100)."
     )
+    name: str = Field(
+        default="heldout",
+        pattern=r"^[a-z0-9][a-z0-9_-]*$",
+        description="The run's folder under <RVU_HOME>/attacks/full/<profile>/ (lower case, digits, _ and -): each "
+        "run config names its own, so the tables of two configs are both kept.",
+    )
     sample: str = Field(
         default="heldout",
         description="heldout: per_benchmark held-out scenarios; per_scenario: every row on the scenarios that have a "
@@ -138,21 +144,24 @@ def attack_table_full(
         gate_reach_rows(plan, harness.gate_check()),
         best_of_attacks(rows),
     )
-    folder = state_dir() / "attacks" / "full" / harness.profile
+    folder = state_dir() / "attacks" / "full" / harness.profile / config.name
     folder.mkdir(parents=True, exist_ok=True)
     for name, frame in (("table.parquet", table), ("paired.parquet", paired)):
         with atomic_path(folder / name) as temp:
             frame.write_parquet(temp)
     (folder / "table.md").write_text(markdown + "\n", encoding="utf-8")
     context.log.info(markdown)
-    yield _output(table, paired, markdown, run_ids, skipped)
+    yield _output(table, paired, markdown, run_ids, skipped, folder)
     yield _golden_check(table, harness.profile)
 
 
-def _output(table: pl.DataFrame, paired: pl.DataFrame, markdown: str, run_ids: list[str], skipped: list) -> Output:
+def _output(
+    table: pl.DataFrame, paired: pl.DataFrame, markdown: str, run_ids: list[str], skipped: list, folder: Path
+) -> Output:
     return Output(
         table,
         metadata={
+            "folder": str(folder),
             "dagster/row_count": table.height,
             "table": MetadataValue.md(markdown),
             "paired_comparisons": paired.height,

@@ -1,12 +1,14 @@
-"""Every committed run config of the attack table (configs/runs/attacks_*.yaml, `make attacks ATTACKS_CONFIG=…`)
-is a valid config of its asset and names only known benchmarks, attacks and defenses."""
+"""Every committed run config of the attack table (configs/runs/*.yaml with attack_table_full, `make attacks
+ATTACKS_CONFIG=…`) is a valid config of its asset, names only known benchmarks, attacks and defenses, and keeps its
+table in a folder of its own."""
 
 from pathlib import Path
 
 import pytest
 import yaml
 
-CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs" / "runs").glob("attacks_*.yaml"))
+RUNS = Path(__file__).resolve().parents[2] / "configs" / "runs"
+CONFIGS = sorted(p for p in RUNS.glob("*.yaml") if "attack_table_full" in p.read_text())
 
 
 def test_there_are_run_configs():
@@ -25,3 +27,18 @@ def test_a_run_config_is_a_valid_attack_table_plan(path):
         tuple(config.benchmarks), tuple(config.attacks), tuple(config.defenses), config.per_benchmark, config.sample
     )
     assert plan.attacks and plan.defenses
+
+
+def test_each_run_config_names_its_own_folder() -> None:
+    names = [yaml.safe_load(p.read_text())["ops"]["attack_table_full"]["config"]["name"] for p in CONFIGS]
+    assert names == [p.stem.removeprefix("attacks_") for p in CONFIGS]
+
+
+@pytest.mark.parametrize("name", ["../elsewhere", "Table 1", "", "a/b"])
+def test_a_name_that_is_not_a_plain_folder_name_is_refused(name: str) -> None:
+    from pydantic import ValidationError
+
+    from assets.attack_study import AttackTableConfig
+
+    with pytest.raises(ValidationError, match="name"):
+        AttackTableConfig(name=name)
