@@ -246,13 +246,16 @@ def wmdp_cyber_evaluation(
 
 class AdapterIncidentsConfig(Config):
     adapters: list[str] = Field(
-        default=list(IncidentStudyOptions.adapters), description="harmful zoo adapters loaded part-way, one by one"
+        default=list(IncidentStudyOptions.adapters),
+        min_length=1,
+        description="harmful zoo adapters loaded part-way, one by one",
     )
     benchmark: str = Field(default=IncidentStudyOptions.benchmark, description="the benchmark the sessions draw from")
     sessions: int = Field(default=IncidentStudyOptions.sessions, ge=1, description="sessions per adapter")
     episodes: int = Field(default=IncidentStudyOptions.episodes, ge=2, description="attack episodes per session")
     detectors: list[str] = Field(
         default=["heuristic", ORACLE],
+        min_length=1,
         description="seeds of both recoveries, one study each: a detector name, or oracle (the planted injection "
         "text, an upper bound that reads the answer key); the first writes to the study folder, the others to a "
         "folder named after them",

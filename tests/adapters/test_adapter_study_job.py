@@ -60,6 +60,12 @@ def test_the_study_job_holds_the_study_and_its_inputs_but_not_the_partitioned_zo
     assert validate_run_config(study, {})  # the embedded defaults are the study's settings
     with pytest.raises(DagsterInvalidConfigError, match="sessions"):
         validate_run_config(study, {"ops": {"adapter_incidents": {"config": {"sessions": "all"}}}})
+    from pydantic import ValidationError
+
+    from assets.adapter_study import AdapterIncidentsConfig
+
+    with pytest.raises(ValidationError, match="detectors"):
+        AdapterIncidentsConfig(detectors=[])
 
 
 def test_rvu_adapters_plan_ids_prints_the_zoo_for_the_make_loop() -> None:
