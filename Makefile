@@ -54,7 +54,8 @@ memsad-synonym: setup
 
 # MINJA through the real agent on llama.cpp (its memory behind the monitor): ISR, ASR-R, ASR-A, control, MEMSAD arm
 minja-agent: setup
-	$(BIN)/python scripts/minja_agent.py
+	$(BIN)/dg launch --job minja_agent_job -m assets.definitions
+	cat .rvu/memory_poisoning/agent/minja_agent.md
 
 # Seed 004 in full: HFER / spectral features per layer on four real sets, 20/50/200 calibration, histograms, and the
 # kill switch against Attention Tracker, perplexity and D1-D5 (incl. leave-one-dataset-out); then the same switch

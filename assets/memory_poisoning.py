@@ -26,6 +26,8 @@ from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     AssetSelection,
+    Config,
+    Failure,
     MetadataValue,
     MultiPartitionsDefinition,
     Output,
@@ -33,6 +35,7 @@ from dagster import (
     asset,
     define_asset_job,
 )
+from pydantic import Field
 
 from assets.executors import JOB_EXECUTOR
 from assets.profiles import FULL_STUDY
@@ -438,6 +441,15 @@ def memory_poisoning_seeds(
     )
 
 
+class MinjaAgentConfig(Config):
+    victim: str = Field(default="camera", description="the MINJA victim setting (its item)")
+    attack: int = Field(default=10, ge=1, description="attacker queries")
+    victims: int = Field(default=20, ge=1, description="victim queries")
+    benign: int = Field(default=10, ge=0, description="benign users before the attacker")
+    max_tokens: int = Field(default=40, ge=1, description="tokens the agent generates per answer")
+    seed: int = Field(default=0, description="sampling seed")
+
+
 @asset(
     code_version=CODE_VERSION,
     tags=FULL_STUDY,
@@ -445,16 +457,18 @@ def memory_poisoning_seeds(
     kinds={"llama_cpp", "mlflow"},
     description="MINJA through the real agent: the attacker's queries go through a memory-augmented shopping agent "
     "on llama.cpp whose memory sits behind the reference monitor; ISR, ASR-R and ASR-A (k / n, exact intervals) "
-    "beside a no-attack control and MEMSAD as the monitor's write check. `make minja-agent` runs the same call.",
+    "beside a no-attack control and MEMSAD as the monitor's write check (`make minja-agent`).",
 )
 def memory_poisoning_agent(
     context: AssetExecutionContext,
+    config: MinjaAgentConfig,
     mlflow_tracker: MlflowTrackerResource,
     embedder: EmbedderResource,
     embedder_model: dict,
     llm_model: dict,
     minja: pl.DataFrame,
 ):
+    from rvu_pipelines.errors import MemoryPoisoningInputError
     from rvu_pipelines.memory_poisoning.agent_loop import (
         AgentConfig,
         agent_metrics,
@@ -466,14 +480,26 @@ def memory_poisoning_agent(
     from rvu_pipelines.memory_poisoning.corpus import minja_victims
     from rvu_pipelines.models.llm import LlamaCppChatModel
 
-    config = AgentConfig()
-    plan = plan_minja(minja_victims(minja), indication_templates(), "camera")
-    params = {"victim": "camera", "llm": llm_model["name"], "llm_sha256": llm_model["sha256"], **asdict(config)}
+    agent = AgentConfig(max_tokens=config.max_tokens, seed=config.seed)
+    try:
+        plan = plan_minja(
+            minja_victims(minja),
+            indication_templates(),
+            config.victim,
+            n_attack=config.attack,
+            n_victims=config.victims,
+            n_benign=config.benign,
+            seed=config.seed,
+        )
+    except MemoryPoisoningInputError as exc:
+        raise Failure(description=f"memory_poisoning_agent: {exc}") from exc
+    params = {**config.model_dump(), "llm": llm_model["name"], "llm_sha256": llm_model["sha256"], **asdict(agent)}
     with mlflow_tracker.run_for(context, params=params) as run:
         llm = LlamaCppChatModel(Path(llm_model["path"]), n_ctx=2048, name=llm_model["name"])
         model = embedder.build(Path(embedder_model["path"]), name=embedder_model["name"])
-        results = minja_agent_study(plan, llm, model, config=config, progress=context.log.info)
-        files = write_agent_outputs(results, plan, state_dir() / "memory_poisoning" / "agent", llm=llm_model["name"])
+        results = minja_agent_study(plan, llm, model, config=agent, progress=context.log.info)
+        out = state_dir() / "memory_poisoning" / "agent"
+        files = write_agent_outputs(results, plan, out, llm=llm_model["name"], config=asdict(agent))
         run.log_metrics(agent_metrics(results))
         for path in files.values():
             run.log_artifact(path)
@@ -502,6 +528,14 @@ memory_poisoning_job = define_asset_job(
 )
 
 
+minja_agent_job = define_asset_job(
+    "minja_agent_job",
+    selection=AssetSelection.assets("memory_poisoning_agent").upstream(),
+    executor_def=JOB_EXECUTOR,
+    description="MINJA through the real agent on llama.cpp, its memory behind the monitor: ISR, ASR-R, ASR-A beside a "
+    "no-attack control and a MEMSAD arm (`make minja-agent`; config: victim, attacker / victim / benign queries).",
+)
+
 memory_poisoning_seeds_job = define_asset_job(
     "memory_poisoning_seeds_job",
     selection=AssetSelection.assets("memory_poisoning_seeds").upstream(),
@@ -520,4 +554,4 @@ memory_poisoning_cells_job = define_asset_job(
 
 
 def memory_poisoning_jobs() -> list:
-    return [memory_poisoning_job, memory_poisoning_seeds_job, memory_poisoning_cells_job]
+    return [memory_poisoning_job, minja_agent_job, memory_poisoning_seeds_job, memory_poisoning_cells_job]

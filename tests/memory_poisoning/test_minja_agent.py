@@ -122,3 +122,17 @@ def _lines(path: Path) -> list[dict]:
     import json
 
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_make_minja_agent_launches_its_job_with_a_checked_config() -> None:
+    from dagster import DagsterInvalidConfigError, validate_run_config
+
+    from assets.definitions import defs
+
+    root = Path(__file__).resolve().parents[2]
+    assert "--job minja_agent_job" in (root / "Makefile").read_text()
+    job = defs.resolve_job_def("minja_agent_job")
+    assert {"memory_poisoning_agent", "minja"} <= {k.to_user_string() for k in job.asset_layer.executable_asset_keys}
+    assert validate_run_config(job, {"ops": {"memory_poisoning_agent": {"config": {"victim": "chair", "victims": 40}}}})
+    with pytest.raises(DagsterInvalidConfigError, match="victims"):
+        validate_run_config(job, {"ops": {"memory_poisoning_agent": {"config": {"victims": "many"}}}})
