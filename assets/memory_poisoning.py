@@ -15,7 +15,7 @@ Each logs one MLflow run (every metric, the tables, ROC curves, score histograms
 the SIR plot) and checks what the paper claims, so a regression shows as a failed check, not a number.
 """
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,13 +35,14 @@ from dagster import (
     asset,
     define_asset_job,
 )
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from assets.executors import JOB_EXECUTOR
 from assets.profiles import FULL_STUDY
 from resources import EmbedderResource, MlflowTrackerResource
 from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.memory_poisoning.corpus import MEMORY_REGIMES
+from rvu_pipelines.memory_poisoning.seeds import SWEEP_REGIMES, SWEEP_SEEDS
 from rvu_pipelines.memory_poisoning.sir import SIRConfig
 from rvu_pipelines.memory_poisoning.study_cells import ATTACKS, StudyConfig
 from rvu_pipelines.memory_poisoning.timeline import ScanConfig
@@ -242,10 +243,33 @@ def _emit_checks(checks: dict[str, tuple[bool, dict[str, Any]]], names: list[str
         )
 
 
+def _known_regime(regime: str) -> str:
+    if regime not in MEMORY_REGIMES:
+        raise ValueError(f"regime {regime!r} is not one of: {', '.join(MEMORY_REGIMES)}")
+    return regime
+
+
+class StudyRunConfig(Config):
+    """What a run may change of its study asset's settings; unset keeps the asset's own (its description)."""
+
+    regime: str | None = Field(
+        default=None, description="the memory regime: small, medium or full (|M| = 200, 1,000, every record)"
+    )
+    adaptive_poisons: int | None = Field(default=None, ge=1, description="poisons each adaptive attack rewrites")
+    llm: bool | None = Field(
+        default=None, description="the hybrid check's LLM-perplexity feature (minutes of llama.cpp per fit)"
+    )
+
+    @field_validator("regime")
+    @classmethod
+    def _regime(cls, regime: str | None) -> str | None:
+        return None if regime is None else _known_regime(regime)
+
+
 def _study_asset(
     name: str,
     description: str,
-    config: StudyConfig,
+    study: StudyConfig,
     sir: SIRConfig,
     scan: ScanConfig,
     out: str,
@@ -264,6 +288,7 @@ def _study_asset(
     )
     def _asset(
         context: AssetExecutionContext,
+        config: StudyRunConfig,
         mlflow_tracker: MlflowTrackerResource,
         embedder: EmbedderResource,
         embedder_model: dict,
@@ -273,6 +298,9 @@ def _study_asset(
         injecagent: pl.DataFrame,
     ):
         frames = _frames(agentpoison_strategyqa, minja, injecagent)
+        chosen = study if config.regime is None else replace(study, regime=config.regime)
+        if config.adaptive_poisons is not None:
+            chosen = replace(chosen, adaptive_poisons=config.adaptive_poisons)
         gen = _materialize(
             context,
             mlflow_tracker,
@@ -280,11 +308,11 @@ def _study_asset(
             embedder_model,
             llm_model,
             frames,
-            config,
+            chosen,
             state_dir() / "memory_poisoning" / out,
             sir=sir,
             scan=scan,
-            use_llm=use_llm,
+            use_llm=use_llm if config.llm is None else config.llm,
         )
         checks = yield from gen
         yield from _emit_checks(checks, STUDY_CHECKS)
@@ -365,6 +393,20 @@ def memory_poisoning_cell(
     yield from gen
 
 
+class SeedsRunConfig(Config):
+    seeds: list[int] = Field(default=list(SWEEP_SEEDS), min_length=1, description="one draw of the split per seed")
+    regimes: list[str] = Field(
+        default=list(SWEEP_REGIMES), min_length=1, description="memory regimes: small, medium, full"
+    )
+    sampled: bool = Field(default=False, description="the default job's short trigger search and 2 MINJA victims")
+    llm: bool = Field(default=False, description="the hybrid check's LLM-perplexity feature (minutes per fit)")
+
+    @field_validator("regimes")
+    @classmethod
+    def _regimes(cls, regimes: list[str]) -> list[str]:
+        return [_known_regime(r) for r in regimes]
+
+
 @asset(
     code_version=CODE_VERSION,
     tags=FULL_STUDY,
@@ -376,9 +418,11 @@ def memory_poisoning_cell(
 )
 def memory_poisoning_seeds(
     context: AssetExecutionContext,
+    config: SeedsRunConfig,
     mlflow_tracker: MlflowTrackerResource,
     embedder: EmbedderResource,
     embedder_model: dict,
+    llm_model: dict,
     agentpoison_strategyqa: pl.DataFrame,
     minja: pl.DataFrame,
     injecagent: pl.DataFrame,
@@ -386,22 +430,25 @@ def memory_poisoning_seeds(
     from rvu_pipelines.memory_poisoning.seeds import SweepConfig, seed_sweep, seeds_markdown, write_sweep
 
     frames = _frames(agentpoison_strategyqa, minja, injecagent)
-    config = SweepConfig()
+    sweep = SweepConfig(seeds=tuple(config.seeds), regimes=tuple(config.regimes))
+    if config.sampled:
+        sweep = replace(sweep, base=StudyConfig.sampled())
     out = state_dir() / "memory_poisoning" / "seeds"
     params = {
-        "seeds": ",".join(map(str, config.seeds)),
-        "regimes": ",".join(config.regimes),
+        "seeds": ",".join(map(str, sweep.seeds)),
+        "regimes": ",".join(sweep.regimes),
         "embedder": embedder_model["name"],
         "embedder_sha256": embedder_model["sha256"],
-        "llm": "none (hybrid without perplexity)",
+        "llm": llm_model["name"] if config.llm else "none (hybrid without perplexity)",
     }
     memo = ResultMemo.default().entry(
         "memory_poisoning_seeds",
         {
             "params": params,
-            "config": repr(config),
+            "config": repr(sweep),
             "frames": {name: frame_digest(frame) for name, frame in sorted(frames.items())},
             "out_dir": str(out),
+            **({"llm_sha256": llm_model["sha256"]} if config.llm else {}),
         },
         code=__name__,
     )
@@ -412,7 +459,8 @@ def memory_poisoning_seeds(
     else:
         with mlflow_tracker.run_for(context, params=params) as run:
             model = embedder.build(Path(embedder_model["path"]), name=embedder_model["name"])
-            result = seed_sweep(frames, model, config, progress=context.log.info)
+            llm_path = Path(llm_model["path"]) if config.llm else None
+            result = seed_sweep(frames, model, sweep, llm_path=llm_path, progress=context.log.info)
             files = write_sweep(result, out)
             run.log_metrics(result.metrics())
             for path in files.values():

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
+import pytest
 from dagster import DagsterInstance, MultiPartitionKey, materialize
 
 from assets.datasets import dataset_assets
@@ -50,3 +51,29 @@ def test_a_poisoning_cell_materializes_and_logs_to_mlflow(tmp_path: Path, monkey
     # the study checks are measured, not assumed: an AUROC below the paper's fails its check
     checks = study_checks(StudyResult(StudyConfig(), matrix.with_columns(pl.lit(0.5).alias("auroc")), {}))
     assert checks["memsad_auroc_at_least_paper"][0] is False
+
+
+def test_the_study_jobs_take_what_a_run_may_change_as_config() -> None:
+    from dagster import DagsterInvalidConfigError, validate_run_config
+
+    from assets.definitions import defs
+    from assets.memory_poisoning import SeedsRunConfig
+    from rvu_pipelines.memory_poisoning.seeds import SWEEP_REGIMES, SWEEP_SEEDS
+
+    study = defs.resolve_job_def("memory_poisoning_job")
+    chosen = {"regime": "full", "adaptive_poisons": 8, "llm": True}
+    assert validate_run_config(study, {"ops": {"memory_poisoning_study": {"config": chosen}}})
+    from pydantic import ValidationError
+
+    from assets.memory_poisoning import StudyRunConfig
+
+    with pytest.raises(ValidationError, match="regime 'huge' is not one of: small, medium, full"):
+        StudyRunConfig(regime="huge")
+    with pytest.raises(ValidationError, match="regime 'tiny'"):
+        SeedsRunConfig(regimes=["medium", "tiny"])
+    with pytest.raises(DagsterInvalidConfigError, match="adaptive_poisons"):
+        validate_run_config(study, {"ops": {"memory_poisoning_study": {"config": {"adaptive_poisons": "all"}}}})
+    defaults = SeedsRunConfig()
+    assert tuple(defaults.regimes) == SWEEP_REGIMES and tuple(defaults.seeds) == SWEEP_SEEDS
+    seeds = defs.resolve_job_def("memory_poisoning_seeds_job")
+    assert validate_run_config(seeds, {"ops": {"memory_poisoning_seeds": {"config": {"regimes": ["medium"]}}}})
