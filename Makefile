@@ -50,7 +50,8 @@ memory-poisoning-seeds: setup
 
 # Seed 003's synonym loophole as the seed ran it: 60 poisons, no substitution budget, ASR-R measured (tens of minutes)
 memsad-synonym: setup
-	$(BIN)/python scripts/memsad_synonym_study.py
+	$(BIN)/dg launch --job memsad_synonym_job -m assets.definitions
+	cat .rvu/memory_poisoning/synonym/synonym_study.md
 
 # MINJA through the real agent on llama.cpp (its memory behind the monitor): ISR, ASR-R, ASR-A, control, MEMSAD arm
 minja-agent: setup

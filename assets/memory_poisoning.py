@@ -39,15 +39,18 @@ from pydantic import Field, field_validator
 
 from assets.executors import JOB_EXECUTOR
 from assets.profiles import FULL_STUDY
+from assets.stamps import launched_command
 from resources import EmbedderResource, MlflowTrackerResource
 from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.memory_poisoning.corpus import MEMORY_REGIMES
 from rvu_pipelines.memory_poisoning.seeds import SWEEP_REGIMES, SWEEP_SEEDS
 from rvu_pipelines.memory_poisoning.sir import SIRConfig
 from rvu_pipelines.memory_poisoning.study_cells import ATTACKS, StudyConfig
+from rvu_pipelines.memory_poisoning.synonym_study import SYNONYM_METHODS
 from rvu_pipelines.memory_poisoning.timeline import ScanConfig
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.result_memo import ResultMemo, frame_digest, reuse_message
+from rvu_pipelines.tracking import numeric_metrics
 
 CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
 
@@ -557,6 +560,58 @@ def memory_poisoning_agent(
     )
 
 
+class SynonymStudyConfig(Config):
+    poisons: int = Field(default=60, ge=2, description="AgentPoison poisons (and training questions)")
+    regime: str = Field(default="medium", description="the memory regime: small, medium or full")
+    methods: list[str] = Field(
+        default=list(SYNONYM_METHODS), min_length=1, description="synonym, synonym_retrieval_kept"
+    )
+
+
+@asset(
+    code_version=CODE_VERSION,
+    tags=FULL_STUDY,
+    group_name=GROUP,
+    kinds={"mlflow"},
+    description="The synonym loophole as the seed ran it: AgentPoison poisons rewritten by greedy WordNet "
+    "substitution against MEMSAD with no budget (and the stricter attacker that keeps every retrieving victim), "
+    "ASR-R before / after by retrieval, the hybrid check on the rewritten poisons with and without the trigger in "
+    "the served queries. Writes synonym_study.md / .json, stamped (`make memsad-synonym`; tens of minutes).",
+)
+def memory_poisoning_synonym(
+    context: AssetExecutionContext,
+    config: SynonymStudyConfig,
+    mlflow_tracker: MlflowTrackerResource,
+    embedder: EmbedderResource,
+    embedder_model: dict,
+    agentpoison_strategyqa: pl.DataFrame,
+):
+    from rvu_pipelines.errors import MemoryPoisoningInputError
+    from rvu_pipelines.memory_poisoning.synonym_study import SynonymStudyOptions, run_synonym_study
+
+    out = state_dir() / "memory_poisoning" / "synonym"
+    with mlflow_tracker.run_for(context, params=config.model_dump()) as run:
+        try:
+            options = SynonymStudyOptions(config.poisons, config.regime, tuple(config.methods))
+            document = run_synonym_study(
+                options,
+                {"agentpoison_strategyqa": agentpoison_strategyqa},
+                embedder.build(Path(embedder_model["path"]), name=embedder_model["name"]),
+                out,
+                command=launched_command(context, config),
+                say=context.log.info,
+            )
+        except MemoryPoisoningInputError as exc:
+            raise Failure(description=f"memory_poisoning_synonym: {exc}") from exc
+        for row in document["results"]:
+            run.log_metrics(numeric_metrics(row, prefix=str(row.get("method", "attack"))))
+        run.log_artifact(out / "synonym_study.md")
+    return Output(
+        document["results"],
+        metadata={"synonym_study": MetadataValue.md((out / "synonym_study.md").read_text(encoding="utf-8"))},
+    )
+
+
 def memory_poisoning_assets() -> list:
     return [
         memory_poisoning_sample,
@@ -564,6 +619,7 @@ def memory_poisoning_assets() -> list:
         memory_poisoning_cell,
         memory_poisoning_seeds,
         memory_poisoning_agent,
+        memory_poisoning_synonym,
     ]
 
 
@@ -584,6 +640,14 @@ minja_agent_job = define_asset_job(
     "no-attack control and a MEMSAD arm (`make minja-agent`; config: victim, attacker / victim / benign queries).",
 )
 
+memsad_synonym_job = define_asset_job(
+    "memsad_synonym_job",
+    selection=AssetSelection.assets("memory_poisoning_synonym").upstream(),
+    executor_def=JOB_EXECUTOR,
+    description="Seed 003's synonym loophole as the seed ran it (`make memsad-synonym`; config: poisons, regime, "
+    "methods): WordNet substitution against MEMSAD, ASR-R before / after, the hybrid check on the rewrites.",
+)
+
 memory_poisoning_seeds_job = define_asset_job(
     "memory_poisoning_seeds_job",
     selection=AssetSelection.assets("memory_poisoning_seeds").upstream(),
@@ -602,4 +666,10 @@ memory_poisoning_cells_job = define_asset_job(
 
 
 def memory_poisoning_jobs() -> list:
-    return [memory_poisoning_job, minja_agent_job, memory_poisoning_seeds_job, memory_poisoning_cells_job]
+    return [
+        memory_poisoning_job,
+        minja_agent_job,
+        memsad_synonym_job,
+        memory_poisoning_seeds_job,
+        memory_poisoning_cells_job,
+    ]
