@@ -26,7 +26,8 @@ detectors: setup
 # Detectors off their training distribution: D1-D5, the production detector (leave-one-source-out selection) and a
 # length control on held-out sources, the over-defense set, benign tool outputs, buried injections, German, latency
 detector-validity: setup
-	$(BIN)/python scripts/detector_validity.py --out .rvu/detectors
+	$(BIN)/dg launch --job detector_validity_job -m assets.definitions
+	cat .rvu/detectors/detector_validity.md
 
 # Seed 000 Table 1 on held-out scenarios: benchmark × attack (controls, native, forged turn, the GCG universal string,
 # adaptive) × defense, paired comparisons; reuses the stored strings in configs/attacks (never re-optimises them).

@@ -19,6 +19,7 @@ from dagster import (
     AssetsDefinition,
     AssetSelection,
     Config,
+    Failure,
     MetadataValue,
     Output,
     asset,
@@ -27,6 +28,8 @@ from dagster import (
 from pydantic import Field
 
 from assets.executors import JOB_EXECUTOR
+from assets.profiles import FULL_STUDY
+from assets.stamps import launched_command
 from resources import MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.detectors import (
@@ -51,13 +54,16 @@ from rvu_pipelines.detectors.registry import (
     registered_ref,
     reinstate_versions,
 )
+from rvu_pipelines.detectors.validity_run import BURIED_PAIRS
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.reporting import markdown_table
 from rvu_pipelines.result_memo import MemoEntry, ResultMemo, frame_digest, reuse_message
+from rvu_pipelines.tracking import numeric_metrics
 
 CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
 
 GROUP = "detectors"
+VALIDITY_GROUP = "detector_validity"  # its own job: `make detectors` does not run it
 PAPER_GOAL_F1 = {"deepset": 0.9474}  # goal: D4 or D5 F1 on deepset >= the paper's 94.74%
 SCORE_CHECK_TEXTS = 32
 
@@ -632,6 +638,53 @@ def _lodo_asset() -> AssetsDefinition:
     return _lodo
 
 
+class DetectorValidityConfig(Config):
+    quick: bool = Field(default=False, description="small samples and one epoch: a smoke run, not results")
+    pairs: dict[str, int] = Field(
+        default={str(k): v for k, v in BURIED_PAIRS.items()}, description="buried injection pairs per length (tokens)"
+    )
+    max_per_class: int = Field(default=300, ge=1, description="production training examples per source and label")
+    lodo_documents: int = Field(default=150, ge=1, description="held-out documents per source and label (selection)")
+
+
+@asset(
+    code_version=CODE_VERSION,
+    tags=FULL_STUDY,
+    group_name=VALIDITY_GROUP,
+    kinds={"pytorch", "onnx", "mlflow"},
+    description="Detectors off their training distribution: D1-D5, the production detector (leave-one-source-out "
+    "selection on training data, threshold on calibration) and a length control on held-out sources, the "
+    "over-defense set, benign tool outputs, buried injections, German, latency; every column with its n and CI. "
+    "Reads the data catalog; writes detector_validity.md (stamped) / .json (`make detector-validity`; an hour).",
+)
+def detector_validity(
+    context: AssetExecutionContext, config: DetectorValidityConfig, mlflow_tracker: MlflowTrackerResource
+):
+    from rvu_pipelines.detectors.validity_run import ValidityOptions, run_validity
+
+    out = state_dir() / "detectors"
+    try:
+        options = ValidityOptions(
+            quick=config.quick,
+            pairs={int(k): v for k, v in config.pairs.items()},
+            max_per_class=config.max_per_class,
+            lodo_documents=config.lodo_documents,
+        )
+    except ValueError as exc:
+        raise Failure(description=f"detector_validity: {exc}") from exc
+    with mlflow_tracker.run_for(context, params=config.model_dump()) as run:
+        report = run_validity(options, out, command=launched_command(context, config), say=context.log.info)
+        for row in report.table.iter_rows(named=True):
+            run.log_metrics(
+                numeric_metrics({k: v for k, v in row.items() if k != "detector"}, prefix=str(row["detector"]))
+            )
+        run.log_artifact(out / "detector_validity.md")
+    return Output(
+        report.table,
+        metadata={"detector_validity": MetadataValue.md(report.markdown), "mlflow_run_id": run.run_id},
+    )
+
+
 def quick_run_config(max_train_samples: int = 40, max_test_samples: int = 20, epochs: int = 1) -> dict:
     """Run config for a fast smoke materialization of every detector asset (stratified subsamples,
     NanoGuard as D3, 100 bootstrap resamples); the default config is the full evaluation."""
@@ -666,6 +719,7 @@ def detector_assets() -> list[AssetsDefinition]:
         ),
         _lodo_asset(),
         production_detector,
+        detector_validity,
     ]
 
 
@@ -678,5 +732,14 @@ detectors_job = define_asset_job(
 )
 
 
+detector_validity_job = define_asset_job(
+    "detector_validity_job",
+    selection=AssetSelection.assets("detector_validity"),
+    executor_def=JOB_EXECUTOR,
+    description="The detector validity table (`make detector-validity`; config `quick` for a smoke run): every "
+    "detector off its training distribution, the production detector's selection and calibration.",
+)
+
+
 def detector_jobs() -> list:
-    return [detectors_job]
+    return [detectors_job, detector_validity_job]

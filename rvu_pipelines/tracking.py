@@ -31,6 +31,7 @@ DOMAIN_EXPERIMENTS: dict[str, str] = {
     "recovery_reproductions": "rvu-recovery",
     "memory": "rvu-memory",
     "detectors": "rvu-detectors",
+    "detector_validity": "rvu-detector-validity",
     "attacks": "rvu-attacks",
     "memory_poisoning": "rvu-memory-poisoning",
     "spectral": "rvu-spectral",

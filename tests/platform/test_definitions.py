@@ -73,6 +73,7 @@ def test_default_job_selects_every_asset_with_checks() -> None:
             "memory_poisoning_seeds",
             "memory_poisoning_agent",
             "memory_poisoning_synonym",
+            "detector_validity",
             "adapter_gate_evaluation",
             "adapter_membership",
             "wmdp_cyber_evaluation",
