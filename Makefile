@@ -74,7 +74,8 @@ spectral: setup
 # of adapter_zoo_job (a run per adapter, reused while unchanged), then the study is adapter_study_job
 adapters: setup
 	$(BIN)/rvu adapters plan
-	for id in $$($(BIN)/rvu adapters plan --ids); do \
+	ids="$$($(BIN)/rvu adapters plan --ids)" && [ -n "$$ids" ] || { echo "no zoo adapters listed" >&2; exit 1; }; \
+	for id in $$ids; do \
 		$(BIN)/dg launch --job adapter_zoo_job --partition $$id -m assets.definitions || exit 1; \
 	done
 	$(BIN)/dg launch --job adapter_study_job -m assets.definitions
