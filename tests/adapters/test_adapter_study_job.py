@@ -74,6 +74,13 @@ def test_rvu_adapters_plan_ids_prints_the_zoo_for_the_make_loop() -> None:
     assert result.output.split() == zoo_ids()
 
 
+def test_rvu_adapters_plan_says_what_a_pass_would_train_and_why(shared_data) -> None:
+    result = CliRunner().invoke(rvu, ["adapters", "plan"])  # a fresh state folder: nothing trained yet
+    assert result.exit_code == 0, result.output
+    assert f"{len(zoo_ids())} to train, 0 reused" in result.output
+    assert "never trained here" in result.output
+
+
 def test_influences_are_keyed_by_adapter_and_sha256() -> None:
     rows = [{"adapter_id": "a", "sha256": "1" * 64, "influence": 0.25, "label": "harmful"}]
     assert influences_from_scores(rows) == {("a", "1" * 64): 0.25}
