@@ -9,6 +9,7 @@ partition per adapter, in ``assets.adapters``):
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,8 +30,8 @@ from dagster import (
 from pydantic import Field
 
 from assets.executors import JOB_EXECUTOR
+from assets.full_study import launched_command, run_full_study
 from assets.profiles import FULL_STUDY
-from assets.stamps import launched_command
 from resources import MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.eviction_study import EvictionOptions
@@ -42,7 +43,6 @@ from rvu_pipelines.adapters.zoo import load_zoo_config, zoo_root
 from rvu_pipelines.adapters.zoo_data import frames_from, probe_frames
 from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.code_closure import code_version_of
-from rvu_pipelines.machine import thread_limit
 from rvu_pipelines.models.store import ResolvedModel
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.tracking import metric_name, numeric_metrics
@@ -297,42 +297,48 @@ def adapter_incidents(
     out = Path(config.out) if config.out else _study_folder()
     llm = ResolvedModel.from_record(llm_model)
     influences = influences_from_scores(adapter_gate_evaluation["scores"])
-    documents: dict[str, Any] = {}
-    with thread_limit(config.threads), mlflow_tracker.run_for(context, params=config.model_dump()) as run:
-        for index, detector in enumerate(config.detectors):
-            options = IncidentStudyOptions(
-                adapters=tuple(config.adapters),
-                benchmark=config.benchmark,
-                sessions=config.sessions,
-                episodes=config.episodes,
-                detector=detector,
-                trigger=config.trigger,
-                membership=config.membership,
-                membership_cap=config.membership_cap,
-                threads=config.threads,
-            )
-            folder = _detector_folder(out, index, detector)
-            try:
-                documents[detector] = run_incident_study(
-                    options,
-                    llm,
-                    folder,
-                    state=state_dir(),
-                    command=launched_command(context, config),
-                    influences=influences,
-                    profile=model_store.profile_name(),
-                    tracking_uri=mlflow_tracker.tracker(STUDY_GROUP).tracking_uri,
-                    say=context.log.info,
-                )
-            except (AdapterRefused, ValueError) as exc:
-                raise Failure(description=f"adapter_incidents ({detector}): {exc}") from exc
-            summaries = {a: d["summary"] for a, d in documents[detector]["adapters"].items()}
-            run.log_metrics(numeric_metrics(summaries, prefix=detector))
-            run.log_artifact(folder / "incidents.md", artifact_path=detector)
-    first = _detector_folder(out, 0, config.detectors[0]) / "incidents.md"
+    options = IncidentStudyOptions(
+        adapters=tuple(config.adapters),
+        benchmark=config.benchmark,
+        sessions=config.sessions,
+        episodes=config.episodes,
+        trigger=config.trigger,
+        membership=config.membership,
+        membership_cap=config.membership_cap,
+        threads=config.threads,
+    )
+    folders = {detector: _detector_folder(out, index, detector) for index, detector in enumerate(config.detectors)}
+
+    def study(detector: str) -> dict[str, Any]:
+        return run_incident_study(
+            replace(options, detector=detector),
+            llm,
+            folders[detector],
+            state=state_dir(),
+            command=launched_command(context, config),
+            influences=influences,
+            profile=model_store.profile_name(),
+            tracking_uri=mlflow_tracker.tracker(STUDY_GROUP).tracking_uri,
+            say=context.log.info,
+        )
+
+    documents, metadata = run_full_study(
+        context,
+        mlflow_tracker,
+        config,
+        lambda: {detector: study(detector) for detector in config.detectors},
+        out=out,
+        page="incidents.md",
+        artifacts=tuple(str((folder / "incidents.md").relative_to(out)) for folder in folders.values()),
+        metrics=lambda docs: numeric_metrics(
+            {d: {a: v["summary"] for a, v in doc["adapters"].items()} for d, doc in docs.items()}
+        ),
+        threads=config.threads,
+        refusals=(AdapterRefused, ValueError),
+    )
     yield Output(
         {d: {"adapters": {a: v["summary"] for a, v in doc["adapters"].items()}} for d, doc in documents.items()},
-        metadata={"folder": str(out), "incidents.md": MetadataValue.md(first.read_text(encoding="utf-8"))},
+        metadata=metadata,
     )
     sessions = {d: [v["summary"]["sessions"] for v in doc["adapters"].values()] for d, doc in documents.items()}
     yield AssetCheckResult(
@@ -371,26 +377,27 @@ def adapter_tool_use(
 
     out = Path(config.out) if config.out else _study_folder()
     options = ToolUseOptions(agentdojo=config.agentdojo, injecagent=config.injecagent, threads=config.threads)
-    with thread_limit(config.threads), mlflow_tracker.run_for(context, params=config.model_dump()) as run:
-        try:
-            document = run_tool_use_study(
-                options,
-                ResolvedModel.from_record(llm_model),
-                out,
-                profile=model_store.profile_name(),
-                state=state_dir(),
-                command=launched_command(context, config),
-                say=context.log.info,
-            )
-        except AdapterRefused as exc:
-            refused = f"adapter_tool_use: the load gate refused tool-use ({exc.reason}): {exc}"
-            raise Failure(description=refused) from exc
-        run.log_metrics(numeric_metrics(document["results"]))
-        run.log_artifact(out / "tool_use.md")
-    return Output(
-        document["results"],
-        metadata={"folder": str(out), "tool_use.md": MetadataValue.md((out / "tool_use.md").read_text("utf-8"))},
+    document, metadata = run_full_study(
+        context,
+        mlflow_tracker,
+        config,
+        lambda: run_tool_use_study(
+            options,
+            ResolvedModel.from_record(llm_model),
+            out,
+            profile=model_store.profile_name(),
+            state=state_dir(),
+            command=launched_command(context, config),
+            say=context.log.info,
+        ),
+        out=out,
+        page="tool_use.md",
+        artifacts=("tool_use.md", "tool_use.json"),
+        metrics=lambda document: numeric_metrics(document["results"]),
+        threads=config.threads,
+        refusals=(AdapterRefused,),  # the load gate refused the adapter: its reason code is in the message
     )
+    return Output(document["results"], metadata=metadata)
 
 
 class EvictionRuntimeConfig(Config):
@@ -428,27 +435,25 @@ def adapter_eviction_runtime(
     options = EvictionOptions(
         members=config.members, steps=config.steps, rank=config.rank, system=config.system, threads=config.threads
     )
-    with thread_limit(config.threads), mlflow_tracker.run_for(context, params=config.model_dump()) as run:
-        try:
-            rows = run_eviction_study(
-                options,
-                ResolvedModel.from_record(llm_model),
-                out,
-                command=launched_command(context, config),
-                frames=frames_from({"tofu": tofu}),
-                say=context.log.info,
-            )
-        except ValueError as exc:
-            raise Failure(description=f"adapter_eviction_runtime: {exc}") from exc
-        run.log_metrics(numeric_metrics({k: rows[k] for k in ("served", "at_rest") if k in rows}))
-        run.log_artifact(out / "eviction_runtime.md")
-    yield Output(
-        {k: rows[k] for k in ("served", "at_rest", "fused", "settings") if k in rows},
-        metadata={
-            "folder": str(out),
-            "eviction_runtime.md": MetadataValue.md((out / "eviction_runtime.md").read_text("utf-8")),
-        },
+    rows, metadata = run_full_study(
+        context,
+        mlflow_tracker,
+        config,
+        lambda: run_eviction_study(
+            options,
+            ResolvedModel.from_record(llm_model),
+            out,
+            command=launched_command(context, config),
+            frames=frames_from({"tofu": tofu}),
+            say=context.log.info,
+        ),
+        out=out,
+        page="eviction_runtime.md",
+        artifacts=("eviction_runtime.md", "eviction_runtime.json"),
+        metrics=lambda rows: numeric_metrics({k: rows[k] for k in ("served", "at_rest") if k in rows}),
+        threads=config.threads,
     )
+    yield Output({k: rows[k] for k in ("served", "at_rest", "fused", "settings") if k in rows}, metadata=metadata)
     yield AssetCheckResult(
         check_name="eviction_measured",
         passed=all(state in rows.get("served", {}) for state in ("base", "loaded", "evicted")),

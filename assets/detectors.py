@@ -19,7 +19,6 @@ from dagster import (
     AssetsDefinition,
     AssetSelection,
     Config,
-    Failure,
     MetadataValue,
     Output,
     asset,
@@ -28,8 +27,8 @@ from dagster import (
 from pydantic import Field
 
 from assets.executors import JOB_EXECUTOR
+from assets.full_study import launched_command, run_full_study
 from assets.profiles import FULL_STUDY
-from assets.stamps import launched_command
 from resources import MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.detectors import (
@@ -660,29 +659,36 @@ class DetectorValidityConfig(Config):
 def detector_validity(
     context: AssetExecutionContext, config: DetectorValidityConfig, mlflow_tracker: MlflowTrackerResource
 ):
-    from rvu_pipelines.detectors.validity_run import ValidityOptions, run_validity
+    from rvu_pipelines.detectors.validity_run import ValidityOptions, ValidityReport, run_validity
 
     out = state_dir() / "detectors"
-    try:
+
+    def study() -> ValidityReport:
         options = ValidityOptions(
             quick=config.quick,
             pairs={int(k): v for k, v in config.pairs.items()},
             max_per_class=config.max_per_class,
             lodo_documents=config.lodo_documents,
         )
-    except ValueError as exc:
-        raise Failure(description=f"detector_validity: {exc}") from exc
-    with mlflow_tracker.run_for(context, params=config.model_dump()) as run:
-        report = run_validity(options, out, command=launched_command(context, config), say=context.log.info)
-        for row in report.table.iter_rows(named=True):
-            run.log_metrics(
-                numeric_metrics({k: v for k, v in row.items() if k != "detector"}, prefix=str(row["detector"]))
-            )
-        run.log_artifact(out / "detector_validity.md")
-    return Output(
-        report.table,
-        metadata={"detector_validity": MetadataValue.md(report.markdown), "mlflow_run_id": run.run_id},
+        return run_validity(options, out, command=launched_command(context, config), say=context.log.info)
+
+    report, metadata = run_full_study(
+        context,
+        mlflow_tracker,
+        config,
+        study,
+        out=out,
+        page="detector_validity.md",
+        artifacts=("detector_validity.md", "detector_validity.json"),
+        metrics=lambda report: {
+            name: value
+            for row in report.table.iter_rows(named=True)
+            for name, value in numeric_metrics(
+                {k: v for k, v in row.items() if k != "detector"}, prefix=str(row["detector"])
+            ).items()
+        },
     )
+    return Output(report.table, metadata=metadata)
 
 
 def quick_run_config(max_train_samples: int = 40, max_test_samples: int = 20, epochs: int = 1) -> dict:

@@ -38,8 +38,8 @@ from dagster import (
 from pydantic import Field, field_validator
 
 from assets.executors import JOB_EXECUTOR
+from assets.full_study import launched_command, run_full_study
 from assets.profiles import FULL_STUDY
-from assets.stamps import launched_command
 from resources import EmbedderResource, MlflowTrackerResource
 from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.memory_poisoning.corpus import MEMORY_REGIMES
@@ -590,26 +590,33 @@ def memory_poisoning_synonym(
     from rvu_pipelines.memory_poisoning.synonym_study import SynonymStudyOptions, run_synonym_study
 
     out = state_dir() / "memory_poisoning" / "synonym"
-    with mlflow_tracker.run_for(context, params=config.model_dump()) as run:
-        try:
-            options = SynonymStudyOptions(config.poisons, config.regime, tuple(config.methods))
-            document = run_synonym_study(
-                options,
-                {"agentpoison_strategyqa": agentpoison_strategyqa},
-                embedder.build(Path(embedder_model["path"]), name=embedder_model["name"]),
-                out,
-                command=launched_command(context, config),
-                say=context.log.info,
-            )
-        except MemoryPoisoningInputError as exc:
-            raise Failure(description=f"memory_poisoning_synonym: {exc}") from exc
-        for row in document["results"]:
-            run.log_metrics(numeric_metrics(row, prefix=str(row.get("method", "attack"))))
-        run.log_artifact(out / "synonym_study.md")
-    return Output(
-        document["results"],
-        metadata={"synonym_study": MetadataValue.md((out / "synonym_study.md").read_text(encoding="utf-8"))},
+
+    def study() -> dict:
+        return run_synonym_study(
+            SynonymStudyOptions(config.poisons, config.regime, tuple(config.methods)),
+            {"agentpoison_strategyqa": agentpoison_strategyqa},
+            embedder.build(Path(embedder_model["path"]), name=embedder_model["name"]),
+            out,
+            command=launched_command(context, config),
+            say=context.log.info,
+        )
+
+    document, metadata = run_full_study(
+        context,
+        mlflow_tracker,
+        config,
+        study,
+        out=out,
+        page="synonym_study.md",
+        artifacts=("synonym_study.md", "synonym_study.json"),
+        metrics=lambda document: {
+            name: value
+            for row in document["results"]
+            for name, value in numeric_metrics(row, prefix=str(row.get("method", "attack"))).items()
+        },
+        refusals=(MemoryPoisoningInputError,),
     )
+    return Output(document["results"], metadata=metadata)
 
 
 def memory_poisoning_assets() -> list:

@@ -9,7 +9,6 @@
   ``make spectral``): the switch against its baselines, under its controls, and the inline defense's cost.
 """
 
-from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -31,12 +30,11 @@ from dagster import (
 from pydantic import Field
 
 from assets.executors import JOB_EXECUTOR
+from assets.full_study import launched_command, run_full_study
 from assets.profiles import FULL_STUDY
-from assets.stamps import launched_command
 from resources import MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.errors import ModelUnavailableError
-from rvu_pipelines.machine import thread_limit
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.result_memo import ResultMemo, frame_digest, reuse_message
 from rvu_pipelines.spectral import SpectralInputError, load_spectral_model
@@ -327,44 +325,13 @@ def spectral_kill_switch_cell(
 # ---- the full study (`make spectral`): the study, its controls and the inline defense's cost, as one job
 
 STUDY_GROUP = "spectral_study"
+STUDY_REFUSALS = (SpectralInputError, CalibrationError, ValueError)  # the library's refusals of bad input
 SOURCE_FRAME_INPUTS = "tofu, bipia, injecagent and deepset_prompt_injections"
 
 
 def _study_folder(out: str | None, default: str) -> Path:
     """Where a full-study asset writes its tables and plots (``rvu report`` reads them there)."""
     return Path(out) if out else state_dir() / default
-
-
-def _full_study(
-    context: AssetExecutionContext,
-    mlflow_tracker: MlflowTrackerResource,
-    config: Config,
-    threads: int,
-    compute: Callable[[], dict],
-    *,
-    out: Path,
-    page: str,
-    artifacts: tuple[str, ...],
-    metrics: Callable[[dict], dict[str, float]],
-) -> tuple[dict, dict]:
-    """One full-study asset's run: ``compute`` inside its MLflow run and thread limit, a refusal of the library
-    as the asset's Failure, the tables as artifacts; returns the result and the asset's metadata (``page`` shown)."""
-    with thread_limit(threads), mlflow_tracker.run_for(context, params=config.model_dump()) as run:
-        try:
-            result = compute()
-        except (SpectralInputError, CalibrationError, ValueError) as exc:
-            raise Failure(description=f"{context.asset_key.to_user_string()}: {exc}") from exc
-        run.log_metrics(metrics(result))
-        for name in artifacts:
-            if (out / name).is_file():
-                run.log_artifact(out / name)
-    shown = out / page
-    metadata = {
-        "folder": str(out),
-        page: MetadataValue.md(shown.read_text(encoding="utf-8")) if shown.is_file() else "",
-        "mlflow_run_id": run.run_id,
-    }
-    return result, metadata
 
 
 def _source_frames(*frames: pl.DataFrame) -> dict[str, pl.DataFrame]:
@@ -417,16 +384,17 @@ def spectral_study(
         comparison=config.comparison,
     )
     frames = _source_frames(tofu, bipia, injecagent, deepset_prompt_injections)
-    report, metadata = _full_study(
+    report, metadata = run_full_study(
         context,
         mlflow_tracker,
         config,
-        config.threads,
         lambda: run_study(options, out, frames=frames, say=context.log.info),
         out=out,
         page="comparison.md",
         artifacts=("comparison.md", "comparison.csv", "calibration.csv", "report.json"),
         metrics=numeric_metrics,
+        threads=config.threads,
+        refusals=STUDY_REFUSALS,
     )
     return Output(report, metadata=metadata)
 
@@ -473,11 +441,10 @@ def spectral_controls(
         detectors=config.detectors,
     )
     frames = _source_frames(tofu, bipia, injecagent, deepset_prompt_injections)
-    report, metadata = _full_study(
+    report, metadata = run_full_study(
         context,
         mlflow_tracker,
         config,
-        config.threads,
         lambda: run_controls(
             options, out, command=launched_command(context, config), frames=frames, say=context.log.info
         ),
@@ -485,6 +452,8 @@ def spectral_controls(
         page="controls.md",
         artifacts=("controls.md", "controls.json"),
         metrics=lambda report: numeric_metrics({"tracker": report["tracker"]}),
+        threads=config.threads,
+        refusals=STUDY_REFUSALS,
     )
     kept = {"switch": report["switch"], "probe_lodo": report.get("probe_lodo", []), "stamp": report["stamp"]}
     return Output(kept, metadata=metadata)
@@ -527,16 +496,17 @@ def spectral_hfer_cost(
         seed=config.seed,
     )
     frames = _source_frames(tofu, bipia, injecagent, deepset_prompt_injections)
-    document, metadata = _full_study(
+    document, metadata = run_full_study(
         context,
         mlflow_tracker,
         config,
-        config.threads,
         lambda: run_cost(options, out, command=launched_command(context, config), frames=frames, say=context.log.info),
         out=out,
         page="hfer_cost.md",
         artifacts=("hfer_cost.md", "hfer_cost.json"),
         metrics=lambda document: numeric_metrics({p: document[p] for p in options.policies}),
+        threads=config.threads,
+        refusals=STUDY_REFUSALS,
     )
     return Output(document, metadata=metadata)
 

@@ -61,10 +61,9 @@ def run_incident_study(
     """The study into ``out``; returns the document written to ``incidents.json``. ``state``: the platform's state
     folder (the load gate's ledger, the response cache, the zoo); ``influences``: I(adapter) recorded in the load
     line (``influences_from_scores``); ``profile``: the model profile whose base the membership probe loads."""
-    from rvu_pipelines.adapters.admission import LoadGate
+    from rvu_pipelines.adapters.agent_model import gated_agent_model
     from rvu_pipelines.adapters.eviction_probe import DISABLED_REASON, RecoveryMembership
-    from rvu_pipelines.adapters.files import BaseModelInfo, verify_adapter
-    from rvu_pipelines.adapters.gate import load_gate_config
+    from rvu_pipelines.adapters.files import verify_adapter
     from rvu_pipelines.adapters.incidents import (
         MODES,
         PlantedInjectionOracle,
@@ -77,11 +76,10 @@ def run_incident_study(
     from rvu_pipelines.adapters.runtime import AdapterTimeline
     from rvu_pipelines.adapters.zoo import load_zoo_config
     from rvu_pipelines.agents.defenses import DefenseSettings
-    from rvu_pipelines.agents.harness import AGENT_N_CTX, LazyChatModel, detector_for
+    from rvu_pipelines.agents.harness import LazyChatModel, detector_for
     from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
     from rvu_pipelines.detectors.base import InjectionDetector, MemoizedDetector
     from rvu_pipelines.machine import results_stamp, stamp_line
-    from rvu_pipelines.models import LlamaCppChatModel
     from rvu_pipelines.recovery.pipeline import MembershipProbe, NotRunProbe
     from rvu_pipelines.scenarios import scenarios_for
 
@@ -92,12 +90,7 @@ def run_incident_study(
     unknown = sorted(set(options.adapters) - set(known))
     if unknown:
         raise ValueError(f"adapters {unknown} are not in configs/adapter_zoo.yaml; known: {', '.join(known)}")
-    base = BaseModelInfo.from_gguf(llm.path, name=llm.name, sha256=llm.sha256)
-    gate = LoadGate.from_state(base, state, config=load_gate_config())
-
-    def build() -> LlamaCppChatModel:
-        n_ctx = max(AGENT_N_CTX, llm.n_ctx)
-        return LlamaCppChatModel(llm.path, n_ctx=n_ctx, n_threads=options.threads, name=llm.name, adapter_gate=gate)
+    base, gate, build = gated_agent_model(llm, state, options.threads)
 
     cache = ResponseCache(state / "llm_cache.sqlite")
     agent = CachedChatModel(LazyChatModel(build, llm.name), cache, llm.sha256)

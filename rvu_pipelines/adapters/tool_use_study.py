@@ -70,25 +70,18 @@ def run_tool_use_study(
     refuses the adapter."""
     import polars as pl
 
-    from rvu_pipelines.adapters.admission import LoadGate
-    from rvu_pipelines.adapters.files import BaseModelInfo, verify_adapter
-    from rvu_pipelines.adapters.gate import load_gate_config
+    from rvu_pipelines.adapters.agent_model import gated_agent_model
+    from rvu_pipelines.adapters.files import verify_adapter
     from rvu_pipelines.adapters.tool_traces import held_out
     from rvu_pipelines.agents.evaluation import cell_metrics
-    from rvu_pipelines.agents.harness import AGENT_N_CTX, Harness
+    from rvu_pipelines.agents.harness import Harness
     from rvu_pipelines.machine import results_stamp, stamp_line
-    from rvu_pipelines.models import LlamaCppChatModel
     from rvu_pipelines.scenarios import scenarios_for
 
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    base = BaseModelInfo.from_gguf(llm.path, name=llm.name, sha256=llm.sha256)
-    gate = LoadGate.from_state(base, state, config=load_gate_config())
+    base, gate, build = gated_agent_model(llm, state, options.threads)
     adapter = gate.admit(verify_adapter(state / "adapters" / TOOL_USE_ADAPTER, base), llm.path)
-
-    def build() -> LlamaCppChatModel:
-        n_ctx = max(AGENT_N_CTX, llm.n_ctx)
-        return LlamaCppChatModel(llm.path, n_ctx=n_ctx, n_threads=options.threads, name=llm.name, adapter_gate=gate)
 
     harness = Harness.open(
         (build, llm.name),
