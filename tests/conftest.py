@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,8 +56,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--fast", action="store_true", help="skip tests that load models, train or start servers")
 
 
-# pytest-xdist (``make test``, ``--dist loadgroup``) runs a module's tests on one worker, so its module fixtures
-# are built once; modules that build the same costly in-process state share a worker, so it is built once too.
+# pytest-xdist (``make test``, ``--dist loadgroup``) hands out whole modules, so a module's fixtures are built once
+# on one worker; modules that build the same costly in-process state share a worker, so it is built once too.
 SHARED_WORKER = {
     # the over-defense set parses the docstrings of about a thousand installed .py files (cached per process)
     "tests/detectors/test_overdefense.py": "overdefense-set",
@@ -64,6 +65,49 @@ SHARED_WORKER = {
     "tests/detectors/test_detectors_assets.py": "overdefense-set",
     "tests/detectors/test_detector_validity.py": "overdefense-set",
 }
+# handed out first, so that no long module starts last while the other worker has nothing left to run (a work
+# unit's test count, xdist's own order, says little: one asset test trains five adapters)
+LONG_MODULES = (
+    "tests/adapters/test_adapter_assets.py",
+    "tests/adapters/test_adapter_incidents.py",
+    "overdefense-set",
+    "tests/memory_poisoning/test_seeds.py",
+    "tests/memory_poisoning/test_study.py",
+    "tests/agents/test_hfer_defense.py",
+    "tests/adapters/test_adapter_files.py",
+    "tests/recovery/test_recovery_cli.py",
+    "tests/platform/test_dagster_dev.py",
+    "tests/platform/test_scale_instance.py",
+)
+
+
+def work_unit_of(nodeid: str) -> str:
+    """The unit pytest-xdist hands to one worker: the test's module, or the group it shares a worker with."""
+    module = nodeid.split("::", 1)[0]
+    return SHARED_WORKER.get(module, module)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup`` with the groups named here: xdist's own ``xdist_group`` marks name the group in the
+    test's node id, which pytest 9 no longer lets a plugin rewrite, so every test would be handed out alone and
+    each module fixture built again for each test that lands between another module's tests."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedWorkerScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit_of(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not getattr(self, "_long_first", False):  # once, when the work queue is first handed out
+                for unit in reversed(LONG_MODULES):
+                    if unit in self.workqueue:
+                        self.workqueue.move_to_end(unit, last=False)
+                self._long_first = True
+            super()._assign_work_unit(node)
+
+    return SharedWorkerScheduling(config, log)
 
 
 def _module_of(item: pytest.Item) -> str:
@@ -71,9 +115,6 @@ def _module_of(item: pytest.Item) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        module = _module_of(item)
-        item.add_marker(pytest.mark.xdist_group(SHARED_WORKER.get(module, module)))
     if not config.getoption("--fast"):
         return
     kept, dropped = [], []
