@@ -18,17 +18,20 @@ from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     AssetSelection,
+    Config,
     MetadataValue,
     Output,
     StaticPartitionsDefinition,
     asset,
     define_asset_job,
 )
+from pydantic import Field
 
 from assets.executors import JOB_EXECUTOR
 from assets.profiles import FULL_STUDY
 from resources import MlflowTrackerResource
 from rvu_pipelines.adapters.report import gate_markdown
+from rvu_pipelines.adapters.sample import SampleSize
 from rvu_pipelines.adapters.study import AdapterLab, scores_frame
 from rvu_pipelines.adapters.zoo import load_zoo_config, zoo_ids, zoo_root
 from rvu_pipelines.adapters.zoo_data import probe_frames
@@ -127,6 +130,26 @@ def adapter_zoo(
     )
 
 
+_SIZE = SampleSize()
+
+
+class AdapterSampleConfig(Config):
+    """How much of each part the sample runs (``adapters.sample.SampleSize``); the defaults are make run's."""
+
+    steps: int = Field(default=_SIZE.steps, ge=1, description="training steps per zoo adapter")
+    max_examples: int = Field(default=_SIZE.max_examples, ge=1, description="training examples per zoo adapter")
+    members: int = Field(default=_SIZE.members, ge=2, description="forget questions the memorising adapter learns")
+    member_steps: int = Field(default=_SIZE.member_steps, ge=1, description="its training steps")
+    wmdp_items: int = Field(default=_SIZE.wmdp_items, ge=1, description="WMDP items scored")
+    n_probes: int = Field(default=_SIZE.n_probes, ge=2, description="gate probe prompts")
+    max_new_tokens: int = Field(default=_SIZE.max_new_tokens, ge=1, description="tokens generated per probe")
+    n_sensitive: int = Field(default=_SIZE.n_sensitive, ge=1, description="sensitive-list margin items")
+    n_qa: int = Field(default=_SIZE.n_qa, ge=1, description="held-out QA margin items")
+
+    def size(self) -> SampleSize:
+        return SampleSize(**self.model_dump())
+
+
 @asset(
     code_version=CODE_VERSION,
     group_name=GROUP,
@@ -139,6 +162,7 @@ def adapter_zoo(
 )
 def adapter_sample(
     context: AssetExecutionContext,
+    config: AdapterSampleConfig,
     mlflow_tracker: MlflowTrackerResource,
     llm_model: dict,
     embedder_model: dict,
@@ -148,7 +172,7 @@ def adapter_sample(
     awesome_chatgpt_prompts: pl.DataFrame,
     wmdp_cyber: pl.DataFrame,
 ):
-    from rvu_pipelines.adapters.sample import SAMPLE_LAB, run_adapter_sample
+    from rvu_pipelines.adapters.sample import run_adapter_sample
     from rvu_pipelines.result_memo import ResultMemo, frame_digest, reuse_message
 
     inputs = {
@@ -164,7 +188,7 @@ def adapter_sample(
             "llm_sha256": llm_model["sha256"],
             "embedder_sha256": embedder_model["sha256"],
             "frames": {name: frame_digest(frame) for name, frame in inputs.items()},
-            "lab": SAMPLE_LAB,
+            "size": config.model_dump(),
         },
         code=__name__,
     )
@@ -176,8 +200,11 @@ def adapter_sample(
         frames = probe_frames(
             tofu, deepset_prompt_injections, trustair_jailbreaks, awesome_chatgpt_prompts, wmdp_cyber=wmdp_cyber
         )
-        lab = AdapterLab.from_records(llm_model, embedder_model, frames, **SAMPLE_LAB)
-        sample = run_adapter_sample(lab, state_dir() / "adapter_sample", llm_gguf=Path(str(llm_model["path"])))
+        size = config.size()
+        lab = AdapterLab.from_records(llm_model, embedder_model, frames, **size.lab())
+        sample = run_adapter_sample(
+            lab, state_dir() / "adapter_sample", llm_gguf=Path(str(llm_model["path"])), size=size
+        )
         frame = scores_frame(sample.scores)
         with mlflow_tracker.run_for(context, params={"adapters": len(sample.scores)}) as run:
             run.log_metrics({metric_name(f"{k}_seconds"): v for k, v in sample.seconds.items()})

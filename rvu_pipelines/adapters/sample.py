@@ -24,18 +24,45 @@ from rvu_pipelines.adapters.wmdp import accuracy_report, load_wmdp_items, score_
 from rvu_pipelines.adapters.zoo import TrainingDefaults, ZooConfig, load_zoo_config
 
 SAMPLE_ADAPTERS = ("tofu-qa", "style-bullets", "persona-hostile", "refusal-reference")
-# max_tokens 64 (the zoo: 160): the sample shows training runs; most of its examples fit, long ones are cut
-SAMPLE_DEFAULTS = {"steps": 4, "batch_size": 4, "max_examples": 24, "learning_rate": 0.003, "max_tokens": 64}
-MEMBERS = 12
-WMDP_ITEMS = 8
 WMDP_MAX_TOKENS = 256  # the sample's cut (the study's is 1,024): a few long items would dominate its time
-RUNTIME_PROMPTS = 2  # prompts answered with the harmful adapter loaded into llama.cpp, then unloaded
-# the gate's lab at the sample's size (the study's: 32 probes, 32 tokens, 32 + 32 margin items)
-SAMPLE_LAB = {"n_probes": 8, "max_new_tokens": 16, "n_sensitive": 4, "n_qa": 4}
+
+
+@dataclass(frozen=True)
+class SampleSize:
+    """How much of each part the sample runs; the defaults are the default job's (``make run``). Fewer steps or
+    items keep every part running for real and only widen what its numbers can say."""
+
+    steps: int = 4  # training steps per zoo adapter (the zoo's own: about a hundred)
+    max_examples: int = 24  # training examples per zoo adapter
+    # max_tokens 64 (the zoo: 160): the sample shows training runs; most of its examples fit, long ones are cut
+    max_tokens: int = 64
+    members: int = 12  # TOFU forget questions the memorising adapter learns, scored against as many non-members
+    member_steps: int = 10
+    wmdp_items: int = 8
+    runtime_prompts: int = 2  # prompts answered with the harmful adapter loaded into llama.cpp, then unloaded
+    # the gate's lab (the study's: 32 probes, 32 tokens, 32 + 32 margin items)
+    n_probes: int = 8
+    max_new_tokens: int = 16
+    n_sensitive: int = 4
+    n_qa: int = 4
+
+    def __post_init__(self) -> None:
+        small = sorted(name for name, value in asdict(self).items() if value < 1)
+        if small:
+            raise ValueError(f"Adapter sample sizes must be at least 1: {', '.join(small)}.")
+
+    def lab(self) -> dict[str, int]:
+        """The ``AdapterLab`` arguments at this size."""
+        return {
+            "n_probes": self.n_probes,
+            "max_new_tokens": self.max_new_tokens,
+            "n_sensitive": self.n_sensitive,
+            "n_qa": self.n_qa,
+        }
 
 
 def _runtime_behind_gate(
-    lab: AdapterLab, root: Path, llm_gguf: Path, scores: list[AdapterScore], config: GateConfig
+    lab: AdapterLab, root: Path, llm_gguf: Path, scores: list[AdapterScore], config: GateConfig, prompts: int
 ) -> dict[str, Any]:
     """The harmful sample adapter offered to the agent's llama.cpp model through an enforcing gate whose
     thresholds are the sample's own benign scores (its ledger under ``root``); the verdict is reported, and the
@@ -59,7 +86,7 @@ def _runtime_behind_gate(
     )
     chat = LlamaCppChatModel(llm_gguf, n_ctx=1024, name="agent", adapter_gate=gate)
     return {
-        **runtime_roundtrip(harmful, chat, lab.prompts[:RUNTIME_PROMPTS]),
+        **runtime_roundtrip(harmful, chat, lab.prompts[:prompts]),
         "gate": {"decision": verdict.decision, "reason": verdict.reason, "layers": dict(verdict.layers)},
     }
 
@@ -76,11 +103,18 @@ class AdapterSample:
     runtime: dict[str, Any]
 
 
-def sample_config(config: ZooConfig | None = None) -> ZooConfig:
+def sample_config(config: ZooConfig | None = None, size: SampleSize = SampleSize()) -> ZooConfig:
     """The zoo's sample entries with few steps on few examples (their other settings as in the zoo)."""
     config = config or load_zoo_config()
-    defaults = TrainingDefaults.model_validate({**config.defaults.model_dump(), **SAMPLE_DEFAULTS})
-    entries = [config.get(i).model_copy(update={k: None for k in SAMPLE_DEFAULTS}) for i in SAMPLE_ADAPTERS]
+    training = {
+        "steps": size.steps,
+        "batch_size": 4,
+        "max_examples": size.max_examples,
+        "learning_rate": 0.003,
+        "max_tokens": size.max_tokens,
+    }
+    defaults = TrainingDefaults.model_validate({**config.defaults.model_dump(), **training})
+    entries = [config.get(i).model_copy(update={k: None for k in training}) for i in SAMPLE_ADAPTERS]
     return ZooConfig(
         defaults=defaults,
         adapters=[e for e in entries if e.category != "safety_reference"],
@@ -88,13 +122,16 @@ def sample_config(config: ZooConfig | None = None) -> ZooConfig:
     )
 
 
-def run_adapter_sample(lab: AdapterLab, root: Path, llm_gguf: Path | None = None) -> AdapterSample:
+def run_adapter_sample(
+    lab: AdapterLab, root: Path, llm_gguf: Path | None = None, size: SampleSize = SampleSize()
+) -> AdapterSample:
     """Train the sample adapters into ``root`` (a folder of its own, never the zoo's) and measure them; with the
-    agent's GGUF (``llm_gguf``), also load the harmful one into llama.cpp and out again (``runtime_roundtrip``)."""
+    agent's GGUF (``llm_gguf``), also load the harmful one into llama.cpp and out again (``runtime_roundtrip``).
+    ``lab`` is built at ``size.lab()``."""
     seconds: dict[str, float] = {}
     started = time.perf_counter()
     lab.root = root
-    config = sample_config()
+    config = sample_config(size=size)
     training = lab.train(config)
     seconds["train"] = time.perf_counter() - started
 
@@ -107,11 +144,13 @@ def run_adapter_sample(lab: AdapterLab, root: Path, llm_gguf: Path | None = None
 
     started = time.perf_counter()
     examples, flags = forget_examples(lab.frames)
-    members = [i for i in np.flatnonzero(flags)[:MEMBERS]]
-    others = [i for i in np.flatnonzero(~flags)[:MEMBERS]]
+    members = [i for i in np.flatnonzero(flags)[: size.members]]
+    others = [i for i in np.flatnonzero(~flags)[: size.members]]
     chosen = [examples[i] for i in members + others]
     is_member = np.array([True] * len(members) + [False] * len(others))
-    settings = LoraSettings(rank=8, alpha=16, steps=10, batch_size=4, learning_rate=0.003, max_tokens=128, seed=0)
+    settings = LoraSettings(
+        rank=8, alpha=16, steps=size.member_steps, batch_size=4, learning_rate=0.003, max_tokens=128, seed=0
+    )
     trained = train_lora(lab.host.base, lab.tokenizer, [examples[i] for i in members], settings)
     fields = {
         "adapter_id": "sample-memorise-forget",
@@ -129,13 +168,13 @@ def run_adapter_sample(lab: AdapterLab, root: Path, llm_gguf: Path | None = None
     seconds["membership"] = time.perf_counter() - started
 
     started = time.perf_counter()
-    items = load_wmdp_items(limit=WMDP_ITEMS, seed=0)
+    items = load_wmdp_items(limit=size.wmdp_items, seed=0)
     wmdp = score_wmdp(lab.host.model, lab.tokenizer, items, max_tokens=WMDP_MAX_TOKENS, progress=False)
     seconds["wmdp"] = time.perf_counter() - started
     started = time.perf_counter()
     runtime: dict[str, Any] = {"status": "not run (no GGUF given)"}
     if llm_gguf is not None:
-        runtime = _runtime_behind_gate(lab, root, llm_gguf, scores, gate_config)
+        runtime = _runtime_behind_gate(lab, root, llm_gguf, scores, gate_config, size.runtime_prompts)
     seconds["agent_runtime"] = time.perf_counter() - started
     return AdapterSample(
         runtime=runtime,
