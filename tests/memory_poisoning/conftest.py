@@ -32,6 +32,16 @@ def embedder(tiny_models):
 
 
 @pytest.fixture(scope="session")
+def study_embeddings(embedder):
+    """One embedding cache for every study built in this process, as one study run shares it across its cells:
+    the same StrategyQA / MINJA records are embedded once (the modules using it share a test worker,
+    ``tests/conftest.py`` SHARED_WORKER)."""
+    from rvu_pipelines.memory_poisoning.study_cells import EmbeddingCache
+
+    return EmbeddingCache(embedder)
+
+
+@pytest.fixture(scope="session")
 def injecagent_frame(shared_data: Path) -> pl.DataFrame:
     from rvu_pipelines.data.parsers import injecagent
 

@@ -37,8 +37,8 @@ def frames(strategyqa_frame, minja_frame):
 
 
 @pytest.fixture(scope="module")
-def embed(embedder) -> EmbeddingCache:
-    return EmbeddingCache(embedder)  # shared by the module's matrix and sweep, as one study shares it
+def embed(study_embeddings) -> EmbeddingCache:
+    return study_embeddings  # shared by the matrix and the sweep, as one study shares it
 
 
 @pytest.fixture(scope="module")

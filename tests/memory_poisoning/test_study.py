@@ -21,7 +21,7 @@ from rvu_pipelines.memory_poisoning.retrieval import build_memory
 from rvu_pipelines.memory_poisoning.runner import StudyResult
 from rvu_pipelines.memory_poisoning.sir import SIRConfig, simulate_sir
 from rvu_pipelines.memory_poisoning.study import attack_defense_matrix, context_for, detector_suite, protocol_contrast
-from rvu_pipelines.memory_poisoning.study_cells import EmbeddingCache, StudyConfig, build_cell
+from rvu_pipelines.memory_poisoning.study_cells import StudyConfig, build_cell
 from rvu_pipelines.provenance.entry_ids import write_entry_id
 from rvu_pipelines.provenance.incident import load_incident
 from rvu_pipelines.recovery import RecoveryFiles
@@ -41,14 +41,13 @@ CONFIG = StudyConfig(
 
 
 @pytest.fixture(scope="module")
-def cells(strategyqa_frame, minja_frame, shared_data: Path, embedder):
+def cells(strategyqa_frame, minja_frame, shared_data: Path, study_embeddings):
     frames = {
         "agentpoison_strategyqa": strategyqa_frame,
         "minja": minja_frame,
         "injecagent": injecagent({p.name: p for p in (shared_data / "injecagent").rglob("*") if p.is_file()}),
     }
-    embed = EmbeddingCache(embedder)
-    return {name: build_cell(name, frames, embed, CONFIG) for name in ("agentpoison", "minja", "injecmem")}
+    return {name: build_cell(name, frames, study_embeddings, CONFIG) for name in ("agentpoison", "minja", "injecmem")}
 
 
 def test_the_matrix_measures_every_attack_against_every_detector(cells) -> None:

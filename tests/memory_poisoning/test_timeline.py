@@ -24,7 +24,7 @@ from rvu_pipelines.memory_poisoning.study import (
     history_for,
     mixed_history,
 )
-from rvu_pipelines.memory_poisoning.study_cells import EmbeddingCache, StudyConfig, build_cell
+from rvu_pipelines.memory_poisoning.study_cells import StudyConfig, build_cell
 from rvu_pipelines.memory_poisoning.timeline import (
     ScanConfig,
     ScanRun,
@@ -44,10 +44,9 @@ RVU = shutil.which("rvu") or str(Path(__file__).resolve().parents[2] / ".venv" /
 
 
 @pytest.fixture(scope="module")
-def cells(strategyqa_frame, embedder):
-    embed = EmbeddingCache(embedder)
+def cells(strategyqa_frame, study_embeddings):
     frames = {"agentpoison_strategyqa": strategyqa_frame}
-    return {name: build_cell(name, frames, embed, CONFIG) for name in ("agentpoison", RANDOM_NAME)}
+    return {name: build_cell(name, frames, study_embeddings, CONFIG) for name in ("agentpoison", RANDOM_NAME)}
 
 
 @pytest.fixture(scope="module")

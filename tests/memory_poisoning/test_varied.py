@@ -12,7 +12,7 @@ from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.memory_poisoning.attacks.agentpoison import TriggerConfig
 from rvu_pipelines.memory_poisoning.attacks.varied import NAME, SourceRecord, varied_attack
 from rvu_pipelines.memory_poisoning.study import attack_defense_matrix, detector_suite
-from rvu_pipelines.memory_poisoning.study_cells import EmbeddingCache, StudyConfig, build_cell
+from rvu_pipelines.memory_poisoning.study_cells import StudyConfig, build_cell
 
 CONFIG = StudyConfig(
     regime="small", n_queries=60, agentpoison_poisons=8, agentpoison_train=10, trigger=TriggerConfig.tiny()
@@ -21,10 +21,9 @@ BENIGN_SHAPE = re.compile(r"^Question: [^\n]+\nSearch\[[^\n]+\]: [^\n]+\nAnswer:
 
 
 @pytest.fixture(scope="module")
-def cells(strategyqa_frame, injecagent_frame, embedder):
+def cells(strategyqa_frame, injecagent_frame, study_embeddings):
     frames = {"agentpoison_strategyqa": strategyqa_frame, "injecagent": injecagent_frame}
-    embed = EmbeddingCache(embedder)
-    return {name: build_cell(name, frames, embed, CONFIG) for name in ("agentpoison", NAME)}
+    return {name: build_cell(name, frames, study_embeddings, CONFIG) for name in ("agentpoison", NAME)}
 
 
 def test_varied_poisons_take_the_benign_records_shape_and_keep_the_attack(cells) -> None:
