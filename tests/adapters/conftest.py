@@ -14,6 +14,7 @@ from rvu_pipelines.adapters.admission import LoadGate
 from rvu_pipelines.adapters.files import BaseModelInfo, save_adapter, verify_adapter
 from rvu_pipelines.adapters.gate import GateConfig
 from rvu_pipelines.adapters.runtime import AgentAdapter, attention_heads
+from rvu_pipelines.adapters.training import LoraSettings
 
 
 class PlumbingAdmissions:
@@ -41,7 +42,7 @@ def noise_tensors(seed: int = 0, rank: int = 4) -> dict[str, torch.Tensor]:
     return tensors
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def depots() -> tuple[list[Any], np.ndarray]:
     """Twelve made-up vault codes, every other one a member: what a memorising adapter is trained on in seconds."""
     from rvu_pipelines.adapters.chat import ChatExample
@@ -64,6 +65,27 @@ def noise() -> Any:
 @pytest.fixture
 def plumbing_admissions() -> PlumbingAdmissions:
     return PlumbingAdmissions()
+
+
+# 24 steps at 1e-2 (every member seen 24 times): the codes come back greedily through the quantised runtime; on
+# the upper 18 of the 30 layers only, so that the backward pass stops there
+DEPOT_MEMORISER = LoraSettings(
+    rank=8, alpha=16, steps=24, batch_size=6, learning_rate=1e-2, max_tokens=64, layers=tuple(range(12, 30)), seed=0
+)
+
+
+@pytest.fixture(scope="session")
+def depot_memoriser(tiny_models, depots) -> Any:
+    """A LoRA adapter (q / v of the upper layers, ``TrainedAdapter``) that memorised the member depots' codes, trained
+    once per worker for every test that evicts a memorising adapter."""
+    from rvu_pipelines.adapters.training import train_lora
+    from rvu_pipelines.models.dequantized import load_dequantized
+
+    llm = tiny_models["llm"]
+    model, tokenizer = load_dequantized(llm.path, sha256=llm.sha256, attn_implementation="sdpa")
+    examples, is_member = depots
+    members = [e for e, m in zip(examples, is_member, strict=True) if m]
+    return train_lora(model, tokenizer, members, DEPOT_MEMORISER)
 
 
 @pytest.fixture(scope="session")

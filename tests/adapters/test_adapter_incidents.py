@@ -215,7 +215,9 @@ def test_evicted_adapters_are_refused_by_the_next_gate(tmp_path: Path, random_ad
         read_blocklist(blocklist)
 
 
-def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_models, depots, tmp_path: Path) -> None:
+def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(
+    tiny_models, depots, depot_memoriser, tmp_path: Path
+) -> None:
     """E6 inside recover(): the incident ran under a memorising adapter on the agent's llama.cpp runtime, the
     recovery evicts it, purges the answers it left in the response cache, and the signed certificate holds the
     membership verdict loaded vs evicted and what is left; the leak probe catches the cache before the purge."""
@@ -232,7 +234,6 @@ def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_m
     )
     from rvu_pipelines.adapters.margins import MarginItem, answer_margins, margin_shift
     from rvu_pipelines.adapters.runtime import lifecycle_fields
-    from rvu_pipelines.adapters.training import LoraSettings, train_lora
     from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
     from rvu_pipelines.models.dequantized import load_dequantized
     from rvu_pipelines.models.llm import LlamaCppChatModel
@@ -244,12 +245,9 @@ def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(tiny_m
     model, tokenizer = load_dequantized(llm.path, sha256=llm.sha256, attn_implementation="sdpa")
     base = BaseModelInfo.of(model, name=llm.name, sha256=llm.sha256)
     examples, is_member = depots
-    # 24 steps at 1e-2 (every member seen 24 times): the codes come back greedily through the quantised runtime
-    settings = LoraSettings(rank=8, alpha=16, steps=24, batch_size=6, learning_rate=1e-2, max_tokens=64, seed=0)
-    trained = train_lora(model, tokenizer, [e for e, m in zip(examples, is_member, strict=True) if m], settings)
     fields = {"adapter_id": "memorise-depots", "label": "harmful", "category": "memorise", "source": "test"}
-    fields |= {"rank": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"], "steps": 24}
-    save_adapter(tmp_path / "memorise-depots", trained.tensors, fields, base=base)
+    fields |= {"rank": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"], "steps": depot_memoriser.settings.steps}
+    save_adapter(tmp_path / "memorise-depots", depot_memoriser.tensors, fields, base=base)
     adapter = verify_adapter(tmp_path / "memorise-depots", base)
     audit = LoadGate.audit(base, tmp_path / "state", config=GateConfig())  # the probe loads a harmful adapter
 

@@ -147,7 +147,7 @@ def one_torch_thread():
 
 
 def test_a_recovery_certifies_each_evicted_adapter_or_says_why(
-    tiny_models, depots, tmp_path: Path, one_torch_thread
+    tiny_models, depots, depot_memoriser, tmp_path: Path, one_torch_thread
 ) -> None:
     """Two adapters evicted, one measured (its files at hand), one whose files were deleted (a reasoned
     "not run"), one loaded but not evicted; the base is loaded only because one adapter is measured."""
@@ -156,9 +156,7 @@ def test_a_recovery_certifies_each_evicted_adapter_or_says_why(
     from rvu_pipelines.adapters.eviction_probe import PROBE_LEDGER_NAME, EvictedAdaptersProbe, RecoveryMembership
     from rvu_pipelines.adapters.files import BaseModelInfo, save_adapter
     from rvu_pipelines.adapters.lingering import LingeringStores, purge_lingering
-    from rvu_pipelines.adapters.training import LoraSettings, train_lora
     from rvu_pipelines.agents.llm_cache import ResponseCache
-    from rvu_pipelines.models.dequantized import load_dequantized
     from rvu_pipelines.models.llm import ChatCompletion
     from rvu_pipelines.provenance.engines import open_store
     from rvu_pipelines.provenance.incident import load_incident
@@ -167,17 +165,13 @@ def test_a_recovery_certifies_each_evicted_adapter_or_says_why(
     from rvu_pipelines.recovery.pipeline import recover
 
     llm = tiny_models["llm"]
-    model, tokenizer = load_dequantized(llm.path, sha256=llm.sha256, attn_implementation="sdpa")
     base = BaseModelInfo.from_gguf(llm.path, name=llm.name, sha256=llm.sha256)  # as the recovery reads it
     examples, is_member = depots
-    settings = LoraSettings(rank=8, alpha=16, steps=12, batch_size=6, learning_rate=5e-3, max_tokens=64, seed=0)
-    trained = train_lora(model, tokenizer, [e for e, m in zip(examples, is_member, strict=True) if m], settings)
-    del model
     roots = tmp_path / "adapters"
     fields = {"label": "harmful", "category": "memorise", "source": "test", "rank": 8, "alpha": 16}
-    fields |= {"target_modules": ["q_proj", "v_proj"], "steps": 12}
-    kept = save_adapter(roots / "depots", trained.tensors, {"adapter_id": "depots", **fields}, base=base)
-    halved = {name: tensor * 0.5 for name, tensor in trained.tensors.items()}
+    fields |= {"target_modules": ["q_proj", "v_proj"], "steps": depot_memoriser.settings.steps}
+    kept = save_adapter(roots / "depots", depot_memoriser.tensors, {"adapter_id": "depots", **fields}, base=base)
+    halved = {name: tensor * 0.5 for name, tensor in depot_memoriser.tensors.items()}
     gone = save_adapter(roots / "depots-gone", halved, {"adapter_id": "depots-gone", **fields}, base=base)
     for path in (roots / "depots-gone").iterdir():
         path.unlink()  # its files are not at hand any more
