@@ -64,15 +64,22 @@ SHARED_WORKER = {
     "tests/detectors/test_production_detector.py": "overdefense-set",
     "tests/detectors/test_detectors_assets.py": "overdefense-set",
     "tests/detectors/test_detector_validity.py": "overdefense-set",
+    # one embedding cache for the memory-poisoning studies (``study_embeddings``): each record is embedded once
+    "tests/memory_poisoning/test_seeds.py": "memory-poisoning-studies",
+    "tests/memory_poisoning/test_study.py": "memory-poisoning-studies",
+    "tests/memory_poisoning/test_timeline.py": "memory-poisoning-studies",
+    "tests/memory_poisoning/test_varied.py": "memory-poisoning-studies",
+    # one memorising adapter (``depot_memoriser``) for the recoveries that evict one
+    "tests/adapters/test_adapter_incidents.py": "depot-memoriser",
+    "tests/adapters/test_adapter_membership_probe.py": "depot-memoriser",
 }
 # handed out first, so that no long module starts last while the other worker has nothing left to run (a work
 # unit's test count, xdist's own order, says little: one asset test trains five adapters)
 LONG_MODULES = (
     "tests/adapters/test_adapter_assets.py",
-    "tests/adapters/test_adapter_incidents.py",
+    "depot-memoriser",
     "overdefense-set",
-    "tests/memory_poisoning/test_seeds.py",
-    "tests/memory_poisoning/test_study.py",
+    "memory-poisoning-studies",
     "tests/agents/test_hfer_defense.py",
     "tests/adapters/test_adapter_files.py",
     "tests/recovery/test_recovery_cli.py",

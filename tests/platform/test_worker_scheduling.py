@@ -1,0 +1,53 @@
+"""`make test`'s worker scheduling (tests/conftest.py): a module, or the group it shares a worker with, runs on one
+pytest-xdist worker, so its fixtures are built once; the lists that steer it name files that exist."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from conftest import HEAVY_MODULES, LONG_MODULES, SHARED_WORKER, work_unit_of
+
+REPO = Path(__file__).resolve().parents[2]
+MODULES = ("tests/platform/test_bounded_io.py", "tests/platform/test_atomic_write.py", "tests/platform/test_settings.py")
+
+RECORDER = """
+import json, os
+def pytest_runtest_logreport(report):
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # unset in the controller, which sees every report again
+    if worker and report.when == "call":
+        with open(os.environ["WORKER_LOG"], "a") as out:
+            out.write(json.dumps([worker, report.nodeid]) + "\\n")
+"""
+
+
+def test_the_lists_name_modules_that_exist() -> None:
+    for module in (*SHARED_WORKER, *HEAVY_MODULES):
+        assert (REPO / module).is_file(), module
+    groups = set(SHARED_WORKER.values())
+    for unit in LONG_MODULES:
+        assert unit in groups or (REPO / unit).is_file(), unit
+    assert work_unit_of("tests/detectors/test_overdefense.py::test_x[a]") == "overdefense-set"
+    assert work_unit_of("tests/platform/test_cli.py::test_y") == "tests/platform/test_cli.py"
+
+
+def test_each_module_runs_on_one_worker(tmp_path: Path) -> None:
+    """Three modules over two workers: every test of a module reports from the same worker. (pytest-xdist's own
+    ``xdist_group`` marks stopped grouping under pytest 9, and each test went out alone.)"""
+    (tmp_path / "worker_recorder.py").write_text(RECORDER)
+    log = tmp_path / "workers.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "WORKER_LOG": str(log)}
+    command = [sys.executable, "-m", "pytest", *MODULES, "-n", "2", "--dist", "loadgroup", "-p", "worker_recorder"]
+    done = subprocess.run([*command, "-q", "-p", "no:cacheprovider"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    workers: dict[str, set[str]] = defaultdict(set)
+    for line in log.read_text().splitlines():
+        worker, nodeid = json.loads(line)
+        workers[nodeid.split("::", 1)[0]].add(worker)
+    assert set(workers) == set(MODULES)
+    assert all(len(ran_on) == 1 for ran_on in workers.values()), dict(workers)
+    assert set().union(*workers.values()) == {"gw0", "gw1"}  # and both workers had work
