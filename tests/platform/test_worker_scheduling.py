@@ -13,7 +13,7 @@ from pathlib import Path
 from conftest import HEAVY_MODULES, LONG_MODULES, SHARED_WORKER, work_unit_of
 
 REPO = Path(__file__).resolve().parents[2]
-MODULES = ("tests/platform/test_bounded_io.py", "tests/platform/test_atomic_write.py", "tests/platform/test_settings.py")
+MODULES = tuple(f"tests/platform/test_{name}.py" for name in ("bounded_io", "atomic_write", "settings"))
 
 RECORDER = """
 import json, os
