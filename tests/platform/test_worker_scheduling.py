@@ -9,8 +9,9 @@ import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
-from conftest import HEAVY_MODULES, LONG_MODULES, SHARED_WORKER, work_unit_of
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 MODULES = tuple(f"tests/platform/test_{name}.py" for name in ("bounded_io", "atomic_write", "settings"))
@@ -25,14 +26,22 @@ def pytest_runtest_logreport(report):
 """
 
 
-def test_the_lists_name_modules_that_exist() -> None:
-    for module in (*SHARED_WORKER, *HEAVY_MODULES):
+def _suite_conftest(config: pytest.Config) -> Any:
+    """tests/conftest.py as pytest loaded it (importing it by name would find whichever conftest.py is first on
+    the path, and loading it again would pin the worker's cores a second time)."""
+    path = REPO / "tests" / "conftest.py"
+    return next(p for p in config.pluginmanager.get_plugins() if getattr(p, "__file__", None) == str(path))
+
+
+def test_the_lists_name_modules_that_exist(pytestconfig: pytest.Config) -> None:
+    suite = _suite_conftest(pytestconfig)
+    for module in (*suite.SHARED_WORKER, *suite.HEAVY_MODULES):
         assert (REPO / module).is_file(), module
-    groups = set(SHARED_WORKER.values())
-    for unit in LONG_MODULES:
+    groups = set(suite.SHARED_WORKER.values())
+    for unit in suite.LONG_MODULES:
         assert unit in groups or (REPO / unit).is_file(), unit
-    assert work_unit_of("tests/detectors/test_overdefense.py::test_x[a]") == "overdefense-set"
-    assert work_unit_of("tests/platform/test_cli.py::test_y") == "tests/platform/test_cli.py"
+    assert suite.work_unit_of("tests/detectors/test_overdefense.py::test_x[a]") == "overdefense-set"
+    assert suite.work_unit_of("tests/platform/test_cli.py::test_y") == "tests/platform/test_cli.py"
 
 
 def test_each_module_runs_on_one_worker(tmp_path: Path) -> None:
@@ -40,7 +49,9 @@ def test_each_module_runs_on_one_worker(tmp_path: Path) -> None:
     ``xdist_group`` marks stopped grouping under pytest 9, and each test went out alone.)"""
     (tmp_path / "worker_recorder.py").write_text(RECORDER)
     log = tmp_path / "workers.jsonl"
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "WORKER_LOG": str(log)}
+    # a run of its own: nothing of the pytest-xdist worker this test may itself be running in
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
+    env |= {"PYTHONPATH": str(tmp_path), "WORKER_LOG": str(log)}
     command = [sys.executable, "-m", "pytest", *MODULES, "-n", "2", "--dist", "loadgroup", "-p", "worker_recorder"]
     done = subprocess.run([*command, "-q", "-p", "no:cacheprovider"], cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
