@@ -120,7 +120,7 @@ test: setup
 # the inner loop (under 2 minutes): every test that loads no model, trains nothing and starts no server
 # (tests/conftest.py --fast); CI runs the full default suite
 test-fast: setup
-	$(BIN)/pytest -m "not slow and not network" --fast -q
+	$(BIN)/pytest -m "not slow and not network" --fast -q -n $(TEST_WORKERS) --dist loadgroup
 
 test-slow: setup
 	$(BIN)/pytest -m slow
