@@ -94,6 +94,7 @@ def work_unit_of(nodeid: str) -> str:
     return SHARED_WORKER.get(module, module)
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: without it (``-p no:xdist``) nothing calls it
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """``--dist loadgroup`` with the groups named here: xdist's own ``xdist_group`` marks name the group in the
     test's node id, which pytest 9 no longer lets a plugin rewrite, so every test would be handed out alone and
