@@ -104,15 +104,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     from xdist.scheduler import LoadScopeScheduling
 
     class SharedWorkerScheduling(LoadScopeScheduling):
+        long_first = False  # set once the work queue has been put in LONG_MODULES order
+
         def _split_scope(self, nodeid: str) -> str:
             return work_unit_of(nodeid)
 
         def _assign_work_unit(self, node: Any) -> None:
-            if not getattr(self, "_long_first", False):  # once, when the work queue is first handed out
+            if not self.long_first:  # once, when the work queue is first handed out
                 for unit in reversed(LONG_MODULES):
                     if unit in self.workqueue:
                         self.workqueue.move_to_end(unit, last=False)
-                self._long_first = True
+                self.long_first = True
             super()._assign_work_unit(node)
 
     return SharedWorkerScheduling(config, log)

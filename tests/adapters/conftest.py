@@ -14,7 +14,7 @@ from rvu_pipelines.adapters.admission import LoadGate
 from rvu_pipelines.adapters.files import BaseModelInfo, save_adapter, verify_adapter
 from rvu_pipelines.adapters.gate import GateConfig
 from rvu_pipelines.adapters.runtime import AgentAdapter, attention_heads
-from rvu_pipelines.adapters.training import LoraSettings
+from rvu_pipelines.adapters.training import LoraSettings, TrainedAdapter
 
 
 class PlumbingAdmissions:
@@ -75,8 +75,8 @@ DEPOT_MEMORISER = LoraSettings(
 
 
 @pytest.fixture(scope="session")
-def depot_memoriser(tiny_models, depots) -> Any:
-    """A LoRA adapter (q / v of the upper layers, ``TrainedAdapter``) that memorised the member depots' codes, trained
+def depot_memoriser(tiny_models, depots) -> TrainedAdapter:
+    """A LoRA adapter (q / v of the upper layers) that memorised the member depots' codes, trained
     once per worker for every test that evicts a memorising adapter."""
     from rvu_pipelines.adapters.training import train_lora
     from rvu_pipelines.models.dequantized import load_dequantized
