@@ -1,10 +1,14 @@
 """Attacks with strings optimised on the agent's own weights: the universal string and the adaptive ones.
 
 ``gcg_universal`` appends one string, optimised with GCG over a training split of InjecAgent scenarios on the
-de-quantised copy of the agent's GGUF, to every scenario's native injection. ``gcg_per_scenario`` appends a string
-optimised on the very scenario it is planted in (a stronger attacker: it knows the user's request and the agent's
-prompt up to the injection; only the scenarios with a stored string can run it). ``adaptive`` appends the string
-optimised against the defense of the cell it runs in (the attacker moves second):
+de-quantised copy of the agent's GGUF, to every scenario's native injection. ``gcg_universal_call`` is the same
+attacker who also writes its own goal out (the ``planted_call`` text: the attacker knows which call it wants) and
+appends one universal string, optimised over the training split with the goal planted, after it: its control is
+``planted_call`` on the same scenarios, so its row says what the one optimised string adds to the planted goal.
+
+``gcg_per_scenario`` appends a string optimised on the very scenario it is planted in (a stronger attacker: it knows
+the user's request and the agent's prompt up to the injection; only the scenarios with a stored string can run it).
+``adaptive`` appends the string optimised against the defense of the cell it runs in (the attacker moves second):
 
 - ``vanilla``: nothing to adapt to; the universal string;
 - ``classifier``: a joint objective, the attacker's tool call plus a low score of the classifier's own detector
@@ -34,12 +38,14 @@ from pathlib import Path
 
 from rvu_pipelines.attacks import gate_aware
 from rvu_pipelines.attacks.catalog import AttackContext, AttackSpec, register
+from rvu_pipelines.attacks.planted_call import plant_goal
 from rvu_pipelines.attacks.stored import StoredString, load_string, string_path
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scenarios.axes import GATED_DEFENSES
 from rvu_pipelines.scenarios.contract import Scenario
 
 UNIVERSAL = "gcg_universal"
+UNIVERSAL_CALL = "gcg_universal_call"  # the universal string appended to the planted goal
 PER_SCENARIO = "gcg_per_scenario"
 RANDOM = "random_string"  # the unoptimised control: random plantable tokens, as many as the universal string's
 ADAPTIVE = "adaptive"
@@ -55,10 +61,16 @@ ADAPTIVE_PER_SCENARIO_STRINGS: dict[str, str] = {
     "hfer": "adaptive-hfer_per_scenario",
 }
 PER_SCENARIO_STRINGS = frozenset(ADAPTIVE_PER_SCENARIO_STRINGS.values())  # strings made for one scenario each
+PLANTED_GOAL_STRINGS = frozenset({UNIVERSAL_CALL})  # strings optimised and planted after the attacker's goal
 # the defenses whose detector scores the text a string is planted in: their score is the joint objective's penalty
 DETECTOR_DEFENSES = frozenset({"classifier", "hfer"})
 OBJECTIVES: dict[str, tuple[str, str]] = {  # string name -> (capture defense, objective in words)
     UNIVERSAL: ("vanilla", "mean cross-entropy of the attacker's tool call over the training prompts"),
+    UNIVERSAL_CALL: (
+        "vanilla",
+        "mean cross-entropy of the attacker's tool call over the training prompts, the call written out before "
+        "the string",
+    ),
     PER_SCENARIO: ("vanilla", "cross-entropy of the attacker's tool call in the one scenario the string is planted in"),
     "adaptive-classifier": (
         "classifier",
@@ -130,6 +142,12 @@ def append_string(scenario: Scenario, stored: StoredString) -> Scenario:
             "(leave out the training split, in_training_split())."
         )
     return scenario.with_injection(scenario.injection + stored.text)
+
+
+def slot_scenario(name: str, scenario: Scenario) -> Scenario:
+    """The scenario as the string ``name`` meets it before the string: the goal planted for the strings that
+    follow it, else the scenario itself (the optimiser captures its slot from this; the attack plants into it)."""
+    return plant_goal(scenario) if name in PLANTED_GOAL_STRINGS else scenario
 
 
 def per_scenario_dir(strings_dir: Path, profile: str, name: str = PER_SCENARIO) -> Path:
@@ -208,6 +226,17 @@ _string_attack(
     UNIVERSAL,
     "the native injection plus one GCG string optimised on the agent's weights over training scenarios",
     lambda _context: UNIVERSAL,
+)
+register(
+    AttackSpec(
+        UNIVERSAL_CALL,
+        "the attacker's goal written out (planted_call) plus one GCG string optimised on the agent's weights over "
+        "training scenarios with their goals planted",
+        rewrite=lambda scenario, context: append_string(
+            slot_scenario(UNIVERSAL_CALL, scenario), _stored(UNIVERSAL_CALL, context)
+        ),
+        fingerprint=lambda context: _fingerprint(UNIVERSAL_CALL, context),
+    )
 )
 register(
     AttackSpec(

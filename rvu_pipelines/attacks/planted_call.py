@@ -46,11 +46,17 @@ def target_text(scenario: Scenario) -> str:
     )
 
 
+def plant_goal(scenario: Scenario) -> Scenario:
+    """The scenario with its attacker's goal written out after the native injection (what ``planted_call`` plants,
+    and what ``gcg_universal_call`` appends its string to)."""
+    return scenario.with_injection(f"{scenario.injection} {target_text(scenario)}")
+
+
 register(
     AttackSpec(
         PLANTED_CALL,
         "control: the native injection plus the attacker's goal written out (a per-scenario string's start)",
-        rewrite=lambda scenario, _context: scenario.with_injection(f"{scenario.injection} {target_text(scenario)}"),
+        rewrite=lambda scenario, _context: plant_goal(scenario),
         fingerprint=lambda _context: "tool-call-v2",
     )
 )

@@ -21,6 +21,7 @@ from rvu_pipelines.attacks.optimised import (
     RANDOM,
     UNIVERSAL,
     per_scenario_path,
+    slot_scenario,
 )
 from rvu_pipelines.attacks.stored import StoredString, save_string, string_path
 from rvu_pipelines.errors import ConfigError
@@ -84,7 +85,8 @@ def optimise_string(
         )
     if defense == "fath":  # the attacker cannot see the episode's tag: a fresh random one per captured prompt
         settings = dataclasses.replace(settings, fath_random_tags=True)
-    captures = [c for s in scenarios if (c := capture(s, tokenizer, settings, defense=defense, llm=llm))]
+    planted = [slot_scenario(name, s) for s in scenarios]
+    captures = [c for s in planted if (c := capture(s, tokenizer, settings, defense=defense, llm=llm))]
     slots = [c.slot for c in captures]
     if not slots:
         raise ConfigError(f"None of the {len(scenarios)} training scenarios reaches the agent under {defense}.")

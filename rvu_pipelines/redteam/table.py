@@ -42,6 +42,7 @@ CONTROLS: dict[str, str] = {
     "gcg_per_scenario": "planted_call",  # the text the per-scenario optimisation starts from
     ADAPTIVE_PER_SCENARIO: PER_SCENARIO,  # the string the adapted one starts from: what knowing the defense adds
     "gcg_universal": "random_string",  # as many unoptimised tokens
+    "gcg_universal_call": "planted_call",  # the planted goal the string is appended to
     "planted_call": "native",  # the benchmark's own injection
     "forged_turn": "native",
 }
@@ -113,7 +114,7 @@ def unavailable(attack: str, defense: str, context: AttackContext, benchmark: st
         return f"no adaptive attack against {defense} yet"
     if attack == ADAPTIVE_PER_SCENARIO:
         return _adaptive_per_scenario_gap(defense, context, benchmark)
-    names = {"gcg_universal": "gcg_universal", "random_string": "random_string"}
+    names = {name: name for name in ("gcg_universal", "gcg_universal_call", "random_string")}
     name = ADAPTIVE_STRINGS.get(defense) if attack == ADAPTIVE else names.get(attack)
     if name and not string_path(context.strings_dir, name, context.profile).is_file():
         return f"{name} is not optimised for profile {context.profile} (scripts/optimise_attack.py --name {name})"

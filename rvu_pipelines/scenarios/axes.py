@@ -38,6 +38,7 @@ ATTACKS: tuple[str, ...] = (
     "forged_turn",
     "planted_call",
     "gcg_universal",
+    "gcg_universal_call",
     "gcg_per_scenario",
     "adaptive",
     "adaptive_per_scenario",
@@ -51,6 +52,9 @@ ATTACK_NOTES: dict[str, str] = {
     "or on BIPIA the answer its judge accepts; what a per-scenario string starts from)",
     "gcg_universal": "the native injection plus one string optimised (GCG) on the agent's own weights over a "
     "training split of InjecAgent scenarios; evaluated on held-out scenarios",
+    "gcg_universal_call": "the attacker's goal written out (planted_call) plus one string optimised (GCG) on the "
+    "agent's own weights over a training split of InjecAgent scenarios with their goals planted; evaluated on "
+    "held-out scenarios",
     "gcg_per_scenario": "the native injection plus a string optimised (GCG) on the agent's own weights for that very "
     "scenario; runs on the scenarios that have one",
     "adaptive": "the attack optimised against the cell's defense (the attacker moves second)",
