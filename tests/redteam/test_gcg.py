@@ -170,3 +170,50 @@ def test_the_real_agent_runs_a_held_out_episode_under_the_optimised_string(optim
     assert isinstance(row["attack_succeeded"], bool)
     assert row["episode_key"] != native_run.rows.row(0, named=True)["episode_key"]
     assert attacked_run.path != native_run.path
+
+
+def test_the_universal_string_on_the_planted_call_is_optimised_and_planted_after_the_goal(
+    dequantized, capture_settings, train_scenario, tmp_path
+):
+    """``gcg_universal_call`` meets the prompt with the attacker's goal already written out, optimises one string
+    after it, and plants that string after the goal in held-out scenarios; ``planted_call`` is its paired control."""
+    import dataclasses
+
+    import torch
+
+    from rvu_pipelines.attacks.catalog import AttackContext, attacked
+    from rvu_pipelines.attacks.optimised import UNIVERSAL_CALL, in_training_split, slot_scenario
+    from rvu_pipelines.redteam.optimise import optimise_string
+    from rvu_pipelines.redteam.table import CONTROLS
+    from rvu_pipelines.scenarios import scenarios_for
+
+    model, tokenizer, sha = dequantized
+    planted = slot_scenario(UNIVERSAL_CALL, train_scenario)
+    assert planted.injection == f"{train_scenario.injection} {target_text(train_scenario)}"
+    slot = capture(planted, tokenizer, capture_settings).slot
+    assert tokenizer.decode(list(slot.prefix_ids)).endswith(target_text(train_scenario))
+    stored = optimise_string(
+        UNIVERSAL_CALL,
+        profile="tiny",
+        model_sha256=sha,
+        model=model,
+        tokenizer=tokenizer,
+        scenarios=[train_scenario],
+        settings=capture_settings,
+        config=dataclasses.replace(TINY, steps=1),
+        state_path=tmp_path / "state.json",
+        strings_dir=tmp_path,
+        progress=False,
+    )
+    assert stored.name == UNIVERSAL_CALL and stored.train_scenarios == (train_scenario.scenario_id,)
+    # its first loss is the string's on the prompt with the goal planted, not on the native one
+    state = json.loads((tmp_path / "state.json").read_text())
+    native_slot = capture(train_scenario, tokenizer, capture_settings).slot
+    plain, _ = GcgOptimizer(model, tokenizer, [native_slot], TINY, sha).losses(torch.tensor([state["best_ids"]]))
+    assert stored.loss < float(plain[0])
+    held_out = next(s for s in scenarios_for("injecagent_dh", 20) if not in_training_split(s.scenario_id))
+    rewritten = attacked(held_out, UNIVERSAL_CALL, AttackContext("tiny", sha, "vanilla", tmp_path))
+    assert rewritten.injection == f"{held_out.injection} {target_text(held_out)}{stored.text}"
+    assert CONTROLS[UNIVERSAL_CALL] == "planted_call"
+    with pytest.raises(ConfigError, match="held-out"):
+        attacked(train_scenario, UNIVERSAL_CALL, AttackContext("tiny", sha, "vanilla", tmp_path))
