@@ -134,7 +134,8 @@ def attack_table_full(
     rows = episode_rows(runs)
     paired = paired_defense_tests(rows)
     against_controls = paired_attack_tests(rows, CONTROLS) if rows.height else None
-    transfer = transfer_summary(runs, per_scenario_cells(plan, harness.attack_context))
+    transfer_dir = state_dir() / "attacks" / "transfer"  # scripts/universal_transfer.py
+    transfer = transfer_summary(runs, per_scenario_cells(plan, harness.attack_context, transfer_dir))
     markdown = study_markdown(
         table,
         paired,

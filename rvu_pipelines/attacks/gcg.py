@@ -117,6 +117,23 @@ def _retokenizes(tokenizer: Any, ids: Sequence[int]) -> bool:
     return list(tokenizer.encode(tokenizer.decode(list(ids)), add_special_tokens=False)) == list(ids)
 
 
+def target_outcome(model: Any, slot: Slot, ids: Sequence[int]) -> tuple[float, bool]:
+    """The target's mean cross-entropy in ``slot`` with the string ``ids`` planted, and whether the target is the
+    model's greedy reply there: one plain forward pass (no prefix cache), for checking a stored string on prompts
+    it was not optimised on."""
+    import torch
+
+    tokens = [*slot.prefix_ids, *ids, *slot.suffix_ids, *slot.target_ids]
+    with torch.no_grad():
+        logits = model(torch.tensor([tokens])).logits[0]
+    n_target = len(slot.target_ids)
+    start = len(tokens) - n_target - 1  # the position that predicts the first target token
+    predicted = logits[start : start + n_target]
+    targets = torch.tensor(list(slot.target_ids))
+    loss = float(torch.nn.functional.cross_entropy(predicted, targets))
+    return loss, bool((predicted.argmax(dim=-1) == targets).all())
+
+
 class _PrefixCache:
     """The key/value states of a slot's prefix, run once; every forward gets a fresh cache expanded to its batch."""
 

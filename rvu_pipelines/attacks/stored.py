@@ -55,8 +55,8 @@ def load_string(path: Path, model_sha256: str) -> StoredString:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(
-            f"No optimised attack string at {path}: run `make attacks` (it optimises the missing strings) "
-            "or `python scripts/optimise_attack.py` for this profile."
+            f"No optimised attack string at {path}: make it with `python scripts/optimise_attack.py --name <name>` "
+            "for this profile (`make attacks` only reads stored strings)."
         )
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))

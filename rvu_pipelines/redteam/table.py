@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -29,8 +30,9 @@ from rvu_pipelines.attacks.optimised import (
     in_training_split,
     per_scenario_strings,
 )
-from rvu_pipelines.attacks.stored import string_path
+from rvu_pipelines.attacks.stored import load_string, string_path
 from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.redteam.transfer import TRANSFER_STRINGS, load_outcomes, transfer_path
 from rvu_pipelines.scenarios.axes import ATTACKS, BENCHMARKS, DEFENSES, GATED_DEFENSES
 from rvu_pipelines.scenarios.contract import Scenario
 
@@ -263,10 +265,11 @@ def best_of_attacks(rows: pl.DataFrame) -> list[dict[str, Any]]:
 
 
 def transfer_summary(runs: Sequence[Any], strings: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """PyTorch → llama.cpp transfer of per-scenario strings, per (attack, defense) cell of ``strings`` (each cell's
-    strings by scenario id): how many were solved on the de-quantised PyTorch copy (the attacker's tool call is the
-    greedy continuation there and, for a string adapted to a detector, the detector lets it through), how many of
-    the episodes on llama.cpp with the quantised GGUF succeeded, and how many of the solved ones did."""
+    """PyTorch → llama.cpp transfer per (attack, defense) cell of ``strings`` (each cell's per-scenario strings, or a
+    universal string's PyTorch outcomes, by scenario id): how many were solved on the de-quantised PyTorch copy (the
+    attacker's tool call is the greedy continuation there and, for a string adapted to a detector, the detector lets
+    it through), how many of the episodes on llama.cpp with the quantised GGUF succeeded, and how many of the solved
+    ones did."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for run in runs:
         cell = (run.spec.attack, run.spec.defense)
@@ -289,9 +292,23 @@ def transfer_summary(runs: Sequence[Any], strings: Mapping[tuple[str, str], Mapp
     return [out[cell] for cell in sorted(out) if out[cell]["strings"]]
 
 
-def per_scenario_cells(plan: TablePlan, context_of: Callable[[str], AttackContext]) -> dict[tuple[str, str], Any]:
-    """The per-scenario strings each per-scenario cell of ``plan`` plants, by (attack, defense) (for the transfer)."""
+def per_scenario_cells(
+    plan: TablePlan, context_of: Callable[[str], AttackContext], transfer_dir: Path | None = None
+) -> dict[tuple[str, str], Any]:
+    """What the transfer table crosses with each cell's episodes, by (attack, defense): the per-scenario strings
+    each per-scenario cell of ``plan`` plants, and for a universal string's undefended cell, its outcomes on PyTorch
+    per held-out scenario where ``scripts/universal_transfer.py`` stored them under ``transfer_dir``."""
     cells: dict[tuple[str, str], Any] = {}
+    if transfer_dir is not None and "vanilla" in plan.defenses:
+        for name in sorted(set(plan.attacks) & set(TRANSFER_STRINGS)):
+            context = context_of("vanilla")
+            path = string_path(context.strings_dir, name, context.profile)
+            if path.is_file():
+                outcomes = load_outcomes(
+                    transfer_path(transfer_dir, name, context.profile), load_string(path, context.model_sha256)
+                )
+                if outcomes:
+                    cells[(name, "vanilla")] = outcomes
     if PER_SCENARIO in plan.attacks and "vanilla" in plan.defenses:
         cells[(PER_SCENARIO, "vanilla")] = per_scenario_strings(context_of("vanilla"))
     if ADAPTIVE_PER_SCENARIO in plan.attacks:

@@ -217,3 +217,48 @@ def test_the_universal_string_on_the_planted_call_is_optimised_and_planted_after
     assert CONTROLS[UNIVERSAL_CALL] == "planted_call"
     with pytest.raises(ConfigError, match="held-out"):
         attacked(train_scenario, UNIVERSAL_CALL, AttackContext("tiny", sha, "vanilla", tmp_path))
+
+
+def test_a_universal_strings_pytorch_outcomes_are_the_optimisers_and_feed_the_transfer_table(
+    dequantized, capture_settings, train_scenario, tmp_path
+):
+    """The held-out check scores a stored string as the optimiser does; its file is kept for that string and
+    weights only, and the study's transfer cells read it for the string's undefended cell."""
+    import dataclasses
+
+    import torch
+
+    from rvu_pipelines.attacks.catalog import AttackContext
+    from rvu_pipelines.attacks.gcg import target_outcome
+    from rvu_pipelines.attacks.optimised import UNIVERSAL_CALL, slot_scenario
+    from rvu_pipelines.attacks.stored import load_string, save_string, string_path
+    from rvu_pipelines.paths import config_dir
+    from rvu_pipelines.redteam.table import TablePlan, heldout_sample, per_scenario_cells
+    from rvu_pipelines.redteam.transfer import load_outcomes, pytorch_outcomes, save_outcomes, transfer_path
+
+    model, tokenizer, sha = dequantized
+    stored = load_string(string_path(config_dir() / "attacks", UNIVERSAL_CALL, "tiny"), sha)  # the committed one
+    held_out = heldout_sample("injecagent_dh", 2)
+    slot = capture(slot_scenario(UNIVERSAL_CALL, held_out[0]), tokenizer, capture_settings).slot
+    loss, greedy = target_outcome(model, slot, stored.token_ids)
+    reference, exact = GcgOptimizer(model, tokenizer, [slot], TINY, sha).losses(torch.tensor([stored.token_ids]))
+    assert loss == pytest.approx(float(reference[0]), abs=1e-4) and greedy == bool(exact[0])
+    outcomes = pytorch_outcomes(stored, held_out, model, tokenizer, capture_settings, progress=False)
+    assert [o.scenario_id for o in outcomes] == [s.scenario_id for s in held_out]
+    assert outcomes[0].loss == pytest.approx(loss, abs=1e-5) and outcomes[0].solved == greedy
+    trained = dataclasses.replace(stored, train_scenarios=(train_scenario.scenario_id,))
+    with pytest.raises(ConfigError, match="held-out"):
+        pytorch_outcomes(trained, [train_scenario], model, tokenizer, capture_settings, progress=False)
+    folder = tmp_path / "transfer"
+    path = save_outcomes(transfer_path(folder, UNIVERSAL_CALL, "tiny"), stored, outcomes)
+    assert load_outcomes(path, stored) == {o.scenario_id: o for o in outcomes}
+    assert load_outcomes(path, dataclasses.replace(stored, text=stored.text + "!")) is None  # another string
+    strings = tmp_path / "strings"
+    save_string(string_path(strings, UNIVERSAL_CALL, "tiny"), stored)
+    plan = TablePlan(("injecagent_dh",), ("planted_call", UNIVERSAL_CALL), ("vanilla", "rvg"), 2)
+    context_of = lambda defense: AttackContext("tiny", sha, defense, strings)  # noqa: E731
+    cells = per_scenario_cells(plan, context_of, folder)
+    assert list(cells) == [(UNIVERSAL_CALL, "vanilla")] and cells[(UNIVERSAL_CALL, "vanilla")] == load_outcomes(
+        path, stored
+    )
+    assert per_scenario_cells(plan, context_of) == {}  # no transfer folder: nothing to cross
