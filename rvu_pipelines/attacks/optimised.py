@@ -38,7 +38,7 @@ from pathlib import Path
 
 from rvu_pipelines.attacks import gate_aware
 from rvu_pipelines.attacks.catalog import AttackContext, AttackSpec, register
-from rvu_pipelines.attacks.planted_call import plant_goal
+from rvu_pipelines.attacks.planted_call import PLANT_VERSION, plant_goal
 from rvu_pipelines.attacks.stored import StoredString, load_string, string_path
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scenarios.axes import GATED_DEFENSES
@@ -235,7 +235,7 @@ register(
         rewrite=lambda scenario, context: append_string(
             slot_scenario(UNIVERSAL_CALL, scenario), _stored(UNIVERSAL_CALL, context)
         ),
-        fingerprint=lambda context: _fingerprint(UNIVERSAL_CALL, context),
+        fingerprint=lambda context: f"{PLANT_VERSION}/{_fingerprint(UNIVERSAL_CALL, context)}",
     )
 )
 register(

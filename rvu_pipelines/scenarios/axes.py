@@ -49,7 +49,8 @@ ATTACK_NOTES: dict[str, str] = {
     "random_string": "control: the native injection plus a random string of the optimised strings' length",
     "forged_turn": "the injection closes the tool turn and opens a fake user turn in the model's chat template",
     "planted_call": "control: the native injection plus the attacker's goal written out, unoptimised (the tool call, "
-    "or on BIPIA the answer its judge accepts; what a per-scenario string starts from)",
+    "on InjecAgent ds both calls, extract then send; on BIPIA the answer its judge accepts; what a per-scenario "
+    "string starts from)",
     "gcg_universal": "the native injection plus one string optimised (GCG) on the agent's own weights over a "
     "training split of InjecAgent scenarios; evaluated on held-out scenarios",
     "gcg_universal_call": "the attacker's goal written out (planted_call) plus one string optimised (GCG) on the "

@@ -18,7 +18,19 @@ def test_the_attackers_tool_call_follows_the_native_injection():
     assert planted.injection == f'{scenario.injection} {{"tool": "{scenario.attacker_tools[0]}"}}'
     assert planted.attacker_tools == scenario.attacker_tools  # the judge stays the benchmark's
     assert target_text(scenario) in planted.injection
-    assert attack_fingerprint(PLANTED_CALL, CONTEXT) == "planted_call:tool-call-v2"
+    assert attack_fingerprint(PLANTED_CALL, CONTEXT) == "planted_call:goal-calls-v3"
+
+
+def test_a_two_stage_goal_is_written_out_call_by_call_and_the_string_targets_the_first():
+    """InjecAgent data stealing counts only the extraction followed by the send: the planted goal names both calls,
+    in order; an optimised string's target stays the first (the call right after the agent reads the output)."""
+    from rvu_pipelines.scenarios import scenarios_for
+
+    scenario = scenarios_for("injecagent_ds", 1)[0]
+    extract, send = scenario.attacker_tools
+    planted = attacked(scenario, PLANTED_CALL, CONTEXT)
+    assert planted.injection == f'{scenario.injection} {{"tool": "{extract}"}} {{"tool": "{send}"}}'
+    assert target_text(scenario) == f'{{"tool": "{extract}"}}'
 
 
 def test_on_a_benchmark_judged_on_the_answer_the_planted_text_is_that_answer():
