@@ -20,7 +20,8 @@ from tqdm.auto import tqdm
 
 from rvu_pipelines.atomic_write import atomic_path
 from rvu_pipelines.attacks.gcg import target_outcome
-from rvu_pipelines.attacks.optimised import UNIVERSAL, UNIVERSAL_CALL, slot_scenario
+from rvu_pipelines.attacks.optimised import PLANTED_GOAL_STRINGS, UNIVERSAL, UNIVERSAL_CALL, slot_scenario
+from rvu_pipelines.attacks.planted_call import PLANT_VERSION
 from rvu_pipelines.attacks.stored import StoredString
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scenarios.contract import Scenario
@@ -39,6 +40,13 @@ class PytorchOutcome:
 
 def transfer_path(folder: Path, name: str, profile: str) -> Path:
     return Path(folder) / f"{name}_{profile}.json"
+
+
+def _identity(stored: StoredString) -> dict[str, str]:
+    """What the outcomes were computed for: the string, its weights and, for a string planted after the goal, how
+    the goal is written out."""
+    plant = PLANT_VERSION if stored.name in PLANTED_GOAL_STRINGS else ""
+    return {"name": stored.name, "model_sha256": stored.model_sha256, "text": stored.text, "plant": plant}
 
 
 def pytorch_outcomes(
@@ -70,14 +78,12 @@ def pytorch_outcomes(
 
 
 def save_outcomes(path: Path, stored: StoredString, outcomes: Iterable[PytorchOutcome]) -> Path:
-    """Add ``outcomes`` to the file at ``path`` (kept only while it is for the same string on the same weights)."""
+    """Add ``outcomes`` to the file at ``path`` (kept only while it is for the same string, weights and plant)."""
     known = load_outcomes(path, stored) or {}
     known.update({o.scenario_id: o for o in outcomes})
     document = {
-        "name": stored.name,
+        **_identity(stored),
         "profile": stored.profile,
-        "model_sha256": stored.model_sha256,
-        "text": stored.text,
         "scenarios": {sid: {"loss": o.loss, "solved": o.solved} for sid, o in sorted(known.items())},
     }
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -87,13 +93,13 @@ def save_outcomes(path: Path, stored: StoredString, outcomes: Iterable[PytorchOu
 
 
 def load_outcomes(path: Path, stored: StoredString) -> dict[str, PytorchOutcome] | None:
-    """The stored outcomes by scenario id; None when there are none for this very string and weights."""
+    """The stored outcomes by scenario id; None when there are none for this very string, weights and plant."""
     path = Path(path)
     if not path.is_file():
         return None
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
-        if (document["text"], document["model_sha256"]) != (stored.text, stored.model_sha256):
+        if {key: document.get(key, "") for key in _identity(stored)} != _identity(stored):
             return None
         rows: Mapping[str, Mapping[str, Any]] = document["scenarios"]
         return {sid: PytorchOutcome(sid, float(r["loss"]), bool(r["solved"])) for sid, r in rows.items()}

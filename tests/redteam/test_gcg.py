@@ -253,6 +253,10 @@ def test_a_universal_strings_pytorch_outcomes_are_the_optimisers_and_feed_the_tr
     path = save_outcomes(transfer_path(folder, UNIVERSAL_CALL, "tiny"), stored, outcomes)
     assert load_outcomes(path, stored) == {o.scenario_id: o for o in outcomes}
     assert load_outcomes(path, dataclasses.replace(stored, text=stored.text + "!")) is None  # another string
+    document = json.loads(path.read_text())
+    other_plant = path.with_name("other-plant.json")
+    other_plant.write_text(json.dumps({**document, "plant": "tool-call-v2"}))  # the goal written out another way
+    assert load_outcomes(other_plant, stored) is None
     strings = tmp_path / "strings"
     save_string(string_path(strings, UNIVERSAL_CALL, "tiny"), stored)
     plan = TablePlan(("injecagent_dh",), ("planted_call", UNIVERSAL_CALL), ("vanilla", "rvg"), 2)
