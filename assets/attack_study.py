@@ -33,6 +33,7 @@ from rvu_pipelines.atomic_write import atomic_path
 from rvu_pipelines.attacks.paired import paired_attack_tests, paired_defense_tests
 from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.machine import write_stamp
 from rvu_pipelines.paths import config_dir, state_dir
 from rvu_pipelines.redteam.table import (
     CONTROLS,
@@ -70,6 +71,14 @@ class AttackTableConfig(HarnessConfig):
         description="heldout: per_benchmark held-out scenarios; per_scenario: every row on the scenarios that have a "
         "per-scenario string (so its controls are paired with it).",
     )
+
+
+def run_command(name: str) -> str:
+    """The command that makes the table of run ``name``: its run config under configs/runs when there is one."""
+    for config in (config_dir() / "runs" / f"attacks_{name}.yaml", config_dir() / "runs" / f"{name}.yaml"):
+        if config.is_file() and "attack_table_full" in config.read_text(encoding="utf-8"):
+            return f"make attacks ATTACKS_CONFIG=configs/runs/{config.name}"
+    return f"make attacks (attack_table_full config name: {name})"
 
 
 def golden_full_path(profile: str) -> Path:
@@ -151,6 +160,7 @@ def attack_table_full(
         with atomic_path(folder / name) as temp:
             frame.write_parquet(temp)
     (folder / "table.md").write_text(markdown + "\n", encoding="utf-8")
+    write_stamp(folder, run_command(config.name))  # rvu report's header: command, commit, date, machine
     context.log.info(markdown)
     yield _output(table, paired, markdown, run_ids, skipped, folder)
     yield _golden_check(table, harness.profile)

@@ -42,3 +42,13 @@ def test_a_name_that_is_not_a_plain_folder_name_is_refused(name: str) -> None:
 
     with pytest.raises(ValidationError, match="name"):
         AttackTableConfig(name=name)
+
+
+def test_a_tables_stamp_names_the_run_config_that_makes_it() -> None:
+    """The stamp beside a run's table (``rvu report`` reads it) gives the command that remakes that very table."""
+    from assets.attack_study import run_command
+
+    for path in CONFIGS:
+        name = yaml.safe_load(path.read_text())["ops"]["attack_table_full"]["config"]["name"]
+        assert run_command(name) == f"make attacks ATTACKS_CONFIG=configs/runs/{path.name}"
+    assert run_command("made-in-the-ui") == "make attacks (attack_table_full config name: made-in-the-ui)"
