@@ -112,24 +112,28 @@ def test_an_optimisation_killed_with_sigkill_resumes_from_its_last_step(tmp_path
 @pytest.fixture(scope="module")
 def optimised(dequantized, capture_settings, train_scenario, tmp_path_factory):
     """A real (tiny) universal optimisation stored where a harness reads it, with its random control."""
+    folder = tmp_path_factory.mktemp("strings")
+    return folder, _optimise_tiny("gcg_universal", dequantized, capture_settings, train_scenario, folder, TINY)
+
+
+def _optimise_tiny(name, dequantized, settings, scenario, folder, config):
+    """The string ``name`` optimised on ``scenario`` alone for the tiny profile, stored with its state in ``folder``."""
     from rvu_pipelines.redteam.optimise import optimise_string
 
     model, tokenizer, sha = dequantized
-    folder = tmp_path_factory.mktemp("strings")
-    stored = optimise_string(
-        "gcg_universal",
+    return optimise_string(
+        name,
         profile="tiny",
         model_sha256=sha,
         model=model,
         tokenizer=tokenizer,
-        scenarios=[train_scenario],
-        settings=capture_settings,
-        config=TINY,
+        scenarios=[scenario],
+        settings=settings,
+        config=config,
         state_path=folder / "state.json",
         strings_dir=folder,
         progress=False,
     )
-    return folder, stored
 
 
 def test_the_stored_string_names_its_weights_and_training_and_its_control_sits_beside_it(optimised, train_scenario):
@@ -183,7 +187,6 @@ def test_the_universal_string_on_the_planted_call_is_optimised_and_planted_after
 
     from rvu_pipelines.attacks.catalog import AttackContext, attacked
     from rvu_pipelines.attacks.optimised import UNIVERSAL_CALL, in_training_split, slot_scenario
-    from rvu_pipelines.redteam.optimise import optimise_string
     from rvu_pipelines.redteam.table import CONTROLS
     from rvu_pipelines.scenarios import scenarios_for
 
@@ -192,18 +195,8 @@ def test_the_universal_string_on_the_planted_call_is_optimised_and_planted_after
     assert planted.injection == f"{train_scenario.injection} {target_text(train_scenario)}"
     slot = capture(planted, tokenizer, capture_settings).slot
     assert tokenizer.decode(list(slot.prefix_ids)).endswith(target_text(train_scenario))
-    stored = optimise_string(
-        UNIVERSAL_CALL,
-        profile="tiny",
-        model_sha256=sha,
-        model=model,
-        tokenizer=tokenizer,
-        scenarios=[train_scenario],
-        settings=capture_settings,
-        config=dataclasses.replace(TINY, steps=1),
-        state_path=tmp_path / "state.json",
-        strings_dir=tmp_path,
-        progress=False,
+    stored = _optimise_tiny(
+        UNIVERSAL_CALL, dequantized, capture_settings, train_scenario, tmp_path, dataclasses.replace(TINY, steps=1)
     )
     assert stored.name == UNIVERSAL_CALL and stored.train_scenarios == (train_scenario.scenario_id,)
     # its first loss is the string's on the prompt with the goal planted, not on the native one
