@@ -36,8 +36,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> list[str]:
-    import torch
-
     from rvu_pipelines.agents.defenses import DefenseSettings
     from rvu_pipelines.attacks.stored import load_string, string_path
     from rvu_pipelines.detectors import HeuristicDetector
@@ -56,12 +54,11 @@ def run(args: argparse.Namespace) -> list[str]:
     settings = DefenseSettings(detector=HeuristicDetector())  # the undefended agent's prompt, as optimised
     path = transfer_path(state_dir() / "attacks" / "transfer", args.name, profile)
     lines = []
-    with torch.no_grad():
-        for benchmark in args.benchmark or ["injecagent_dh"]:
-            outcomes = pytorch_outcomes(stored, heldout_sample(benchmark, args.n), model, tokenizer, settings)
-            save_outcomes(path, stored, outcomes)
-            solved = sum(o.solved for o in outcomes)
-            lines.append(f"{benchmark}: the call is greedy on PyTorch in {solved}/{len(outcomes)} held-out scenarios")
+    for benchmark in args.benchmark or ["injecagent_dh"]:
+        outcomes = pytorch_outcomes(stored, heldout_sample(benchmark, args.n), model, tokenizer, settings)
+        save_outcomes(path, stored, outcomes)
+        solved = sum(o.solved for o in outcomes)
+        lines.append(f"{benchmark}: the call is greedy on PyTorch in {solved}/{len(outcomes)} held-out scenarios")
     lines.append(f"written to {path}")
     return lines
 

@@ -125,13 +125,21 @@ def target_outcome(model: Any, slot: Slot, ids: Sequence[int]) -> tuple[float, b
 
     tokens = [*slot.prefix_ids, *ids, *slot.suffix_ids, *slot.target_ids]
     with torch.no_grad():
-        logits = model(torch.tensor([tokens])).logits[0]
+        logits = model(torch.tensor([tokens])).logits
     n_target = len(slot.target_ids)
     start = len(tokens) - n_target - 1  # the position that predicts the first target token
-    predicted = logits[start : start + n_target]
-    targets = torch.tensor(list(slot.target_ids))
-    loss = float(torch.nn.functional.cross_entropy(predicted, targets))
-    return loss, bool((predicted.argmax(dim=-1) == targets).all())
+    loss, exact = _target_scores(logits[:, start : start + n_target], slot.target_ids)
+    return float(loss[0]), bool(exact[0])
+
+
+def _target_scores(logits: Any, target_ids: Sequence[int]) -> tuple[Any, Any]:
+    """Per row of ``logits`` (batch × target positions × vocabulary): the target's mean cross-entropy, and whether
+    every target token is the argmax."""
+    import torch
+
+    targets = torch.tensor(list(target_ids)).expand(logits.shape[0], -1)
+    loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none").mean(dim=1)
+    return loss, (logits.argmax(dim=-1) == targets).all(dim=1)
 
 
 class _PrefixCache:
@@ -204,11 +212,7 @@ class GcgOptimizer:
         ).last_hidden_state
         n_target = len(slot.target_ids)
         start = candidates.shape[1] + len(slot.suffix_ids) - 1  # the position that predicts the first target token
-        logits = self.model.lm_head(hidden[:, start : start + n_target])
-        targets = torch.tensor(list(slot.target_ids)).expand(batch, -1)
-        loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none").mean(dim=1)
-        exact = (logits.argmax(dim=-1) == targets).all(dim=1)
-        return loss, exact
+        return _target_scores(self.model.lm_head(hidden[:, start : start + n_target]), slot.target_ids)
 
     def losses(self, candidates: Any, chunk: int = 32) -> tuple[Any, Any]:
         """Mean target loss over all slots for each candidate (rows of token ids), and exact-match for all."""

@@ -135,13 +135,21 @@ def adaptive_name(defense: str) -> str:
 
 
 def append_string(scenario: Scenario, stored: StoredString) -> Scenario:
-    """The native injection with the optimised string right after it (where it was optimised to act)."""
+    """The injection the string was optimised after (the native one, or with the goal planted for the strings that
+    follow it) with the optimised string right after it, where it was optimised to act."""
     if stored.train_scenarios and scenario.scenario_id in stored.train_scenarios:
         raise ConfigError(
             f"{scenario.scenario_id} trained the string {stored.name!r}; evaluate on held-out scenarios "
             "(leave out the training split, in_training_split())."
         )
-    return scenario.with_injection(scenario.injection + stored.text)
+    planted = slot_scenario(stored.name, scenario)
+    return planted.with_injection(planted.injection + stored.text)
+
+
+def plant_of(name: str) -> str:
+    """How the attacker's goal is written out before the string ``name`` ("" for a string that follows the native
+    injection): part of what decides the text the string is planted in."""
+    return PLANT_VERSION if name in PLANTED_GOAL_STRINGS else ""
 
 
 def slot_scenario(name: str, scenario: Scenario) -> Scenario:
@@ -207,7 +215,8 @@ def _per_scenario_fingerprint(context: AttackContext, name: str = PER_SCENARIO) 
 
 def _fingerprint(name: str, context: AttackContext) -> str:
     stored = _stored(name, context)
-    return hashlib.sha256(f"{stored.model_sha256}/{stored.text}".encode()).hexdigest()[:16]
+    digest = hashlib.sha256(f"{stored.model_sha256}/{stored.text}".encode()).hexdigest()[:16]
+    return f"{plant_of(name)}/{digest}" if plant_of(name) else digest
 
 
 def _string_attack(name: str, description: str, string_name: Callable[[AttackContext], str]) -> AttackSpec:
@@ -227,16 +236,11 @@ _string_attack(
     "the native injection plus one GCG string optimised on the agent's weights over training scenarios",
     lambda _context: UNIVERSAL,
 )
-register(
-    AttackSpec(
-        UNIVERSAL_CALL,
-        "the attacker's goal written out (planted_call) plus one GCG string optimised on the agent's weights over "
-        "training scenarios with their goals planted",
-        rewrite=lambda scenario, context: append_string(
-            slot_scenario(UNIVERSAL_CALL, scenario), _stored(UNIVERSAL_CALL, context)
-        ),
-        fingerprint=lambda context: f"{PLANT_VERSION}/{_fingerprint(UNIVERSAL_CALL, context)}",
-    )
+_string_attack(
+    UNIVERSAL_CALL,
+    "the attacker's goal written out (planted_call) plus one GCG string optimised on the agent's weights over "
+    "training scenarios with their goals planted",
+    lambda _context: UNIVERSAL_CALL,
 )
 register(
     AttackSpec(

@@ -300,8 +300,8 @@ def per_scenario_cells(
     per held-out scenario where ``scripts/universal_transfer.py`` stored them under ``transfer_dir``."""
     cells: dict[tuple[str, str], Any] = {}
     if transfer_dir is not None and "vanilla" in plan.defenses:
+        context = context_of("vanilla")
         for name in sorted(set(plan.attacks) & set(TRANSFER_STRINGS)):
-            context = context_of("vanilla")
             path = string_path(context.strings_dir, name, context.profile)
             if path.is_file():
                 outcomes = load_outcomes(

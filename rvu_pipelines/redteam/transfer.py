@@ -20,8 +20,7 @@ from tqdm.auto import tqdm
 
 from rvu_pipelines.atomic_write import atomic_path
 from rvu_pipelines.attacks.gcg import target_outcome
-from rvu_pipelines.attacks.optimised import PLANTED_GOAL_STRINGS, UNIVERSAL, UNIVERSAL_CALL, slot_scenario
-from rvu_pipelines.attacks.planted_call import PLANT_VERSION
+from rvu_pipelines.attacks.optimised import UNIVERSAL, UNIVERSAL_CALL, plant_of, slot_scenario
 from rvu_pipelines.attacks.stored import StoredString
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scenarios.contract import Scenario
@@ -45,8 +44,12 @@ def transfer_path(folder: Path, name: str, profile: str) -> Path:
 def _identity(stored: StoredString) -> dict[str, str]:
     """What the outcomes were computed for: the string, its weights and, for a string planted after the goal, how
     the goal is written out."""
-    plant = PLANT_VERSION if stored.name in PLANTED_GOAL_STRINGS else ""
-    return {"name": stored.name, "model_sha256": stored.model_sha256, "text": stored.text, "plant": plant}
+    return {
+        "name": stored.name,
+        "model_sha256": stored.model_sha256,
+        "text": stored.text,
+        "plant": plant_of(stored.name),
+    }
 
 
 def pytorch_outcomes(
