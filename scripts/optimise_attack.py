@@ -11,6 +11,11 @@ is always measured afterwards by the real agent on llama.cpp with the quantised 
 
 ``gcg_per_scenario`` optimises one string per scenario for ``--sample`` scenarios drawn from the attack table's
 held-out sample of ``--benchmark``, each planted only in its own scenario: the attacker also knows the user's request.
+``adaptive-classifier_call`` adapts the universal string on the planted goal (``gcg_universal_call``) to the
+classifier defense: it starts from that string and adds the classifier's detector score of the text it reads:
+
+    .venv/bin/python scripts/optimise_attack.py --name adaptive-classifier_call --train 8 --steps 40 --tokens 12
+
 ``adaptive-classifier_per_scenario`` and ``adaptive-hfer_per_scenario`` adapt each of those strings to a detector
 defense: they start from the scenario's stored ``gcg_per_scenario`` string and add the defense's score of the text
 its detector reads to the objective (a string is solved when the call is greedy and the score under ``--evade-below``):
@@ -47,7 +52,7 @@ from rvu_pipelines.code_version import code_version
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.machine import machine_line
 from rvu_pipelines.paths import config_dir, state_dir
-from rvu_pipelines.redteam.optimise import optimise_string
+from rvu_pipelines.redteam.optimise import optimise_string, warm_start
 from rvu_pipelines.redteam.table import per_scenario_sample
 
 
@@ -145,7 +150,10 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> list[StoredS
     }
     stored = []
     for group in groups:
-        state_name, config = f"{args.name}_{profile}", gcg
+        state_name = f"{args.name}_{profile}"
+        config = warm_start(
+            args.name, gcg, strings_dir=strings_dir, profile=profile, model_sha256=resolved.sha256, tokenizer=tokenizer
+        )
         if args.name in PER_SCENARIO_STRINGS:
             state_name += "/" + group[0].scenario_id.replace("/", "__")
             start = ""

@@ -20,6 +20,11 @@ the user's request and the agent's prompt up to the injection; only the scenario
 Against the tool gate (``rvg``, ``rvg_oracle``, ``rvu_*``) ``adaptive`` is a choice of goal the gate allows, not a
 string (:mod:`rvu_pipelines.attacks.gate_aware`). ``hfer`` has no universal adaptive string; asking for one says so.
 
+``adaptive_call`` is the planted-goal attacker of ``gcg_universal_call`` moving second: against ``classifier`` one
+universal string, from the ``gcg_universal_call`` string, optimised over the same training split with the
+classifier's detector score of the text it reads in the objective (black-box); against ``vanilla`` the
+``gcg_universal_call`` string itself. Its control is ``planted_call``.
+
 ``adaptive_per_scenario`` is the per-scenario attacker adapted to the cell's defense: against ``vanilla`` its own
 ``gcg_per_scenario`` string, against ``classifier`` and ``hfer`` a string for the same scenario that starts from that
 one and minimises the attacker's tool call plus the defense's own score of the text its detector reads (captured
@@ -50,6 +55,8 @@ PER_SCENARIO = "gcg_per_scenario"
 RANDOM = "random_string"  # the unoptimised control: random plantable tokens, as many as the universal string's
 ADAPTIVE = "adaptive"
 ADAPTIVE_PER_SCENARIO = "adaptive_per_scenario"
+ADAPTIVE_CALL = "adaptive_call"
+ADAPTIVE_CLASSIFIER_CALL = "adaptive-classifier_call"
 TRAIN_BENCHMARK = "injecagent_dh"
 TRAIN_SPLIT_MODULUS = 20  # one scenario id in 20 (by sha256) may be used to train strings; never evaluated
 # the string each defense faces under ``adaptive``; the objective and capture pipeline of each are in OBJECTIVES
@@ -60,8 +67,14 @@ ADAPTIVE_PER_SCENARIO_STRINGS: dict[str, str] = {
     "classifier": "adaptive-classifier_per_scenario",
     "hfer": "adaptive-hfer_per_scenario",
 }
+# the universal string on the planted goal each defense faces under ``adaptive_call``
+ADAPTIVE_CALL_STRINGS: dict[str, str] = {"vanilla": UNIVERSAL_CALL, "classifier": ADAPTIVE_CLASSIFIER_CALL}
 PER_SCENARIO_STRINGS = frozenset(ADAPTIVE_PER_SCENARIO_STRINGS.values())  # strings made for one scenario each
-PLANTED_GOAL_STRINGS = frozenset({UNIVERSAL_CALL})  # strings optimised and planted after the attacker's goal
+# strings optimised and planted after the attacker's goal
+PLANTED_GOAL_STRINGS = frozenset(ADAPTIVE_CALL_STRINGS.values())
+# a universal string adapted to a defense starts from the string it adapts (the attacker's best one without the
+# defense), as the per-scenario adapted strings start from their scenario's own
+WARM_STARTS: dict[str, str] = {ADAPTIVE_CLASSIFIER_CALL: UNIVERSAL_CALL}
 # the defenses whose detector scores the text a string is planted in: their score is the joint objective's penalty
 DETECTOR_DEFENSES = frozenset({"classifier", "hfer"})
 OBJECTIVES: dict[str, tuple[str, str]] = {  # string name -> (capture defense, objective in words)
@@ -78,6 +91,12 @@ OBJECTIVES: dict[str, tuple[str, str]] = {  # string name -> (capture defense, o
         "(black-box)",
     ),
     "adaptive-fath": ("fath", "the attacker's tool call through FATH's pipeline, a fresh random tag per prompt"),
+    ADAPTIVE_CLASSIFIER_CALL: (
+        "classifier",
+        "mean cross-entropy of the attacker's tool call over the training prompts, the call written out before "
+        "the string, plus the classifier defense's detector score of the tool outputs it reads (black-box), from "
+        "the gcg_universal_call string",
+    ),
     "adaptive-classifier_per_scenario": (
         "classifier",
         "the attacker's tool call in the one scenario plus the classifier's detector score of the tool output it "
@@ -132,6 +151,17 @@ def adaptive_name(defense: str) -> str:
             "gcg_universal or native instead."
         )
     return ADAPTIVE_STRINGS[defense]
+
+
+def adaptive_call_name(defense: str) -> str:
+    """The universal string on the planted goal that ``adaptive_call`` appends against ``defense``."""
+    if defense not in ADAPTIVE_CALL_STRINGS:
+        raise ConfigError(
+            f"No adaptive_call string against defense {defense!r}; the defenses with one: "
+            f"{', '.join(sorted(ADAPTIVE_CALL_STRINGS))} (against the tool gate, attack adaptive chooses a goal the "
+            "gate allows)."
+        )
+    return ADAPTIVE_CALL_STRINGS[defense]
 
 
 def append_string(scenario: Scenario, stored: StoredString) -> Scenario:
@@ -276,6 +306,12 @@ register(
         rewrite=_adaptive_rewrite,
         fingerprint=_adaptive_fingerprint,
     )
+)
+_string_attack(
+    ADAPTIVE_CALL,
+    "the attacker's goal written out plus one universal string made against the cell's defense (its detector's "
+    "score in the objective), from the gcg_universal_call string",
+    lambda context: adaptive_call_name(context.defense),
 )
 register(
     AttackSpec(

@@ -20,10 +20,11 @@ from rvu_pipelines.attacks.optimised import (
     PER_SCENARIO_STRINGS,
     RANDOM,
     UNIVERSAL,
+    WARM_STARTS,
     per_scenario_path,
     slot_scenario,
 )
-from rvu_pipelines.attacks.stored import StoredString, save_string, string_path
+from rvu_pipelines.attacks.stored import StoredString, load_string, save_string, string_path
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.redteam.decision_point import SENTINEL
 from rvu_pipelines.scenarios.contract import Scenario
@@ -42,6 +43,18 @@ def detector_penalty(detector: Any, templates: Sequence[str]) -> Penalty:
         return [sum(scores[i * per : (i + 1) * per]) / per for i in range(len(texts))]
 
     return penalty
+
+
+def warm_start(
+    name: str, config: GcgConfig, *, strings_dir: Path, profile: str, model_sha256: str, tokenizer: Any
+) -> GcgConfig:
+    """``config`` starting from the stored string ``name`` adapts (``WARM_STARTS``), at least as long as it; other
+    strings unchanged. The attacker adapting to a defense starts from its best string without the defense."""
+    if name not in WARM_STARTS:
+        return config
+    start = load_string(string_path(strings_dir, WARM_STARTS[name], profile), model_sha256).text
+    length = len(tokenizer.encode(start, add_special_tokens=False))
+    return dataclasses.replace(config, init_text=start, n_tokens=max(config.n_tokens, length))
 
 
 def optimise_string(

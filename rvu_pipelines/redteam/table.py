@@ -23,6 +23,8 @@ import polars as pl
 from rvu_pipelines.attacks.catalog import AttackContext, GateCheck
 from rvu_pipelines.attacks.optimised import (
     ADAPTIVE,
+    ADAPTIVE_CALL,
+    ADAPTIVE_CALL_STRINGS,
     ADAPTIVE_PER_SCENARIO,
     ADAPTIVE_PER_SCENARIO_STRINGS,
     ADAPTIVE_STRINGS,
@@ -45,6 +47,7 @@ CONTROLS: dict[str, str] = {
     ADAPTIVE_PER_SCENARIO: PER_SCENARIO,  # the string the adapted one starts from: what knowing the defense adds
     "gcg_universal": "random_string",  # as many unoptimised tokens
     "gcg_universal_call": "planted_call",  # the planted goal the string is appended to
+    ADAPTIVE_CALL: "planted_call",  # the same planted goal, the string adapted to the cell's defense
     "planted_call": "native",  # the benchmark's own injection
     "forged_turn": "native",
 }
@@ -114,10 +117,13 @@ def unavailable(attack: str, defense: str, context: AttackContext, benchmark: st
         )
     if attack == ADAPTIVE and defense not in ADAPTIVE_STRINGS and defense not in GATED_DEFENSES:
         return f"no adaptive attack against {defense} yet"
+    if attack == ADAPTIVE_CALL and defense not in ADAPTIVE_CALL_STRINGS:
+        return f"no adaptive_call string against {defense} yet"
     if attack == ADAPTIVE_PER_SCENARIO:
         return _adaptive_per_scenario_gap(defense, context, benchmark)
     names = {name: name for name in ("gcg_universal", "gcg_universal_call", "random_string")}
-    name = ADAPTIVE_STRINGS.get(defense) if attack == ADAPTIVE else names.get(attack)
+    adapted = {ADAPTIVE: ADAPTIVE_STRINGS, ADAPTIVE_CALL: ADAPTIVE_CALL_STRINGS}
+    name = adapted[attack].get(defense) if attack in adapted else names.get(attack)
     if name and not string_path(context.strings_dir, name, context.profile).is_file():
         return f"{name} is not optimised for profile {context.profile} (scripts/optimise_attack.py --name {name})"
     return None

@@ -41,6 +41,7 @@ ATTACKS: tuple[str, ...] = (
     "gcg_universal_call",
     "gcg_per_scenario",
     "adaptive",
+    "adaptive_call",
     "adaptive_per_scenario",
 )
 ATTACK_NOTES: dict[str, str] = {
@@ -59,6 +60,8 @@ ATTACK_NOTES: dict[str, str] = {
     "gcg_per_scenario": "the native injection plus a string optimised (GCG) on the agent's own weights for that very "
     "scenario; runs on the scenarios that have one",
     "adaptive": "the attack optimised against the cell's defense (the attacker moves second)",
+    "adaptive_call": "the attacker's goal written out plus one universal string optimised against the cell's defense "
+    "(from the gcg_universal_call string); evaluated on held-out scenarios",
     "adaptive_per_scenario": "the per-scenario string optimised against the cell's defense, from the scenario's "
     "gcg_per_scenario string; runs on the scenarios that have one",
 }

@@ -259,3 +259,107 @@ def test_a_universal_strings_pytorch_outcomes_are_the_optimisers_and_feed_the_tr
         path, stored
     )
     assert per_scenario_cells(plan, context_of) == {}  # no transfer folder: nothing to cross
+
+
+def test_the_adaptive_call_string_starts_from_the_universal_call_one_and_meets_each_defense_with_its_own(
+    dequantized, capture_settings, train_scenario, tmp_path
+):
+    """``adaptive-classifier_call`` starts from the stored ``gcg_universal_call`` string, is captured under the
+    classifier with its detector's score in the objective, and follows the planted goal; ``adaptive_call`` plants it
+    against the classifier, the universal-call string against the undefended agent, and names what it lacks."""
+    import dataclasses
+    import shutil
+
+    from rvu_pipelines.agents.harness import detector_for
+    from rvu_pipelines.attacks.catalog import AttackContext, attacked
+    from rvu_pipelines.attacks.gcg import target_outcome
+    from rvu_pipelines.attacks.optimised import (
+        ADAPTIVE_CALL,
+        ADAPTIVE_CLASSIFIER_CALL,
+        UNIVERSAL_CALL,
+        in_training_split,
+        slot_scenario,
+    )
+    from rvu_pipelines.attacks.stored import load_string, string_path
+    from rvu_pipelines.paths import config_dir
+    from rvu_pipelines.redteam.optimise import detector_penalty, optimise_string, warm_start
+    from rvu_pipelines.redteam.table import CONTROLS, unavailable
+    from rvu_pipelines.scenarios import scenarios_for
+
+    detector, _ = detector_for("nanoguard")  # a real detector (package-shipped) in place of the production one
+    model, tokenizer, sha = dequantized
+    strings = tmp_path / "strings"
+    strings.mkdir()
+    committed = string_path(config_dir() / "attacks", UNIVERSAL_CALL, "tiny")
+    shutil.copy(committed, string_path(strings, UNIVERSAL_CALL, "tiny"))
+    universal = load_string(committed, sha)
+    config = warm_start(
+        ADAPTIVE_CLASSIFIER_CALL,
+        dataclasses.replace(TINY, steps=1, penalty_weight=1.0),
+        strings_dir=strings,
+        profile="tiny",
+        model_sha256=sha,
+        tokenizer=tokenizer,
+    )
+    assert config.init_text == universal.text and config.n_tokens == len(universal.token_ids)
+    assert (
+        warm_start(UNIVERSAL_CALL, TINY, strings_dir=strings, profile="tiny", model_sha256=sha, tokenizer=tokenizer)
+        == TINY
+    )
+    with pytest.raises(ConfigError, match="penalty_detector"):  # adapted to a detector: its score is in the objective
+        optimise_string(
+            ADAPTIVE_CLASSIFIER_CALL,
+            profile="tiny",
+            model_sha256=sha,
+            model=model,
+            tokenizer=tokenizer,
+            scenarios=[train_scenario],
+            settings=capture_settings,
+            config=config,
+            state_path=tmp_path / "s.json",
+            strings_dir=strings,
+            progress=False,
+        )
+    adapted = optimise_string(
+        ADAPTIVE_CLASSIFIER_CALL,
+        profile="tiny",
+        model_sha256=sha,
+        model=model,
+        tokenizer=tokenizer,
+        scenarios=[train_scenario],
+        settings=capture_settings,
+        config=config,
+        state_path=tmp_path / "state.json",
+        strings_dir=strings,
+        penalty_detector=detector,
+        progress=False,
+    )
+    slot = capture(slot_scenario(ADAPTIVE_CLASSIFIER_CALL, train_scenario), tokenizer, capture_settings).slot
+    assert tokenizer.decode(list(slot.prefix_ids)).endswith(target_text(train_scenario))  # after the planted goal
+    assert GcgOptimizer(model, tokenizer, [slot], config, sha).initial_ids() == list(universal.token_ids)
+    # its first loss is the universal-call string's call loss plus the detector's score of the text it reads
+    captured = capture(
+        slot_scenario(ADAPTIVE_CLASSIFIER_CALL, train_scenario), tokenizer, capture_settings, defense="classifier"
+    )
+    penalty = detector_penalty(detector, captured.read)([universal.text])[0]
+    call_loss, _ = target_outcome(model, captured.slot, universal.token_ids)
+    assert penalty > 0.0
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["losses"][0] == pytest.approx(call_loss + penalty, abs=1e-4)
+    assert adapted.loss == pytest.approx(state["best_loss"], abs=1e-5) and adapted.steps == state["step"]
+    assert adapted.defense == "classifier" and "detector score" in adapted.objective
+    assert len(adapted.token_ids) == len(universal.token_ids)
+    held_out = next(s for s in scenarios_for("injecagent_dh", 20) if not in_training_split(s.scenario_id))
+    goal = f"{held_out.injection} {target_text(held_out)}"
+    against = {
+        d: attacked(held_out, ADAPTIVE_CALL, AttackContext("tiny", sha, d, strings)) for d in ("classifier", "vanilla")
+    }
+    assert against["classifier"].injection == goal + adapted.text
+    assert against["vanilla"].injection == goal + universal.text
+    assert CONTROLS[ADAPTIVE_CALL] == "planted_call"
+    with pytest.raises(ConfigError, match="No adaptive_call string against defense 'hfer'"):
+        attacked(held_out, ADAPTIVE_CALL, AttackContext("tiny", sha, "hfer", strings))
+    assert unavailable(ADAPTIVE_CALL, "hfer", AttackContext("tiny", sha, "hfer", strings)) is not None
+    assert unavailable(ADAPTIVE_CALL, "classifier", AttackContext("tiny", sha, "classifier", strings)) is None
+    empty = AttackContext("tiny", sha, "classifier", tmp_path / "none")
+    assert ADAPTIVE_CLASSIFIER_CALL in unavailable(ADAPTIVE_CALL, "classifier", empty)
