@@ -44,7 +44,7 @@ from rvu_pipelines.attacks.optimised import (
     PER_SCENARIO_STRINGS,
     TRAIN_BENCHMARK,
     per_scenario_path,
-    training_scenarios,
+    universal_training_scenarios,
 )
 from rvu_pipelines.attacks.planted_call import target_text
 from rvu_pipelines.attacks.stored import StoredString, load_string
@@ -60,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--name", default="gcg_universal", choices=sorted(OBJECTIVES))
     parser.add_argument("--profile", default=None, help="model profile (configs/models.yaml); default: its default")
-    parser.add_argument("--train", type=int, default=8, help="training scenarios (InjecAgent dh training split)")
+    parser.add_argument(
+        "--train", type=int, default=8, help="training scenarios per benchmark the string trains on (InjecAgent dh)"
+    )
     parser.add_argument("--benchmark", default=TRAIN_BENCHMARK, help="per-scenario strings: the benchmark sampled")
     parser.add_argument("--sample", type=int, default=5, help="per-scenario strings: held-out scenarios, one each")
     parser.add_argument(
@@ -107,7 +109,6 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> list[StoredS
     from rvu_pipelines.detectors import HeuristicDetector
     from rvu_pipelines.models import ModelStore, load_model_config
     from rvu_pipelines.models.dequantized import load_dequantized
-    from rvu_pipelines.scenarios import scenarios_for
     from rvu_pipelines.scenarios.registry import canonical_scenarios
 
     models = load_model_config()
@@ -121,7 +122,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> list[StoredS
     if args.name in PER_SCENARIO_STRINGS:
         groups = [[s] for s in per_scenario_sample(args.benchmark, args.sample)]
     else:
-        groups = [training_scenarios(scenarios_for(TRAIN_BENCHMARK, None), args.train, exclude=canonical)]
+        groups = [universal_training_scenarios(args.name, args.train, exclude=canonical)]
     strings_dir = args.strings_dir or config_dir() / "attacks"
     adapted_to = OBJECTIVES[args.name][0]
     penalty_detector: Any = None

@@ -5,6 +5,8 @@ de-quantised copy of the agent's GGUF, to every scenario's native injection. ``g
 attacker who also writes its own goal out (the ``planted_call`` text: the attacker knows which call it wants) and
 appends one universal string, optimised over the training split with the goal planted, after it: its control is
 ``planted_call`` on the same scenarios, so its row says what the one optimised string adds to the planted goal.
+``gcg_universal_call_mixed`` is that attacker training on the splits of both InjecAgent benchmarks (dh and ds),
+starting from the ``gcg_universal_call`` string.
 
 ``gcg_per_scenario`` appends a string optimised on the very scenario it is planted in (a stronger attacker: it knows
 the user's request and the agent's prompt up to the injection; only the scenarios with a stored string can run it).
@@ -51,6 +53,7 @@ from rvu_pipelines.scenarios.contract import Scenario
 
 UNIVERSAL = "gcg_universal"
 UNIVERSAL_CALL = "gcg_universal_call"  # the universal string appended to the planted goal
+UNIVERSAL_CALL_MIXED = "gcg_universal_call_mixed"  # the same, trained on InjecAgent dh and ds together
 PER_SCENARIO = "gcg_per_scenario"
 RANDOM = "random_string"  # the unoptimised control: random plantable tokens, as many as the universal string's
 ADAPTIVE = "adaptive"
@@ -58,6 +61,8 @@ ADAPTIVE_PER_SCENARIO = "adaptive_per_scenario"
 ADAPTIVE_CALL = "adaptive_call"
 ADAPTIVE_CLASSIFIER_CALL = "adaptive-classifier_call"
 TRAIN_BENCHMARK = "injecagent_dh"
+# the benchmarks whose training splits a universal string trains on (``TRAIN_BENCHMARK`` unless named here)
+TRAIN_BENCHMARKS: dict[str, tuple[str, ...]] = {UNIVERSAL_CALL_MIXED: ("injecagent_dh", "injecagent_ds")}
 TRAIN_SPLIT_MODULUS = 20  # one scenario id in 20 (by sha256) may be used to train strings; never evaluated
 # the string each defense faces under ``adaptive``; the objective and capture pipeline of each are in OBJECTIVES
 ADAPTIVE_STRINGS: dict[str, str] = {"vanilla": UNIVERSAL, "classifier": "adaptive-classifier", "fath": "adaptive-fath"}
@@ -71,10 +76,11 @@ ADAPTIVE_PER_SCENARIO_STRINGS: dict[str, str] = {
 ADAPTIVE_CALL_STRINGS: dict[str, str] = {"vanilla": UNIVERSAL_CALL, "classifier": ADAPTIVE_CLASSIFIER_CALL}
 PER_SCENARIO_STRINGS = frozenset(ADAPTIVE_PER_SCENARIO_STRINGS.values())  # strings made for one scenario each
 # strings optimised and planted after the attacker's goal
-PLANTED_GOAL_STRINGS = frozenset(ADAPTIVE_CALL_STRINGS.values())
+PLANTED_GOAL_STRINGS = frozenset({*ADAPTIVE_CALL_STRINGS.values(), UNIVERSAL_CALL_MIXED})
 # a universal string adapted to a defense starts from the string it adapts (the attacker's best one without the
 # defense), as the per-scenario adapted strings start from their scenario's own
-WARM_STARTS: dict[str, str] = {ADAPTIVE_CLASSIFIER_CALL: UNIVERSAL_CALL}
+# (and the string trained on more benchmarks starts from the one trained on fewer)
+WARM_STARTS: dict[str, str] = {ADAPTIVE_CLASSIFIER_CALL: UNIVERSAL_CALL, UNIVERSAL_CALL_MIXED: UNIVERSAL_CALL}
 # the defenses whose detector scores the text a string is planted in: their score is the joint objective's penalty
 DETECTOR_DEFENSES = frozenset({"classifier", "hfer"})
 OBJECTIVES: dict[str, tuple[str, str]] = {  # string name -> (capture defense, objective in words)
@@ -83,6 +89,11 @@ OBJECTIVES: dict[str, tuple[str, str]] = {  # string name -> (capture defense, o
         "vanilla",
         "mean cross-entropy of the attacker's tool call over the training prompts, the call written out before "
         "the string",
+    ),
+    UNIVERSAL_CALL_MIXED: (
+        "vanilla",
+        "mean cross-entropy of the attacker's first tool call over training prompts of InjecAgent dh and ds, the "
+        "goal written out before the string, from the gcg_universal_call string",
     ),
     PER_SCENARIO: ("vanilla", "cross-entropy of the attacker's tool call in the one scenario the string is planted in"),
     "adaptive-classifier": (
@@ -134,6 +145,15 @@ def training_scenarios(scenarios: Sequence[Scenario], n: int, exclude: frozenset
             chosen.append(scenario)
     chosen += [s for s in pool if s not in chosen]
     return chosen[:n]
+
+
+def universal_training_scenarios(name: str, n: int, exclude: frozenset[str] = frozenset()) -> list[Scenario]:
+    """The training scenarios of the universal string ``name``: ``n`` from the training split of each benchmark
+    it trains on (``TRAIN_BENCHMARKS``), benchmark by benchmark."""
+    from rvu_pipelines.scenarios import scenarios_for
+
+    benchmarks = TRAIN_BENCHMARKS.get(name, (TRAIN_BENCHMARK,))
+    return [s for b in benchmarks for s in training_scenarios(scenarios_for(b, None), n, exclude=exclude)]
 
 
 def _stored(name: str, context: AttackContext) -> StoredString:
@@ -279,6 +299,12 @@ register(
         rewrite=append_own_string,
         fingerprint=_per_scenario_fingerprint,
     )
+)
+_string_attack(
+    UNIVERSAL_CALL_MIXED,
+    "the attacker's goal written out plus one GCG string optimised over training scenarios of InjecAgent dh and ds "
+    "with their goals planted",
+    lambda _context: UNIVERSAL_CALL_MIXED,
 )
 _string_attack(
     RANDOM,

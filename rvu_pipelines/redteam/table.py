@@ -48,6 +48,7 @@ CONTROLS: dict[str, str] = {
     "gcg_universal": "random_string",  # as many unoptimised tokens
     "gcg_universal_call": "planted_call",  # the planted goal the string is appended to
     ADAPTIVE_CALL: "planted_call",  # the same planted goal, the string adapted to the cell's defense
+    "gcg_universal_call_mixed": "planted_call",  # the same planted goal, the string trained on dh and ds
     "planted_call": "native",  # the benchmark's own injection
     "forged_turn": "native",
 }
@@ -121,7 +122,9 @@ def unavailable(attack: str, defense: str, context: AttackContext, benchmark: st
         return f"no adaptive_call string against {defense} yet"
     if attack == ADAPTIVE_PER_SCENARIO:
         return _adaptive_per_scenario_gap(defense, context, benchmark)
-    names = {name: name for name in ("gcg_universal", "gcg_universal_call", "random_string")}
+    names = {
+        name: name for name in ("gcg_universal", "gcg_universal_call", "gcg_universal_call_mixed", "random_string")
+    }
     adapted = {ADAPTIVE: ADAPTIVE_STRINGS, ADAPTIVE_CALL: ADAPTIVE_CALL_STRINGS}
     name = adapted[attack].get(defense) if attack in adapted else names.get(attack)
     if name and not string_path(context.strings_dir, name, context.profile).is_file():

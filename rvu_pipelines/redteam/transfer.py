@@ -20,12 +20,16 @@ from tqdm.auto import tqdm
 
 from rvu_pipelines.atomic_write import atomic_path
 from rvu_pipelines.attacks.gcg import target_outcome
-from rvu_pipelines.attacks.optimised import UNIVERSAL, UNIVERSAL_CALL, plant_of, slot_scenario
+from rvu_pipelines.attacks.optimised import UNIVERSAL, UNIVERSAL_CALL, UNIVERSAL_CALL_MIXED, plant_of, slot_scenario
 from rvu_pipelines.attacks.stored import StoredString
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scenarios.contract import Scenario
 
-TRANSFER_STRINGS = (UNIVERSAL, UNIVERSAL_CALL)  # universal strings planted in the undefended agent's prompt
+TRANSFER_STRINGS = (
+    UNIVERSAL,
+    UNIVERSAL_CALL,
+    UNIVERSAL_CALL_MIXED,
+)  # universal strings planted in the undefended agent's prompt
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ ATTACKS: tuple[str, ...] = (
     "planted_call",
     "gcg_universal",
     "gcg_universal_call",
+    "gcg_universal_call_mixed",
     "gcg_per_scenario",
     "adaptive",
     "adaptive_call",
@@ -57,6 +58,8 @@ ATTACK_NOTES: dict[str, str] = {
     "gcg_universal_call": "the attacker's goal written out (planted_call) plus one string optimised (GCG) on the "
     "agent's own weights over a training split of InjecAgent scenarios with their goals planted; evaluated on "
     "held-out scenarios",
+    "gcg_universal_call_mixed": "gcg_universal_call's attacker training its one string on the training splits of "
+    "InjecAgent dh and ds together (from the gcg_universal_call string); evaluated on held-out scenarios",
     "gcg_per_scenario": "the native injection plus a string optimised (GCG) on the agent's own weights for that very "
     "scenario; runs on the scenarios that have one",
     "adaptive": "the attack optimised against the cell's defense (the attacker moves second)",

@@ -363,3 +363,33 @@ def test_the_adaptive_call_string_starts_from_the_universal_call_one_and_meets_e
     assert unavailable(ADAPTIVE_CALL, "classifier", AttackContext("tiny", sha, "classifier", strings)) is None
     empty = AttackContext("tiny", sha, "classifier", tmp_path / "none")
     assert ADAPTIVE_CLASSIFIER_CALL in unavailable(ADAPTIVE_CALL, "classifier", empty)
+
+
+def test_the_mixed_universal_string_trains_on_both_injecagent_splits_and_follows_the_planted_goal(tmp_path):
+    """``gcg_universal_call_mixed`` draws its training scenarios from the training splits of dh and ds alike (never
+    the canonical 10, never a held-out one), starts from the ``gcg_universal_call`` string and is planted after the
+    goal like it; the dh-only string keeps its dh-only split."""
+    from rvu_pipelines.attacks.optimised import (
+        TRAIN_BENCHMARK,
+        UNIVERSAL_CALL,
+        UNIVERSAL_CALL_MIXED,
+        WARM_STARTS,
+        in_training_split,
+        plant_of,
+        universal_training_scenarios,
+    )
+    from rvu_pipelines.redteam.table import CONTROLS, heldout_sample
+    from rvu_pipelines.scenarios.registry import canonical_scenarios
+
+    canonical = frozenset(s.scenario_id for s in canonical_scenarios())
+    mixed = universal_training_scenarios(UNIVERSAL_CALL_MIXED, 3, exclude=canonical)
+    assert [s.benchmark for s in mixed] == ["injecagent_dh"] * 3 + ["injecagent_ds"] * 3
+    assert all(in_training_split(s.scenario_id) and s.scenario_id not in canonical for s in mixed)
+    held_out = {s.scenario_id for b in ("injecagent_dh", "injecagent_ds") for s in heldout_sample(b, 100)}
+    assert held_out.isdisjoint(s.scenario_id for s in mixed)
+    alone = universal_training_scenarios(UNIVERSAL_CALL, 3, exclude=canonical)
+    assert {s.benchmark for s in alone} == {TRAIN_BENCHMARK} and alone == mixed[:3]
+    assert WARM_STARTS[UNIVERSAL_CALL_MIXED] == UNIVERSAL_CALL and plant_of(UNIVERSAL_CALL_MIXED) == plant_of(
+        UNIVERSAL_CALL
+    )
+    assert CONTROLS[UNIVERSAL_CALL_MIXED] == "planted_call"
