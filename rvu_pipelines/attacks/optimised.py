@@ -25,7 +25,7 @@ string (:mod:`rvu_pipelines.attacks.gate_aware`). ``hfer`` has no universal adap
 ``adaptive_call`` is the planted-goal attacker of ``gcg_universal_call`` moving second: against ``classifier`` one
 universal string, from the ``gcg_universal_call`` string, optimised over the same training split with the
 classifier's detector score of the text it reads in the objective (black-box); against ``vanilla`` the
-``gcg_universal_call`` string itself. Its control is ``planted_call``.
+``gcg_universal_call`` string itself. Its control is that string (what knowing the defense adds).
 
 ``adaptive_per_scenario`` is the per-scenario attacker adapted to the cell's defense: against ``vanilla`` its own
 ``gcg_per_scenario`` string, against ``classifier`` and ``hfer`` a string for the same scenario that starts from that

@@ -47,8 +47,8 @@ CONTROLS: dict[str, str] = {
     ADAPTIVE_PER_SCENARIO: PER_SCENARIO,  # the string the adapted one starts from: what knowing the defense adds
     "gcg_universal": "random_string",  # as many unoptimised tokens
     "gcg_universal_call": "planted_call",  # the planted goal the string is appended to
-    ADAPTIVE_CALL: "planted_call",  # the same planted goal, the string adapted to the cell's defense
-    "gcg_universal_call_mixed": "planted_call",  # the same planted goal, the string trained on dh and ds
+    ADAPTIVE_CALL: "gcg_universal_call",  # the string it starts from, on the same goal: what knowing the defense adds
+    "gcg_universal_call_mixed": "gcg_universal_call",  # the string it starts from: what training on ds too adds
     "planted_call": "native",  # the benchmark's own injection
     "forged_turn": "native",
 }

@@ -266,7 +266,8 @@ def test_the_adaptive_call_string_starts_from_the_universal_call_one_and_meets_e
 ):
     """``adaptive-classifier_call`` starts from the stored ``gcg_universal_call`` string, is captured under the
     classifier with its detector's score in the objective, and follows the planted goal; ``adaptive_call`` plants it
-    against the classifier, the universal-call string against the undefended agent, and names what it lacks."""
+    against the classifier, the universal-call string against the undefended agent (its control), and names what it
+    lacks."""
     import dataclasses
     import shutil
 
@@ -356,7 +357,7 @@ def test_the_adaptive_call_string_starts_from_the_universal_call_one_and_meets_e
     }
     assert against["classifier"].injection == goal + adapted.text
     assert against["vanilla"].injection == goal + universal.text
-    assert CONTROLS[ADAPTIVE_CALL] == "planted_call"
+    assert CONTROLS[ADAPTIVE_CALL] == UNIVERSAL_CALL  # what knowing the defense adds
     with pytest.raises(ConfigError, match="No adaptive_call string against defense 'hfer'"):
         attacked(held_out, ADAPTIVE_CALL, AttackContext("tiny", sha, "hfer", strings))
     assert unavailable(ADAPTIVE_CALL, "hfer", AttackContext("tiny", sha, "hfer", strings)) is not None
@@ -392,4 +393,4 @@ def test_the_mixed_universal_string_trains_on_both_injecagent_splits_and_follows
     assert WARM_STARTS[UNIVERSAL_CALL_MIXED] == UNIVERSAL_CALL and plant_of(UNIVERSAL_CALL_MIXED) == plant_of(
         UNIVERSAL_CALL
     )
-    assert CONTROLS[UNIVERSAL_CALL_MIXED] == "planted_call"
+    assert CONTROLS[UNIVERSAL_CALL_MIXED] == UNIVERSAL_CALL  # what training on ds too adds
