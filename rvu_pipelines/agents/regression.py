@@ -163,6 +163,22 @@ def write_golden(
     return path
 
 
+def union_golden(
+    existing: dict[str, Any] | None, table: pl.DataFrame, profile: str, model_id: str
+) -> tuple[dict[str, Any], list[str]]:
+    """``existing`` (None: no file yet) with every cell of ``table`` added or replaced, every other cell kept: how
+    the tables of several runs (each a few benchmarks, attacks and defenses) make up one golden file. Also the
+    cells both held with other values (a run that does not reproduce an earlier one's cell), for the caller to
+    report; the table's values win."""
+    new = golden_document(table, profile, model_id)
+    if existing is None:
+        return new, []
+    merged = merge_golden(existing, new, defenses=None, attacks=[])  # refuses other weights; keeps every cell
+    changed = sorted(c for c, v in new["cells"].items() if c in merged["cells"] and merged["cells"][c] != v)
+    merged["cells"] = dict(sorted({**merged["cells"], **new["cells"]}.items()))
+    return merged, changed
+
+
 def _chosen(cell: str, defenses: Sequence[str] | None, attacks: Sequence[str] | None) -> bool:
     _, attack, defense = split_cell(cell)
     return (defenses is None or defense in defenses) and (attacks is None or attack in attacks)

@@ -1,0 +1,101 @@
+"""The full attack table's golden file is made from the tables of several runs: each run's cells are added, every
+other cell kept, a cell a later run gives other values is named, other weights are refused, and the attack study's
+check then passes for each run it was made from."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from rvu_pipelines.agents.regression import compare_to_golden, load_tolerance
+from rvu_pipelines.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("full_golden", REPO / "scripts" / "full_golden.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _row(benchmark: str, attack: str, defense: str, asr: float, utility: float = 0.5) -> dict[str, object]:
+    return {
+        "profile": "tiny",
+        "benchmark": benchmark,
+        "attack": attack,
+        "defense": defense,
+        "n": 100,
+        "errors": 0,
+        "asr": asr,
+        "utility": utility,
+        "code_version": "abc",
+    }
+
+
+def _store(state: Path, run: str, rows: list[dict[str, object]]) -> pl.DataFrame:
+    folder = state / "attacks" / "full" / "tiny" / run
+    folder.mkdir(parents=True)
+    table = pl.DataFrame(rows)
+    table.write_parquet(folder / "table.parquet")
+    return table
+
+
+def test_runs_make_one_golden_that_each_run_matches(tmp_path: Path) -> None:
+    script, state, out = _script(), tmp_path / "state", tmp_path / "golden.json"
+    universal = _store(
+        state,
+        "universal",
+        [
+            _row("injecagent_dh", "gcg_universal_call", "vanilla", 0.71),
+            _row("injecagent_ds", "planted_call", "vanilla", 0.1),
+        ],
+    )
+    defenses = _store(
+        state,
+        "defenses",
+        [
+            _row("injecagent_dh", "gcg_universal_call", "vanilla", 0.71),
+            _row("injecagent_dh", "gcg_universal_call", "rvg", 0.0),
+        ],
+    )
+    path, changed = script.write(["universal", "defenses"], "tiny", state, out)
+    golden = json.loads(path.read_text())
+    assert changed == [] and sorted(golden["cells"]) == [
+        "injecagent_dh/gcg_universal_call/rvg",
+        "injecagent_dh/gcg_universal_call/vanilla",
+        "injecagent_ds/planted_call/vanilla",
+    ]
+    assert golden["cells"]["injecagent_dh/gcg_universal_call/rvg"] == {
+        "asr": 0.0,
+        "errors": 0,
+        "n": 100,
+        "utility": 0.5,
+    }
+    for table in (universal, defenses):  # what the study's check compares: the cells the run holds
+        present = {f"{r['benchmark']}/{r['attack']}/{r['defense']}" for r in table.iter_rows(named=True)}
+        sampled = {**golden, "cells": {k: v for k, v in golden["cells"].items() if k in present}}
+        assert compare_to_golden(table, sampled, load_tolerance()) == []
+    # a later run of one run's cells that does not reproduce them: named, and its values written
+    _store(state, "again", [_row("injecagent_dh", "gcg_universal_call", "vanilla", 0.65)])
+    _, changed = script.write(["again"], "tiny", state, out)
+    assert changed == ["injecagent_dh/gcg_universal_call/vanilla"]
+    cells = json.loads(out.read_text())["cells"]
+    assert cells["injecagent_dh/gcg_universal_call/vanilla"]["asr"] == 0.65 and len(cells) == 3
+
+
+def test_other_weights_and_a_missing_run_are_refused(tmp_path: Path) -> None:
+    script, state, out = _script(), tmp_path / "state", tmp_path / "golden.json"
+    _store(state, "universal", [_row("injecagent_dh", "planted_call", "vanilla", 0.32)])
+    out.write_text(json.dumps({"profile": "tiny", "model_sha256": "0" * 64, "cells": {}}))
+    with pytest.raises(ConfigError, match="weights"):
+        script.write(["universal"], "tiny", state, out)
+    with pytest.raises(ConfigError, match="No table for run 'nowhere'"):
+        script.write(["nowhere"], "tiny", state, tmp_path / "new.json")
+    assert script.main(["--run", "nowhere", "--state", str(state), "--out", str(tmp_path / "x.json")]) == 2
+    assert not (tmp_path / "x.json").exists()
