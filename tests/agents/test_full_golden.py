@@ -99,3 +99,21 @@ def test_other_weights_and_a_missing_run_are_refused(tmp_path: Path) -> None:
         script.write(["nowhere"], "tiny", state, tmp_path / "new.json")
     assert script.main(["--run", "nowhere", "--state", str(state), "--out", str(tmp_path / "x.json")]) == 2
     assert not (tmp_path / "x.json").exists()
+
+
+def test_the_committed_cells_are_what_the_attack_studys_check_compares_with() -> None:
+    """The committed golden file loads, names only known benchmarks, attacks and defenses, and the study's
+    ``matches_golden_full`` check passes on a run that reproduces some of its cells and fails when one moves."""
+    from assets.attack_study import _golden_check, golden_full_path
+    from rvu_pipelines.agents.regression import load_golden, split_cell
+    from rvu_pipelines.scenarios.axes import ATTACKS, BENCHMARKS, DEFENSES
+
+    golden = load_golden(golden_full_path("tiny"))
+    cells = [(*split_cell(cell), values) for cell, values in sorted(golden["cells"].items())]
+    assert cells and all(b in BENCHMARKS and a in ATTACKS and d in DEFENSES for b, a, d, _ in cells)
+    assert all(values["n"] >= 100 for *_, values in cells)  # the published table's n per benchmark
+    rows = [{"benchmark": b, "attack": a, "defense": d, **values} for b, a, d, values in cells[:3]]
+    assert _golden_check(pl.DataFrame(rows), "tiny").passed
+    moved = [{**rows[0], "asr": rows[0]["asr"] + 0.2}, *rows[1:]]
+    failed = _golden_check(pl.DataFrame(moved), "tiny")
+    assert not failed.passed and rows[0]["benchmark"] in failed.metadata["drifts"].value
