@@ -20,6 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from rvu_pipelines.agents.regression import load_golden, union_golden
+from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import config_dir, state_dir
 
@@ -59,7 +60,7 @@ def write(runs: list[str], profile: str | None, state: Path | None, out: Path | 
         changed += moved
     assert document is not None  # at least one run (argparse: --run is required)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_atomically(out, (json.dumps(document, indent=2, sort_keys=True) + "\n").encode())
     return out, changed
 
 

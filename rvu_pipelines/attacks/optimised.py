@@ -40,7 +40,7 @@ Training scenarios are drawn from a fixed hash split of each benchmark that excl
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from rvu_pipelines.attacks import gate_aware
@@ -173,15 +173,20 @@ def adaptive_name(defense: str) -> str:
     return ADAPTIVE_STRINGS[defense]
 
 
+def _adapted_string(attack: str, strings: Mapping[str, str], defense: str) -> str:
+    """The string ``attack`` plants against ``defense`` (``strings``: by defense), refused for a defense it has
+    none against."""
+    if defense not in strings:
+        raise ConfigError(
+            f"No {attack} string against defense {defense!r}; the defenses with one: {', '.join(sorted(strings))} "
+            "(against the tool gate, attack adaptive chooses a goal the gate allows)."
+        )
+    return strings[defense]
+
+
 def adaptive_call_name(defense: str) -> str:
     """The universal string on the planted goal that ``adaptive_call`` appends against ``defense``."""
-    if defense not in ADAPTIVE_CALL_STRINGS:
-        raise ConfigError(
-            f"No adaptive_call string against defense {defense!r}; the defenses with one: "
-            f"{', '.join(sorted(ADAPTIVE_CALL_STRINGS))} (against the tool gate, attack adaptive chooses a goal the "
-            "gate allows)."
-        )
-    return ADAPTIVE_CALL_STRINGS[defense]
+    return _adapted_string(ADAPTIVE_CALL, ADAPTIVE_CALL_STRINGS, defense)
 
 
 def append_string(scenario: Scenario, stored: StoredString) -> Scenario:
@@ -227,13 +232,7 @@ def per_scenario_strings(context: AttackContext, name: str = PER_SCENARIO) -> di
 
 def adaptive_per_scenario_name(defense: str) -> str:
     """The per-scenario strings ``adaptive_per_scenario`` plants against ``defense``."""
-    if defense not in ADAPTIVE_PER_SCENARIO_STRINGS:
-        raise ConfigError(
-            f"No per-scenario adaptive strings against defense {defense!r}; the defenses with them: "
-            f"{', '.join(sorted(ADAPTIVE_PER_SCENARIO_STRINGS))} (against the tool gate, attack adaptive chooses a "
-            "goal the gate allows)."
-        )
-    return ADAPTIVE_PER_SCENARIO_STRINGS[defense]
+    return _adapted_string(ADAPTIVE_PER_SCENARIO, ADAPTIVE_PER_SCENARIO_STRINGS, defense)
 
 
 def own_string(scenario: Scenario, context: AttackContext, name: str = PER_SCENARIO) -> StoredString:

@@ -25,11 +25,8 @@ from rvu_pipelines.attacks.stored import StoredString
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scenarios.contract import Scenario
 
-TRANSFER_STRINGS = (
-    UNIVERSAL,
-    UNIVERSAL_CALL,
-    UNIVERSAL_CALL_MIXED,
-)  # universal strings planted in the undefended agent's prompt
+# universal strings planted in the undefended agent's prompt
+TRANSFER_STRINGS = (UNIVERSAL, UNIVERSAL_CALL, UNIVERSAL_CALL_MIXED)
 
 
 @dataclass(frozen=True)

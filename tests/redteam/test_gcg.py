@@ -116,8 +116,9 @@ def optimised(dequantized, capture_settings, train_scenario, tmp_path_factory):
     return folder, _optimise_tiny("gcg_universal", dequantized, capture_settings, train_scenario, folder, TINY)
 
 
-def _optimise_tiny(name, dequantized, settings, scenario, folder, config):
-    """The string ``name`` optimised on ``scenario`` alone for the tiny profile, stored with its state in ``folder``."""
+def _optimise_tiny(name, dequantized, settings, scenario, folder, config, **extra):
+    """The string ``name`` optimised on ``scenario`` alone for the tiny profile, stored with its state in ``folder``
+    (``extra``: e.g. the penalty detector of a string adapted to one)."""
     from rvu_pipelines.redteam.optimise import optimise_string
 
     model, tokenizer, sha = dequantized
@@ -133,6 +134,7 @@ def _optimise_tiny(name, dequantized, settings, scenario, folder, config):
         state_path=folder / "state.json",
         strings_dir=folder,
         progress=False,
+        **extra,
     )
 
 
@@ -283,7 +285,7 @@ def test_the_adaptive_call_string_starts_from_the_universal_call_one_and_meets_e
     )
     from rvu_pipelines.attacks.stored import load_string, string_path
     from rvu_pipelines.paths import config_dir
-    from rvu_pipelines.redteam.optimise import detector_penalty, optimise_string, warm_start
+    from rvu_pipelines.redteam.optimise import detector_penalty, warm_start
     from rvu_pipelines.redteam.table import CONTROLS, unavailable
     from rvu_pipelines.scenarios import scenarios_for
 
@@ -308,44 +310,27 @@ def test_the_adaptive_call_string_starts_from_the_universal_call_one_and_meets_e
         == TINY
     )
     with pytest.raises(ConfigError, match="penalty_detector"):  # adapted to a detector: its score is in the objective
-        optimise_string(
-            ADAPTIVE_CLASSIFIER_CALL,
-            profile="tiny",
-            model_sha256=sha,
-            model=model,
-            tokenizer=tokenizer,
-            scenarios=[train_scenario],
-            settings=capture_settings,
-            config=config,
-            state_path=tmp_path / "s.json",
-            strings_dir=strings,
-            progress=False,
-        )
-    adapted = optimise_string(
+        _optimise_tiny(ADAPTIVE_CLASSIFIER_CALL, dequantized, capture_settings, train_scenario, tmp_path, config)
+    adapted = _optimise_tiny(
         ADAPTIVE_CLASSIFIER_CALL,
-        profile="tiny",
-        model_sha256=sha,
-        model=model,
-        tokenizer=tokenizer,
-        scenarios=[train_scenario],
-        settings=capture_settings,
-        config=config,
-        state_path=tmp_path / "state.json",
-        strings_dir=strings,
+        dequantized,
+        capture_settings,
+        train_scenario,
+        strings,
+        config,
         penalty_detector=detector,
-        progress=False,
     )
-    slot = capture(slot_scenario(ADAPTIVE_CLASSIFIER_CALL, train_scenario), tokenizer, capture_settings).slot
-    assert tokenizer.decode(list(slot.prefix_ids)).endswith(target_text(train_scenario))  # after the planted goal
-    assert GcgOptimizer(model, tokenizer, [slot], config, sha).initial_ids() == list(universal.token_ids)
-    # its first loss is the universal-call string's call loss plus the detector's score of the text it reads
     captured = capture(
         slot_scenario(ADAPTIVE_CLASSIFIER_CALL, train_scenario), tokenizer, capture_settings, defense="classifier"
     )
+    slot = captured.slot
+    assert tokenizer.decode(list(slot.prefix_ids)).endswith(target_text(train_scenario))  # after the planted goal
+    assert GcgOptimizer(model, tokenizer, [slot], config, sha).initial_ids() == list(universal.token_ids)
+    # its first loss is the universal-call string's call loss plus the detector's score of the text it reads
     penalty = detector_penalty(detector, captured.read)([universal.text])[0]
     call_loss, _ = target_outcome(model, captured.slot, universal.token_ids)
     assert penalty > 0.0
-    state = json.loads((tmp_path / "state.json").read_text())
+    state = json.loads((strings / "state.json").read_text())
     assert state["losses"][0] == pytest.approx(call_loss + penalty, abs=1e-4)
     assert adapted.loss == pytest.approx(state["best_loss"], abs=1e-5) and adapted.steps == state["step"]
     assert adapted.defense == "classifier" and "detector score" in adapted.objective
