@@ -13,14 +13,12 @@ under the same attack and defense should give the same episodes.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import polars as pl
 
-from rvu_pipelines.agents.regression import load_golden, union_golden
-from rvu_pipelines.atomic_write import write_atomically
+from rvu_pipelines.agents.regression import load_golden, save_golden, union_golden
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import config_dir, state_dir
 
@@ -59,9 +57,7 @@ def write(runs: list[str], profile: str | None, state: Path | None, out: Path | 
         document, moved = union_golden(document, pl.read_parquet(path), profile, model_id)
         changed += moved
     assert document is not None  # at least one run (argparse: --run is required)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(out, (json.dumps(document, indent=2, sort_keys=True) + "\n").encode())
-    return out, changed
+    return save_golden(document, out), changed
 
 
 if __name__ == "__main__":

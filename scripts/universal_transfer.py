@@ -15,13 +15,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from rvu_pipelines.attacks.optimised import UNIVERSAL_CALL
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.redteam.transfer import TRANSFER_STRINGS
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--name", default=TRANSFER_STRINGS[-1], choices=TRANSFER_STRINGS)
+    parser.add_argument("--name", default=UNIVERSAL_CALL, choices=TRANSFER_STRINGS)
     parser.add_argument("--profile", default=None, help="model profile (configs/models.yaml); default: its default")
     parser.add_argument("--benchmark", action="append", default=None, help="repeatable; default injecagent_dh")
     parser.add_argument("--n", type=int, default=100, help="the table's per_benchmark (its held-out sample)")

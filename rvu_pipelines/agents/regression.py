@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 import yaml
 
+from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import config_dir
 from rvu_pipelines.scenarios.axes import CANONICAL, DEFENSES, NATIVE
@@ -158,9 +159,13 @@ def write_golden(
     document = golden_document(table, profile, model_id)
     if only is not None or attacks is not None:
         document = merge_golden(load_golden(path), document, only, attacks)
+    return save_golden(document, path)
+
+
+def save_golden(document: dict[str, Any], path: Path) -> Path:
+    """Write a golden document (sorted keys, one step: a reader never sees half a file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
-    return path
+    return write_atomically(path, json.dumps(document, indent=2, sort_keys=True) + "\n")
 
 
 def union_golden(

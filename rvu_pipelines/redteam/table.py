@@ -29,6 +29,7 @@ from rvu_pipelines.attacks.optimised import (
     ADAPTIVE_PER_SCENARIO_STRINGS,
     ADAPTIVE_STRINGS,
     PER_SCENARIO,
+    RANDOM,
     in_training_split,
     per_scenario_strings,
 )
@@ -122,11 +123,10 @@ def unavailable(attack: str, defense: str, context: AttackContext, benchmark: st
         return f"no adaptive_call string against {defense} yet"
     if attack == ADAPTIVE_PER_SCENARIO:
         return _adaptive_per_scenario_gap(defense, context, benchmark)
-    names = {
-        name: name for name in ("gcg_universal", "gcg_universal_call", "gcg_universal_call_mixed", "random_string")
-    }
-    adapted = {ADAPTIVE: ADAPTIVE_STRINGS, ADAPTIVE_CALL: ADAPTIVE_CALL_STRINGS}
-    name = adapted[attack].get(defense) if attack in adapted else names.get(attack)
+    adapted = {ADAPTIVE: ADAPTIVE_STRINGS, ADAPTIVE_CALL: ADAPTIVE_CALL_STRINGS}  # one stored string per defense
+    name = attack if attack in (*TRANSFER_STRINGS, RANDOM) else None  # the attack's own stored string
+    if attack in adapted:
+        name = adapted[attack].get(defense)
     if name and not string_path(context.strings_dir, name, context.profile).is_file():
         return f"{name} is not optimised for profile {context.profile} (scripts/optimise_attack.py --name {name})"
     return None
