@@ -24,6 +24,8 @@ The choices, written down once (seed 004, arXiv 2511.05804; the statistics as de
   boundary index is ``k_c = clip(floor((1 − ρ) N), 1, N − 1)``; the high band is every mode whose eigenvalue
   is at least ``λ_{k_c}`` (ties included, so the rule never splits an eigenspace and HFER does not depend on
   which orthonormal basis the solver picked inside it) and strictly positive (a null mode is never "high").
+  Ties and null modes are judged relative to ``λ_max``, as HFER itself is unchanged when every weight is
+  scaled: a graph whose weights are all tiny has the same high band as the same graph scaled up.
   ``HFER = Σ_{high} E_k / Σ_k E_k``; 0 for a zero signal.
 * **Eigenpairs.** ``eigenpairs=K`` keeps only K modes, as sparse (Lanczos) solvers do: the ``K // 2``
   smallest and the rest from the top of the spectrum (all modes when N ≤ K). Energies, HFER (the cut-off
@@ -123,7 +125,7 @@ def high_band(eigenvalues: np.ndarray, cutoff_ratio: float = DEFAULT_CUTOFF_RATI
     if n < 2:
         return np.zeros(n, dtype=bool)
     boundary = int(np.clip(np.floor((1.0 - cutoff_ratio) * n), 1, n - 1))
-    scale = max(float(lam[-1]), 1.0)
+    scale = float(lam[-1])  # relative: solver error is about machine epsilon times λ_max
     return (lam >= lam[boundary] - _TIE_TOL * scale) & (lam > _TIE_TOL * scale)
 
 

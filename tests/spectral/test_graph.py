@@ -119,6 +119,20 @@ def test_attention_symmetrisation() -> None:
         spectral_stats(path_graph(4), np.ones((5, 2)))
 
 
+def test_band_is_judged_relative_to_the_spectrum() -> None:
+    """HFER does not change when every weight is scaled, so neither may the band: a graph with one faint edge
+    (every other weight near zero) has that edge's mode as its high band, whichever order its tokens come in."""
+    faint = np.full((4, 4), 3e-302)
+    faint[0, 1] = faint[1, 0] = 1e-9
+    signal = np.zeros((4, 1))
+    signal[0, 0] = 1.0  # half its energy on the edge's mode (e0 - e1) / sqrt(2)
+    perm = np.array([3, 1, 0, 2])
+    for scale in (1e-12, 1.0, 1e6):
+        w = faint * scale
+        assert spectral_stats(w, signal, cutoff_ratio=0.5).hfer == pytest.approx(0.5)
+        assert spectral_stats(w[np.ix_(perm, perm)], signal[perm], cutoff_ratio=0.5).hfer == pytest.approx(0.5)
+
+
 def _random_graph_and_signal(data: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     weights, signal = data
     return (weights + weights.T) / 2, signal
