@@ -16,8 +16,8 @@ from rvu_pipelines.tracking import MlflowTracker
 
 EXPERIMENT = "adapter-assets-test"
 # make run's sizes are AdapterSampleConfig's defaults; the asset's parts are each tested at full size elsewhere
-SIZE = {"steps": 2, "max_examples": 8, "member_steps": 6, "wmdp_items": 2}
-SIZE |= {"n_probes": 4, "max_new_tokens": 8, "n_sensitive": 2, "n_qa": 2}
+SIZE = {"steps": 1, "max_examples": 4, "members": 4, "member_steps": 3, "wmdp_items": 1}
+SIZE |= {"n_probes": 2, "max_new_tokens": 4, "n_sensitive": 1, "n_qa": 1}
 INPUTS = {"tofu", "deepset_prompt_injections", "trustair_jailbreaks", "awesome_chatgpt_prompts", "wmdp_cyber"}
 
 
