@@ -6,7 +6,9 @@ attacker who also writes its own goal out (the ``planted_call`` text: the attack
 appends one universal string, optimised over the training split with the goal planted, after it: its control is
 ``planted_call`` on the same scenarios, so its row says what the one optimised string adds to the planted goal.
 ``gcg_universal_call_mixed`` is that attacker training on the splits of both InjecAgent benchmarks (dh and ds),
-starting from the ``gcg_universal_call`` string.
+starting from the ``gcg_universal_call`` string. ``gcg_universal_call_staged`` trains on the same splits but targets
+every call the judge needs at its own decision point: on data stealing the extraction right after the injection is
+read, and the send once the extraction's result has come back (the injection and the string still in the prompt).
 
 ``gcg_per_scenario`` appends a string optimised on the very scenario it is planted in (a stronger attacker: it knows
 the user's request and the agent's prompt up to the injection; only the scenarios with a stored string can run it).
@@ -45,7 +47,7 @@ from pathlib import Path
 
 from rvu_pipelines.attacks import gate_aware
 from rvu_pipelines.attacks.catalog import AttackContext, AttackSpec, register
-from rvu_pipelines.attacks.planted_call import PLANT_VERSION, plant_goal
+from rvu_pipelines.attacks.planted_call import PLANT_VERSION, goal_calls, plant_goal
 from rvu_pipelines.attacks.stored import StoredString, load_string, string_path
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scenarios.axes import GATED_DEFENSES
@@ -54,6 +56,7 @@ from rvu_pipelines.scenarios.contract import Scenario
 UNIVERSAL = "gcg_universal"
 UNIVERSAL_CALL = "gcg_universal_call"  # the universal string appended to the planted goal
 UNIVERSAL_CALL_MIXED = "gcg_universal_call_mixed"  # the same, trained on InjecAgent dh and ds together
+UNIVERSAL_CALL_STAGED = "gcg_universal_call_staged"  # the same splits, every call of the goal at its decision point
 PER_SCENARIO = "gcg_per_scenario"
 RANDOM = "random_string"  # the unoptimised control: random plantable tokens, as many as the universal string's
 ADAPTIVE = "adaptive"
@@ -62,7 +65,12 @@ ADAPTIVE_CALL = "adaptive_call"
 ADAPTIVE_CLASSIFIER_CALL = "adaptive-classifier_call"
 TRAIN_BENCHMARK = "injecagent_dh"
 # the benchmarks whose training splits a universal string trains on (``TRAIN_BENCHMARK`` unless named here)
-TRAIN_BENCHMARKS: dict[str, tuple[str, ...]] = {UNIVERSAL_CALL_MIXED: ("injecagent_dh", "injecagent_ds")}
+TRAIN_BENCHMARKS: dict[str, tuple[str, ...]] = {
+    UNIVERSAL_CALL_MIXED: ("injecagent_dh", "injecagent_ds"),
+    UNIVERSAL_CALL_STAGED: ("injecagent_dh", "injecagent_ds"),
+}
+# strings optimised at every decision point of a goal that needs several calls, not only at the first
+STAGED_STRINGS = frozenset({UNIVERSAL_CALL_STAGED})
 TRAIN_SPLIT_MODULUS = 20  # one scenario id in 20 (by sha256) may be used to train strings; never evaluated
 # the string each defense faces under ``adaptive``; the objective and capture pipeline of each are in OBJECTIVES
 ADAPTIVE_STRINGS: dict[str, str] = {"vanilla": UNIVERSAL, "classifier": "adaptive-classifier", "fath": "adaptive-fath"}
@@ -76,11 +84,15 @@ ADAPTIVE_PER_SCENARIO_STRINGS: dict[str, str] = {
 ADAPTIVE_CALL_STRINGS: dict[str, str] = {"vanilla": UNIVERSAL_CALL, "classifier": ADAPTIVE_CLASSIFIER_CALL}
 PER_SCENARIO_STRINGS = frozenset(ADAPTIVE_PER_SCENARIO_STRINGS.values())  # strings made for one scenario each
 # strings optimised and planted after the attacker's goal
-PLANTED_GOAL_STRINGS = frozenset({*ADAPTIVE_CALL_STRINGS.values(), UNIVERSAL_CALL_MIXED})
+PLANTED_GOAL_STRINGS = frozenset({*ADAPTIVE_CALL_STRINGS.values(), UNIVERSAL_CALL_MIXED, UNIVERSAL_CALL_STAGED})
 # a universal string adapted to a defense starts from the string it adapts (the attacker's best one without the
 # defense), as the per-scenario adapted strings start from their scenario's own
 # (and the string trained on more benchmarks starts from the one trained on fewer)
-WARM_STARTS: dict[str, str] = {ADAPTIVE_CLASSIFIER_CALL: UNIVERSAL_CALL, UNIVERSAL_CALL_MIXED: UNIVERSAL_CALL}
+WARM_STARTS: dict[str, str] = {
+    ADAPTIVE_CLASSIFIER_CALL: UNIVERSAL_CALL,
+    UNIVERSAL_CALL_MIXED: UNIVERSAL_CALL,
+    UNIVERSAL_CALL_STAGED: UNIVERSAL_CALL,
+}
 # the defenses whose detector scores the text a string is planted in: their score is the joint objective's penalty
 DETECTOR_DEFENSES = frozenset({"classifier", "hfer"})
 OBJECTIVES: dict[str, tuple[str, str]] = {  # string name -> (capture defense, objective in words)
@@ -94,6 +106,12 @@ OBJECTIVES: dict[str, tuple[str, str]] = {  # string name -> (capture defense, o
         "vanilla",
         "mean cross-entropy of the attacker's first tool call over training prompts of InjecAgent dh and ds, the "
         "goal written out before the string, from the gcg_universal_call string",
+    ),
+    UNIVERSAL_CALL_STAGED: (
+        "vanilla",
+        "mean cross-entropy, over training prompts of InjecAgent dh and ds, of each call the judge needs at its own "
+        "decision point (data stealing: the extraction after the injection, the send after the extraction's "
+        "result), the goal written out before the string, from the gcg_universal_call string",
     ),
     PER_SCENARIO: ("vanilla", "cross-entropy of the attacker's tool call in the one scenario the string is planted in"),
     "adaptive-classifier": (
@@ -154,6 +172,16 @@ def universal_training_scenarios(name: str, n: int, exclude: frozenset[str] = fr
 
     benchmarks = TRAIN_BENCHMARKS.get(name, (TRAIN_BENCHMARK,))
     return [s for b in benchmarks for s in training_scenarios(scenarios_for(b, None), n, exclude=exclude)]
+
+
+def decision_stages(name: str, scenario: Scenario) -> list[tuple[tuple[str, ...], str | None]]:
+    """``(answers, target)`` of each decision point the string ``name`` is optimised at in ``scenario``: the
+    first call's alone (target None: the judge's first call), or for a staged string every call of the goal, each
+    after the calls before it (``answers``)."""
+    if name not in STAGED_STRINGS:
+        return [((), None)]
+    calls = goal_calls(scenario)
+    return [(tuple(calls[:i]), call) for i, call in enumerate(calls)]
 
 
 def _stored(name: str, context: AttackContext) -> StoredString:
@@ -304,6 +332,12 @@ _string_attack(
     "the attacker's goal written out plus one GCG string optimised over training scenarios of InjecAgent dh and ds "
     "with their goals planted",
     lambda _context: UNIVERSAL_CALL_MIXED,
+)
+_string_attack(
+    UNIVERSAL_CALL_STAGED,
+    "the attacker's goal written out plus one GCG string optimised over training scenarios of InjecAgent dh and ds "
+    "with their goals planted, on each call of the goal at its own decision point (data stealing: extract, then send)",
+    lambda _context: UNIVERSAL_CALL_STAGED,
 )
 _string_attack(
     RANDOM,

@@ -5,8 +5,9 @@ A per-scenario string is warm-started from what the judge counts as the attack's
 is what the optimisation adds to that text. ``planted_call`` plants the attacker's whole goal written out after the
 native injection, unoptimised: if it reaches the per-scenario row's ASR, the row's result is the planted text's, not
 the optimiser's. It needs no model access: the attacker only knows its own goal. Where the judge needs more than one
-call (InjecAgent data stealing: extract, then send), the goal is every call in order; an optimised string still
-targets the first, the call the agent makes right after reading it.
+call (InjecAgent data stealing: extract, then send), the goal is every call in order; an optimised string targets
+the first, the call the agent makes right after reading it, and a staged one each call at its own decision point
+(:func:`goal_calls`).
 """
 
 from __future__ import annotations
@@ -48,13 +49,18 @@ def target_text(scenario: Scenario) -> str:
     )
 
 
-def goal_text(scenario: Scenario) -> str:
-    """The attacker's whole goal as the agent would write it: on InjecAgent every attacker tool's call in order (data
-    stealing needs the extraction and the send), elsewhere :func:`target_text`."""
+def goal_calls(scenario: Scenario) -> list[str]:
+    """The calls the judge needs, in order, each as the agent would write it: on InjecAgent one per attacker tool
+    (data stealing: the extraction, then the send), elsewhere the one :func:`target_text`."""
     tools: Sequence[str] = getattr(scenario, "attacker_tools", ())
     if len(tools) > 1:
-        return " ".join(json.dumps({"tool": tool}) for tool in tools)
-    return target_text(scenario)
+        return [json.dumps({"tool": tool}) for tool in tools]
+    return [target_text(scenario)]
+
+
+def goal_text(scenario: Scenario) -> str:
+    """The attacker's whole goal as the agent would write it: every call of :func:`goal_calls` in order."""
+    return " ".join(goal_calls(scenario))
 
 
 def plant_goal(scenario: Scenario) -> Scenario:

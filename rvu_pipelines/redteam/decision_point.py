@@ -7,7 +7,10 @@ agent sees (system prompt, tool schema, the benchmark's pre-filled call, the def
 not a reconstruction. Earlier turns (AgentDojo: the agent reads the file itself) are answered by ``llm``.
 
 The target is what the benchmark's judge counts as the attack's success, written as the agent writes a tool call
-(:func:`rvu_pipelines.attacks.planted_call.target_text`).
+(:func:`rvu_pipelines.attacks.planted_call.target_text`). Where the judge needs more than one call (InjecAgent data
+stealing: extract, then send), a later decision point is captured by answering the earlier ones with the goal's own
+calls (``answers``): the prompt is then the one the agent meets after the extraction's result came back, the
+injection and the string still in it, and the target is the next call.
 
 Under a detector defense (``classifier``, ``hfer``) the capture runs the defense's pipeline with a detector that
 lets everything through and keeps what it was given: the text the real detector would score, with the sentinel
@@ -37,14 +40,18 @@ class _Reached(BaseException):  # BaseException: no benchmark harness may swallo
 
 
 class _UntilSentinel:
-    """A ChatModel that answers with ``inner`` until a prompt carries the sentinel, then stops the episode."""
+    """A ChatModel that answers with ``inner`` until a prompt carries the sentinel, answers the first prompts that
+    carry it with ``answers`` (the goal's earlier calls), then stops the episode at the next one."""
 
-    def __init__(self, inner: ChatModel | None) -> None:
+    def __init__(self, inner: ChatModel | None, answers: Sequence[str] = ()) -> None:
         self.inner = inner
         self.name = getattr(inner, "name", "decision-point")
+        self.answers = list(answers)
 
     def chat(self, messages: list[Message], **kwargs: Any) -> ChatCompletion:
         if any(SENTINEL in str(m.get("content", "")) for m in messages):
+            if self.answers:
+                return ChatCompletion(self.answers.pop(0), self.name, 0, 0, 0.0, 0.0, "stop")
             raise _Reached([dict(m) for m in messages])
         if self.inner is None:
             raise ConfigError(
@@ -78,13 +85,14 @@ class Capture:
 
 
 def decision_messages(
-    scenario: Scenario, defense: str, settings: Any, llm: ChatModel | None = None
+    scenario: Scenario, defense: str, settings: Any, llm: ChatModel | None = None, answers: Sequence[str] = ()
 ) -> list[Message] | None:
-    """The chat messages of the first LLM call that reads ``scenario``'s injection under ``defense``; None when
-    the agent never reads it (the episode ended first, or the defense removed the text)."""
+    """The chat messages of the first LLM call that reads ``scenario``'s injection under ``defense`` (after
+    ``answers`` answered the calls before it that read it); None when the agent never gets there (the episode ended
+    first, or the defense removed the text)."""
     from rvu_pipelines.agents.defenses import build_pipeline  # runtime only: AgentDojo (seconds)
 
-    capture = _UntilSentinel(llm)
+    capture = _UntilSentinel(llm, answers)
     try:
         scenario.run(build_pipeline(defense, capture, scenario, settings))
     except _Reached as reached:
@@ -109,14 +117,17 @@ def capture(
     defense: str = "vanilla",
     llm: ChatModel | None = None,
     target: str | None = None,
+    answers: Sequence[str] = (),
 ) -> Capture | None:
     """The optimisation slot of ``scenario`` under ``defense`` (the string goes right after the injection) and
     what the defense's detector read on the way (its detectors replaced by a reader that flags nothing, so the
-    prompt is the one an undetected string meets); None when the agent never reads the injection there."""
+    prompt is the one an undetected string meets); None when the agent never reads the injection there.
+    ``answers``: the calls the agent made at the decision points before this one (a later stage of the goal); the
+    slot is then named ``<scenario id>#<stage>``."""
     planted = scenario.with_injection(scenario.injection + SENTINEL)
     reader = _Reader()
     settings = dataclasses.replace(settings, detector=reader, hfer_detector=reader)
-    messages = decision_messages(planted, defense, settings, llm)
+    messages = decision_messages(planted, defense, settings, llm, answers)
     if messages is None:
         return None
     prompt = render_prompt(tokenizer, messages)
@@ -127,7 +138,7 @@ def capture(
         )
     before, _, after = prompt.partition(SENTINEL)
     slot = Slot(
-        scenario.scenario_id,
+        f"{scenario.scenario_id}#{len(answers) + 1}" if answers else scenario.scenario_id,
         encode(tokenizer, before),
         encode(tokenizer, after),
         encode(tokenizer, target if target is not None else target_text(scenario)),

@@ -21,6 +21,7 @@ from rvu_pipelines.attacks.optimised import (
     RANDOM,
     UNIVERSAL,
     WARM_STARTS,
+    decision_stages,
     per_scenario_path,
     slot_scenario,
 )
@@ -99,7 +100,13 @@ def optimise_string(
     if defense == "fath":  # the attacker cannot see the episode's tag: a fresh random one per captured prompt
         settings = dataclasses.replace(settings, fath_random_tags=True)
     planted = [slot_scenario(name, s) for s in scenarios]
-    captures = [c for s in planted if (c := capture(s, tokenizer, settings, defense=defense, llm=llm))]
+    points = [(s, answers, target) for s in planted for answers, target in decision_stages(name, s)]
+    captured = [
+        (s.scenario_id, c)
+        for s, answers, target in points
+        if (c := capture(s, tokenizer, settings, defense=defense, llm=llm, target=target, answers=answers))
+    ]
+    captures = [c for _, c in captured]
     slots = [c.slot for c in captures]
     if not slots:
         raise ConfigError(f"None of the {len(scenarios)} training scenarios reaches the agent under {defense}.")
@@ -120,7 +127,7 @@ def optimise_string(
         token_ids=tuple(state.best_ids),
         objective=objective,
         defense=defense,
-        train_scenarios=tuple(slot.slot_id for slot in slots),
+        train_scenarios=tuple(dict.fromkeys(scenario_id for scenario_id, _ in captured)),
         steps=state.step,
         loss=round(state.best_loss, 6),
         solved=state.solved,

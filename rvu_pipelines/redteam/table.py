@@ -50,6 +50,7 @@ CONTROLS: dict[str, str] = {
     "gcg_universal_call": "planted_call",  # the planted goal the string is appended to
     ADAPTIVE_CALL: "gcg_universal_call",  # the string it starts from, on the same goal: what knowing the defense adds
     "gcg_universal_call_mixed": "gcg_universal_call",  # the string it starts from: what training on ds too adds
+    "gcg_universal_call_staged": "gcg_universal_call",  # the string it starts from: what the later calls' terms add
     "planted_call": "native",  # the benchmark's own injection
     "forged_turn": "native",
 }

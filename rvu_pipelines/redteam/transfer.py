@@ -20,13 +20,20 @@ from tqdm.auto import tqdm
 
 from rvu_pipelines.atomic_write import atomic_path
 from rvu_pipelines.attacks.gcg import target_outcome
-from rvu_pipelines.attacks.optimised import UNIVERSAL, UNIVERSAL_CALL, UNIVERSAL_CALL_MIXED, plant_of, slot_scenario
+from rvu_pipelines.attacks.optimised import (
+    UNIVERSAL,
+    UNIVERSAL_CALL,
+    UNIVERSAL_CALL_MIXED,
+    UNIVERSAL_CALL_STAGED,
+    plant_of,
+    slot_scenario,
+)
 from rvu_pipelines.attacks.stored import StoredString
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scenarios.contract import Scenario
 
 # universal strings planted in the undefended agent's prompt
-TRANSFER_STRINGS = (UNIVERSAL, UNIVERSAL_CALL, UNIVERSAL_CALL_MIXED)
+TRANSFER_STRINGS = (UNIVERSAL, UNIVERSAL_CALL, UNIVERSAL_CALL_MIXED, UNIVERSAL_CALL_STAGED)
 
 
 @dataclass(frozen=True)

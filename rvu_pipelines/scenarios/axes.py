@@ -40,6 +40,7 @@ ATTACKS: tuple[str, ...] = (
     "gcg_universal",
     "gcg_universal_call",
     "gcg_universal_call_mixed",
+    "gcg_universal_call_staged",
     "gcg_per_scenario",
     "adaptive",
     "adaptive_call",
@@ -60,6 +61,9 @@ ATTACK_NOTES: dict[str, str] = {
     "held-out scenarios",
     "gcg_universal_call_mixed": "gcg_universal_call's attacker training its one string on the training splits of "
     "InjecAgent dh and ds together (from the gcg_universal_call string); evaluated on held-out scenarios",
+    "gcg_universal_call_staged": "gcg_universal_call's attacker on the same dh and ds splits, its one string "
+    "optimised on every call the judge needs at its own decision point (data stealing: the extraction after the "
+    "injection, the send after the extraction's result); evaluated on held-out scenarios",
     "gcg_per_scenario": "the native injection plus a string optimised (GCG) on the agent's own weights for that very "
     "scenario; runs on the scenarios that have one",
     "adaptive": "the attack optimised against the cell's defense (the attacker moves second)",

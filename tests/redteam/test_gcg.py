@@ -379,3 +379,60 @@ def test_the_mixed_universal_string_trains_on_both_injecagent_splits_and_follows
         UNIVERSAL_CALL
     )
     assert CONTROLS[UNIVERSAL_CALL_MIXED] == UNIVERSAL_CALL  # what training on ds too adds
+
+
+def test_a_staged_string_meets_the_send_after_the_extractions_result(dequantized, capture_settings, tmp_path):
+    """``gcg_universal_call_staged`` is optimised at each decision point of a data-stealing goal: the extraction right
+    after the injection is read, and the send in the prompt the agent meets once the extraction (answered with the
+    goal's own call) has returned the stolen data; the string sits at the same place in both. Its loss is the mean
+    over both slots, and the scenario is named once among those it trained on."""
+    import dataclasses
+
+    import torch
+
+    from rvu_pipelines.attacks.optimised import (
+        UNIVERSAL_CALL,
+        UNIVERSAL_CALL_MIXED,
+        UNIVERSAL_CALL_STAGED,
+        WARM_STARTS,
+        decision_stages,
+        slot_scenario,
+        universal_training_scenarios,
+    )
+    from rvu_pipelines.attacks.planted_call import goal_calls
+    from rvu_pipelines.redteam.table import CONTROLS
+    from rvu_pipelines.scenarios.registry import canonical_scenarios
+
+    model, tokenizer, sha = dequantized
+    canonical = frozenset(s.scenario_id for s in canonical_scenarios())
+    dh, ds = universal_training_scenarios(UNIVERSAL_CALL_STAGED, 1, exclude=canonical)
+    assert (dh.benchmark, ds.benchmark) == ("injecagent_dh", "injecagent_ds")
+    assert [s.scenario_id for s in universal_training_scenarios(UNIVERSAL_CALL_MIXED, 1, exclude=canonical)] == [
+        dh.scenario_id,
+        ds.scenario_id,
+    ]
+    assert decision_stages(UNIVERSAL_CALL_STAGED, dh) == [((), json.dumps({"tool": dh.attacker_tools[0]}))]
+    assert decision_stages(UNIVERSAL_CALL_MIXED, ds) == [((), None)]  # the first call alone
+    extract, send = goal_calls(ds)
+    assert decision_stages(UNIVERSAL_CALL_STAGED, ds) == [((), extract), ((extract,), send)]
+    planted = slot_scenario(UNIVERSAL_CALL_STAGED, ds)
+    first, second = (
+        capture(planted, tokenizer, capture_settings, target=target, answers=answers).slot
+        for answers, target in decision_stages(UNIVERSAL_CALL_STAGED, planted)
+    )
+    assert (first.slot_id, second.slot_id) == (ds.scenario_id, f"{ds.scenario_id}#2")
+    assert first.prefix_ids == second.prefix_ids  # the string acts at the same place
+    after = tokenizer.decode(list(second.suffix_ids))
+    assert after.startswith(tokenizer.decode(list(first.suffix_ids))) and after.rstrip().endswith("assistant")
+    assert extract in after and "private" in after.split(extract, 1)[1]  # the call, then the stolen data
+    assert tokenizer.decode(list(first.target_ids)) == extract and tokenizer.decode(list(second.target_ids)) == send
+    stored = _optimise_tiny(
+        UNIVERSAL_CALL_STAGED, dequantized, capture_settings, ds, tmp_path, dataclasses.replace(TINY, steps=1)
+    )
+    assert stored.train_scenarios == (ds.scenario_id,)
+    ids = torch.tensor([list(stored.token_ids)])
+    both, _ = GcgOptimizer(model, tokenizer, [first, second], TINY, sha).losses(ids)
+    alone, _ = GcgOptimizer(model, tokenizer, [first], TINY, sha).losses(ids)
+    assert stored.loss == pytest.approx(float(both[0]), abs=1e-4)  # the mean over both decision points
+    assert abs(float(both[0]) - float(alone[0])) > 1e-3  # the send's term counts
+    assert WARM_STARTS[UNIVERSAL_CALL_STAGED] == UNIVERSAL_CALL and CONTROLS[UNIVERSAL_CALL_STAGED] == UNIVERSAL_CALL
