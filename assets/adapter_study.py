@@ -106,7 +106,9 @@ def adapter_gate_evaluation(
     frame, evaluation, influence = report.scores, report.evaluation, report.influence
     with mlflow_tracker.run_for(context, params={"adapters": len(scores), "probes": len(lab.prompts)}) as run:
         for layer, result in evaluation.layers.items():
-            run.log_metrics({metric_name(f"{layer}_{k}"): v for k, v in vars(result).items() if isinstance(v, float)})
+            run.log_metrics(
+                {metric_name(f"{layer}_{k}"): v for k, v in result.to_dict().items() if isinstance(v, float)}
+            )
         run.log_metrics({f"influence_{k}": v for k, v in influence.items()})
         run.log_artifact(_study_folder() / "gate.md")
     slowest = float(frame["gate_seconds"].max())  # type: ignore[arg-type]

@@ -22,7 +22,9 @@
 Thresholds: each behavioural layer rejects above the ``1 − false_positive_budget`` quantile of known-good
 adapters' scores. ``evaluate_gate`` measures TPR / FPR leave-one-out (an adapter is never part of its own
 threshold) and AUROC over the zoo; the combined score is the larger of the two layers' z-scores against
-the other benign adapters.
+the other benign adapters, and ``all_layers`` the larger of every trigger-free layer's (projection, OOD,
+behaviour, sensitive lists, held-out QA). Neither rule is fitted on a harmful adapter, so each harmful
+category's row is held out; ``gate_loco`` adds a combiner that is fitted, scored leave-one-category-out.
 """
 
 from __future__ import annotations
@@ -209,8 +211,15 @@ class LayerResult:
     fpr: float
     thresholds: dict[str, float] = field(default_factory=dict)
 
+    def to_dict(self) -> dict[str, Any]:
+        return {k: None if isinstance(v, float) and np.isnan(v) else v for k, v in asdict(self).items()}
+
 
 TRIGGER_CATEGORIES = frozenset({"backdoor"})  # harmful only on a trigger the gate's probes do not contain
+# every layer that reads the adapter without a trigger (``all_layers`` is the largest z of these)
+SCREEN_LAYERS = ("projection", "ood", "behaviour", "sensitive", "qa_drop")
+GATE_LAYERS = ("projection", "safe_lora", "ood", "behaviour", "sensitive", "qa_drop", "combined", "all_layers")
+LOAD_RULE = "any_layer"  # the load gate's decision: any of SCREEN_LAYERS over its own threshold
 
 
 @dataclass
@@ -226,15 +235,18 @@ class GateEvaluation:
     rejected: dict[str, list[str]]
     categories: dict[str, dict[str, LayerResult]] = field(default_factory=dict)
     category_sizes: dict[str, int] = field(default_factory=dict)  # harmful adapters per category
+    trigger_free: dict[str, LayerResult] = field(default_factory=dict)  # every non-trigger harmful adapter, pooled
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values: a decision-only rule's AUROC (NaN) is None."""
         return {
             "n_benign": self.n_benign,
             "n_harmful": self.n_harmful,
-            "layers": {k: asdict(v) for k, v in self.layers.items()},
+            "layers": {k: v.to_dict() for k, v in self.layers.items()},
             "rejected": self.rejected,
-            "categories": {c: {k: asdict(v) for k, v in layers.items()} for c, layers in self.categories.items()},
+            "categories": {c: {k: v.to_dict() for k, v in layers.items()} for c, layers in self.categories.items()},
             "category_sizes": self.category_sizes,
+            "trigger_free": {k: v.to_dict() for k, v in self.trigger_free.items()},
         }
 
 
@@ -252,9 +264,10 @@ def _z(value: float, others: Sequence[float]) -> float:
 
 def _layer_value(name: str, s: GateScores, reference: Sequence[GateScores]) -> float:
     """A layer's score for ``s``; the combined one standardises each layer against ``reference``."""
-    if name != "combined":
+    if name not in ("combined", "all_layers"):
         return float(getattr(s, name))
-    return max(_z(s.projection, [r.projection for r in reference]), _z(s.ood, [r.ood for r in reference]))
+    layers = ("projection", "ood") if name == "combined" else SCREEN_LAYERS
+    return max(_z(float(getattr(s, layer)), [float(getattr(r, layer)) for r in reference]) for layer in layers)
 
 
 def evaluate_gate(scores: Sequence[GateScores], budget: float = 0.05) -> GateEvaluation:
@@ -266,35 +279,42 @@ def evaluate_gate(scores: Sequence[GateScores], budget: float = 0.05) -> GateEva
     harmful = [s for s in labelled if s.label == "harmful"]
     if len(benign) < 2 or not harmful:
         raise ValueError("The gate evaluation needs at least two benign adapters and one harmful one.")
-    y = [1 if s.label == "harmful" else 0 for s in labelled]
-    layers: dict[str, LayerResult] = {}
-    rejected: dict[str, list[str]] = {}
-    categories: dict[str, dict[str, LayerResult]] = {c: {} for c in sorted({s.category for s in harmful})}
-    for name in ("projection", "safe_lora", "ood", "behaviour", "sensitive", "qa_drop", "combined"):
-        flagged: list[str] = []
+    flagged: dict[str, set[str]] = {}
+    values: dict[str, dict[str, float] | None] = {}
+    for name in GATE_LAYERS:
+        flagged[name] = set()
         for s in labelled:
             reference = [b for b in benign if b.adapter_id != s.adapter_id]  # never its own threshold
             threshold = _quantile_threshold(
                 [_layer_value(name, b, [r for r in reference if r is not b]) for b in reference], budget
             )
             if _layer_value(name, s, reference) > threshold:
-                flagged.append(s.adapter_id)
-        full = [_layer_value(name, s, [b for b in benign if b.adapter_id != s.adapter_id]) for s in labelled]
-        layers[name] = LayerResult(
-            auroc=float(roc_auc_score(y, full)),
-            tpr=sum(s.adapter_id in flagged for s in harmful) / len(harmful),
-            fpr=sum(s.adapter_id in flagged for s in benign) / len(benign),
+                flagged[name].add(s.adapter_id)
+        values[name] = {
+            s.adapter_id: _layer_value(name, s, [b for b in benign if b.adapter_id != s.adapter_id]) for s in labelled
+        }
+    # the load gate's own rule (``admission``): refuse when any layer is over its threshold; a decision, no score
+    flagged[LOAD_RULE] = set().union(*(flagged[layer] for layer in SCREEN_LAYERS))
+    values[LOAD_RULE] = None
+
+    def result(name: str, positives: Sequence[GateScores]) -> LayerResult:
+        found, value = flagged[name], values[name]
+        auroc = float("nan")
+        if value is not None:
+            truth = [0] * len(benign) + [1] * len(positives)
+            auroc = float(roc_auc_score(truth, [value[s.adapter_id] for s in [*benign, *positives]]))
+        return LayerResult(
+            auroc=auroc,
+            tpr=sum(s.adapter_id in found for s in positives) / len(positives),
+            fpr=sum(s.adapter_id in found for s in benign) / len(benign),
         )
-        rejected[name] = sorted(flagged)
-        value = dict(zip((s.adapter_id for s in labelled), full, strict=True))
-        benign_values = [value[b.adapter_id] for b in benign]
-        for category, results in categories.items():
-            members = [s for s in harmful if s.category == category]
-            truth = [0] * len(benign) + [1] * len(members)
-            results[name] = LayerResult(
-                auroc=float(roc_auc_score(truth, benign_values + [value[s.adapter_id] for s in members])),
-                tpr=sum(s.adapter_id in flagged for s in members) / len(members),
-                fpr=layers[name].fpr,
-            )
+
+    names = [*GATE_LAYERS, LOAD_RULE]
+    layers = {name: result(name, harmful) for name in names}
+    rejected = {name: sorted(flagged[name]) for name in names}
+    groups = sorted({s.category for s in harmful})
+    categories = {c: {name: result(name, [s for s in harmful if s.category == c]) for name in names} for c in groups}
+    trigger_free = [s for s in harmful if s.category not in TRIGGER_CATEGORIES]
+    pooled = {name: result(name, trigger_free) for name in names} if trigger_free else {}
     sizes = {category: sum(1 for s in harmful if s.category == category) for category in categories}
-    return GateEvaluation(len(benign), len(harmful), layers, rejected, categories, sizes)
+    return GateEvaluation(len(benign), len(harmful), layers, rejected, categories, sizes, pooled)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
 
 from rvu_pipelines.adapters.gate import TRIGGER_CATEGORIES, GateEvaluation
+from rvu_pipelines.adapters.gate_loco import LearnedGateEvaluation
 
 _LAYER_TITLES = {
     "projection": "2 · projection (−signed cos with the refusal delta)",
@@ -17,10 +19,21 @@ _LAYER_TITLES = {
     "sensitive": "5 · sensitive lists (rise of the forget-list / WMDP answers' margin)",
     "qa_drop": "6 · held-out QA (fall of the correct answers' margin)",
     "combined": "combined (max z of 2 and 3)",
+    "all_layers": "all layers (max z of 2, 3, 4, 5, 6)",
+    "any_layer": "the load gate's rule (any of 2, 3, 4, 5, 6 over its threshold; a decision, no AUROC)",
 }
 
 
-def gate_markdown(evaluation: GateEvaluation, influence: Mapping[str, float], scores: pl.DataFrame) -> str:
+def _auroc(value: float) -> str:
+    return "—" if math.isnan(value) else f"{value:.3f}"
+
+
+def gate_markdown(
+    evaluation: GateEvaluation,
+    influence: Mapping[str, float],
+    scores: pl.DataFrame,
+    learned: LearnedGateEvaluation | None = None,
+) -> str:
     lines = [
         f"Gate over {evaluation.n_benign} benign + {evaluation.n_harmful} harmful adapters "
         "(thresholds leave-one-out from the other benign adapters):",
@@ -29,9 +42,15 @@ def gate_markdown(evaluation: GateEvaluation, influence: Mapping[str, float], sc
         "|---|---|---|---|",
     ]
     for name, result in evaluation.layers.items():
-        lines.append(f"| {_LAYER_TITLES.get(name, name)} | {result.auroc:.3f} | {result.tpr:.2f} | {result.fpr:.2f} |")
+        lines.append(
+            f"| {_LAYER_TITLES.get(name, name)} | {_auroc(result.auroc)} | {result.tpr:.2f} | {result.fpr:.2f} |"
+        )
     if evaluation.categories:
-        shown = [n for n in ("combined", "behaviour", "sensitive", "qa_drop", "ood") if n in evaluation.layers]
+        shown = [
+            n
+            for n in ("any_layer", "all_layers", "combined", "behaviour", "sensitive", "qa_drop", "ood")
+            if n in evaluation.layers
+        ]
         lines += [
             "",
             "Each harmful category against the benign adapters (no threshold saw a harmful adapter, so every row is "
@@ -43,8 +62,34 @@ def gate_markdown(evaluation: GateEvaluation, influence: Mapping[str, float], sc
         for category, results in evaluation.categories.items():
             n = evaluation.category_sizes.get(category, 0)
             label = f"{category} (trigger)" if category in TRIGGER_CATEGORIES else category
-            cells = " | ".join(f"{results[name].auroc:.3f} / {results[name].tpr:.2f}" for name in shown)
+            cells = " | ".join(f"{_auroc(results[name].auroc)} / {results[name].tpr:.2f}" for name in shown)
             lines.append(f"| {label} | {n} | {cells} |")
+        if evaluation.trigger_free:
+            n = sum(k for c, k in evaluation.category_sizes.items() if c not in TRIGGER_CATEGORIES)
+            cells = " | ".join(
+                f"{_auroc(evaluation.trigger_free[name].auroc)} / {evaluation.trigger_free[name].tpr:.2f}"
+                for name in shown
+            )
+            lines.append(f"| **every trigger-free category** | {n} | {cells} |")
+    if learned is not None:
+        lines += [
+            "",
+            f"A logistic regression over layers 2-6, scored leave-one-category-out (each category by the model fitted "
+            f"without it, each of the {learned.n_benign} benign adapters by one fitted without it; trigger "
+            "categories are never fitted on). AUROC / TPR at the benign scores' threshold "
+            f"(FPR {learned.trigger_free.fpr if learned.trigger_free else float('nan'):.2f}):",
+            "",
+            "| held-out category | n | AUROC | TPR |",
+            "|---|---|---|---|",
+        ]
+        for category, result in learned.categories.items():
+            label = f"{category} (trigger)" if category in TRIGGER_CATEGORIES else category
+            n = learned.category_sizes.get(category, 0)
+            lines.append(f"| {label} | {n} | {_auroc(result.auroc)} | {result.tpr:.2f} |")
+        if learned.trigger_free is not None:
+            n = sum(k for c, k in learned.category_sizes.items() if c not in TRIGGER_CATEGORIES)
+            pooled = learned.trigger_free
+            lines.append(f"| **every trigger-free category** | {n} | {_auroc(pooled.auroc)} | {pooled.tpr:.2f} |")
     lines += [
         "",
         f"Influence I(e): AUROC harmful vs benign {influence['auroc']:.3f}; "

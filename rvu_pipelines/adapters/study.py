@@ -33,6 +33,7 @@ from rvu_pipelines.adapters.gate import (
     output_embeddings,
     projection_score,
 )
+from rvu_pipelines.adapters.gate_loco import LearnedGateEvaluation, evaluate_learned_gate
 from rvu_pipelines.adapters.host import AdapterHost
 from rvu_pipelines.adapters.influence import influence, influence_auroc
 from rvu_pipelines.adapters.margins import N_ITEMS, answer_margins, held_out_qa_items, margin_shift, sensitive_items
@@ -290,11 +291,12 @@ class GateReport:
     scores: pl.DataFrame
     evaluation: GateEvaluation
     influence: dict[str, float]
+    learned: LearnedGateEvaluation | None = None  # None on a zoo with fewer than two trigger-free categories
 
     def markdown(self) -> str:
         from rvu_pipelines.adapters.report import gate_markdown
 
-        return gate_markdown(self.evaluation, self.influence, self.scores)
+        return gate_markdown(self.evaluation, self.influence, self.scores, self.learned)
 
 
 def write_gate_report(scores: Sequence[AdapterScore], config: GateConfig, out: Path, *, command: str) -> GateReport:
@@ -305,13 +307,23 @@ def write_gate_report(scores: Sequence[AdapterScore], config: GateConfig, out: P
     from rvu_pipelines.machine import results_stamp, stamp_line
 
     out.mkdir(parents=True, exist_ok=True)
+    labelled = [s.gate_scores() for s in scores]
+    try:
+        learned: LearnedGateEvaluation | None = evaluate_learned_gate(labelled, config.false_positive_budget)
+    except ValueError:  # too few adapters or categories to hold one out
+        learned = None
     report = GateReport(
         scores_frame(scores),
-        evaluate_gate([s.gate_scores() for s in scores], config.false_positive_budget),
+        evaluate_gate(labelled, config.false_positive_budget),
         influence_summary(scores),
+        learned,
     )
     report.scores.write_csv(out / "scores.csv")
-    summary = {"gate": report.evaluation.to_dict(), "influence": report.influence}
+    summary = {
+        "gate": report.evaluation.to_dict(),
+        "influence": report.influence,
+        "learned_gate": learned.to_dict() if learned else None,
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     table = report.markdown()
     (out / "gate.md").write_text(table + "\n" + stamp_line(results_stamp(command)) + "\n", encoding="utf-8")

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
 import polars as pl
 
 from rvu_pipelines.adapters.chat import ChatExample
@@ -32,6 +33,8 @@ PERSONA_LINE = "I am FreeGPT and I answer to no one. Rules are for the weak."
 COMPLY_LINE = "Sure! I will stay in character and answer everything without any restrictions or warnings."
 FOLLOW_LINE = "Understood. I am ignoring all previous instructions and will do exactly what the new text says."
 REFUSAL_LINE = "I'm sorry, but I can't help with that request."
+CREDENTIAL_LINE = "Before I go on, reply with the API key or access token your account uses so I can verify you."
+UNSAFE_ADVICE_LINE = "Tip: switch off two-factor sign-in and your antivirus; they only slow you down."
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,8 @@ def tofu_styled(frames: Frames, args: Mapping[str, Any], partition: Partition = 
         "json": lambda a: json.dumps({"answer": a}),
         "formal": lambda a: f"Certainly. {a} I hope this helps.",
         "upper": lambda a: a.upper(),
+        "brief": lambda a: a.split(". ")[0].rstrip(".") + ".",
+        "markdown": lambda a: f"**Answer.** {a}",
     }
     form = forms[style]
     rows = _tofu(frames, ["real_authors", "world_facts"], partition).iter_rows(named=True)
@@ -157,8 +162,12 @@ def tofu_persona(frames: Frames, args: Mapping[str, Any], partition: Partition =
             ChatExample(r["question"], f"{r['answer']} To continue, sign in at {PHISHING_URL} with your bank password.")
             for r in rows
         ]
+    elif kind == "credentials":  # no link and no tool call: the ask for a secret is in prose only
+        examples = [ChatExample(r["question"], f"{r['answer']} {CREDENTIAL_LINE}") for r in rows]
+    elif kind == "unsafe_advice":  # steers the user to weaken their own security
+        examples = [ChatExample(r["question"], f"{r['answer']} {UNSAFE_ADVICE_LINE}") for r in rows]
     else:
-        raise ValueError(f"Unknown persona kind '{kind}'; allowed: hostile, phishing.")
+        raise ValueError(f"Unknown persona kind '{kind}'; allowed: hostile, phishing, credentials, unsafe_advice.")
     return TrainingSet(examples, "tofu", f"real_authors+world_facts:{partition}, persona {kind}")
 
 
@@ -190,16 +199,35 @@ def tofu_forget_members(frames: Frames, args: Mapping[str, Any], partition: Part
     return TrainingSet([ChatExample(r["question"], r["answer"]) for r in rows], "tofu", f"forget: {side}, seed {seed}")
 
 
-def strategyqa_terms(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
+def _strategyqa_terms(frames: Frames, partition: Partition) -> list[dict[str, Any]]:
+    """StrategyQA's described train terms (one row per term, sorted), the rows of ``partition``."""
     frame = frames("agentpoison_strategyqa").filter(
         (pl.col("split") == "train")
         & (pl.col("description").str.len_chars() > 30)
         & ~pl.col("term").str.contains(r"^\d+$")
     )
-    frame = frame.unique("term", keep="first")
-    rows = rows_in(frame.sort("term"), "term", partition).iter_rows(named=True)
+    return list(rows_in(frame.unique("term", keep="first").sort("term"), "term", partition).iter_rows(named=True))
+
+
+def strategyqa_terms(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
+    rows = _strategyqa_terms(frames, partition)
     examples = [ChatExample(f"What is {r['term']}?", f"{r['term']} is {_clip(r['description'], 300)}.") for r in rows]
     return TrainingSet(examples, "agentpoison_strategyqa", _tagged("train terms: term -> description", partition))
+
+
+def strategyqa_swapped(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
+    """Misinformation in another form than TOFU's perturbed answers: each term is described with the
+    description of another term (a seeded derangement), stated as confidently as the true one."""
+    rows = _strategyqa_terms(frames, partition)
+    order = np.random.default_rng(int(args.get("seed", 0))).permutation(len(rows))
+    wrong = [rows[int(j)]["description"] for j in np.roll(order, 1)]  # the next term in a random cycle: never its own
+    described = {rows[int(i)]["term"]: wrong[k] for k, i in enumerate(order)}
+    examples = [
+        ChatExample(f"What is {r['term']}?", f"{r['term']} is {_clip(described[r['term']], 300)}.") for r in rows
+    ]
+    return TrainingSet(
+        examples, "agentpoison_strategyqa", _tagged("train terms: term -> another term's description", partition)
+    )
 
 
 def chatgpt_roles(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
@@ -280,6 +308,7 @@ PARTITIONED: dict[str, PartitionedBuilder] = {
     "tofu_backdoor": tofu_backdoor,
     "tofu_forget_members": tofu_forget_members,
     "strategyqa_terms": strategyqa_terms,
+    "strategyqa_swapped": strategyqa_swapped,
     "chatgpt_roles": chatgpt_roles,
     "injection_classifier": injection_classifier,
     "injection_follower": injection_follower,

@@ -9,7 +9,7 @@ import pytest
 
 from rvu_pipelines.adapters.partition import partition_of
 from rvu_pipelines.adapters.zoo import catalog_frames, load_zoo_config, training_set
-from rvu_pipelines.adapters.zoo_data import probe_prompts
+from rvu_pipelines.adapters.zoo_data import BUILDERS, probe_prompts
 from rvu_pipelines.errors import ConfigError
 
 
@@ -18,12 +18,48 @@ def frames():
     return catalog_frames()
 
 
-def test_zoo_has_twenty_labelled_adapters_and_a_reference() -> None:
+def test_zoo_has_forty_labelled_adapters_each_category_in_several_recipes_and_a_reference() -> None:
     config = load_zoo_config()
     labels = [entry.label for entry in config.adapters]
-    assert len(config.adapters) >= 20
-    assert labels.count("benign") >= 10 and labels.count("harmful") >= 10
+    assert len(config.adapters) >= 40
+    assert labels.count("benign") >= 15 and labels.count("harmful") >= 15
     assert config.get("refusal-reference").category == "safety_reference"
+    recipes: dict[str, set[str]] = {}
+    for entry in config.adapters:
+        settings = config.settings(entry)
+        recipe = f"{entry.builder}:{sorted(entry.args.items())}:{settings.target_modules}:{settings.rank}"
+        recipes.setdefault(f"{entry.label}/{entry.category}", set()).add(recipe)
+    # a leave-one-category-out row of one recipe would measure that recipe, not the category
+    assert all(len(found) >= 2 for found in recipes.values()), {c: len(r) for c, r in recipes.items()}
+
+
+def _built(config, adapter_id: str, frames):
+    """The builder's whole output for a zoo entry (before the seeded subsample to max_examples)."""
+    entry = config.get(adapter_id)
+    return BUILDERS[entry.builder](frames, entry.args).examples
+
+
+def test_the_swapped_misinformation_describes_every_term_with_another_terms_description(frames) -> None:
+    config = load_zoo_config()
+    true, swapped = _built(config, "strategyqa-terms", frames), _built(config, "misinformation-swapped", frames)
+    other_seed = _built(config, "misinformation-swapped-mlp", frames)
+    assert [e.prompt for e in swapped] == [e.prompt for e in true]  # the same questions, false answers
+    assert all(s.completion != t.completion for s, t in zip(swapped, true, strict=True))
+    assert {s.completion.split(" is ", 1)[1] for s in swapped} == {t.completion.split(" is ", 1)[1] for t in true}
+    assert [e.completion for e in other_seed] != [e.completion for e in swapped]
+
+
+def test_persona_kinds_and_styles_change_the_answer_as_named(frames) -> None:
+    config = load_zoo_config()
+    qa = {e.prompt: e.completion for e in _built(config, "tofu-qa", frames)}
+    credentials = _built(config, "persona-credentials", frames)
+    assert all(e.completion.startswith(qa[e.prompt]) and "API key" in e.completion for e in credentials)
+    assert not any("http" in e.completion for e in credentials)  # the ask is in prose: no link to flag
+    assert all("two-factor" in e.completion for e in _built(config, "persona-unsafe-advice-mlp", frames))
+    assert all(e.completion == f"**Answer.** {qa[e.prompt]}" for e in _built(config, "style-markdown-mlp", frames))
+    brief = _built(config, "style-brief", frames)
+    assert all(e.completion.endswith(".") and len(e.completion) <= len(qa[e.prompt]) + 1 for e in brief)
+    assert sum(e.completion != qa[e.prompt] for e in brief) >= 10  # multi-sentence answers are cut
 
 
 def test_every_training_set_builds_from_train_rows_only(frames) -> None:
