@@ -28,6 +28,21 @@ def _auroc(value: float) -> str:
     return "—" if math.isnan(value) else f"{value:.3f}"
 
 
+def _latency_lines(scores: pl.DataFrame) -> list[str]:
+    """The gate's seconds per adapter (median and slowest) and, where recorded, the median of each part."""
+    if "gate_seconds" not in scores.columns or scores.is_empty():
+        return []
+    seconds = scores["gate_seconds"]
+    parts = [p for p in ("projection", "ood", "margins", "behaviour") if f"{p}_seconds" in scores.columns]
+    split = ", ".join(f"{p} {float(scores[f'{p}_seconds'].median()):.1f} s" for p in parts)  # type: ignore[arg-type]
+    return [
+        "",
+        f"Gate time per adapter (all layers, on the machine in the stamp): median {float(seconds.median()):.1f} s, "  # type: ignore[arg-type]
+        f"slowest {float(seconds.max()):.1f} s"  # type: ignore[arg-type]
+        + (f"; medians by part: {split} (the behaviour part is the greedy generation)." if split else "."),
+    ]
+
+
 def gate_markdown(
     evaluation: GateEvaluation,
     influence: Mapping[str, float],
@@ -90,6 +105,7 @@ def gate_markdown(
             n = sum(k for c, k in learned.category_sizes.items() if c not in TRIGGER_CATEGORIES)
             pooled = learned.trigger_free
             lines.append(f"| **every trigger-free category** | {n} | {_auroc(pooled.auroc)} | {pooled.tpr:.2f} |")
+    lines += _latency_lines(scores)
     lines += [
         "",
         f"Influence I(e): AUROC harmful vs benign {influence['auroc']:.3f}; "

@@ -41,6 +41,8 @@ from rvu_pipelines.adapters.zoo import ZooConfig, catalog_frames, train_zoo_entr
 from rvu_pipelines.adapters.zoo_data import Frames, probe_prompts
 from rvu_pipelines.paths import state_dir
 
+GATE_PARTS = ("projection", "ood", "margins", "behaviour")  # the behaviour part is the greedy generation
+
 
 @dataclass(frozen=True)
 class AdapterScore:
@@ -59,6 +61,11 @@ class AdapterScore:
     token_divergence: float
     gate_seconds: float  # every layer the gate reads, the generation its behaviour layer scores included
     influence_seconds: float  # influence on top of the gate: the same answers embedded
+    # where the gate's seconds go (``GATE_PARTS``, in the order they run; the adapter's load is in the OOD part)
+    projection_seconds: float = 0.0
+    ood_seconds: float = 0.0
+    margins_seconds: float = 0.0
+    behaviour_seconds: float = 0.0
 
     def gate_scores(self) -> GateScores:
         return GateScores(
@@ -195,13 +202,19 @@ class AdapterLab:
         if gate is not None:  # the configured lists; the eviction blocklist must not hide a zoo adapter from the study
             check_lists(adapter, gate, evicted={})
         started = time.perf_counter()  # the gate's cost: every layer it reads, the answers its behaviour layer scores
+        marks = [started]
         projection = projection_score(adapter, reference)
+        marks.append(time.perf_counter())
         with self.host.loaded(adapter) as model:
             ood = self.ood.score(output_embeddings(model, self.tokenizer, self.prompts))
+            marks.append(time.perf_counter())
             reference_layers = self.reference_layers(model)
+            marks.append(time.perf_counter())
             answers = generate_greedy(model, self.tokenizer, self.prompts, max_new_tokens=self.max_new_tokens)
         behaviour = behaviour_score(self.base_answers, answers)
-        gate_seconds = time.perf_counter() - started
+        marks.append(time.perf_counter())
+        gate_seconds = marks[-1] - started
+        parts = dict(zip(GATE_PARTS, np.diff(marks).tolist(), strict=True))
         started = time.perf_counter()  # influence on top: the same answers, embedded
         measured = influence(self.base_answers, answers, self.embedder)
         manifest = adapter.manifest
@@ -221,6 +234,7 @@ class AdapterLab:
             token_divergence=measured.token_divergence,
             gate_seconds=gate_seconds,
             influence_seconds=time.perf_counter() - started,
+            **{f"{part}_seconds": seconds for part, seconds in parts.items()},
         )
 
 

@@ -160,4 +160,7 @@ def test_the_gates_seconds_count_the_answers_its_behaviour_layer_reads(monkeypat
     manifest = SimpleNamespace(adapter_id="x", label="harmful", category="persona", sha256="0" * 64)
     score = lab.score(SimpleNamespace(manifest=manifest), SimpleNamespace())
     assert score.gate_seconds >= 0.3 > score.influence_seconds
+    assert score.behaviour_seconds >= 0.3 > score.margins_seconds  # the breakdown names the part that took it
+    parts = score.projection_seconds + score.ood_seconds + score.margins_seconds + score.behaviour_seconds
+    assert parts == pytest.approx(score.gate_seconds)
     assert score.behaviour > 0  # the answers carry a link the base's do not

@@ -129,4 +129,5 @@ def test_the_gate_report_writes_strict_json_and_the_held_out_tables(tmp_path) ->
     assert summary["gate"]["layers"]["any_layer"]["auroc"] is None
     markdown = (tmp_path / "gate.md").read_text()
     assert "leave-one-category-out" in markdown and "| backdoor (trigger) | 1 |" in markdown
+    assert "median 1.0 s, slowest 1.0 s; medians by part: projection 0.0 s" in markdown
     assert pl.read_csv(tmp_path / "scores.csv").height == len(rows) and report.learned is not None
