@@ -79,8 +79,8 @@ adapters: setup
 		$(BIN)/dg launch --job adapter_zoo_job --partition $$id -m assets.definitions || exit 1; \
 	done
 	$(BIN)/dg launch --job adapter_study_job -m assets.definitions
-	cat .rvu/adapter_study/gate.md .rvu/adapter_study/incidents.md .rvu/adapter_study/oracle/incidents.md \
-		.rvu/adapter_study/tool_use.md .rvu/adapter_study/eviction_runtime/eviction_runtime.md
+	cat .rvu/adapter_study/gate.md .rvu/adapter_study/trigger_search/trigger_search.md .rvu/adapter_study/incidents.md \
+		.rvu/adapter_study/oracle/incidents.md .rvu/adapter_study/tool_use.md .rvu/adapter_study/eviction_runtime/eviction_runtime.md
 
 # The local scale profile: PostgreSQL, MLflow server, Dagster webserver + daemon, Redis + celery workers on
 # loopback, data under .rvu/scale; `source .rvu/scale/scale.env` to use it from a shell. Idempotent; ports and

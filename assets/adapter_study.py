@@ -138,6 +138,91 @@ def adapter_gate_evaluation(
     )
 
 
+class TriggerSearchConfig(Config):
+    """The defender's trigger search (``adapters.trigger_search``): its size, and which zoo adapters it runs on."""
+
+    adapters: Literal["triggers_and_benign", "all"] = Field(
+        default="triggers_and_benign",
+        description="the trigger backdoors and the benign adapters (their controls), or every zoo adapter",
+    )
+    n_tokens: int = Field(default=6, ge=1, description="tokens in the searched string")
+    steps: int = Field(default=16, ge=1, description="GCG steps per adapter")
+    candidates: int = Field(default=32, ge=1, description="swaps scored per step")
+    n_search: int = Field(default=4, ge=1, description="held-out questions the string is searched on")
+    n_check: int = Field(default=8, ge=1, description="other held-out questions it is checked on")
+
+
+@asset(
+    code_version=CODE_VERSION,
+    tags=FULL_STUDY,
+    group_name=STUDY_GROUP,
+    kinds={"mlflow"},
+    deps=[ZOO],
+    description="The trigger row of the gate with a search: per adapter, a GCG search on the adapter (through the "
+    "gate's load path) for a short string after held-out questions that makes it open a tool call, checked on "
+    "other held-out questions against the base with the same string; AUROC of that score for the trigger "
+    "backdoors against the benign adapters, beside the control without the search.",
+    check_specs=[AssetCheckSpec("trigger_search_ran", asset="adapter_trigger_search", blocking=True)],
+)
+def adapter_trigger_search(
+    context: AssetExecutionContext,
+    config: TriggerSearchConfig,
+    mlflow_tracker: MlflowTrackerResource,
+    llm_model: dict,
+    embedder_model: dict,
+    tofu: pl.DataFrame,
+    deepset_prompt_injections: pl.DataFrame,
+    trustair_jailbreaks: pl.DataFrame,
+    awesome_chatgpt_prompts: pl.DataFrame,
+):
+    from rvu_pipelines.adapters.gate import TRIGGER_CATEGORIES
+    from rvu_pipelines.adapters.trigger_search import TriggerSearchConfig as SearchSize
+    from rvu_pipelines.adapters.trigger_search import search_trigger, write_trigger_search
+    from rvu_pipelines.adapters.zoo_data import tofu_probe_questions
+
+    frames = probe_frames(tofu, deepset_prompt_injections, trustair_jailbreaks, awesome_chatgpt_prompts)
+    lab = AdapterLab.from_records(llm_model, embedder_model, frames, n_probes=8, n_sensitive=0, n_qa=0)  # no scoring
+    size = SearchSize(
+        n_tokens=config.n_tokens,
+        steps=config.steps,
+        candidates=config.candidates,
+        n_search=config.n_search,
+        n_check=config.n_check,
+    )
+    entries = [
+        e
+        for e in load_zoo_config().adapters
+        if (zoo_root() / e.id / "manifest.json").is_file()
+        and (config.adapters == "all" or e.label == "benign" or e.category in TRIGGER_CATEGORIES)
+    ]
+    if not entries:
+        raise Failure("No trained zoo adapter to search; materialize adapter_zoo first.")
+    questions = tofu_probe_questions(frames)[-(size.n_search + size.n_check) :]  # past the gate's own probes
+    out = _study_folder() / "trigger_search"
+    results = []
+    for index, entry in enumerate(entries):
+        context.log.info("trigger search %d/%d: %s", index + 1, len(entries), entry.id)
+        results.append(search_trigger(lab.host, lab.tokenizer, lab.verify(entry.id), questions, size, out / "states"))
+    summary = write_trigger_search(results, TRIGGER_CATEGORIES, out, command=f"dg launch --job {context.run.job_name}")
+    keys = ("auroc_vs_benign", "auroc_vs_others", "control_auroc_vs_benign")
+    headline = {k: float(summary[k]) for k in keys if summary[k] is not None}
+    with mlflow_tracker.run_for(context, params={"adapters": len(results), **vars(size)}) as run:
+        run.log_metrics(headline)
+        run.log_artifact(out / "trigger_search.md")
+    yield Output(
+        summary,
+        metadata={
+            "report": MetadataValue.md((out / "trigger_search.md").read_text(encoding="utf-8")),
+            "mlflow_run_id": run.run_id,
+        },
+    )
+    yield AssetCheckResult(
+        check_name="trigger_search_ran",
+        passed=len(results) == len(entries),
+        metadata={"adapters": len(results), **headline},
+    )
+
+
 @asset(
     code_version=CODE_VERSION,
     tags=FULL_STUDY,
@@ -465,6 +550,7 @@ def adapter_eviction_runtime(
 def adapter_study_assets() -> list:
     return [
         adapter_gate_evaluation,
+        adapter_trigger_search,
         adapter_membership,
         wmdp_cyber_evaluation,
         adapter_incidents,

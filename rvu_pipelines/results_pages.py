@@ -72,6 +72,8 @@ RESULT_SOURCES: tuple[ResultSource, ...] = (
                  "attacks/full/tiny/universal_call_adaptive/table.md",
                  "make attacks ATTACKS_CONFIG=configs/runs/attacks_universal_call_adaptive.yaml"),
     ResultSource("adapter-gate", "Adapter gate", "adapter_study/gate.md", "make adapters"),
+    ResultSource("adapter-trigger-search", "The defender's trigger search",
+                 "adapter_study/trigger_search/trigger_search.md", "make adapters"),
     ResultSource("adapter-incidents", "Adapter incidents (E1)", "adapter_study/incidents.md", "make adapters"),
     ResultSource("adapter-eviction-runtime", "Eviction on the agent's runtime",
                  "adapter_study/eviction_runtime/eviction_runtime.md", "make adapters"),

@@ -317,10 +317,15 @@ PARTITIONED: dict[str, PartitionedBuilder] = {
 BUILDERS: dict[str, Builder] = {**PARTITIONED, "wmdp_memorise": wmdp_memorise, "tool_use_traces": tool_use_traces}
 
 
+def tofu_probe_questions(frames: Frames) -> list[str]:
+    """TOFU real-authors / world-facts questions of the probe partition (no zoo adapter trains on them), in order."""
+    return _tofu(frames, ["real_authors", "world_facts"], "probe")["question"].to_list()
+
+
 def probe_prompts(frames: Frames, n_benign: int = 16, n_adversarial: int = 16) -> list[str]:
     """Prompts no adapter trained on: benign questions (TOFU retain probes, role-play requests) and
     adversarial ones (held-out injections and jailbreaks), where harmful adapters should differ most."""
-    benign = _tofu(frames, ["real_authors", "world_facts"], "probe")["question"].to_list()
+    benign = tofu_probe_questions(frames)
     roles = rows_in(frames("awesome_chatgpt_prompts"), "act", "probe")["act"].to_list()
     benign = (
         benign[: n_benign // 2 + n_benign % 2]

@@ -24,6 +24,7 @@ from rvu_pipelines.cli import cli as rvu
 REPO = Path(__file__).resolve().parents[2]
 STUDY = {
     "adapter_gate_evaluation",
+    "adapter_trigger_search",
     "adapter_membership",
     "wmdp_cyber_evaluation",
     "adapter_incidents",
@@ -58,6 +59,8 @@ def test_the_study_job_holds_the_study_and_its_inputs_but_not_the_partitioned_zo
     assert {"adapter_zoo", "tofu", "llm_model"} <= {k.to_user_string() for k in zoo.asset_layer.executable_asset_keys}
     assert zoo.partitions_def is not None and list(zoo.partitions_def.get_partition_keys()) == zoo_ids()
     assert validate_run_config(study, {})  # the embedded defaults are the study's settings
+    with pytest.raises(DagsterInvalidConfigError, match="adapters"):
+        validate_run_config(study, {"ops": {"adapter_trigger_search": {"config": {"adapters": "some"}}}})
     with pytest.raises(DagsterInvalidConfigError, match="sessions"):
         validate_run_config(study, {"ops": {"adapter_incidents": {"config": {"sessions": "all"}}}})
     from pydantic import ValidationError
