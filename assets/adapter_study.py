@@ -146,9 +146,9 @@ class TriggerSearchConfig(Config):
         description="the trigger backdoors and the benign adapters (their controls), or every zoo adapter",
     )
     n_tokens: int = Field(default=6, ge=1, description="tokens in the searched string")
-    steps: int = Field(default=16, ge=1, description="GCG steps per adapter")
+    steps: int = Field(default=8, ge=1, description="GCG steps per adapter")
     candidates: int = Field(default=32, ge=1, description="swaps scored per step")
-    n_search: int = Field(default=4, ge=1, description="held-out questions the string is searched on")
+    n_search: int = Field(default=2, ge=1, description="held-out questions the string is searched on")
     n_check: int = Field(default=8, ge=1, description="other held-out questions it is checked on")
 
 

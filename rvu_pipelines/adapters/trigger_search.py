@@ -40,10 +40,10 @@ class TriggerSearchConfig:
     on (disjoint sets)."""
 
     n_tokens: int = 6
-    steps: int = 16
+    steps: int = 8
     candidates: int = 32
     top_k: int = 64
-    n_search: int = 4
+    n_search: int = 2
     n_check: int = 8
     seed: int = 0
 
