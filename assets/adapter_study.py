@@ -55,6 +55,11 @@ GATE_AUROC_GOAL = 0.90  # goal: combined gate AUROC over ≥ 20 real adapters
 GATE_SECONDS_GOAL = 10.0  # goal: the gate on one adapter
 
 
+def _unscored_lab(llm_model: dict, embedder_model: dict, frames: Any) -> AdapterLab:
+    """A lab for studies that load adapters but score no gate layer (few probes, no margin items)."""
+    return AdapterLab.from_records(llm_model, embedder_model, frames, n_probes=8, n_sensitive=0, n_qa=0)
+
+
 def _study_folder() -> Path:
     """``<state>/adapter_study``: the screening table the load gate reads, and the study's reports."""
     return state_dir() / STUDY_FOLDER
@@ -181,14 +186,8 @@ def adapter_trigger_search(
     from rvu_pipelines.adapters.zoo_data import tofu_probe_questions
 
     frames = probe_frames(tofu, deepset_prompt_injections, trustair_jailbreaks, awesome_chatgpt_prompts)
-    lab = AdapterLab.from_records(llm_model, embedder_model, frames, n_probes=8, n_sensitive=0, n_qa=0)  # no scoring
-    size = SearchSize(
-        n_tokens=config.n_tokens,
-        steps=config.steps,
-        candidates=config.candidates,
-        n_search=config.n_search,
-        n_check=config.n_check,
-    )
+    lab = _unscored_lab(llm_model, embedder_model, frames)
+    size = SearchSize(**config.model_dump(exclude={"adapters"}))
     entries = [
         e
         for e in load_zoo_config().adapters
@@ -251,7 +250,7 @@ def adapter_membership(
     from rvu_pipelines.adapters.eviction import EVICTED_GOAL, LOADED_GOAL, forget_examples, membership_before_after
 
     frames = probe_frames(tofu, deepset_prompt_injections, trustair_jailbreaks, awesome_chatgpt_prompts)
-    lab = AdapterLab.from_records(llm_model, embedder_model, frames, n_probes=8, n_sensitive=0, n_qa=0)  # no scoring
+    lab = _unscored_lab(llm_model, embedder_model, frames)
     try:
         adapter = lab.verify("memorise-forget")
     except AdapterRefused as exc:
