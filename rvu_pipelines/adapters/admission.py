@@ -37,13 +37,13 @@ import numpy as np
 
 from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.files import BaseModelInfo, VerifiedAdapter, verify_adapter
-from rvu_pipelines.adapters.gate import GateConfig, list_verdict
+from rvu_pipelines.adapters.gate import SCREEN_LAYERS, GateConfig, list_verdict
 from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.bounded_io import read_input_file
 from rvu_pipelines.errors import InputFileError
 from rvu_pipelines.hashing import sha256_file
 
-BEHAVIOURAL_LAYERS = ("projection", "ood", "behaviour", "sensitive", "qa_drop")
+BEHAVIOURAL_LAYERS = SCREEN_LAYERS  # each judged against its own benign quantile; any one over it refuses
 Decision = Literal["admit", "refuse"]
 Scored = Literal["table", "on_the_spot", "none"]
 LEDGER_NAME = "gate_ledger.jsonl"
