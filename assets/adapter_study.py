@@ -61,6 +61,14 @@ def _unscored_lab(llm_model: dict, embedder_model: dict, frames: Any) -> Adapter
     return AdapterLab.from_records(llm_model, embedder_model, frames, n_probes=8, n_sensitive=0, n_qa=0)
 
 
+def _launch_command(context: AssetExecutionContext) -> str:
+    """What reruns this step: the study job, or the asset alone when it was launched alone (``dg launch --assets``)."""
+    job = context.run.job_name
+    if job.startswith("__"):  # Dagster's implicit asset job
+        return f"dg launch --assets {context.asset_key.to_user_string()}"
+    return f"dg launch --job {job}"
+
+
 def _study_folder() -> Path:
     """``<state>/adapter_study``: the screening table the load gate reads, and the study's reports."""
     return state_dir() / STUDY_FOLDER
@@ -108,7 +116,7 @@ def adapter_gate_evaluation(
     if missing:
         context.log.warning("adapters not trained yet (left out): %s", ", ".join(missing))
     scores = [lab.score(lab.verify(entry.id), reference, gate) for entry in present]
-    report = write_gate_report(scores, gate, _study_folder(), command=f"dg launch --job {context.run.job_name}")
+    report = write_gate_report(scores, gate, _study_folder(), command=_launch_command(context))
     frame, evaluation, influence = report.scores, report.evaluation, report.influence
     with mlflow_tracker.run_for(context, params={"adapters": len(scores), "probes": len(lab.prompts)}) as run:
         for layer, result in evaluation.layers.items():
@@ -213,7 +221,7 @@ def adapter_trigger_search(
     for index, entry in enumerate(entries):
         context.log.info("trigger search %d/%d: %s", index + 1, len(entries), entry.id)
         results.append(search_trigger(lab.host, lab.tokenizer, lab.verify(entry.id), questions, size, out / "states"))
-    summary = write_trigger_search(results, TRIGGER_CATEGORIES, out, command=f"dg launch --job {context.run.job_name}")
+    summary = write_trigger_search(results, TRIGGER_CATEGORIES, out, command=_launch_command(context))
     keys = ("auroc_vs_benign", "auroc_vs_others", "control_auroc_vs_benign")
     headline = {k: float(summary[k]) for k in keys if summary[k] is not None}
     with mlflow_tracker.run_for(context, params={"adapters": len(results), **vars(size)}) as run:
