@@ -40,7 +40,14 @@ def test_adapter_sample_materializes_with_checks_and_mlflow(tmp_path) -> None:
     checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
     assert checks["sample_ran"].passed
     report = result.output_for_node("adapter_sample")
-    assert set(report["gate"]["layers"]) == {"projection", "safe_lora", "combined", *BEHAVIOURAL_LAYERS}
+    assert set(report["gate"]["layers"]) == {
+        "projection",
+        "safe_lora",
+        "combined",
+        "all_layers",
+        "any_layer",
+        *BEHAVIOURAL_LAYERS,
+    }
     gate = report["agent_runtime"]["gate"]  # the harmful adapter offered to llama.cpp through the enforcing gate
     assert gate["decision"] in {"admit", "refuse"} and set(gate["layers"]) <= set(BEHAVIOURAL_LAYERS)
     assert report["membership"]["status"] == "run" and report["membership"]["verdict"] in {"clean", "inconclusive"}
