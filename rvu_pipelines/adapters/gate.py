@@ -250,7 +250,7 @@ class GateEvaluation:
         }
 
 
-def _quantile_threshold(values: Sequence[float], budget: float) -> float:
+def quantile_threshold(values: Sequence[float], budget: float) -> float:
     return float(np.quantile(np.asarray(values, dtype=float), 1.0 - budget, method="higher"))
 
 
@@ -285,7 +285,7 @@ def evaluate_gate(scores: Sequence[GateScores], budget: float = 0.05) -> GateEva
         flagged[name] = set()
         for s in labelled:
             reference = [b for b in benign if b.adapter_id != s.adapter_id]  # never its own threshold
-            threshold = _quantile_threshold(
+            threshold = quantile_threshold(
                 [_layer_value(name, b, [r for r in reference if r is not b]) for b in reference], budget
             )
             if _layer_value(name, s, reference) > threshold:

@@ -17,7 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from rvu_pipelines.adapters.gate import SCREEN_LAYERS, TRIGGER_CATEGORIES, GateScores, LayerResult
+from rvu_pipelines.adapters.gate import (
+    SCREEN_LAYERS,
+    TRIGGER_CATEGORIES,
+    GateScores,
+    LayerResult,
+    quantile_threshold,
+)
 
 REGULARISATION_C = 1.0  # sklearn's default, fixed before looking at any zoo result
 
@@ -61,10 +67,6 @@ def _fit_and_score(fit: Sequence[GateScores], scored: Sequence[GateScores]) -> n
     return model.predict_proba((_features(scored) - centre) / spread)[:, 1]
 
 
-def _threshold(values: Sequence[float], budget: float) -> float:
-    return float(np.quantile(np.asarray(values, dtype=float), 1.0 - budget, method="higher"))
-
-
 def evaluate_learned_gate(scores: Sequence[GateScores], budget: float = 0.05) -> LearnedGateEvaluation:
     """Leave-one-category-out AUROC and TPR (at the benign scores' ``1 − budget`` quantile, each benign score from a
     model fitted without it; FPR with each benign adapter against the other benign scores' quantile) of the learned
@@ -82,7 +84,7 @@ def evaluate_learned_gate(scores: Sequence[GateScores], budget: float = 0.05) ->
     benign_score = {
         b.adapter_id: float(_fit_and_score([o for o in benign if o is not b] + fitted, [b])[0]) for b in benign
     }
-    threshold = _threshold(list(benign_score.values()), budget)
+    threshold = quantile_threshold(list(benign_score.values()), budget)
     held: dict[str, float] = {}
     for category in held_out:
         members = [s for s in fitted if s.category == category]
@@ -96,9 +98,9 @@ def evaluate_learned_gate(scores: Sequence[GateScores], budget: float = 0.05) ->
         )
     negatives = list(benign_score.values())
     # a benign adapter is never part of its own threshold (as in ``gate.evaluate_gate``)
-    fpr = sum(v > _threshold(negatives[:i] + negatives[i + 1 :], budget) for i, v in enumerate(negatives)) / len(
-        negatives
-    )
+    fpr = sum(
+        v > quantile_threshold(negatives[:i] + negatives[i + 1 :], budget) for i, v in enumerate(negatives)
+    ) / len(negatives)
 
     def result(members: Sequence[GateScores]) -> LayerResult:
         values = [held[s.adapter_id] for s in members]
