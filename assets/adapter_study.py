@@ -37,7 +37,7 @@ from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.eviction_study import EvictionOptions
 from rvu_pipelines.adapters.gate import load_gate_config
 from rvu_pipelines.adapters.incident_study import ORACLE, IncidentStudyOptions
-from rvu_pipelines.adapters.study import STUDY_FOLDER, AdapterLab, write_gate_report
+from rvu_pipelines.adapters.study import STUDY_FOLDER, AdapterLab, score_adapters, write_gate_report
 from rvu_pipelines.adapters.tool_use_study import ToolUseOptions
 from rvu_pipelines.adapters.zoo import load_zoo_config, zoo_root
 from rvu_pipelines.adapters.zoo_data import frames_from, probe_frames
@@ -45,6 +45,7 @@ from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.code_closure import code_version_of
 from rvu_pipelines.models.store import ResolvedModel
 from rvu_pipelines.paths import state_dir
+from rvu_pipelines.result_memo import ResultMemo
 from rvu_pipelines.tracking import metric_name, numeric_metrics
 
 CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
@@ -115,7 +116,9 @@ def adapter_gate_evaluation(
     missing = sorted(set(e.id for e in config.adapters) - {e.id for e in present})
     if missing:
         context.log.warning("adapters not trained yet (left out): %s", ", ".join(missing))
-    scores = [lab.score(lab.verify(entry.id), reference, gate) for entry in present]
+    scores = score_adapters(
+        lab, [lab.verify(entry.id) for entry in present], reference, gate, memo=ResultMemo.default()
+    )
     report = write_gate_report(scores, gate, _study_folder(), command=_launch_command(context))
     frame, evaluation, influence = report.scores, report.evaluation, report.influence
     with mlflow_tracker.run_for(context, params={"adapters": len(scores), "probes": len(lab.prompts)}) as run:

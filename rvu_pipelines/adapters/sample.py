@@ -18,7 +18,7 @@ import numpy as np
 from rvu_pipelines.adapters.eviction import forget_examples, membership_before_after
 from rvu_pipelines.adapters.files import save_adapter, verify_adapter
 from rvu_pipelines.adapters.gate import GateConfig, GateEvaluation, evaluate_gate, load_gate_config
-from rvu_pipelines.adapters.study import AdapterLab, AdapterScore, influence_summary
+from rvu_pipelines.adapters.study import AdapterLab, AdapterScore, influence_summary, score_adapters
 from rvu_pipelines.adapters.training import LoraSettings, train_lora
 from rvu_pipelines.adapters.wmdp import accuracy_report, load_wmdp_items, score_wmdp
 from rvu_pipelines.adapters.zoo import TrainingDefaults, ZooConfig, load_zoo_config
@@ -138,7 +138,7 @@ def run_adapter_sample(
     started = time.perf_counter()
     gate_config = load_gate_config()
     reference = lab.verify(gate_config.reference_adapter)
-    scores = [lab.score(lab.verify(entry.id), reference, gate_config) for entry in config.adapters]
+    scores = score_adapters(lab, [lab.verify(entry.id) for entry in config.adapters], reference, gate_config)
     gate = evaluate_gate([s.gate_scores() for s in scores], gate_config.false_positive_budget)
     seconds["gate_and_influence"] = time.perf_counter() - started
 

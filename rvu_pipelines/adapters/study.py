@@ -12,13 +12,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
 from rvu_pipelines.adapters.admission import LoadGate
-from rvu_pipelines.adapters.base_reference import base_reference
+from rvu_pipelines.adapters.base_reference import base_reference, reference_key
 from rvu_pipelines.adapters.behaviour import behaviour_score
 from rvu_pipelines.adapters.chat import generate_greedy
 from rvu_pipelines.adapters.files import BaseModelInfo, VerifiedAdapter, verify_adapter
@@ -40,6 +40,9 @@ from rvu_pipelines.adapters.margins import N_ITEMS, answer_margins, held_out_qa_
 from rvu_pipelines.adapters.zoo import ZooConfig, catalog_frames, train_zoo_entry, zoo_root
 from rvu_pipelines.adapters.zoo_data import Frames, probe_prompts
 from rvu_pipelines.paths import state_dir
+
+if TYPE_CHECKING:
+    from rvu_pipelines.result_memo import ResultMemo
 
 GATE_PARTS = ("projection", "ood", "margins", "behaviour")  # the behaviour part is the greedy generation
 
@@ -117,6 +120,8 @@ class AdapterLab:
         # the margin layers' items (0: a lab that only hosts adapters and never scores one)
         self.sensitive = sensitive_items(frames, n_sensitive) if n_sensitive else []
         self.qa = held_out_qa_items(frames, n_qa) if n_qa else []
+        # what every score of this lab is measured against: the base, its probe prompts and margin items
+        self.reference_key = reference_key(base.sha256, self.prompts, max_new_tokens, self.sensitive, self.qa)
         self.reference = base_reference(
             self.host.model,
             tokenizer,
@@ -236,6 +241,49 @@ class AdapterLab:
             influence_seconds=time.perf_counter() - started,
             **{f"{part}_seconds": seconds for part, seconds in parts.items()},
         )
+
+
+def score_adapters(
+    lab: AdapterLab,
+    adapters: Sequence[VerifiedAdapter],
+    reference: VerifiedAdapter,
+    gate: GateConfig | None = None,
+    *,
+    memo: ResultMemo | None = None,
+    progress: bool = True,
+) -> list[AdapterScore]:
+    """``lab.score`` for every adapter, in order, with a progress bar. With ``memo``, a score measured before for
+    the same adapter file, refusal reference and lab (base, probes, margin items; the scoring code, configs and
+    libraries through the memo's key) is reused, so adding adapters to a zoo scores only the new ones; the lists
+    are checked every time. A reused score keeps the seconds it was measured in."""
+    from tqdm.auto import tqdm
+
+    scores = []
+    for adapter in tqdm(adapters, desc="gate scores", unit="adapter", disable=not progress):
+        if gate is not None:
+            check_lists(adapter, gate, evicted={})
+        entry = (
+            memo.entry(
+                "adapter_gate_score",
+                {
+                    "adapter_sha256": adapter.manifest.sha256,
+                    "reference_sha256": reference.manifest.sha256,
+                    "lab": lab.reference_key,
+                },
+                code=__name__,
+            )
+            if memo is not None
+            else None
+        )
+        stored = entry.load() if entry is not None else None
+        if stored is not None:
+            scores.append(AdapterScore(**stored))
+            continue
+        score = lab.score(adapter, reference)
+        if entry is not None:
+            entry.save(asdict(score))
+        scores.append(score)
+    return scores
 
 
 class LabScorer:

@@ -164,3 +164,47 @@ def test_the_gates_seconds_count_the_answers_its_behaviour_layer_reads(monkeypat
     parts = score.projection_seconds + score.ood_seconds + score.margins_seconds + score.behaviour_seconds
     assert parts == pytest.approx(score.gate_seconds)
     assert score.behaviour > 0  # the answers carry a link the base's do not
+
+
+def test_a_zoo_rescored_reuses_the_scores_of_adapters_it_scored_before(tmp_path, monkeypatch) -> None:
+    """Adding adapters to a zoo scores only the new ones: a score is stored per adapter file, refusal reference
+    and lab, and a changed adapter file, another reference or another lab is scored again."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    import rvu_pipelines.adapters.study as study
+    from rvu_pipelines.result_memo import ResultMemo
+
+    monkeypatch.setenv("RVU_REUSE_RESULTS", "1")
+    scored: list[str] = []
+    template = study.AdapterScore(
+        adapter_id="", label="benign", category="style", sha256="", projection=0.1, safe_lora=0.2, ood=1.5,
+        behaviour=0.0, sensitive=0.3, qa_drop=-0.1, influence=0.4, embedding_distance=0.2, token_divergence=0.1,
+        gate_seconds=12.5, influence_seconds=0.5, projection_seconds=0.5, ood_seconds=2.0, margins_seconds=6.0,
+        behaviour_seconds=4.0,
+    )  # fmt: skip
+
+    def score(adapter, reference):  # noqa: ANN001, ANN202
+        scored.append(adapter.manifest.adapter_id)
+        return replace(template, adapter_id=adapter.manifest.adapter_id, sha256=adapter.manifest.sha256)
+
+    def adapter(name: str, digest: str) -> SimpleNamespace:
+        return SimpleNamespace(manifest=SimpleNamespace(adapter_id=name, sha256=digest * 64))
+
+    lab = object.__new__(study.AdapterLab)
+    lab.score, lab.reference_key = score, "lab-1"
+    reference = adapter("refusal-reference", "f")
+    memo = ResultMemo(tmp_path / "memo")
+    first = study.score_adapters(lab, [adapter("a", "1"), adapter("b", "2")], reference, memo=memo, progress=False)
+    again = study.score_adapters(
+        lab, [adapter("a", "1"), adapter("b", "2"), adapter("c", "3")], reference, memo=memo, progress=False
+    )
+    assert scored == ["a", "b", "c"]  # a and b were reused
+    assert again[:2] == first and again[1].gate_seconds == 12.5  # a reused score keeps its measured seconds
+    study.score_adapters(lab, [adapter("a", "4")], reference, memo=memo, progress=False)  # retrained: new file
+    study.score_adapters(lab, [adapter("a", "1")], adapter("refusal-reference", "e"), memo=memo, progress=False)
+    lab.reference_key = "lab-2"  # other probes or another base
+    study.score_adapters(lab, [adapter("a", "1")], reference, memo=memo, progress=False)
+    assert scored == ["a", "b", "c", "a", "a", "a"]
+    study.score_adapters(lab, [adapter("a", "1")], reference, memo=None, progress=False)  # no memo: always scored
+    assert scored[-1] == "a" and len(scored) == 7
