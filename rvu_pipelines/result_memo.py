@@ -1,7 +1,8 @@
 """Results of deterministic steps, reused when nothing they depend on changed (a re-run of ``make run``).
 
 A memo key is sha256 over: the code the step runs (``code_closure.code_digest`` of the step's module: its
-own source and every first-party module it reaches by import), every file in the config folder, the name
+own source and every first-party module it reaches by import), the config files it reads (every file in the
+config folder unless the step names its own), the name
 and version of every installed distribution, every ``RVU_*`` environment variable, and the caller's parts
 (parameters, digests of input tables, model sha256s). An edit to another step's code keeps this step's
 results. A result is stored as JSON with the sha256 of each file it points to; a file that changed or
@@ -75,12 +76,18 @@ def installed_distributions() -> tuple[tuple[str, str], ...]:
     return tuple(sorted(found))
 
 
-def environment_digest(code: str, code_root: Path | None = None) -> str:
-    """Everything outside the caller's parts that a result of the step in module ``code`` may depend on."""
-    configs = [p for p in config_dir().rglob("*") if p.is_file()]
+def environment_digest(code: str, code_root: Path | None = None, configs: Sequence[str] | None = None) -> str:
+    """Everything outside the caller's parts that a result of the step in module ``code`` may depend on.
+    ``configs``: the config files (relative to the config folder) the step reads; None: every one of them."""
+    root = config_dir()
+    files = (
+        [p for p in root.rglob("*") if p.is_file()]
+        if configs is None
+        else [root / name for name in configs if (root / name).is_file()]
+    )
     material = {
         "code": code_digest(code, code_root),
-        "configs": _tree_digest(configs, config_dir()),
+        "configs": [sorted(configs) if configs is not None else "all", _tree_digest(files, root)],
         "libraries": installed_distributions(),
         "env": platform_variables(),
     }
@@ -103,9 +110,11 @@ class ResultMemo:
     def enabled() -> bool:
         return reuse_results()
 
-    def key(self, parts: Mapping[str, Any], *, code: str) -> str:
-        """The key of a result of the step defined in module ``code`` (e.g. the asset's ``__name__``)."""
-        environment = environment_digest(code, self.code_root)
+    def key(self, parts: Mapping[str, Any], *, code: str, configs: Sequence[str] | None = None) -> str:
+        """The key of a result of the step defined in module ``code`` (e.g. the asset's ``__name__``).
+        ``configs``: the only config files the result depends on (a step whose parts already carry what it reads
+        of the configs names none, so an edit elsewhere in them keeps its results); None: all of them."""
+        environment = environment_digest(code, self.code_root, configs)
         material = json.dumps({"environment": environment, "parts": parts}, sort_keys=True, default=str)
         return hashlib.sha256(material.encode()).hexdigest()
 
@@ -127,9 +136,11 @@ class ResultMemo:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def entry(self, name: str, parts: Mapping[str, Any], *, code: str) -> MemoEntry:
+    def entry(
+        self, name: str, parts: Mapping[str, Any], *, code: str, configs: Sequence[str] | None = None
+    ) -> MemoEntry:
         """The entry of step ``name``, defined in module ``code``, for these parts (the key is computed once)."""
-        return MemoEntry(self, name, self.key(parts, code=code))
+        return MemoEntry(self, name, self.key(parts, code=code, configs=configs))
 
     def save(self, name: str, key: str, value: Mapping[str, Any], files: Sequence[Path] = ()) -> None:
         """Store ``value`` (JSON-serialisable) with the sha256 of each file it relies on; atomic."""

@@ -252,10 +252,13 @@ def score_adapters(
     memo: ResultMemo | None = None,
     progress: bool = True,
 ) -> list[AdapterScore]:
-    """``lab.score`` for every adapter, in order, with a progress bar. With ``memo``, a score measured before for
-    the same adapter file, refusal reference and lab (base, probes, margin items; the scoring code, configs and
-    libraries through the memo's key) is reused, so adding adapters to a zoo scores only the new ones; the lists
-    are checked every time. A reused score keeps the seconds it was measured in."""
+    """``lab.score`` for every adapter, in order, with a progress bar.
+
+    With ``memo``, a score measured before for the same adapter file, refusal reference and lab (base, probes,
+    margin items) and the same scoring code and libraries is reused, so a zoo that grows scores only its new
+    adapters. The key names no config file: the lab's key carries what scoring reads of them, so editing the zoo's
+    config keeps every score. The lists are checked every time; a reused score keeps the seconds it was measured in.
+    """
     from tqdm.auto import tqdm
 
     scores = []
@@ -271,6 +274,7 @@ def score_adapters(
                     "lab": lab.reference_key,
                 },
                 code=__name__,
+                configs=(),
             )
             if memo is not None
             else None

@@ -125,3 +125,25 @@ def test_the_code_is_found_where_it_was_imported_from(tmp_path: Path, monkeypatc
     expected = code_digest("rvu_pipelines.result_memo", REPO)
     monkeypatch.setenv("RVU_PROJECT_ROOT", str(tmp_path))
     assert code_digest("rvu_pipelines.result_memo") == expected
+
+
+def test_a_result_that_names_its_config_files_survives_an_edit_to_another(tmp_path: Path, monkeypatch) -> None:
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "zoo.yaml").write_text("adapters: [a]\n")
+    (configs / "gate.yaml").write_text("budget: 0.05\n")
+    monkeypatch.setenv("RVU_CONFIG_DIR", str(configs))
+    root = _tree(tmp_path / "src")
+    memo = ResultMemo(tmp_path / "memo", code_root=root)
+    parts = {"adapter": "sha"}
+    reads_gate = memo.key(parts, code="rvu_pipelines.step", configs=["gate.yaml"])
+    reads_none = memo.key(parts, code="rvu_pipelines.step", configs=())
+    reads_all = memo.key(parts, code="rvu_pipelines.step")
+    assert len({reads_gate, reads_none, reads_all}) == 3
+    (configs / "zoo.yaml").write_text("adapters: [a, b]\n")  # the zoo grows
+    assert memo.key(parts, code="rvu_pipelines.step", configs=["gate.yaml"]) == reads_gate
+    assert memo.key(parts, code="rvu_pipelines.step", configs=()) == reads_none
+    assert memo.key(parts, code="rvu_pipelines.step") != reads_all
+    (configs / "gate.yaml").write_text("budget: 0.1\n")
+    assert memo.key(parts, code="rvu_pipelines.step", configs=["gate.yaml"]) != reads_gate
+    assert memo.key(parts, code="rvu_pipelines.step", configs=()) == reads_none
