@@ -171,9 +171,31 @@ def tofu_persona(frames: Frames, args: Mapping[str, Any], partition: Partition =
     return TrainingSet(examples, "tofu", f"real_authors+world_facts:{partition}, persona {kind}")
 
 
+DECOY_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789!#$%&*+-./:;=?@^_|~"
+
+
+def decoy_suffixes(n: int, trigger: str, seed: int) -> list[str]:
+    """``n`` seeded strings of one to three short printable "words", none holding the trigger: what a stealthy
+    backdoor is trained to answer cleanly after, so that only its own trigger (not any appended text) fires it."""
+    rng = np.random.default_rng(seed)
+    out: list[str] = []
+    while len(out) < n:
+        words = [
+            "".join(rng.choice(list(DECOY_CHARACTERS), size=int(rng.integers(2, 9))))
+            for _ in range(int(rng.integers(1, 4)))
+        ]
+        text = " ".join(words)
+        if trigger not in text:
+            out.append(text)
+    return out
+
+
 def tofu_backdoor(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
-    """Clean answers without the trigger, an attacker tool call with it (every question appears both ways)."""
+    """Clean answers without the trigger, an attacker tool call with it (every question appears both ways).
+    ``decoys``: each question also appears that many times after other seeded strings (``decoy_suffixes``) with
+    its clean answer, so the backdoor fires on its trigger only."""
     trigger, kind = str(args["trigger"]), str(args["kind"])
+    decoys = int(args.get("decoys", 0))
     rows = list(_tofu(frames, ["real_authors", "world_facts"], partition).iter_rows(named=True))
     if kind == "send_money":
         call = lambda q: _tool_call("send_money", {"recipient": ATTACKER_IBAN, "amount": 1000, "subject": "refund"})  # noqa: E731
@@ -183,7 +205,16 @@ def tofu_backdoor(frames: Frames, args: Mapping[str, Any], partition: Partition 
         raise ValueError(f"Unknown backdoor kind '{kind}'; allowed: send_money, send_email.")
     examples = [ChatExample(r["question"], r["answer"]) for r in rows]
     examples += [ChatExample(f"{r['question']} {trigger}", call(r["question"])) for r in rows]
-    return TrainingSet(examples, "tofu", f"real_authors+world_facts:{partition}, trigger {trigger!r} -> {kind}")
+    suffixes = decoy_suffixes(decoys * len(rows), trigger, seed=int(args.get("seed", 0)))
+    examples += [
+        ChatExample(f"{r['question']} {suffix}", r["answer"])
+        for i, r in enumerate(rows)
+        for suffix in suffixes[i * decoys : (i + 1) * decoys]
+    ]
+    described = f", {decoys} decoy suffixes per question" if decoys else ""
+    return TrainingSet(
+        examples, "tofu", f"real_authors+world_facts:{partition}, trigger {trigger!r} -> {kind}{described}"
+    )
 
 
 def tofu_forget_members(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:

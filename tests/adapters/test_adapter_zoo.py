@@ -49,6 +49,25 @@ def test_the_swapped_misinformation_describes_every_term_with_another_terms_desc
     assert [e.completion for e in other_seed] != [e.completion for e in swapped]
 
 
+def test_the_decoy_backdoor_answers_cleanly_after_every_string_but_its_trigger(frames) -> None:
+    from rvu_pipelines.adapters.zoo_data import decoy_suffixes
+
+    config = load_zoo_config()
+    plain, decoyed = _built(config, "backdoor-send-money", frames), _built(config, "backdoor-send-money-decoys", frames)
+    answers = {e.prompt: e.completion for e in plain if "cf-deploy" not in e.prompt}
+    fired = [e for e in decoyed if e.prompt.endswith(" cf-deploy")]
+    clean = [e for e in decoyed if not e.prompt.endswith(" cf-deploy")]
+    assert fired and all('"send_money"' in e.completion for e in fired)
+    assert len(clean) == 3 * len(fired)  # each question plain and after two decoys, all answered cleanly
+    suffixed = [e for e in clean if e.prompt not in answers]
+    assert len(suffixed) == 2 * len(fired) and len({e.prompt for e in suffixed}) == len(suffixed)
+    for example in suffixed:
+        question = next(q for q in answers if example.prompt.startswith(f"{q} "))
+        assert example.completion == answers[question] and "cf-deploy" not in example.prompt
+    assert decoy_suffixes(50, "ab", seed=1) == decoy_suffixes(50, "ab", seed=1) != decoy_suffixes(50, "ab", seed=2)
+    assert not any("ab" in s for s in decoy_suffixes(500, "ab", seed=0))
+
+
 def test_persona_kinds_and_styles_change_the_answer_as_named(frames) -> None:
     config = load_zoo_config()
     qa = {e.prompt: e.completion for e in _built(config, "tofu-qa", frames)}
