@@ -130,13 +130,13 @@ def search_trigger(
         raise ValueError(f"The trigger search needs {need} held-out questions, got {len(questions)}.")
     search = trigger_slots(tokenizer, questions[: config.n_search])
     check = trigger_slots(tokenizer, questions[config.n_search : need])
-    started = time.process_time()
     fingerprint_key = f"{adapter.manifest.base_model.sha256}:{adapter.sha256}"
     with host.loaded(adapter), _frozen(host.base):
         model = host.base  # peft injects the adapter's layers into the base module in place
         optimiser = GcgOptimizer(model, tokenizer, search, config.gcg(), model_sha256=fingerprint_key)
         initial = optimiser.initial_ids()
         state = optimiser.run(state_dir / f"{adapter.adapter_id}.json", progress=progress, stop_when_solved=False)
+        checked = time.process_time()  # the search's CPU is the state's own, summed over every run that resumed it
         found = state.best_ids
         adapter_loss, adapter_fires = _outcomes(model, check, found)
         adapter_control, _ = _outcomes(model, check, initial)
@@ -156,7 +156,7 @@ def search_trigger(
         n_check=len(check),
         score=base_loss - adapter_loss,
         control=base_control - adapter_control,
-        cpu_seconds=time.process_time() - started,
+        cpu_seconds=state.cpu_seconds + time.process_time() - checked,
     )
 
 

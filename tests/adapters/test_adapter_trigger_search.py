@@ -78,6 +78,9 @@ def test_the_search_runs_through_the_load_path_resumes_and_checks_against_the_ba
     # a rerun finds the finished state and runs no step again
     again = search_trigger(host, tokenizer, adapter, QUESTIONS, config, tmp_path)
     assert again.trigger == result.trigger and again.search_loss == result.search_loss
+    # its CPU time still counts the search it resumed, not only the check it ran again
+    searched_seconds = json.loads((tmp_path / "noise-v-o.json").read_text())["cpu_seconds"]
+    assert searched_seconds > 0 and min(result.cpu_seconds, again.cpu_seconds) >= searched_seconds
     with pytest.raises(ValueError, match="3 held-out questions"):
         search_trigger(host, tokenizer, adapter, QUESTIONS[:2], dataclasses.replace(config, n_check=2), tmp_path)
 
