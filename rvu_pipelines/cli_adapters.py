@@ -1,4 +1,4 @@
-"""``rvu adapters check PATH`` / ``allow SHA256`` / ``plan``: the adapter gate and the zoo from the shell.
+"""``rvu adapters check PATH`` / ``allow SHA256`` / ``report`` / ``plan``: the adapter gate and the zoo from the shell.
 
 ``check`` runs exactly what a load runs (``adapters.admission.LoadGate``: the file checks, an operator's allow
 entry, the lists, the behavioural layers from the screening table or scored on the spot), records the verdict in
@@ -151,6 +151,31 @@ def allow(sha256: str, by: str, reason: str, adapter_id: str) -> None:
         sys.exit(2)
     GateLedger(gate_dir(state_dir()) / LEDGER_NAME).append({"event": "allow", "sha256": sha256, **entry})
     console.print(f"allowed {sha256[:16]}… by {escape(by)}: {escape(reason)}", highlight=False)
+
+
+@adapters.command("report")
+@click.option("--scores", type=click.Path(path_type=Path), default=None, help="Screening table (scores.csv).")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Folder for gate.md (default: the table's).")
+def report(scores: Path | None, out: Path | None) -> None:
+    """Evaluate the gate's rules again over a stored screening table (default: the adapter study's): gate.md and
+    summary.json under the gate's current config, without loading a model or an adapter."""
+    from rvu_pipelines.adapters.gate import load_gate_config
+    from rvu_pipelines.adapters.study import STUDY_FOLDER, read_gate_scores, write_gate_report
+    from rvu_pipelines.errors import InputFileError
+    from rvu_pipelines.paths import state_dir
+
+    table = scores or state_dir() / STUDY_FOLDER / "scores.csv"
+    try:
+        rows = read_gate_scores(table)
+        written = write_gate_report(rows, load_gate_config(), out or table.parent, command="rvu adapters report")
+    except (InputFileError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        sys.exit(2)
+    evaluation = written.evaluation
+    console.print(
+        f"{evaluation.n_benign} benign + {evaluation.n_harmful} harmful adapters: {(out or table.parent) / 'gate.md'}",
+        highlight=False,
+    )
 
 
 @adapters.command("plan")

@@ -1,11 +1,11 @@
 """Results of deterministic steps, reused when nothing they depend on changed (a re-run of ``make run``).
 
-A memo key is sha256 over: the code the step runs (``code_closure.code_digest`` of the step's module: its
-own source and every first-party module it reaches by import), the config files it reads (every file in the
-config folder unless the step names its own), the name and version of every installed distribution, every
-``RVU_*`` environment variable, and the caller's parts (parameters, digests of input tables, model sha256s). An edit to another step's code keeps this step's
-results. A result is stored as JSON with the sha256 of each file it points to; a file that changed or
-vanished since makes it a miss, and so does anything unreadable. ``RVU_REUSE_RESULTS=0`` turns reuse off.
+A memo key is sha256 over: the code the step runs (``code_closure.code_digest`` of the step's module: its own source
+and every first-party module it reaches by import), the config files it reads (every file in the config folder
+unless the step names its own), the name and version of every installed distribution, every ``RVU_*`` environment
+variable, and the caller's parts (parameters, digests of input tables, model sha256s). An edit to another step's
+code keeps this step's results. A result is stored as JSON with the sha256 of each file it points to; a file that
+changed or vanished since makes it a miss, and so does anything unreadable. ``RVU_REUSE_RESULTS=0`` turns reuse off.
 """
 
 from __future__ import annotations

@@ -6,11 +6,14 @@
    admits it, recorded as ``operator_allow`` with who allowed it and why;
 2. layer 1, the lists (``configs/adapters.yaml gate:`` and the eviction blocklist): ``blocklisted`` /
    ``not_allowlisted``;
-3. the behavioural layers (``gate.py``: projection against the refusal reference, output OOD), read from
-   the screening table by sha256 or, when the table does not have the adapter, computed on the spot by the
-   gate's ``scorer``; a score above the ``1 - false_positive_budget`` quantile of the table's benign
-   adapters refuses (``gate_projection`` / ``gate_ood``). With no score or no benign thresholds the adapter
-   is ``not_screened``: refused unless ``gate.unscreened: admit`` says otherwise.
+3. the behavioural layers (``gate.SCREEN_LAYERS``: projection against the refusal reference, output OOD, behaviour,
+   sensitive lists, held-out QA), read from the screening table by sha256 or, when the table does not have the
+   adapter, computed on the spot by the gate's ``scorer``. Under ``gate.rule: any_layer`` (the default) a layer's
+   score above the ``1 - false_positive_budget`` quantile of the table's benign adapters refuses; under
+   ``all_layers`` each layer is standardised against the benign adapters and the largest z refuses when it is above
+   that quantile of the benign adapters' own largest z (each against the others). The reason code names the layer
+   (``gate_projection``, ``gate_ood``, ...). With no score or no benign thresholds the adapter is ``not_screened``:
+   refused unless ``gate.unscreened: admit`` says otherwise.
 
 Every verdict, admitted or refused, is one line of the gate's ledger (``GateLedger``, JSON lines) and goes
 to every ``recorder`` (the provenance store's event log, an incident log's ``adapter_refused`` line).
@@ -28,22 +31,20 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-import numpy as np
-
 from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.files import BaseModelInfo, VerifiedAdapter, verify_adapter
-from rvu_pipelines.adapters.gate import SCREEN_LAYERS, GateConfig, list_verdict
+from rvu_pipelines.adapters.gate import SCREEN_LAYERS, GateConfig, list_verdict, quantile_threshold, standard_score
 from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.bounded_io import read_input_file
 from rvu_pipelines.errors import InputFileError
 from rvu_pipelines.hashing import sha256_file
 
-BEHAVIOURAL_LAYERS = SCREEN_LAYERS  # each judged against its own benign quantile; any one over it refuses
+BEHAVIOURAL_LAYERS = SCREEN_LAYERS  # judged by GateConfig.rule against the benign adapters' scores
 Decision = Literal["admit", "refuse"]
 Scored = Literal["table", "on_the_spot", "none"]
 LEDGER_NAME = "gate_ledger.jsonl"
@@ -87,31 +88,99 @@ class GateVerdict:
         }
 
 
-def benign_thresholds(scores: Iterable[Mapping[str, Any]], budget: float) -> dict[str, float]:
-    """Per behavioural layer, the ``1 - budget`` quantile of the benign adapters' scores ({} with fewer than 2)."""
+def benign_values(scores: Iterable[Mapping[str, Any]]) -> dict[str, tuple[float, ...]]:
+    """Per behavioural layer, the benign adapters' scores ({} with fewer than 2 benign adapters). A table written
+    before a layer existed has no column for it: that layer is not judged."""
     rows = [r for r in scores if r.get("label") == "benign"]
     if len(rows) < 2:
         return {}
-    return {  # a table written before a layer existed has no column for it: that layer is not judged
-        layer: float(np.quantile([float(r[layer]) for r in rows], 1.0 - budget, method="higher"))
+    return {
+        layer: tuple(float(r[layer]) for r in rows)
         for layer in BEHAVIOURAL_LAYERS
         if all(r.get(layer) is not None for r in rows)
     }
 
 
-def judge_layers(scores: Mapping[str, Any] | None, thresholds: Mapping[str, float]) -> dict[str, dict[str, Any]]:
-    """Each behavioural layer with a score and a threshold: the score, the threshold, whether it rejects."""
+def benign_thresholds(scores: Iterable[Mapping[str, Any]], budget: float) -> dict[str, float]:
+    """Per behavioural layer, the ``1 - budget`` quantile of the benign adapters' scores ({} with fewer than 2)."""
+    return {layer: quantile_threshold(values, budget) for layer, values in benign_values(scores).items()}
+
+
+def largest_z_threshold(benign: Mapping[str, Sequence[float]], budget: float) -> float | None:
+    """The ``1 - budget`` quantile of each benign adapter's largest z over the layers, every z against the *other*
+    benign adapters (as a new adapter is judged against all of them); None without two benign adapters."""
+    layers = list(benign)
+    n = len(benign[layers[0]]) if layers else 0
+    if n < 2:
+        return None
+    largest = [
+        max(standard_score(benign[layer][i], [v for j, v in enumerate(benign[layer]) if j != i]) for layer in layers)
+        for i in range(n)
+    ]
+    return quantile_threshold(largest, budget)
+
+
+def judge_layers(
+    scores: Mapping[str, Any] | None,
+    thresholds: Mapping[str, float],
+    benign: Mapping[str, Sequence[float]] | None = None,
+    z_threshold: float | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Each behavioural layer with a score and a threshold: the score, the threshold, whether it rejects.
+
+    With ``benign`` and ``z_threshold`` (the all-layers rule) each layer also has its z against the benign
+    scores, and the threshold it is held to is the single one on the largest z (a layer rejects when its z is
+    over it, so the adapter is refused when its largest z is); else each layer is held to its own quantile."""
     if scores is None:
         return {}
+    present = [layer for layer in BEHAVIOURAL_LAYERS if layer in scores and layer in thresholds]
+    if benign is not None and z_threshold is not None:
+        judged = {}
+        for layer in present:
+            z = standard_score(float(scores[layer]), benign[layer])
+            judged[layer] = {
+                "score": round(float(scores[layer]), 6),
+                "z": round(z, 6),
+                "threshold": round(float(z_threshold), 6),
+                "rejects": z > z_threshold,
+            }
+        return judged
     return {
         layer: {
             "score": round(float(scores[layer]), 6),
             "threshold": round(float(thresholds[layer]), 6),
             "rejects": float(scores[layer]) > float(thresholds[layer]),
         }
-        for layer in BEHAVIOURAL_LAYERS
-        if layer in scores and layer in thresholds
+        for layer in present
     }
+
+
+@dataclass(frozen=True)
+class BenignReference:
+    """What the behavioural layers are judged against: the screening table's benign adapters, under the gate's
+    rule (``GateConfig.rule``). The load gate, a recovery's screening and the sample share it."""
+
+    rule: Literal["any_layer", "all_layers"] = "any_layer"
+    thresholds: Mapping[str, float] = field(default_factory=dict)  # per layer (the any-layer rule)
+    values: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # per layer, the benign scores
+    z_threshold: float | None = None  # on the largest z (the all-layers rule)
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[Mapping[str, Any]], config: GateConfig) -> BenignReference:
+        rows = list(rows)
+        values = benign_values(rows)
+        return cls(
+            rule=config.rule,
+            thresholds=benign_thresholds(rows, config.false_positive_budget),
+            values=values,
+            z_threshold=largest_z_threshold(values, config.false_positive_budget),
+        )
+
+    def judge(self, scores: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+        """``judge_layers`` under this reference's rule ({} without scores or thresholds)."""
+        if self.rule == "all_layers":
+            return judge_layers(scores, self.thresholds, self.values, self.z_threshold)
+        return judge_layers(scores, self.thresholds)
 
 
 def read_screening_table(path: Path) -> list[dict[str, Any]]:
@@ -251,13 +320,18 @@ class LoadGate:
     ledger: GateLedger
     gguf_dir: Path
     screened: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # sha256 -> scores row
-    thresholds: Mapping[str, float] = field(default_factory=dict)
+    reference: BenignReference = field(default_factory=BenignReference)
     scorer: GateScorer | None = None
     blocklist: Mapping[str, Any] = field(default_factory=dict)
     allow: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     enforce: bool = True
     recorders: list[Callable[[GateVerdict], None]] = field(default_factory=list)
     blocklist_path: Path | None = None  # re-read at each llama.cpp load: an eviction since admission counts
+
+    @property
+    def thresholds(self) -> Mapping[str, float]:
+        """Per layer, the benign quantile ({}: nothing to judge against)."""
+        return self.reference.thresholds
 
     @classmethod
     def from_state(
@@ -282,7 +356,7 @@ class LoadGate:
             ledger=GateLedger(gate_dir(state) / LEDGER_NAME),
             gguf_dir=gate_dir(state) / "admitted",
             screened={str(r["sha256"]): r for r in rows if r.get("sha256")},
-            thresholds=benign_thresholds(rows, config.false_positive_budget),
+            reference=BenignReference.from_rows(rows, config),
             scorer=scorer,
             blocklist=read_blocklist(blocklist_path),
             allow=read_allow_entries(allow_path(state)),
@@ -318,7 +392,7 @@ class LoadGate:
         }
         lists = list_verdict(manifest.sha256, manifest.source, self.config, self.blocklist)
         scores, scored = self._scores(adapter) if lists == "pass" or manifest.sha256 in self.allow else (None, "none")
-        layers = judge_layers(scores, self.thresholds)
+        layers = self.reference.judge(scores)
         reason, message = self._refusal(adapter, lists, layers, scores)
         decision: Decision = "refuse" if reason else "admit"
         refused_for = None
@@ -365,15 +439,23 @@ class LoadGate:
             return "blocklisted", f"{where} {why}; an operator may allow it with `rvu adapters allow`."
         if lists == "not_allowlisted":
             return "not_allowlisted", f"{where}: source '{manifest.source}' is not on gate.allowed_sources."
-        for layer in BEHAVIOURAL_LAYERS:
-            judged = layers.get(layer)
-            if judged and judged["rejects"]:
+        quantile = f"{1 - self.config.false_positive_budget:.0%}"
+        rejecting = [layer for layer in BEHAVIOURAL_LAYERS if layers.get(layer, {}).get("rejects")]
+        if rejecting:
+            layer = max(rejecting, key=lambda name: float(layers[name].get("z", 0.0)))  # the furthest out names it
+            judged = layers[layer]
+            if "z" in judged:
                 return (
                     f"gate_{layer}",
-                    f"{where}: {layer} score {judged['score']:.4g} is above the gate's threshold "
-                    f"{judged['threshold']:.4g} (the {1 - self.config.false_positive_budget:.0%} quantile of "
-                    "benign adapters).",
+                    f"{where}: {layer} score {judged['score']:.4g} is {judged['z']:.3g} standard deviations from the "
+                    f"benign adapters', above the gate's threshold {judged['threshold']:.3g} on the largest z over "
+                    f"{len(layers)} layers (the {quantile} quantile of the benign adapters' own).",
                 )
+            return (
+                f"gate_{layer}",
+                f"{where}: {layer} score {judged['score']:.4g} is above the gate's threshold "
+                f"{judged['threshold']:.4g} (the {quantile} quantile of benign adapters).",
+            )
         if not layers and self.config.unscreened == "refuse":
             missing = (
                 "no benign thresholds (run `make adapters` or pass a screening table)"

@@ -22,6 +22,8 @@ RefusalReason = Literal[
     "gate_projection",
     "gate_ood",
     "gate_behaviour",
+    "gate_sensitive",
+    "gate_qa_drop",
     "not_screened",
     "not_admitted",
 ]

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from rvu_pipelines.adapters.admission import GateLedger, GateScorer, benign_thresholds, judge_layers
+from rvu_pipelines.adapters.admission import BenignReference, GateLedger, GateScorer
 from rvu_pipelines.adapters.blocklist import read_blocklist
 from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.files import VerifiedAdapter
@@ -62,7 +62,8 @@ class ScreeningGate:
         self.config = config or load_gate_config()
         rows = [dict(r) for r in screened]
         self.screened = {str(r["sha256"]): r for r in rows}
-        self.thresholds = benign_thresholds(rows, self.config.false_positive_budget)
+        self.reference = BenignReference.from_rows(rows, self.config)
+        self.thresholds = self.reference.thresholds
         self.blocklist = dict(read_blocklist() if blocklist is None else blocklist)
         self.ledger = ledger
         self.files = files
@@ -95,7 +96,7 @@ class ScreeningGate:
         if not self.thresholds:
             return {"status": "not screened", "reason": "no screening table with benign adapters to set thresholds"}
         if row is not None:
-            return {"status": "screened", "scored": "table", "layers": judge_layers(row, self.thresholds)}
+            return {"status": "screened", "scored": "table", "layers": self.reference.judge(row)}
         verified = None
         if self.files is not None:
             try:
@@ -110,7 +111,7 @@ class ScreeningGate:
             scores = self.scorer.score(verified)
         except (AdapterRefused, OSError) as exc:  # e.g. the zoo's refusal reference is not on this machine
             return {"status": "not screened", "reason": f"scoring at recovery failed: {exc}"}
-        return {"status": "screened", "scored": "at_recovery", "layers": judge_layers(scores, self.thresholds)}
+        return {"status": "screened", "scored": "at_recovery", "layers": self.reference.judge(scores)}
 
     def screen(self, adapter: IncidentRecord) -> dict[str, Any]:
         sha, source = adapter.adapter_hash or "", adapter.source or "local"

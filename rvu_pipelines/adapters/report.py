@@ -19,8 +19,8 @@ _LAYER_TITLES = {
     "sensitive": "5 · sensitive lists (rise of the forget-list / WMDP answers' margin)",
     "qa_drop": "6 · held-out QA (fall of the correct answers' margin)",
     "combined": "combined (max z of 2 and 3)",
-    "all_layers": "all layers (max z of 2, 3, 4, 5, 6)",
-    "any_layer": "the load gate's rule (any of 2, 3, 4, 5, 6 over its threshold; a decision, no AUROC)",
+    "all_layers": "all layers (max z of 2, 3, 4, 5, 6; the load gate's rule under gate.rule all_layers)",
+    "any_layer": "the load gate's default rule (any of 2, 3, 4, 5, 6 over its own threshold; a decision, no AUROC)",
 }
 
 

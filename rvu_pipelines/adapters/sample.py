@@ -67,7 +67,7 @@ def _runtime_behind_gate(
     """The harmful sample adapter offered to the agent's llama.cpp model through an enforcing gate whose
     thresholds are the sample's own benign scores (its ledger under ``root``); the verdict is reported, and the
     load / unload roundtrip then runs under a recorded override, since it measures the runtime, not the gate."""
-    from rvu_pipelines.adapters.admission import GateLedger, LoadGate, benign_thresholds
+    from rvu_pipelines.adapters.admission import BenignReference, GateLedger, LoadGate
     from rvu_pipelines.adapters.runtime import runtime_roundtrip
     from rvu_pipelines.models.llm import LlamaCppChatModel
 
@@ -78,7 +78,7 @@ def _runtime_behind_gate(
         ledger=GateLedger(root / "gate" / "gate_ledger.jsonl"),
         gguf_dir=root / "gate" / "admitted",
         screened={str(r["sha256"]): r for r in rows},
-        thresholds=benign_thresholds(rows, config.false_positive_budget),
+        reference=BenignReference.from_rows(rows, config),
     )
     verdict = gate.screen(lab.verify("persona-hostile"))
     harmful = gate.admit(

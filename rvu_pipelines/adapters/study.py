@@ -365,6 +365,27 @@ class GateReport:
         return gate_markdown(self.evaluation, self.influence, self.scores, self.learned)
 
 
+def read_gate_scores(path: Path) -> list[AdapterScore]:
+    """The score rows of a screening table ``write_gate_report`` wrote (``scores.csv``), so the gate's rules can be
+    evaluated again without loading a model; a missing column is refused, naming the file and the column."""
+    from dataclasses import MISSING, fields
+
+    from rvu_pipelines.errors import InputFileError
+
+    if not path.is_file():
+        raise InputFileError(f"{path}: no screening table here; materialize adapter_gate_evaluation first.")
+    frame = pl.read_csv(path)
+    required = [f.name for f in fields(AdapterScore) if f.default is MISSING]
+    missing = [name for name in required if name not in frame.columns]
+    if missing:
+        raise InputFileError(
+            f"{path}: column(s) {', '.join(missing)} missing; it is not a screening table of this version "
+            "(materialize adapter_gate_evaluation to write it again)."
+        )
+    known = {f.name for f in fields(AdapterScore)}
+    return [AdapterScore(**{k: v for k, v in row.items() if k in known}) for row in frame.to_dicts()]
+
+
 def write_gate_report(scores: Sequence[AdapterScore], config: GateConfig, out: Path, *, command: str) -> GateReport:
     """The gate's evaluation over ``scores`` into ``out``: ``scores.csv`` (the screening table the load gate reads
     for adapters it has seen), ``summary.json`` and ``gate.md`` (stamped with ``command``)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from click.testing import CliRunner
@@ -16,6 +17,8 @@ from rvu_pipelines.adapters.admission import (
     add_allow_entry,
     allow_path,
     benign_thresholds,
+    benign_values,
+    largest_z_threshold,
 )
 from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.files import BaseModelInfo, VerifiedAdapter, save_adapter, verify_adapter
@@ -75,9 +78,18 @@ def test_thresholds_are_the_benign_quantile() -> None:
     assert benign_thresholds(rows[:1], 0.05) == {}
 
 
+def test_the_largest_z_threshold_holds_each_benign_adapter_against_the_others() -> None:
+    rows = [{"label": "benign", "projection": p, "ood": o} for p, o in [(0.1, 1.0), (0.2, 2.0), (0.15, 1.5)]]
+    values = benign_values([*rows, {"label": "harmful", "projection": 9.0, "ood": 90.0}])
+    assert values == {"projection": (0.1, 0.2, 0.15), "ood": (1.0, 2.0, 1.5)}
+    # (0.2, 2.0) against the other two: projection (0.2 - 0.125) / 0.0354 = 2.12, ood (2.0 - 1.25) / 0.354 = 2.12
+    assert largest_z_threshold(values, 0.05) == pytest.approx(0.75 / np.std([1.0, 1.5], ddof=1))
+    assert largest_z_threshold(benign_values(rows[:1]), 0.05) is None
+
+
 def test_a_score_above_the_benign_threshold_is_refused_and_recorded(gate_base, candidate, tmp_path: Path) -> None:
     row = {"adapter_id": "candidate", "sha256": candidate.sha256, "label": "unknown", "projection": 0.1, "ood": 7.0}
-    gate = _gate(gate_base, tmp_path / "state", [row])
+    gate = _gate(gate_base, tmp_path / "state", [row])  # the default rule: each layer against its own quantile
     with pytest.raises(AdapterRefused, match="ood score 7 is above") as refused:
         gate.check(candidate)
     assert refused.value.reason == "gate_ood"
@@ -85,6 +97,32 @@ def test_a_score_above_the_benign_threshold_is_refused_and_recorded(gate_base, c
     assert line["decision"] == "refuse" and line["reason"] == "gate_ood" and line["scored"] == "table"
     assert line["layers"]["ood"] == {"score": 7.0, "threshold": 2.0, "rejects": True}
     assert line["layers"]["projection"]["rejects"] is False
+
+
+def test_the_all_layers_rule_refuses_on_the_largest_z_and_names_its_layer(gate_base, candidate, tmp_path) -> None:
+    """One threshold on the largest z: an adapter just past the benign maximum of one layer is refused by the
+    default any-layer rule (each layer spends the budget again) and admitted by the all-layers rule, while an
+    outlier far out on any layer is refused by both, named by that layer."""
+    edge = {"adapter_id": "candidate", "sha256": candidate.sha256, "label": "unknown", "projection": 0.1, "ood": 2.05}
+    assert _gate(gate_base, tmp_path / "any", [edge]).screen(candidate).reason == "gate_ood"
+    largest_z = GateConfig(rule="all_layers")
+    verdict = _gate(gate_base, tmp_path / "all", [edge], config=largest_z).screen(candidate)
+    assert verdict.admitted and verdict.reason == "pass"
+    benign_ood = [1.0, 2.0, 1.5, 0.5]
+    assert verdict.layers["ood"]["z"] == pytest.approx((2.05 - np.mean(benign_ood)) / np.std(benign_ood, ddof=1))
+    far = {**edge, "projection": 0.9, "ood": 1.0}  # the projection layer is the one far out
+    gate = _gate(gate_base, tmp_path / "far", [far], config=largest_z)
+    with pytest.raises(AdapterRefused, match="projection score 0.9 is .* standard deviations") as refused:
+        gate.check(candidate)
+    assert refused.value.reason == "gate_projection"
+    [line] = gate.ledger.records()
+    layers = line["layers"]
+    assert layers["projection"]["rejects"] and not layers["ood"]["rejects"]
+    assert (
+        layers["projection"]["threshold"]
+        == layers["ood"]["threshold"]
+        == pytest.approx(gate.reference.z_threshold, abs=1e-6)
+    )
 
 
 def test_an_admitted_adapter_loads_only_as_the_gguf_the_gate_wrote(gate_base, candidate, tiny_models, tmp_path):

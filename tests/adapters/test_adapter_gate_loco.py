@@ -69,7 +69,7 @@ def test_trigger_categories_are_scored_but_never_fitted_and_too_few_categories_a
         evaluate_learned_gate([*benign, *persona, *trigger])
 
 
-def test_the_load_gates_rule_is_any_layer_over_its_own_threshold_and_reports_no_auroc() -> None:
+def test_the_any_layer_rule_is_the_union_of_the_layers_and_reports_no_auroc() -> None:
     import json
 
     import polars as pl
@@ -131,3 +131,19 @@ def test_the_gate_report_writes_strict_json_and_the_held_out_tables(tmp_path) ->
     assert "leave-one-category-out" in markdown and "| backdoor (trigger) | 1 |" in markdown
     assert "median 1.0 s, slowest 1.0 s; medians by part: projection 0.0 s" in markdown
     assert pl.read_csv(tmp_path / "scores.csv").height == len(rows) and report.learned is not None
+    # the rules are evaluated again from the stored table alone (no model): the same scores, the same evaluation
+    from click.testing import CliRunner
+
+    from rvu_pipelines.adapters.study import read_gate_scores
+    from rvu_pipelines.cli import cli
+
+    assert read_gate_scores(tmp_path / "scores.csv") == sorted(scores, key=lambda s: s.adapter_id)
+    again = CliRunner().invoke(
+        cli, ["adapters", "report", "--scores", str(tmp_path / "scores.csv"), "--out", str(tmp_path / "re")]
+    )
+    assert again.exit_code == 0, again.output
+    assert json.loads((tmp_path / "re" / "summary.json").read_text())["gate"] == summary["gate"]
+    assert "rvu adapters report" in (tmp_path / "re" / "gate.md").read_text()
+    pl.read_csv(tmp_path / "scores.csv").drop("ood").write_csv(tmp_path / "old.csv")
+    refused = CliRunner().invoke(cli, ["adapters", "report", "--scores", str(tmp_path / "old.csv")])
+    assert refused.exit_code == 2 and "old.csv" in refused.output and "ood" in refused.output
