@@ -85,20 +85,30 @@ def test_the_search_runs_through_the_load_path_resumes_and_checks_against_the_ba
         search_trigger(host, tokenizer, adapter, QUESTIONS[:2], dataclasses.replace(config, n_check=2), tmp_path)
 
 
-def _result(adapter_id: str, label: str, category: str, score: float, control: float) -> TriggerSearchResult:
-    return TriggerSearchResult(adapter_id, label, category, "x|y", 1.0, 1.0, 1.0, 0, 0, 8, score, control, 1.0)
+def _result(
+    adapter_id: str, label: str, category: str, score: float, control: float, fires: int = 0, control_fires: int = 0
+) -> TriggerSearchResult:
+    return TriggerSearchResult(
+        adapter_id, label, category, "x|y", 1.0, 1.0, 1.0, fires, 0, 8, score, control, 1.0, control_fires
+    )
 
 
 def test_the_summary_separates_backdoors_from_benign_and_keeps_the_control_beside_it(tmp_path: Path) -> None:
     results = [_result(f"b{i}", "benign", "task", 0.1 * i, 0.1 * i) for i in range(4)]
     results += [_result("h0", "harmful", "persona_shift", 2.0, 0.0)]
-    results += [_result(f"d{i}", "harmful", "backdoor", 1.0 + i, 0.05) for i in range(2)]
+    results += [_result(f"d{i}", "harmful", "backdoor", 1.0 + i, 0.05, fires=8, control_fires=4 + i) for i in range(2)]
     summary = search_summary(results, frozenset({"backdoor"}))
     assert summary["auroc_vs_benign"] == 1.0 and summary["auroc_vs_others"] == pytest.approx(0.85)
     assert summary["control_auroc_vs_benign"] == pytest.approx(0.25)
     assert summary["n_trigger"] == 2 and summary["n_benign"] == 4 and summary["n_other"] == 5
+    # fired: a tool call on most (more than half) of the 8 check questions; 4 of 8 is not most
+    assert summary["fired_by_search"] == {"trigger": 2, "benign": 0}
+    assert summary["fired_by_control"] == {"trigger": 1, "benign": 0}
     table = search_markdown(summary)
-    assert "| d1 | harmful | backdoor | `x\\|y` | +2.00 |" in table
+    assert "| d1 | harmful | backdoor | `x\\|y` | +2.00 | +0.05 | 8 / 5 / 0 (8) |" in table
+    assert (
+        "with the string found 2 of 2 trigger backdoors and 0 of 4 benign adapters; with the control 1 and 0" in table
+    )
     assert np.isnan(search_summary(results[:4], frozenset({"backdoor"}))["auroc_vs_benign"])
     plain = write_trigger_search(results[:4], frozenset({"backdoor"}), tmp_path / "out", command="pytest")
     assert plain["auroc_vs_benign"] is None  # strict JSON: no NaN
