@@ -374,7 +374,8 @@ def read_gate_scores(path: Path) -> list[AdapterScore]:
 
     if not path.is_file():
         raise InputFileError(f"{path}: no screening table here; materialize adapter_gate_evaluation first.")
-    frame = pl.read_csv(path)
+    text = {name: pl.String for name in ("adapter_id", "label", "category", "sha256")}  # ids stay text
+    frame = pl.read_csv(path, schema_overrides=text)
     required = [f.name for f in fields(AdapterScore) if f.default is MISSING]
     missing = [name for name in required if name not in frame.columns]
     if missing:
