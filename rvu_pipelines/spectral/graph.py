@@ -50,7 +50,7 @@ from rvu_pipelines.spectral.errors import SpectralInputError
 LaplacianKind = Literal["combinatorial", "normalized", "random_walk"]
 LAPLACIANS: tuple[str, ...] = ("combinatorial", "normalized", "random_walk")
 DEFAULT_CUTOFF_RATIO = 0.1
-_TIE_TOL = 1e-9
+TIE_TOLERANCE = 1e-9  # ties and null modes: eigenvalues within this fraction of λ_max
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ def high_band(eigenvalues: np.ndarray, cutoff_ratio: float = DEFAULT_CUTOFF_RATI
         return np.zeros(n, dtype=bool)
     boundary = int(np.clip(np.floor((1.0 - cutoff_ratio) * n), 1, n - 1))
     scale = float(lam[-1])  # relative: solver error is about machine epsilon times λ_max
-    return (lam >= lam[boundary] - _TIE_TOL * scale) & (lam > _TIE_TOL * scale)
+    return (lam >= lam[boundary] - TIE_TOLERANCE * scale) & (lam > TIE_TOLERANCE * scale)
 
 
 def spectral_energy(signal: np.ndarray, eigenvectors: np.ndarray) -> np.ndarray:
