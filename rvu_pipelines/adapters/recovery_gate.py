@@ -63,11 +63,15 @@ class ScreeningGate:
         rows = [dict(r) for r in screened]
         self.screened = {str(r["sha256"]): r for r in rows}
         self.reference = BenignReference.from_rows(rows, self.config)
-        self.thresholds = self.reference.thresholds
         self.blocklist = dict(read_blocklist() if blocklist is None else blocklist)
         self.ledger = ledger
         self.files = files
         self.scorer = scorer
+
+    @property
+    def thresholds(self) -> Mapping[str, float]:
+        """Per layer, the benign quantile ({}: no screening table with benign adapters)."""
+        return self.reference.thresholds
 
     @classmethod
     def from_scores_csv(cls, path: Path, config: GateConfig | None = None, **kwargs: Any) -> ScreeningGate:

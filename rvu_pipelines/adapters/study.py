@@ -265,26 +265,18 @@ def score_adapters(
     for adapter in tqdm(adapters, desc="gate scores", unit="adapter", disable=not progress):
         if gate is not None:
             check_lists(adapter, gate, evicted={})
-        entry = (
-            memo.entry(
-                "adapter_gate_score",
-                {
-                    "adapter_sha256": adapter.manifest.sha256,
-                    "reference_sha256": reference.manifest.sha256,
-                    "lab": lab.reference_key,
-                },
-                code=__name__,
-                configs=(),
-            )
-            if memo is not None
-            else None
-        )
-        stored = entry.load() if entry is not None else None
-        if stored is not None:
-            scores.append(AdapterScore(**stored))
+        if memo is None:
+            scores.append(lab.score(adapter, reference))
             continue
-        score = lab.score(adapter, reference)
-        if entry is not None:
+        parts = {
+            "adapter_sha256": adapter.manifest.sha256,
+            "reference_sha256": reference.manifest.sha256,
+            "lab": lab.reference_key,
+        }
+        entry = memo.entry("adapter_gate_score", parts, code=__name__, configs=())
+        stored = entry.load()
+        score = AdapterScore(**stored) if stored is not None else lab.score(adapter, reference)
+        if stored is None:
             entry.save(asdict(score))
         scores.append(score)
     return scores
