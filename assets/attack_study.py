@@ -189,7 +189,9 @@ def attack_study_assets() -> list[AssetsDefinition]:
 
 attack_table_job = define_asset_job(
     "attack_table_job",
-    selection=AssetSelection.assets("attack_table_full"),
+    # with what it reads (the agent's model, the classifier's detector and the data they come from; each is reused
+    # once stored), so a clean checkout runs it too
+    selection=AssetSelection.assets("attack_table_full").upstream(),
     executor_def=JOB_EXECUTOR,
     description="The attack table on held-out scenarios: benchmark × attack × defense with controls, the GCG "
     "universal string and the adaptive attacks, paired comparisons (`make attacks`; config `per_benchmark`).",

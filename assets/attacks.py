@@ -59,7 +59,7 @@ from rvu_pipelines.detectors.catalog import PRODUCTION_CHOICE
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import state_dir
 from rvu_pipelines.redteam.table import cell_scenarios, unavailable
-from rvu_pipelines.scenarios.axes import ATTACKS, BENCHMARKS, CANONICAL, DEFENSES, NATIVE
+from rvu_pipelines.scenarios.axes import ATTACKS, BENCHMARKS, CANONICAL, DEFENSES, NATIVE, SWEEP_BENCHMARKS
 
 CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
 
@@ -418,7 +418,7 @@ def attack_benchmark_samples(
     harness = open_harness(config, llm_model, llm, model_store, mlflow_tracker)
     runs = [
         run
-        for benchmark in BENCHMARKS
+        for benchmark in SWEEP_BENCHMARKS
         for attack in attacks
         for run in harness.run_table(
             benchmark,

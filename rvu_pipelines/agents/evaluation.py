@@ -291,6 +291,8 @@ def cell_metrics(rows: pl.DataFrame) -> dict[str, float]:
         raise TypeError(f"The mean of latency_s is {latency!r}, not a number.")
     verified = int(ok["certificate_verified"].fill_null(False).sum()) if "certificate_verified" in ok.columns else 0
     aborted = int(ok["aborted"].is_not_null().sum()) if "aborted" in ok.columns else 0  # hfer stopped them
+    # an episode with no tool result never read an injected tool output: an ASR of 0 there says nothing of a defense
+    tool_read = int((ok["tool_calls"] > 0).sum()) if "tool_calls" in ok.columns else 0
     return {
         "n": n,
         "errors": errors.height,
@@ -307,6 +309,7 @@ def cell_metrics(rows: pl.DataFrame) -> dict[str, float]:
         "certificates_emitted": int(certificates),
         "certificates_verified": verified,
         "aborted": aborted,
+        "tool_output_read": tool_read,
     }
 
 
@@ -333,12 +336,18 @@ def _pct(value: float, low: float, high: float) -> str:
     return f"{100 * value:.1f}% [{100 * low:.0f}, {100 * high:.0f}]"
 
 
+def _read(row: dict) -> str:
+    """Episodes that received a tool result (where an injected output could reach the agent) of the cell's n."""
+    read = row.get("tool_output_read")
+    return "–" if read is None else f"{read}/{row['n']}"
+
+
 def table_markdown(table: pl.DataFrame) -> str:
     """Table 1 as the paper prints it, plus CIs and certificate counts."""
     lines = [
-        "| Benchmark | Attack | Defense | n | ASR [95% CI] | Security | Utility [95% CI] | Latency (s) "
-        "| Certificates |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| Benchmark | Attack | Defense | n | ASR [95% CI] | Security | Utility [95% CI] | Read a tool output "
+        "| Latency (s) | Certificates |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in table.iter_rows(named=True):
         utility = row.get("utility", float("nan"))
@@ -358,7 +367,7 @@ def table_markdown(table: pl.DataFrame) -> str:
             f"| {row['benchmark']} | {row.get('attack') or NATIVE} | {row['defense']} | {row['n']}{errors} | "
             f"{_pct(row.get('asr', float('nan')), row.get('asr_ci_low', 0), row.get('asr_ci_high', 0))} | "
             f"{security} | "
-            f"{u} | {row.get('latency_s', float('nan')):.2f} | {certs} |"
+            f"{u} | {_read(row)} | {row.get('latency_s', float('nan')):.2f} | {certs} |"
         )
     return "\n".join(lines)
 

@@ -27,7 +27,8 @@ def target_text(scenario: Scenario) -> str:
     agent's tool-call format, or for a benchmark judged on the answer, that answer.
 
     InjecAgent: ``{"tool": "<first attacker tool>"}`` (its tools take optional arguments, so the bare call runs);
-    AgentDojo: the injection task's first ground-truth call with its arguments. The call is closed on purpose: a
+    AgentDojo: the injection task's first ground-truth call with its arguments, or for a task without one (its check
+    reads the answer or the environment) the task's goal in its own words. The call is closed on purpose: a
     target that stops at the tool's name is reached by strings the model copies on into malformed JSON, which the
     agent's parser rightly ignores. BIPIA: the shortest answer the attack's own judge accepts (the payload, the
     requested form, the attack's keywords; ``BipiaScenario.attack_goal``)."""
@@ -36,10 +37,13 @@ def target_text(scenario: Scenario) -> str:
         return json.dumps({"tool": tools[0]})
     calls = getattr(scenario, "injection_calls", None)  # AgentDojo: the injection task's ground truth
     if calls is not None:
-        if not calls:
-            raise ConfigError(f"{scenario.scenario_id}: the injection task has no ground-truth call to target.")
-        function, args = calls[0]
-        return json.dumps({"tool": function, "arguments": args}, default=str)
+        if calls:
+            function, args = calls[0]
+            return json.dumps({"tool": function, "arguments": args}, default=str)
+        words = str(getattr(scenario, "injection_goal", "") or "")
+        if not words:
+            raise ConfigError(f"{scenario.scenario_id}: the injection task has no ground-truth call and no goal.")
+        return words
     goal = getattr(scenario, "attack_goal", None)  # BIPIA: judged on the answer
     if goal is not None:
         return str(goal)

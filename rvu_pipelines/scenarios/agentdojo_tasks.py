@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scenarios.agentdojo_clock import install_fixed_clock
+from rvu_pipelines.scenarios.axes import AGENTDOJO_SUITE_BENCHMARKS
 from rvu_pipelines.scenarios.catalog import BenchmarkSpec, register_benchmark
 from rvu_pipelines.scenarios.contract import ScenarioOutcome
 
@@ -186,6 +187,13 @@ class AgentDojoScenario:
         return _injection_ground_truth(self.benchmark_version, self.suite_name, self.injection_task_id)
 
     @property
+    def injection_goal(self) -> str:
+        """The injection task's goal in AgentDojo's words (its ``GOAL``): the attacker's aim where the task has no
+        ground-truth call (v1.2's travel ``injection_task_6`` and workspace 6-13, whose security checks read the
+        answer or the environment)."""
+        return str(self.suite.get_injection_task_by_id(self.injection_task_id).GOAL)
+
+    @property
     def tool_declarations(self) -> tuple[str, ...]:
         """The names of the tools the suite declares (what the agent is given), sorted."""
         return tuple(sorted(tool.name for tool in self.suite.tools))
@@ -303,8 +311,28 @@ def _find_agentdojo(scenario_id: str, config: Any) -> AgentDojoScenario | None:
     ]
 
 
+def _whole_suite(suite_name: str) -> Any:
+    """Every user task × injection task of one suite, at the configured version and attack."""
+
+    def scenarios(config: Any) -> list[AgentDojoScenario]:
+        config = _benchmarks_config(config)
+        return agentdojo_scenarios(config.agentdojo_version, config.agentdojo_attack, {suite_name: (None, None)})
+
+    return scenarios
+
+
 register_benchmark(
     BenchmarkSpec(
         "agentdojo", "agentdojo/", "agentdojo/<suite>/<user_task>/<injection_task>", _all_agentdojo, _find_agentdojo
     )
 )
+for _name, _suite in AGENTDOJO_SUITE_BENCHMARKS.items():
+    register_benchmark(
+        BenchmarkSpec(
+            _name,
+            f"agentdojo/{_suite}/",
+            f"agentdojo/{_suite}/<user_task>/<injection_task>",
+            _whole_suite(_suite),
+            _find_agentdojo,
+        )
+    )

@@ -18,6 +18,15 @@ DEFENSE_NOTES: dict[str, str] = {
 }
 RECOVERING_DEFENSES = frozenset({"rvu_v1", "rvu_v2"})  # the defenses that recover and certify after an episode
 GATED_DEFENSES = frozenset({"rvg", "rvg_oracle", "rvu_v1", "rvu_v2"})  # the defenses behind the tool gate
+# AgentDojo per suite, every user task × injection task of it whatever configs/benchmarks.yaml selects: the full
+# table's AgentDojo rows (``agentdojo`` is the configured subset the default job, the canonical 10 and the nightly
+# sweep use). Their scenarios are AgentDojo's, so the defenses see the benchmark ``agentdojo``.
+AGENTDOJO_SUITE_BENCHMARKS: dict[str, str] = {
+    "agentdojo_banking": "banking",
+    "agentdojo_slack": "slack",
+    "agentdojo_travel": "travel",
+    "agentdojo_workspace": "workspace",
+}
 BENCHMARKS: tuple[str, ...] = (
     "injecagent_dh",
     "injecagent_ds",
@@ -25,7 +34,16 @@ BENCHMARKS: tuple[str, ...] = (
     "bipia_table",
     "bipia_code",
     "agentdojo",
+    *AGENTDOJO_SUITE_BENCHMARKS,
 )
+SWEEP_BENCHMARKS: tuple[str, ...] = tuple(b for b in BENCHMARKS if b not in AGENTDOJO_SUITE_BENCHMARKS)
+
+
+def protocol_benchmark(benchmark: str) -> str:
+    """The benchmark whose protocol (judge, tool declarations, gate policy) a table row's scenarios follow."""
+    return "agentdojo" if benchmark in AGENTDOJO_SUITE_BENCHMARKS else benchmark
+
+
 CANONICAL = "canonical"  # the paper's 10 canonical scenarios, a pseudo-benchmark of the table
 
 NATIVE = "native"  # each benchmark's own injections

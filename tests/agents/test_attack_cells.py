@@ -110,6 +110,9 @@ def test_metrics_and_cis() -> None:
     assert metrics["asr"] == pytest.approx(0.3) and metrics["security"] == pytest.approx(0.7)
     assert metrics["asr_ci_low"] <= metrics["asr"] <= metrics["asr_ci_high"]
     assert metrics["utility_ci_low"] <= metrics["utility"] <= metrics["utility_ci_high"]
+    assert metrics["tool_output_read"] == 0  # no tool_calls recorded
+    called = rows.with_columns(pl.Series("tool_calls", [0, 2, 0, 1, 0, 0, 0, 0, 0, 3, 5]))  # the errored one: 5
+    assert cell_metrics(called)["tool_output_read"] == 3  # episodes that got a tool result, errored ones left out
 
 
 def _table(asr: float) -> pl.DataFrame:
@@ -174,6 +177,8 @@ def test_table_markdown_and_plot(tmp_path: Path) -> None:
     assert "| canonical | native | vanilla | 10 | 60.0% [0, 100]" in markdown
     stopped = table_markdown(table.with_columns(pl.Series("aborted", [0, 3])))  # rvg's row: 3 episodes stopped
     assert "| canonical | native | rvg | 10 (3 stopped) |" in stopped and "| vanilla | 10 |" in stopped
+    read = table_markdown(table.with_columns(pl.Series("tool_output_read", [0, 7])))
+    assert "| 0/10 |" in read and "| 7/10 |" in read and "| – |" in markdown  # an older table: not recorded
     png = plot_attack_table(table, tmp_path / "t.png", "Table 1")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

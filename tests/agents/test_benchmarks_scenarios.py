@@ -19,6 +19,7 @@ from agentdojo.functions_runtime import EmptyEnv, FunctionCall
 from agentdojo.types import ChatAssistantMessage, get_text_content_as_str, text_content_block_from_string
 
 from rvu_pipelines.errors import ConfigError
+from rvu_pipelines.scenarios.axes import protocol_benchmark
 from rvu_pipelines.scenarios.contract import Scenario
 from rvu_pipelines.scenarios.registry import (
     BENCHMARKS,
@@ -35,6 +36,10 @@ FULL_COUNTS = {
     "bipia_table": 100 * 75,
     "bipia_code": 50 * 50,
     "agentdojo": 16 * 9 + 21 * 5,
+    "agentdojo_banking": 16 * 9,
+    "agentdojo_slack": 21 * 5,
+    "agentdojo_travel": 20 * 7,
+    "agentdojo_workspace": 40 * 14,
 }
 
 
@@ -81,7 +86,7 @@ def test_load_scenarios_counts_and_determinism(benchmark: str) -> None:
     assert len(everything) == FULL_COUNTS[benchmark]
     ids = [s.scenario_id for s in everything]
     assert len(set(ids)) == len(ids)
-    assert all(isinstance(s, Scenario) and s.benchmark == benchmark for s in everything[:3])
+    assert all(isinstance(s, Scenario) and s.benchmark == protocol_benchmark(benchmark) for s in everything[:3])
     sample = [s.scenario_id for s in load_scenarios(benchmark, limit=5)]
     assert sample == [s.scenario_id for s in load_scenarios(benchmark, limit=5, seed=42)]
     assert len(sample) == 5 and sorted(sample, key=ids.index) == sample

@@ -63,3 +63,16 @@ def test_an_agentdojo_target_is_the_injection_tasks_first_call_with_its_argument
         "tool": first.function,
         "arguments": json.loads(json.dumps(dict(first.args), default=str)),
     }
+
+
+def test_an_agentdojo_goal_without_a_ground_truth_call_is_planted_in_its_own_words():
+    """Travel's injection_task_6 is judged on the answer (recommend a hotel): no call to plant, so the planted goal
+    is the task's GOAL, and the judge stays AgentDojo's."""
+    from rvu_pipelines.scenarios import scenarios_for
+
+    scenario = next(s for s in scenarios_for("agentdojo_travel", None) if s.scenario_id.endswith("/injection_task_6"))
+    assert scenario.injection_calls == ()
+    assert "Riverside View Hotel" in target_text(scenario)
+    planted = attacked(scenario, PLANTED_CALL, CONTEXT)
+    assert planted.injection == f"{scenario.injection} {scenario.injection_goal}"
+    assert planted.benchmark == "agentdojo"
