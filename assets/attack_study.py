@@ -28,7 +28,7 @@ from assets.production_detector import KEY as PRODUCTION_ASSET
 from assets.profiles import FULL_STUDY
 from resources import LLMResource, MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.agents.evaluation import attack_table
-from rvu_pipelines.agents.regression import compare_to_golden, drift_markdown, load_golden, load_tolerance
+from rvu_pipelines.agents.regression import compare_on_the_same_sample, drift_markdown, load_golden, load_tolerance
 from rvu_pipelines.atomic_write import atomic_path
 from rvu_pipelines.attacks.paired import paired_attack_tests, paired_defense_tests
 from rvu_pipelines.code_closure import code_version_of
@@ -96,14 +96,18 @@ def _golden_check(table: pl.DataFrame, profile: str) -> AssetCheckResult:
             severity=AssetCheckSeverity.WARN,
             metadata={"reason": str(exc), "golden": str(path)},
         )
-    present = {f"{r['benchmark']}/{r['attack']}/{r['defense']}" for r in table.iter_rows(named=True)}
-    sampled = {**golden, "cells": {k: v for k, v in golden["cells"].items() if k in present}}
-    drifts = compare_to_golden(table, sampled, load_tolerance())
+    result = compare_on_the_same_sample(table, golden, load_tolerance())
     return AssetCheckResult(
         check_name="matches_golden_full",
-        passed=not drifts,
+        passed=not result.drifts,
         severity=AssetCheckSeverity.WARN,
-        metadata={"golden": str(path), "drifts": MetadataValue.md(drift_markdown(drifts))},
+        metadata={
+            "golden": str(path),
+            "cells_compared": len(result.compared),
+            "cells_on_another_sample_size": MetadataValue.json(result.other_sample_size),
+            "cells_not_in_golden": MetadataValue.json(result.not_in_golden),
+            "drifts": MetadataValue.md(drift_markdown(result.drifts)),
+        },
     )
 
 

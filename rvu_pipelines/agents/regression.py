@@ -223,6 +223,43 @@ def golden_subset(
     return {**golden, "cells": {c: v for c, v in golden["cells"].items() if _chosen(c, defenses, attacks)}}
 
 
+@dataclass(frozen=True)
+class GoldenComparison:
+    """A run's table against the golden cells it can be held to."""
+
+    drifts: list[Drift]
+    compared: list[str]  # cells the run measured on a sample of the golden cell's size
+    other_sample_size: list[str]  # cells it measured on another size: a different measurement, not a drift
+    not_in_golden: list[str]  # cells the golden file does not hold yet
+
+
+def compare_on_the_same_sample(table: pl.DataFrame, golden: dict[str, Any], tolerance: Tolerance) -> GoldenComparison:
+    """Hold a run to the golden cells it ran on a sample of the same size (n + errors). A default run's five
+    scenarios per benchmark against a published cell's 100 is another measurement, the golden's cells the run did
+    not measure are not its, and its cells the golden lacks are new: none of them is a drift."""
+    current = _cells(table)
+    expected = golden["cells"]
+    compared: list[str] = []
+    other: list[str] = []
+    for cell in sorted(set(current) & set(expected)):
+        then = expected[cell]
+        size = int(then.get("n") or 0) + int(then.get("errors") or 0)
+        now = int(current[cell]["n"] or 0) + int(current[cell]["errors"] or 0)
+        (compared if size == now else other).append(cell)
+    keep = [cell_key(b, a or NATIVE, d) in compared for b, a, d in _cell_names(table)]
+    drifts = compare_to_golden(
+        table.filter(pl.Series(keep, dtype=pl.Boolean)),
+        {**golden, "cells": {c: expected[c] for c in compared}},
+        tolerance,
+    )
+    return GoldenComparison(drifts, compared, other, sorted(set(current) - set(expected)))
+
+
+def _cell_names(table: pl.DataFrame) -> list[tuple[str, str | None, str]]:
+    attacks = table["attack"].to_list() if "attack" in table.columns else [None] * table.height
+    return list(zip(table["benchmark"].to_list(), attacks, table["defense"].to_list(), strict=True))
+
+
 def load_golden(path: Path) -> dict[str, Any]:
     try:
         document = json.loads(Path(path).read_text())

@@ -117,3 +117,30 @@ def test_the_committed_cells_are_what_the_attack_studys_check_compares_with() ->
     moved = [{**rows[0], "asr": rows[0]["asr"] + 0.2}, *rows[1:]]
     failed = _golden_check(pl.DataFrame(moved), "tiny")
     assert not failed.passed and rows[0]["benchmark"] in failed.metadata["drifts"].value
+
+
+def test_a_run_is_held_only_to_the_golden_cells_it_measured_on_a_sample_of_their_size() -> None:
+    """A default run (five scenarios per benchmark) is another measurement than a published cell's 100, and a cell
+    the golden file lacks is new: neither is a drift. A cell on the same sample that moved is."""
+    from rvu_pipelines.agents.regression import compare_on_the_same_sample
+
+    golden = {
+        "cells": {
+            "injecagent_dh/native/vanilla": {"n": 100, "errors": 0, "asr": 0.10, "utility": 0.5},
+            "injecagent_dh/native/rvg": {"n": 98, "errors": 2, "asr": 0.0, "utility": 0.4},
+            "bipia_email/native/vanilla": {"n": 100, "errors": 0, "asr": 0.02, "utility": 0.01},
+        }
+    }
+    rows = [
+        {**_row("injecagent_dh", "native", "vanilla", 0.6), "n": 5},  # the default run's size: not comparable
+        {**_row("injecagent_dh", "native", "rvg", 0.0, 0.4), "n": 98, "errors": 2},  # 100 in all: compared
+        _row("agentdojo_travel", "native", "vanilla", 0.0),  # not in the golden file yet
+    ]
+    result = compare_on_the_same_sample(pl.DataFrame(rows), golden, load_tolerance())
+    assert result.compared == ["injecagent_dh/native/rvg"]
+    assert result.other_sample_size == ["injecagent_dh/native/vanilla"]
+    assert result.not_in_golden == ["agentdojo_travel/native/vanilla"]
+    assert result.drifts == []
+    moved = [rows[0], {**rows[1], "asr": 0.5}, rows[2]]
+    drifted = compare_on_the_same_sample(pl.DataFrame(moved), golden, load_tolerance())
+    assert [(d.cell, d.metric) for d in drifted.drifts] == [("injecagent_dh/native/rvg", "asr")]
