@@ -28,7 +28,13 @@ from assets.production_detector import KEY as PRODUCTION_ASSET
 from assets.profiles import FULL_STUDY
 from resources import LLMResource, MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.agents.evaluation import attack_table
-from rvu_pipelines.agents.regression import compare_on_the_same_sample, drift_markdown, load_golden, load_tolerance
+from rvu_pipelines.agents.regression import (
+    compare_on_the_same_sample,
+    drift_markdown,
+    golden_full_path,
+    load_golden,
+    load_tolerance,
+)
 from rvu_pipelines.atomic_write import atomic_path
 from rvu_pipelines.attacks.paired import paired_attack_tests, paired_defense_tests
 from rvu_pipelines.code_closure import code_version_of
@@ -79,10 +85,6 @@ def run_command(name: str) -> str:
         if config.is_file() and "attack_table_full" in config.read_text(encoding="utf-8"):
             return f"make attacks ATTACKS_CONFIG=configs/runs/{config.name}"
     return f"make attacks (attack_table_full config name: {name})"
-
-
-def golden_full_path(profile: str) -> Path:
-    return config_dir() / "golden" / f"table1_full_{profile}.json"
 
 
 def _golden_check(table: pl.DataFrame, profile: str) -> AssetCheckResult:

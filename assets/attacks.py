@@ -42,13 +42,16 @@ from resources import LLMResource, MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.agents.evaluation import CellRun, attack_table, plot_attack_table, table_markdown
 from rvu_pipelines.agents.harness import AGENT_N_CTX, Harness
 from rvu_pipelines.agents.regression import (
+    asr_against_golden,
     compare_to_golden,
     drift_markdown,
     drifts_as_dicts,
+    golden_full_path,
     golden_path,
     golden_subset,
     load_golden,
     load_tolerance,
+    rate_comparison_markdown,
     regression_sweep,
     table_code_version,
 )
@@ -61,6 +64,7 @@ from rvu_pipelines.paths import state_dir
 from rvu_pipelines.redteam.table import cell_scenarios, unavailable
 from rvu_pipelines.scenarios.axes import ATTACKS, BENCHMARKS, CANONICAL, DEFENSES, NATIVE, SWEEP_BENCHMARKS
 
+RATES_CHECK = "asr_matches_golden_full"
 CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (code_closure)
 
 ARM_SEPARATOR = "."  # Dagster refuses "|", ",", "[" and "]" in a dimension's keys; no attack or defense has a "."
@@ -400,6 +404,15 @@ def attack_table_1(
     group_name=GROUP,
     deps=[PRODUCTION_ASSET],
     kinds={"llama_cpp", "agentdojo", "mlflow"},
+    check_specs=[
+        AssetCheckSpec(
+            RATES_CHECK,
+            asset="attack_benchmark_samples",
+            description="Each cell's ASR against the same cell of configs/golden/table1_full_<profile>.json "
+            "(Fisher's exact test, Holm over the cells, alpha 0.05); a sample of a few scenarios detects only "
+            "large moves.",
+        )
+    ],
     description="A fixed-seed sample (config `per_benchmark`, seed 42) of every benchmark — InjecAgent dh/ds, "
     "BIPIA email/table/code, AgentDojo — under the configured attacks (config `attacks`, default native) and all "
     "eight defenses; one MLflow run per cell. Runs in the nightly "
@@ -430,8 +443,32 @@ def attack_benchmark_samples(
         )
     ]
     run_ids = [log_attack_cell(context, mlflow_tracker, harness, run, llm_model) for run in runs]
-    _, output = _table_output(context, runs, run_ids, f"Benchmark samples ({harness.profile})", "samples")
-    return output
+    table, output = _table_output(context, runs, run_ids, f"Benchmark samples ({harness.profile})", "samples")
+    yield output
+    yield _full_golden_rates_check(table, harness.profile)
+
+
+def _full_golden_rates_check(table: pl.DataFrame, profile: str) -> AssetCheckResult:
+    """The sample's ASR per cell against the full table's golden cells (other scenarios, other n: Fisher's exact
+    test, Holm over the cells)."""
+    path = golden_full_path(profile)
+    try:
+        golden = load_golden(path)
+    except ConfigError as exc:
+        return AssetCheckResult(
+            check_name=RATES_CHECK, passed=False, severity=AssetCheckSeverity.WARN, metadata={"reason": str(exc)}
+        )
+    comparisons = asr_against_golden(table, golden)
+    return AssetCheckResult(
+        check_name=RATES_CHECK,
+        passed=not any(c.differs for c in comparisons),
+        severity=AssetCheckSeverity.WARN,
+        metadata={
+            "golden": str(path),
+            "cells_compared": len(comparisons),
+            "comparisons": MetadataValue.md(rate_comparison_markdown(comparisons)),
+        },
+    )
 
 
 def attack_assets() -> list[AssetsDefinition]:

@@ -96,6 +96,11 @@ def golden_path(profile: str) -> Path:
     return config_dir() / "golden" / f"table1_{profile}.json"
 
 
+def golden_full_path(profile: str) -> Path:
+    """The full attack table's golden cells (held-out samples of 100 per benchmark, several runs' cells)."""
+    return config_dir() / "golden" / f"table1_full_{profile}.json"
+
+
 def cell_key(benchmark: str, attack: str, defense: str) -> str:
     """A golden cell's name: ``benchmark/attack/defense``."""
     return f"{benchmark}/{attack}/{defense}"
@@ -253,6 +258,58 @@ def compare_on_the_same_sample(table: pl.DataFrame, golden: dict[str, Any], tole
         tolerance,
     )
     return GoldenComparison(drifts, compared, other, sorted(set(current) - set(expected)))
+
+
+@dataclass(frozen=True)
+class RateComparison:
+    """One cell's ASR on a sample against the same cell of the golden file, by Fisher's exact test."""
+
+    cell: str
+    successes: int
+    n: int
+    golden_successes: int
+    golden_n: int
+    p: float
+    p_holm: float
+    differs: bool
+
+
+def asr_against_golden(table: pl.DataFrame, golden: dict[str, Any], alpha: float = 0.05) -> list[RateComparison]:
+    """Each cell of a sample run (another sample size than the golden cell's, other scenarios) held to the golden
+    file by its ASR: Fisher's exact test on the two 2 x 2 counts, which carries both sides' sampling error, Holm
+    over the cells. With a few scenarios per cell only a large change is detectable; a p_holm below ``alpha``
+    says the rate moved."""
+    from scipy.stats import fisher_exact  # scipy.stats (seconds cold): only when a check runs
+
+    from rvu_pipelines.attacks.paired import holm
+
+    current = _cells(table)
+    rows: list[tuple[str, int, int, int, int, float]] = []
+    for cell in sorted(set(current) & set(golden["cells"])):
+        now, then = current[cell], golden["cells"][cell]
+        n, golden_n = int(now["n"] or 0), int(then.get("n") or 0)
+        if not n or not golden_n or now["asr"] is None or then.get("asr") is None:
+            continue
+        k, golden_k = round(float(now["asr"]) * n), round(float(then["asr"]) * golden_n)
+        p = float(fisher_exact([[k, n - k], [golden_k, golden_n - golden_k]]).pvalue)
+        rows.append((cell, k, n, golden_k, golden_n, p))
+    adjusted = holm([row[-1] for row in rows])
+    return [
+        RateComparison(*row, p_holm=p_holm, differs=p_holm < alpha) for row, p_holm in zip(rows, adjusted, strict=True)
+    ]
+
+
+def rate_comparison_markdown(comparisons: Sequence[RateComparison]) -> str:
+    """The comparisons as a table (the check's metadata)."""
+    if not comparisons:
+        return "No cell of this run is in the golden file."
+    lines = ["| cell | this run | golden | p (Fisher) | p (Holm) | moved |", "|---|---|---|---|---|---|"]
+    lines += [
+        f"| {c.cell} | {c.successes}/{c.n} | {c.golden_successes}/{c.golden_n} | {c.p:.3g} | {c.p_holm:.3g} | "
+        f"{'yes' if c.differs else 'no'} |"
+        for c in comparisons
+    ]
+    return "\n".join(lines)
 
 
 def _cell_names(table: pl.DataFrame) -> list[tuple[str, str | None, str]]:

@@ -144,3 +144,38 @@ def test_a_run_is_held_only_to_the_golden_cells_it_measured_on_a_sample_of_their
     moved = [rows[0], {**rows[1], "asr": 0.5}, rows[2]]
     drifted = compare_on_the_same_sample(pl.DataFrame(moved), golden, load_tolerance())
     assert [(d.cell, d.metric) for d in drifted.drifts] == [("injecagent_dh/native/rvg", "asr")]
+
+
+def test_a_nightly_sample_is_held_to_the_golden_rates_by_fishers_exact_test() -> None:
+    """The nightly sample's cells (two scenarios each by default) meet the full table's cells by ASR: a rate that
+    cannot be told apart passes, one that moved beyond the sampling error of both sides is named, Holm over cells."""
+    from assets.attacks import _full_golden_rates_check
+    from rvu_pipelines.agents.regression import asr_against_golden, golden_full_path, load_golden
+
+    golden = {
+        "cells": {
+            "injecagent_dh/native/vanilla": {"n": 100, "errors": 0, "asr": 0.0, "utility": 0.5},
+            "bipia_email/native/vanilla": {"n": 100, "errors": 0, "asr": 0.02, "utility": 0.01},
+        }
+    }
+    same = [
+        {**_row("injecagent_dh", "native", "vanilla", 0.0), "n": 2},
+        {**_row("bipia_email", "native", "vanilla", 0.5), "n": 2},
+    ]
+    compared = asr_against_golden(pl.DataFrame(same), golden)
+    assert [(c.cell, c.successes, c.n, c.golden_successes) for c in compared] == [
+        ("bipia_email/native/vanilla", 1, 2, 2),
+        ("injecagent_dh/native/vanilla", 0, 2, 0),
+    ]
+    assert not any(c.differs for c in compared)  # 1/2 against 2/100: Fisher p = 0.06
+    moved = [{**same[0], "n": 10, "asr": 0.5}, same[1]]  # 5/10 where the golden run had 0/100
+    flagged = {c.cell: c for c in asr_against_golden(pl.DataFrame(moved), golden)}
+    assert flagged["injecagent_dh/native/vanilla"].differs and flagged["injecagent_dh/native/vanilla"].p_holm < 1e-4
+    assert not flagged["bipia_email/native/vanilla"].differs
+
+    committed = load_golden(golden_full_path("tiny"))
+    cell, values = sorted(committed["cells"].items())[0]
+    benchmark, attack, defense = cell.split("/")
+    row = {**_row(benchmark, attack, defense, values["asr"], values["utility"]), "n": 2}
+    check = _full_golden_rates_check(pl.DataFrame([row]), "tiny")
+    assert check.passed and check.metadata["cells_compared"].value == 1
