@@ -15,7 +15,7 @@ which is why the default subset (configs/benchmarks.yaml) is banking + slack.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
@@ -311,7 +311,7 @@ def _find_agentdojo(scenario_id: str, config: Any) -> AgentDojoScenario | None:
     ]
 
 
-def _whole_suite(suite_name: str) -> Any:
+def _whole_suite(suite_name: str) -> Callable[[Any], list[AgentDojoScenario]]:
     """Every user task × injection task of one suite, at the configured version and attack."""
 
     def scenarios(config: Any) -> list[AgentDojoScenario]:
