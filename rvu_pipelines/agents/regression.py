@@ -251,12 +251,7 @@ def compare_on_the_same_sample(table: pl.DataFrame, golden: dict[str, Any], tole
         size = int(then.get("n") or 0) + int(then.get("errors") or 0)
         now = int(current[cell]["n"] or 0) + int(current[cell]["errors"] or 0)
         (compared if size == now else other).append(cell)
-    keep = [cell_key(b, a or NATIVE, d) in compared for b, a, d in _cell_names(table)]
-    drifts = compare_to_golden(
-        table.filter(pl.Series(keep, dtype=pl.Boolean)),
-        {**golden, "cells": {c: expected[c] for c in compared}},
-        tolerance,
-    )
+    drifts = _cell_drifts({c: current[c] for c in compared}, {c: expected[c] for c in compared}, tolerance)
     return GoldenComparison(drifts, compared, other, sorted(set(current) - set(expected)))
 
 
@@ -312,11 +307,6 @@ def rate_comparison_markdown(comparisons: Sequence[RateComparison]) -> str:
     return "\n".join(lines)
 
 
-def _cell_names(table: pl.DataFrame) -> list[tuple[str, str | None, str]]:
-    attacks = table["attack"].to_list() if "attack" in table.columns else [None] * table.height
-    return list(zip(table["benchmark"].to_list(), attacks, table["defense"].to_list(), strict=True))
-
-
 def load_golden(path: Path) -> dict[str, Any]:
     try:
         document = json.loads(Path(path).read_text())
@@ -354,7 +344,12 @@ def compare_to_golden(table: pl.DataFrame, golden: dict[str, Any], tolerance: To
     """Every count and metric of every cell that moved beyond tolerance; cells on one side only are
     drifts too, and so is a rate that is undefined (no episode scored) on one side only. A golden cell
     without ``errors`` (files written before it was recorded) counts as 0 errors."""
-    current, expected = _cells(table), golden["cells"]
+    return _cell_drifts(_cells(table), golden["cells"], tolerance)
+
+
+def _cell_drifts(
+    current: dict[str, dict[str, float | None]], expected: dict[str, Any], tolerance: Tolerance
+) -> list[Drift]:
     drifts = []
     for cell in sorted(set(current) | set(expected)):
         if cell not in current or cell not in expected:
