@@ -178,7 +178,8 @@ def test_table_markdown_and_plot(tmp_path: Path) -> None:
     stopped = table_markdown(table.with_columns(pl.Series("aborted", [0, 3])))  # rvg's row: 3 episodes stopped
     assert "| canonical | native | rvg | 10 (3 stopped) |" in stopped and "| vanilla | 10 |" in stopped
     read = table_markdown(table.with_columns(pl.Series("tool_output_read", [0, 7])))
-    assert "| 0/10 |" in read and "| 7/10 |" in read and "| – |" in markdown  # an older table: not recorded
+    assert "| 0/10 |" in read and "| 7/10 |" in read
+    assert "| 0.500 [0.40, 0.60] | – | 1.00 |" in markdown  # an older table: the column says not recorded
     png = plot_attack_table(table, tmp_path / "t.png", "Table 1")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
