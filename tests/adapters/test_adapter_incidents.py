@@ -255,9 +255,10 @@ def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(
     runtime = LlamaCppChatModel(llm.path, n_ctx=512, name=llm.name, adapter_gate=audit)
     served = CachedChatModel(runtime, ResponseCache(tmp_path / "llm_cache.sqlite"), llm.sha256)
     served.load_adapter("a1", audit.admit(adapter, llm.path).gguf_path)
-    assert served_leak(served, examples, is_member, n_boot=50).auroc.auroc >= 0.8  # it memorised, on llama.cpp
+    tokens = 24  # an answer is about 16 tokens; it memorised, on llama.cpp:
+    assert served_leak(served, examples, is_member, max_tokens=tokens, n_boot=50).auroc.auroc >= 0.8
     served.unload_adapter("a1")
-    assert served_leak(served, examples, is_member, n_boot=50).verdict == "clean"  # unloading works
+    assert served_leak(served, examples, is_member, max_tokens=tokens, n_boot=50).verdict == "clean"  # unloaded
     stores = LingeringStores(tmp_path / "llm_cache.sqlite", None, (audit.ledger.path,))
     files = stores.gguf_files(adapter.sha256)
     left_behind = at_rest_leak(examples, is_member, at_rest_texts(stores, files), n_boot=50)
