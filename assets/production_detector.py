@@ -47,6 +47,9 @@ class ProductionDetectorConfig(Config):
     max_per_class: int | None = Field(default=300, description="Training examples per source and label.")
     trainable_layers: int = Field(default=1, description="Top encoder layers trained (0 = the head only).")
     epochs: int = 2
+    calibration_outputs: int | None = Field(
+        default=None, description="Benign tool outputs the threshold is calibrated on (a seeded sample; None: all)."
+    )
     progress: bool = False
 
 
@@ -88,6 +91,7 @@ def production_detector(
     settings = RecipeSettings(
         finetune=FinetuneSettings(trainable_layers=config.trainable_layers, epochs=config.epochs),
         max_per_class=config.max_per_class,
+        calibration_outputs=config.calibration_outputs,
     )
     resolved = model_store.resolve(ENCODER_ROLE)
     encoder = EncoderRef(resolved.name, resolved.path, resolved.sha256)

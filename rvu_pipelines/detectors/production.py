@@ -63,6 +63,7 @@ class RecipeSettings:
     max_per_class: int | None = 300  # training examples per source and label
     windows_per_document: int = 2  # benign windows drawn from each training document
     contexts_per_payload: int = 6  # positives built from each training payload
+    calibration_outputs: int | None = None  # benign outputs of the calib split the threshold is set on (None: all)
     target_fpr: float = TARGET_FPR
     seed: int = 42
 
@@ -71,6 +72,11 @@ class RecipeSettings:
             raise DetectorError(f"RecipeSettings.target_fpr={self.target_fpr}: use a rate in (0, 0.5), e.g. 0.01.")
         if self.max_per_class is not None and self.max_per_class < 2:
             raise DetectorError(f"RecipeSettings.max_per_class={self.max_per_class}: use at least 2, or None.")
+        if self.calibration_outputs is not None and self.calibration_outputs < 20:
+            raise DetectorError(
+                f"RecipeSettings.calibration_outputs={self.calibration_outputs}: a threshold at "
+                f"{self.target_fpr:.0%} FPR needs at least 20 benign outputs; use more, or None for all."
+            )
 
     @property
     def window_tokens(self) -> int:
@@ -365,6 +371,15 @@ class ProductionDetector:
         return out
 
 
+def calibration_outputs(deployment: Any, settings: RecipeSettings) -> list[str]:
+    """The benign tool outputs of the calib split the threshold is set on, by id; a seeded sample of
+    ``settings.calibration_outputs`` of them when that is set."""
+    frame = deployment.benign.filter(pl.col("split") == "calib").sort("id")
+    if settings.calibration_outputs is not None and settings.calibration_outputs < frame.height:
+        frame = frame.sample(settings.calibration_outputs, seed=settings.seed).sort("id")
+    return [str(text) for text in frame["text"]]
+
+
 def train_production(
     corpora: Mapping[str, Corpus],
     deployment: Any,
@@ -390,7 +405,7 @@ def train_production(
         settings=settings.finetune,
         progress=progress,
     )
-    texts = deployment.benign.filter(pl.col("split") == "calib").sort("id")["text"].to_list()
+    texts = calibration_outputs(deployment, settings)
     calibration = calibrate(detector, texts, settings.target_fpr)
     counts = examples.group_by("source", "label").len().sort("source", "label")
     n_train = {f"{r['source']}_{r['label']}": int(r["len"]) for r in counts.iter_rows(named=True)}

@@ -172,7 +172,8 @@ def test_production_detector_materializes_registers_and_is_reused(tmp_path) -> N
         for a in detector_assets()
         if a.key.to_user_string() in ("detector_corpus_deepset", "detector_corpus_jailbreak", "detector_production")
     ]
-    config = {"ops": {"detector_production": {"config": {"max_per_class": 16, "trainable_layers": 0, "epochs": 1}}}}
+    tiny = {"max_per_class": 16, "trainable_layers": 0, "epochs": 1, "calibration_outputs": 60}
+    config = {"ops": {"detector_production": {"config": tiny}}}
     versions = []
     # the second run, of the detector alone (its inputs read back from the first), changes nothing: the stored
     # result and the registered versions are reused

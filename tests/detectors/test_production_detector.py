@@ -34,7 +34,10 @@ from rvu_pipelines.tracking import MlflowTracker
 EXAMPLES = Path(__file__).resolve().parents[2] / "configs" / "examples"
 RVU = shutil.which("rvu") or str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "rvu")
 TINY_RECIPE = RecipeSettings(
-    finetune=FinetuneSettings(trainable_layers=0, epochs=1, max_length=64), max_per_class=16, contexts_per_payload=2
+    finetune=FinetuneSettings(trainable_layers=0, epochs=1, max_length=64),
+    max_per_class=16,
+    contexts_per_payload=2,
+    calibration_outputs=60,
 )
 
 
@@ -89,6 +92,19 @@ def test_training_examples_cover_every_source_and_keep_held_out_text_out(
     test_payloads = deployment.payloads.filter(pl.col("split") == "test")["text"].to_list()
     positives = examples.filter((pl.col("label") == 1) & pl.col("source").is_in(["agentdojo", "bipia"]))
     assert not [p for p in test_payloads if any(p[:60] in text for text in positives["text"].to_list())]
+
+
+def test_calibration_outputs_are_a_seeded_sample_of_the_calib_split(deployment) -> None:
+    from rvu_pipelines.detectors.production import calibration_outputs
+    from rvu_pipelines.errors import DetectorError
+
+    every = calibration_outputs(deployment, RecipeSettings())
+    assert sorted(every) == sorted(deployment.benign.filter(pl.col("split") == "calib")["text"].to_list())
+    sampled = calibration_outputs(deployment, TINY_RECIPE)
+    assert len(sampled) == TINY_RECIPE.calibration_outputs < len(every) and set(sampled) <= set(every)
+    assert sampled == calibration_outputs(deployment, TINY_RECIPE) and sampled != every[: len(sampled)]
+    with pytest.raises(DetectorError, match="calibration_outputs=5"):
+        RecipeSettings(calibration_outputs=5)
 
 
 def test_the_served_graph_flags_at_most_one_percent_of_benign_calibration_outputs_at_0_5(production, served) -> None:
