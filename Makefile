@@ -8,6 +8,10 @@ export DAGSTER_HOME := $(CURDIR)/.dagster_home
 RVU_DATA_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data),$(abspath $(CURDIR)/../shared/data),)
 export RVU_DATA_MIRROR
 export TOKENIZERS_PARALLELISM := false
+# Container images set PYTHONDONTWRITEBYTECODE; under make, Python and pytest keep their bytecode caches (both
+# git-ignored), so a test worker, a Dagster step or an `rvu` call does not compile the project and re-write the
+# test modules' assertions again in every process
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup run attacks scale-up scale-down scale-status doctor detectors detector-validity memory-poisoning memory-poisoning-seeds memsad-synonym minja-agent spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-report bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-llama bench-llm-throughput bench-memsad bench-spectral regress report docs docs-serve test-fast clean
 

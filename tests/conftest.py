@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +138,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+@pytest.fixture(scope="session")
+def rvu_in_process() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``rvu ARGS`` run in the test's own process by click's runner, with the console script's commands and
+    exit-code policy (``RvuGroup``), but without a new interpreter importing torch and the models' libraries
+    again (seconds per call). ``env`` changes the environment for the call (None unsets a variable). An
+    exception the CLI lets escape fails the test with its traceback, as the console script would print one."""
+    from click.testing import CliRunner
+
+    from rvu_pipelines.cli import cli
+
+    def run(*args: str, env: Mapping[str, str | None] | None = None) -> subprocess.CompletedProcess[str]:
+        result = CliRunner().invoke(cli, list(args), env=dict(env or {}))
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        return subprocess.CompletedProcess(["rvu", *args], result.exit_code, result.stdout, result.stderr)
+
+    return run
 
 
 @pytest.fixture(scope="session")

@@ -5,9 +5,6 @@ monitor's USER-channel check and `rvu recover`."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +29,6 @@ from rvu_pipelines.detectors.registry import resolve_version
 from rvu_pipelines.tracking import MlflowTracker
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "configs" / "examples"
-RVU = shutil.which("rvu") or str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "rvu")
 TINY_RECIPE = RecipeSettings(
     finetune=FinetuneSettings(trainable_layers=0, epochs=1, max_length=64),
     max_per_class=16,
@@ -150,29 +146,18 @@ def test_the_alias_production_is_what_every_consumer_loads(registered, served, m
     assert review.verdict.score == pytest.approx(expected[1], abs=1e-6)
 
 
-def test_rvu_recover_uses_the_production_detector_by_alias(registered, tmp_path) -> None:
+def test_rvu_recover_uses_the_production_detector_by_alias(registered, tmp_path, rvu_in_process) -> None:
     uri, record = registered
     cert = tmp_path / "cert.json"
-    env = {**os.environ, "RVU_HOME": str(tmp_path / "home"), "MLFLOW_TRACKING_URI": uri}
+    env = {"RVU_HOME": str(tmp_path / "home"), "MLFLOW_TRACKING_URI": uri}
     incident = str(EXAMPLES / "incident_example.jsonl")
-    done = subprocess.run(
-        [RVU, "recover", incident, "--cert-out", str(cert), "--detector", "production"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    done = rvu_in_process("recover", incident, "--cert-out", str(cert), "--detector", "production", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     detector = json.loads(cert.read_text())["detector"]
     assert detector == {"name": PRODUCTION_NAME, "version": f"{PRODUCTION_NAME}/{record['production']['version']}"}
 
-    missing = subprocess.run(
-        [RVU, "recover", incident, "--cert-out", str(tmp_path / "c2.json"), "--detector", "registered:nope"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**env, "RVU_HOME": str(tmp_path / "home2")},
-    )
+    other = ("--cert-out", str(tmp_path / "c2.json"), "--detector", "registered:nope")
+    missing = rvu_in_process("recover", incident, *other, env={**env, "RVU_HOME": str(tmp_path / "home2")})
     assert missing.returncode != 0 and "No registered detector 'nope'" in missing.stdout + missing.stderr
 
 

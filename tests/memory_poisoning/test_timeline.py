@@ -4,9 +4,6 @@ and the incident it opens, closed by the `rvu recover` CLI (real MiniLM, real St
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +37,6 @@ CONFIG = StudyConfig(
     regime="small", n_queries=60, agentpoison_poisons=5, agentpoison_train=10, trigger=TriggerConfig.tiny()
 )
 SCAN = ScanConfig(n_triggered=12, triggered_every=3, seeds=(0, 1))
-RVU = shutil.which("rvu") or str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "rvu")
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +149,9 @@ def test_memsad_finds_the_poisons_only_as_triggered_queries_arrive(cells) -> Non
     assert line.endswith("| met |" if row["goal_met"] else "| not met |")
 
 
-def test_a_flagging_scan_opens_an_incident_that_rvu_recover_closes(memsad_scan: ScanRun, tmp_path: Path) -> None:
+def test_a_flagging_scan_opens_an_incident_that_rvu_recover_closes(
+    memsad_scan: ScanRun, tmp_path: Path, rvu_in_process
+) -> None:
     run = memsad_scan
     path = scan_incident(run, tmp_path / "retro_scan.jsonl")
     assert path is not None
@@ -163,13 +161,7 @@ def test_a_flagging_scan_opens_an_incident_that_rvu_recover_closes(memsad_scan: 
     assert flagged_poisons and flagged_poisons <= seeds
     assert sum(r.action_type == "user_input" for r in log.records) == len(run.retrievals)
     home, cert = tmp_path / "home", tmp_path / "cert.json"
-    done = subprocess.run(
-        [RVU, "recover", str(path), "--cert-out", str(cert), "--no-membership"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "RVU_HOME": str(home)},
-    )
+    done = rvu_in_process("recover", str(path), "--cert-out", str(cert), "--no-membership", env={"RVU_HOME": str(home)})
     assert done.returncode == 0, done.stdout + done.stderr
     body = json.loads(cert.read_text())["runtime_recovery"]
     assert flagged_poisons <= set(body["seed_ids"])

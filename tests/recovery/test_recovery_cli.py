@@ -1,4 +1,5 @@
-"""`rvu recover`, `rvu verify` and `rvu restore` as an operator runs them (the installed console script)."""
+"""`rvu recover`, `rvu verify` and `rvu restore` as an operator runs them: the installed console script for the
+first recovery and its verification, the same commands in-process (``rvu_in_process``) for the rest."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,26 +16,34 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "configs" / "examples"
 RVU = shutil.which("rvu") or str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "rvu")
 
 
-def _rvu(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+def _console_script(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [RVU, *args], capture_output=True, text=True, timeout=300, env={**os.environ, "RVU_HOME": str(home), **env}
+        [RVU, *args], capture_output=True, text=True, timeout=300, env={**os.environ, "RVU_HOME": str(home)}
     )
+
+
+@pytest.fixture
+def _rvu(rvu_in_process) -> Callable[..., subprocess.CompletedProcess[str]]:
+    def run(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return rvu_in_process(*args, env={"RVU_HOME": str(home), **env})
+
+    return run
 
 
 @pytest.fixture(scope="module")
 def recovered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     home = tmp_path_factory.mktemp("cli_home")
     cert = home / "cert.json"
-    done = _rvu(home, "recover", str(EXAMPLES / "incident_example.jsonl"), "--cert-out", str(cert))
+    done = _console_script(home, "recover", str(EXAMPLES / "incident_example.jsonl"), "--cert-out", str(cert))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "certificate" in done.stdout and "created signing key sha256:" in done.stdout
     assert "resulting state" in done.stdout
     return home, cert
 
 
-def test_verify_accepts_the_certificate_and_rejects_a_modified_one(recovered) -> None:
+def test_verify_accepts_the_certificate_and_rejects_a_modified_one(recovered, _rvu) -> None:
     home, cert = recovered
-    assert _rvu(home, "verify", str(cert)).returncode == 0
+    assert _console_script(home, "verify", str(cert)).returncode == 0
     body = json.loads(cert.read_text())
     body["runtime_recovery"]["total_purged"] += 1
     tampered = home / "tampered.json"
@@ -42,7 +52,7 @@ def test_verify_accepts_the_certificate_and_rejects_a_modified_one(recovered) ->
     assert done.returncode == 1 and "INVALID" in done.stdout and "Traceback" not in done.stdout + done.stderr
 
 
-def test_the_certificate_says_why_each_adapter_was_not_measured_unless_disabled(recovered, tmp_path) -> None:
+def test_the_certificate_says_why_each_adapter_was_not_measured_unless_disabled(recovered, tmp_path, _rvu) -> None:
     home, cert = recovered
     section = json.loads(cert.read_text())["membership_probe"]
     assert section["status"] == "not run" and section["reason"]
@@ -56,7 +66,7 @@ def test_the_certificate_says_why_each_adapter_was_not_measured_unless_disabled(
     assert json.loads(off.read_text())["membership_probe"] == disabled
 
 
-def test_restore_lifts_a_quarantine_once(recovered) -> None:
+def test_restore_lifts_a_quarantine_once(recovered, _rvu) -> None:
     home, cert = recovered
     [quarantined] = json.loads(cert.read_text())["runtime_recovery"]["quarantined"]
     first = _rvu(home, "restore", quarantined)
@@ -65,14 +75,14 @@ def test_restore_lifts_a_quarantine_once(recovered) -> None:
     assert second.returncode == 0 and "nothing changed" in second.stdout
 
 
-def test_malformed_incident_is_refused_with_file_line_and_field(tmp_path) -> None:
+def test_malformed_incident_is_refused_with_file_line_and_field(tmp_path, _rvu) -> None:
     done = _rvu(tmp_path, "recover", str(EXAMPLES / "incident_malformed.jsonl"))
     assert done.returncode == 2
     assert "incident_malformed.jsonl:3: field 'timestamp'" in done.stdout and "nothing was ingested" in done.stdout
     assert not (tmp_path / "recovery" / "provenance.duckdb").exists()
 
 
-def test_a_lost_key_or_an_unwritable_cert_out_is_refused_before_any_change(recovered, tmp_path) -> None:
+def test_a_lost_key_or_an_unwritable_cert_out_is_refused_before_any_change(recovered, tmp_path, _rvu) -> None:
     home, _ = recovered
     copy = tmp_path / "home"
     shutil.copytree(home / "recovery", copy / "recovery", ignore=shutil.ignore_patterns("keys"))
@@ -92,12 +102,11 @@ def test_a_lost_key_or_an_unwritable_cert_out_is_refused_before_any_change(recov
 
 
 def test_recover_and_restore_use_the_postgres_store_named_by_the_environment(
-    tmp_path: Path, postgres_location: str
+    tmp_path: Path, postgres_location: str, _rvu
 ) -> None:
     """RVU_PROVENANCE_STORE switches the CLI to a shared PostgreSQL store (the scale profile); no DuckDB file."""
-    env = {**os.environ, "RVU_HOME": str(tmp_path), "RVU_PROVENANCE_STORE": postgres_location}
     incident = str(EXAMPLES / "incident_example.jsonl")
-    done = subprocess.run([RVU, "recover", incident], capture_output=True, text=True, timeout=300, env=env)
+    done = _rvu(tmp_path, "recover", incident, RVU_PROVENANCE_STORE=postgres_location)
     assert done.returncode == 0, done.stdout + done.stderr
     assert not list(tmp_path.rglob("*.duckdb"))
     from rvu_pipelines.provenance import open_store
@@ -106,13 +115,13 @@ def test_recover_and_restore_use_the_postgres_store_named_by_the_environment(
         quarantined = [e for e in store.events("quarantined")]
         assert store.entry_count > 0 and store.verify_event_chain().ok and quarantined
         entry_id = store.entry_ids(quarantined[0].subjects[:1])[0]
-    restored = subprocess.run([RVU, "restore", entry_id], capture_output=True, text=True, timeout=300, env=env)
+    restored = _rvu(tmp_path, "restore", entry_id, RVU_PROVENANCE_STORE=postgres_location)
     assert restored.returncode == 0, restored.stdout + restored.stderr
     with open_store(postgres_location, read_only=True) as store:
         assert not store.entry(entry_id).quarantined
 
 
-def test_links_planted_at_and_beside_the_certificate_path_are_replaced_never_written_through(tmp_path) -> None:
+def test_links_planted_at_and_beside_the_certificate_path_are_replaced_never_written_through(tmp_path, _rvu) -> None:
     """``cert.json.tmp`` and ``cert.json`` itself planted as links to other files: recovery leaves both victims
     as they were and writes cert.json as a new regular file, with no temporary file left behind."""
     out = tmp_path / "out"
@@ -131,7 +140,7 @@ def test_links_planted_at_and_beside_the_certificate_path_are_replaced_never_wri
     assert _rvu(tmp_path / "home", "verify", str(cert)).returncode == 0
 
 
-def test_a_log_a_new_store_refuses_leaves_no_key_and_no_store(tmp_path) -> None:
+def test_a_log_a_new_store_refuses_leaves_no_key_and_no_store(tmp_path, _rvu) -> None:
     """A parent the file does not define cannot be in a store that does not exist yet: refused with file, line
     and field before the signing key or the store file is created."""
     from rvu_pipelines.provenance import write_incident
