@@ -68,9 +68,9 @@ def plumbing_admissions() -> PlumbingAdmissions:
 
 
 # 24 steps at 1e-2 (every member seen 24 times): the codes come back greedily through the quantised runtime; on
-# the upper 18 of the 30 layers only, so that the backward pass stops there
+# the upper 10 of the 30 layers only, so that the backward pass stops there
 DEPOT_MEMORISER = LoraSettings(
-    rank=8, alpha=16, steps=24, batch_size=6, learning_rate=1e-2, max_tokens=64, layers=tuple(range(12, 30)), seed=0
+    rank=8, alpha=16, steps=24, batch_size=6, learning_rate=1e-2, max_tokens=64, layers=tuple(range(20, 30)), seed=0
 )
 
 
