@@ -1,7 +1,7 @@
 """The deepset chain of detector assets materialized in-process on real data (small training and test
 subsamples): blocking checks pass, the table and ROC image land in Dagster metadata and MLflow, one
-MLflow run per asset, D2/D4 registered and loadable by name; the full graph has all 14 assets; the production
-detector materializes, registers by alias and is reused unchanged."""
+MLflow run per asset, D2/D4 registered and loadable by name; the full graph has all 14 assets (the production
+detector's asset is tested with its consumers, in test_production_detector.py)."""
 
 from __future__ import annotations
 
@@ -155,46 +155,3 @@ def test_an_unchanged_detector_is_reused_and_a_lost_version_retrained(tmp_path, 
     third, reused = run()
     assert not reused and third["version"] != first["version"]
     assert load_registered_detector(name, tracker.tracking_uri).registered.version == third["version"]
-
-
-def test_production_detector_materializes_registers_and_is_reused(tmp_path) -> None:
-    from rvu_pipelines.detectors.production import PRODUCTION_ALIAS, PRODUCTION_NAME
-
-    tracker = MlflowTracker(experiment=EXPERIMENT)
-    resources = deployment_resources("local") | {
-        "io_manager": LocalTableIOManager(base_dir=str(tmp_path / "assets")),
-        "mlflow_tracker": MlflowTrackerResource(tracking_uri=tracker.tracking_uri, experiment=EXPERIMENT),
-    }
-    names = ("deepset_prompt_injections", "trustair_jailbreaks", "awesome_chatgpt_prompts")
-    selected = [a for a in dataset_assets() if a.key.to_user_string() in names]
-    selected += [
-        a
-        for a in detector_assets()
-        if a.key.to_user_string() in ("detector_corpus_deepset", "detector_corpus_jailbreak", "detector_production")
-    ]
-    tiny = {"max_per_class": 16, "trainable_layers": 0, "epochs": 1, "calibration_outputs": 60}
-    config = {"ops": {"detector_production": {"config": tiny}}}
-    versions = []
-    # the second run, of the detector alone (its inputs read back from the first), changes nothing: the stored
-    # result and the registered versions are reused
-    for selection in (None, ["detector_production"]):
-        with DagsterInstance.ephemeral() as instance:
-            result = materialize(
-                selected, resources=resources, instance=instance, run_config=config, selection=selection
-            )
-        assert result.success
-        [check] = [
-            c for c in result.get_asset_check_evaluations() if c.check_name == "production_alias_loads_and_scores"
-        ]
-        assert check.passed and check.metadata["max_abs_diff"].value <= 1e-6
-        [event] = [
-            e
-            for e in result.get_asset_materialization_events()
-            if e.asset_key.to_user_string() == "detector_production"
-        ]
-        metadata = event.materialization.metadata
-        versions.append(metadata["production_version"].value)
-    assert versions[0] == versions[1] and metadata["reused_unchanged_result"].value is True
-    loaded = load_registered_detector(PRODUCTION_NAME, tracker.tracking_uri, alias=PRODUCTION_ALIAS)
-    assert loaded.name == PRODUCTION_NAME and loaded.registered.version == versions[0]
-    assert 0.0 < metadata["calibration_threshold"].value < 1.0 and metadata["calibration_n_benign"].value > 50
