@@ -30,7 +30,7 @@ from rvu_pipelines.memory_poisoning.retrieval import embed_texts
 from rvu_pipelines.recovery import RecoveryFiles
 from rvu_pipelines.recovery.pipeline import recover
 
-CONFIG = AgentConfig(top_k=2, max_tokens=16)
+CONFIG = AgentConfig(top_k=1, max_tokens=16)
 
 
 @pytest.fixture(scope="module")
