@@ -25,7 +25,11 @@ def job_executor() -> ExecutorDefinition:
     raw = env_value("RVU_MAX_CONCURRENT") or "2"
     if not raw.isdigit() or int(raw) < 1:
         raise ConfigError(f"RVU_MAX_CONCURRENT={raw!r}: give a whole number of steps, at least 1.")
-    return multiprocess_executor.configured({"max_concurrent": int(raw)}, name="rvu_multiprocess")
+    # each step forks from a server that imported the code location once, instead of a fresh interpreter
+    # importing Dagster and the definitions again per step (the code location imports neither torch nor llama.cpp,
+    # so nothing with threads or native state is forked)
+    config = {"max_concurrent": int(raw), "start_method": {"forkserver": {}}}
+    return multiprocess_executor.configured(config, name="rvu_multiprocess")
 
 
 JOB_EXECUTOR = job_executor()
