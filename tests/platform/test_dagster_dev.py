@@ -63,15 +63,16 @@ def test_dagster_dev_loads_the_code_location_with_all_assets(tmp_path) -> None:
                     pytest.fail(f"code location failed to load: {location['message']}")
             except (requests.ConnectionError, requests.ReadTimeout, KeyError, TypeError, ValueError):
                 pass
-            time.sleep(1)
+            time.sleep(0.5)
         assert entries[0]["name"] == "rvu", last
         assert served == expected
     finally:
         # stopped as Ctrl-C would; what is measured is the load, so a daemon slow to wind down (30 s and more late
-        # in a long test session, in seconds when run alone) is killed after a short grace
+        # in a long test session, in seconds when run alone) is killed after a short grace, while this worker's core
+        # would otherwise sit idle
         os.killpg(process.pid, signal.SIGTERM)
         try:
-            process.wait(timeout=8)
+            process.wait(timeout=3)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=30)
