@@ -4,6 +4,10 @@ AgentDojo's tools stamp sent e-mails and created / appended files with the wall 
 stamp is part of the tool result the agent reads. So every prompt after such a call differed from run to run: the
 LLM call cache missed, episodes were not reproducible, and the tool-use adapter's training traces (and their digest,
 the zoo's reuse key) changed every second. Installing this clock makes those stamps one fixed moment.
+
+The calendar also de-duplicated a new event's participants through a set, so their order in the tool result followed
+the process's string-hash seed (``PYTHONHASHSEED``, random by default): the same call rendered differently in two
+processes. :func:`install_ordered_participants` keeps them in first-seen order.
 """
 
 from __future__ import annotations
@@ -78,3 +82,44 @@ def _reads_clock(module: types.ModuleType) -> bool:
     except OSError:
         return False
     return any(call in source for call in (".now(", ".today(", ".utcnow("))
+
+
+def install_ordered_participants() -> bool:
+    """Replace AgentDojo's ``Calendar.create_event`` with the same steps, the participants de-duplicated in
+    first-seen order (the account's own address last, as AgentDojo appends it) instead of through a set. Idempotent;
+    returns whether it replaced the method now (False when already done, or when this agentdojo has no such calendar).
+    The suites' checks compare participants as sets, since a set's order was never fixed."""
+    try:
+        from agentdojo.default_suites.v1.tools.calendar_client import Calendar
+        from agentdojo.default_suites.v1.tools.types import CalendarEvent
+    except ImportError:
+        return False
+    if getattr(Calendar.create_event, "ordered_participants", False):
+        return False
+
+    def create_event(
+        self: Any,
+        title: str,
+        description: str,
+        start_time: datetime.datetime,
+        end_time: datetime.datetime,
+        location: str | None,
+        participants: list[str],
+    ) -> Any:
+        id_ = self._get_next_id()
+        participants.append(self.account_email)
+        event = CalendarEvent(
+            title=title,
+            description=description,
+            start_time=start_time,
+            end_time=end_time,
+            location=location,
+            participants=list(dict.fromkeys(participants)),
+            id_=id_,
+        )
+        self.events[id_] = event
+        return event
+
+    create_event.ordered_participants = True  # type: ignore[attr-defined]
+    Calendar.create_event = create_event  # type: ignore[method-assign]
+    return True

@@ -28,7 +28,7 @@ from agentdojo.types import ChatMessage
 from pydantic import BaseModel
 
 from rvu_pipelines.errors import ConfigError
-from rvu_pipelines.scenarios.agentdojo_clock import install_fixed_clock
+from rvu_pipelines.scenarios.agentdojo_clock import install_fixed_clock, install_ordered_participants
 from rvu_pipelines.scenarios.axes import AGENTDOJO_SUITE_BENCHMARKS
 from rvu_pipelines.scenarios.catalog import BenchmarkSpec, register_benchmark
 from rvu_pipelines.scenarios.contract import ScenarioOutcome
@@ -49,6 +49,7 @@ def suites(benchmark_version: str) -> dict[str, Any]:
             f"version '{benchmark_version}' ({exc}); use e.g. v1.2.2."
         ) from exc
     install_fixed_clock()  # the tools' e-mail / file stamps: one fixed moment, so episodes replay identically
+    install_ordered_participants()  # a new event's participants in one order whatever the process's hash seed
     return loaded
 
 

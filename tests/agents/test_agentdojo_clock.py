@@ -6,6 +6,9 @@ the agent reads: prompts (and the tool-use adapter's training digest) would chan
 from __future__ import annotations
 
 import datetime
+import os
+import subprocess
+import sys
 
 import pytest
 from agentdojo.agent_pipeline.ground_truth_pipeline import GroundTruthPipeline
@@ -57,3 +60,26 @@ def test_tool_traces_are_the_same_on_every_build() -> None:
     stamped = [e for e in first if AGENTDOJO_NOW.isoformat(sep=" ") in e.prompt]
     assert stamped, "no workspace trace shows a created / appended file: the check below would be vacuous"
     assert TrainingSet(first, "d", "s").sha256 == TrainingSet(second, "d", "s").sha256
+
+
+def _new_event_participants(hash_seed: str, ordered: bool) -> str:
+    """A new calendar event's participants, created in a fresh interpreter with the given string-hash seed."""
+    code = (
+        "import datetime as d\n"
+        "from agentdojo.default_suites.v1.tools.calendar_client import Calendar\n"
+        "from rvu_pipelines.scenarios.agentdojo_clock import install_ordered_participants\n"
+        f"if {ordered}: install_ordered_participants()\n"
+        "calendar = Calendar(current_day=d.date(2024, 5, 15), account_email='me@x.com', initial_events=[])\n"
+        "at = d.datetime(2024, 5, 19, 12)\n"
+        "people = ['b@x.com', 'a@x.com', 'b@x.com', 'c@x.com', 'd@x.com']\n"
+        "print(','.join(calendar.create_event('lunch', '', at, at, None, people).participants))\n"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+
+
+def test_a_new_events_participants_keep_one_order_whatever_the_hash_seed() -> None:
+    seeds = ("1", "2", "3", "4")
+    assert len({_new_event_participants(seed, ordered=False) for seed in seeds}) > 1  # AgentDojo's own: a set's order
+    ordered = {_new_event_participants(seed, ordered=True).strip() for seed in seeds}
+    assert ordered == {"b@x.com,a@x.com,c@x.com,d@x.com,me@x.com"}  # first seen, the account's own address last
