@@ -13,6 +13,7 @@ processes. :func:`install_ordered_participants` keeps them in first-seen order.
 from __future__ import annotations
 
 import datetime
+import functools
 import sys
 import types
 from pathlib import Path
@@ -85,39 +86,24 @@ def _reads_clock(module: types.ModuleType) -> bool:
 
 
 def install_ordered_participants() -> bool:
-    """Replace AgentDojo's ``Calendar.create_event`` with the same steps, the participants de-duplicated in
-    first-seen order (the account's own address last, as AgentDojo appends it) instead of through a set. Idempotent;
-    returns whether it replaced the method now (False when already done, or when this agentdojo has no such calendar).
-    The suites' checks compare participants as sets, since a set's order was never fixed."""
+    """Wrap AgentDojo's ``Calendar.create_event`` so that the new event's participants come in first-seen order
+    (the account's own address last, as AgentDojo appends it) instead of a set's. Idempotent; returns whether it
+    wrapped the method now (False when already done, or when this agentdojo has no such calendar). The suites'
+    checks compare participants as sets, since a set's order was never fixed."""
     try:
         from agentdojo.default_suites.v1.tools.calendar_client import Calendar
-        from agentdojo.default_suites.v1.tools.types import CalendarEvent
     except ImportError:
         return False
-    if getattr(Calendar.create_event, "ordered_participants", False):
+    original = Calendar.create_event
+    if getattr(original, "ordered_participants", False):
         return False
 
-    def create_event(
-        self: Any,
-        title: str,
-        description: str,
-        start_time: datetime.datetime,
-        end_time: datetime.datetime,
-        location: str | None,
-        participants: list[str],
-    ) -> Any:
-        id_ = self._get_next_id()
-        participants.append(self.account_email)
-        event = CalendarEvent(
-            title=title,
-            description=description,
-            start_time=start_time,
-            end_time=end_time,
-            location=location,
-            participants=list(dict.fromkeys(participants)),
-            id_=id_,
-        )
-        self.events[id_] = event
+    @functools.wraps(original)
+    def create_event(self: Any, *args: Any, **kwargs: Any) -> Any:
+        given = kwargs["participants"] if "participants" in kwargs else args[-1]
+        order = list(dict.fromkeys([*given, self.account_email]))  # read before AgentDojo appends to the list
+        event = original(self, *args, **kwargs)
+        event.participants = order
         return event
 
     create_event.ordered_participants = True  # type: ignore[attr-defined]
