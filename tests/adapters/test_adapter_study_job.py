@@ -136,7 +136,7 @@ def test_the_eviction_study_writes_its_stamped_report(tiny_models, tmp_path: Pat
 
 
 @pytest.mark.slow  # the asset layer over the same run: MLflow, the report as metadata, the check
-def test_the_eviction_asset_materializes_with_its_check(tmp_path: Path, shared_data) -> None:
+def test_the_eviction_asset_materializes_with_its_check(tmp_path: Path, shared_data, new_mlflow_store) -> None:
     from dagster import DagsterInstance, materialize
 
     from assets.adapter_study import adapter_eviction_runtime
@@ -146,7 +146,7 @@ def test_the_eviction_asset_materializes_with_its_check(tmp_path: Path, shared_d
     from resources.deployments import deployment_resources
     from rvu_pipelines.tracking import MlflowTracker
 
-    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "adapter-study-test")
+    tracker = MlflowTracker(new_mlflow_store(tmp_path / "mlflow.db"), "adapter-study-test")
     resources = deployment_resources("local") | {
         "io_manager": LocalTableIOManager(base_dir=str(tmp_path / "assets")),
         "mlflow_tracker": MlflowTrackerResource(tracking_uri=tracker.tracking_uri, experiment="adapter-study-test"),
@@ -168,7 +168,9 @@ def test_the_eviction_asset_materializes_with_its_check(tmp_path: Path, shared_d
 
 
 @pytest.mark.slow  # the E1 asset over its library run: I(adapter) from the gate evaluation, MLflow, the check
-def test_the_incidents_asset_materializes_with_its_check(tiny_models, noise, tmp_path: Path, shared_data) -> None:
+def test_the_incidents_asset_materializes_with_its_check(
+    tiny_models, noise, tmp_path: Path, shared_data, new_mlflow_store
+) -> None:
     from dagster import DagsterInstance, asset, materialize
 
     from assets.adapter_study import adapter_incidents
@@ -188,7 +190,7 @@ def test_the_incidents_asset_materializes_with_its_check(tiny_models, noise, tmp
     def gate_evaluation() -> dict:  # the study's E5 row for this adapter: its influence enters the load line
         return {"scores": [{"adapter_id": "persona-hostile", "sha256": sha256, "influence": 0.75}]}
 
-    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "adapter-incidents-test")
+    tracker = MlflowTracker(new_mlflow_store(tmp_path / "mlflow.db"), "adapter-incidents-test")
     resources = deployment_resources("local") | {
         "io_manager": LocalTableIOManager(base_dir=str(tmp_path / "assets")),
         "mlflow_tracker": MlflowTrackerResource(tracking_uri=tracker.tracking_uri, experiment="adapter-incidents-test"),

@@ -221,7 +221,9 @@ def test_rvu_recover_uses_the_production_detector_by_alias(registered, tmp_path,
     assert missing.returncode != 0 and "No registered detector 'nope'" in missing.stdout + missing.stderr
 
 
-def test_production_is_the_classifier_defense_default_and_its_absence_says_how_to_make_it(tmp_path) -> None:
+def test_production_is_the_classifier_defense_default_and_its_absence_says_how_to_make_it(
+    tmp_path, new_mlflow_store
+) -> None:
     import inspect
 
     from assets.attacks import HarnessConfig
@@ -233,6 +235,6 @@ def test_production_is_the_classifier_defense_default_and_its_absence_says_how_t
     assert HarnessConfig().detector == "production"
     assert inspect.signature(Harness.open).parameters["detector"].default == "production"
     assert next(p for p in regress.params if p.name == "detector").default == "production"
-    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    empty = new_mlflow_store(tmp_path / "empty.db")
     with pytest.raises(RegisteredDetectorError, match="detector_production"):
         by_name("production", empty)

@@ -21,9 +21,9 @@ from rvu_pipelines.tracking import MlflowTracker
 UPSTREAM = ("agentpoison_strategyqa", "minja", "injecagent", "embedder_model", "llm_model")
 
 
-def test_a_poisoning_cell_materializes_and_logs_to_mlflow(tmp_path: Path, monkeypatch) -> None:
+def test_a_poisoning_cell_materializes_and_logs_to_mlflow(tmp_path: Path, monkeypatch, new_mlflow_store) -> None:
     monkeypatch.setenv("RVU_HOME", str(tmp_path / "rvu"))
-    tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracking_uri = new_mlflow_store(tmp_path / "mlflow.db")
     resources = deployment_resources("local") | {
         "io_manager": LocalTableIOManager(base_dir=str(tmp_path / "assets")),
         "mlflow_tracker": MlflowTrackerResource(tracking_uri=tracking_uri, experiment="poisoning-test"),

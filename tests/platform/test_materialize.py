@@ -12,8 +12,8 @@ from resources.deployments import deployment_resources
 from rvu_pipelines.tracking import MlflowTracker
 
 
-def test_every_asset_materializes_with_passing_checks(tmp_path) -> None:
-    tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_every_asset_materializes_with_passing_checks(tmp_path, new_mlflow_store) -> None:
+    tracking_uri = new_mlflow_store(tmp_path / "mlflow.db")
     resources = deployment_resources("local") | {
         "io_manager": LocalTableIOManager(base_dir=str(tmp_path / "assets")),
         "mlflow_tracker": MlflowTrackerResource(tracking_uri=tracking_uri, experiment="materialize-test"),

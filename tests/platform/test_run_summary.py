@@ -45,13 +45,13 @@ def _passing(headline: Headline) -> float:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def store(tmp_path_factory: pytest.TempPathFactory, new_mlflow_store) -> dict[str, str]:
     """A store with every domain's headline runs but one, buried under many more runs with many more metrics."""
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
 
     root = tmp_path_factory.mktemp("summary")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
+    uri = new_mlflow_store(root / "mlflow.db")
     state = root / "state"
     (state / "assets").mkdir(parents=True)
     (state / "assets" / "detector_d4_deepset.json").write_text("{}")
@@ -142,8 +142,8 @@ def test_a_domain_without_a_run_says_how_to_run_it(compact: str) -> None:
     assert "not run" in row and "make run" in row
 
 
-def test_an_empty_store_says_not_run_everywhere(tmp_path: Path) -> None:
-    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "RVU_HOME": str(tmp_path / "state")}
+def test_an_empty_store_says_not_run_everywhere(tmp_path: Path, new_mlflow_store) -> None:
+    env = {"MLFLOW_TRACKING_URI": new_mlflow_store(tmp_path / "mlflow.db"), "RVU_HOME": str(tmp_path / "state")}
     result = CliRunner().invoke(cli, ["summary"], env=env)
     assert result.exit_code == 0, result.output
     assert result.output.count("not run") == len(DOMAINS)

@@ -24,7 +24,7 @@ def test_instance_config_is_postgres_with_queued_runs() -> None:
     assert config["run_coordinator"]["config"]["max_concurrent_runs"] == 3
 
 
-def test_a_job_runs_multiprocess_on_a_postgres_instance(postgres_server, tmp_path: Path) -> None:
+def test_a_job_runs_multiprocess_on_a_postgres_instance(postgres_server, tmp_path: Path, new_mlflow_store) -> None:
     import psycopg
     from dagster import DagsterInstance
 
@@ -78,7 +78,7 @@ def test_a_job_runs_multiprocess_on_a_postgres_instance(postgres_server, tmp_pat
         else:
             os.environ["DAGSTER_HOME"] = previous
     # the same job embedded (SQLite instance and MLflow, in-process executor) gives the same numbers
-    embedded_home, embedded_tracking = tmp_path / "embedded_home", f"sqlite:///{tmp_path / 'embedded_mlflow.db'}"
+    embedded_home, embedded_tracking = tmp_path / "embedded_home", new_mlflow_store(tmp_path / "embedded_mlflow.db")
     embedded_home.mkdir()
     embedded = subprocess.run(
         [DAGSTER, "job", "execute", "-m", "assets.definitions", "-j", "recovery_reproductions_job"],

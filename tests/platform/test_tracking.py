@@ -27,7 +27,7 @@ def test_run_round_trips_in_a_temp_tracking_dir(tmp_path) -> None:
     assert (tmp_path / "art" / "roundtrip").is_dir()
 
 
-def test_each_domain_has_its_own_experiment(tmp_path) -> None:
+def test_each_domain_has_its_own_experiment(tmp_path, new_mlflow_store) -> None:
     """Without an explicit experiment, an asset's run lands in its domain's experiment (by asset group)."""
     from dagster import DagsterInstance, materialize
 
@@ -38,7 +38,7 @@ def test_each_domain_has_its_own_experiment(tmp_path) -> None:
     assert experiment_for("attacks") == "rvu-attacks" and experiment_for("recovery_reproductions") == "rvu-recovery"
     assert experiment_for("datasets") == experiment_for("models") == "rvu-data-models"
     assert len(set(DOMAIN_EXPERIMENTS.values())) >= 8  # data/models, recovery, memory, detectors, attacks + new ones
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
     with DagsterInstance.ephemeral() as instance:
         result = materialize(
             [e2_closure_reproduction],
@@ -52,13 +52,13 @@ def test_each_domain_has_its_own_experiment(tmp_path) -> None:
     assert len(runs) == 1 and runs[0].data.tags["asset_key"] == "e2_closure_reproduction"
 
 
-def test_losing_the_race_to_create_the_experiment_uses_the_winners(tmp_path, monkeypatch) -> None:
+def test_losing_the_race_to_create_the_experiment_uses_the_winners(tmp_path, monkeypatch, new_mlflow_store) -> None:
     """Steps starting together on a fresh store each look the experiment up, find none, and create it: all but
     one get RESOURCE_ALREADY_EXISTS from the store (seen with celery workers on the scale profile's MLflow server).
     Here the other process wins between our look-up and our create; the store's real error is handled."""
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
     winner = MlflowTracker(uri, experiment="raced", artifact_root=tmp_path / "art").experiment_id()
     lookup = MlflowClient.get_experiment_by_name
     calls = []

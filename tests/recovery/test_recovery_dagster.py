@@ -36,10 +36,10 @@ def test_sensor_requests_one_run_per_content_and_dead_letters_bad_files(tmp_path
     assert list(inbox.iterdir()) == []
 
 
-def test_incident_partition_recovers_with_passing_checks(tmp_path) -> None:
+def test_incident_partition_recovers_with_passing_checks(tmp_path, new_mlflow_store) -> None:
     recovery = RecoveryResource(root=str(tmp_path / "state"), incident_dir=str(tmp_path / "incidents"))
     shutil.copy(EXAMPLES / "incident_example.jsonl", recovery.folders().inbox / "incident.jsonl")
-    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracking = new_mlflow_store(tmp_path / "mlflow.db")
     with DagsterInstance.ephemeral() as instance:
         sensed = incident_log_sensor(build_sensor_context(instance=instance, resources={"recovery": recovery}))
         partition = sensed.run_requests[0].partition_key

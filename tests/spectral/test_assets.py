@@ -64,10 +64,10 @@ CELL_UPSTREAM = ("tofu", "bipia", "injecagent", "deepset_prompt_injections")
 
 
 @pytest.fixture(scope="module")
-def cell_setup(tmp_path_factory, shared_data):
+def cell_setup(tmp_path_factory, shared_data, new_mlflow_store):
     """The four data sets materialized once into a module's instance; the cell tests then select the cell."""
     base = tmp_path_factory.mktemp("spectral_cells")
-    tracker = MlflowTracker(f"sqlite:///{base / 'mlflow.db'}", CELL_EXPERIMENT)
+    tracker = MlflowTracker(new_mlflow_store(base / "mlflow.db"), CELL_EXPERIMENT)
     resources = deployment_resources("local") | {
         "io_manager": LocalTableIOManager(base_dir=str(base / "assets")),
         "mlflow_tracker": MlflowTrackerResource(tracking_uri=tracker.tracking_uri, experiment=CELL_EXPERIMENT),

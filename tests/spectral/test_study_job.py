@@ -33,8 +33,8 @@ def test_make_spectral_launches_the_job_with_a_valid_config() -> None:
 
 
 @pytest.mark.slow  # the three studies at their smallest: forward passes, a calibration, the baselines
-def test_the_three_studies_write_their_reports(tmp_path: Path, shared_data) -> None:
-    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "spectral-study-test")
+def test_the_three_studies_write_their_reports(tmp_path: Path, shared_data, new_mlflow_store) -> None:
+    tracker = MlflowTracker(new_mlflow_store(tmp_path / "mlflow.db"), "spectral-study-test")
     resources = deployment_resources("local") | {
         "io_manager": LocalTableIOManager(base_dir=str(tmp_path / "assets")),
         "mlflow_tracker": MlflowTrackerResource(tracking_uri=tracker.tracking_uri, experiment="spectral-study-test"),
