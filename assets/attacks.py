@@ -61,7 +61,7 @@ from rvu_pipelines.code_version import code_version
 from rvu_pipelines.detectors.catalog import PRODUCTION_CHOICE
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.paths import state_dir
-from rvu_pipelines.redteam.table import cell_scenarios, unavailable
+from rvu_pipelines.redteam.table import cell_scenarios, heldout_sample, unavailable
 from rvu_pipelines.scenarios.axes import ATTACKS, BENCHMARKS, CANONICAL, DEFENSES, NATIVE, SWEEP_BENCHMARKS
 
 RATES_CHECK = "asr_matches_golden_full"
@@ -147,8 +147,27 @@ class Table1Config(HarnessConfig):
 
 
 class SamplesConfig(HarnessConfig):
-    per_benchmark: int = Field(default=2, description="Fixed-seed sample size of each benchmark.")
+    per_benchmark: int = Field(
+        default=2, ge=1, description="Fixed-seed sample size of each benchmark, drawn from its held-out scenarios."
+    )
     attacks: list[str] = Field(default_factory=lambda: [NATIVE], description=ATTACKS_DESCRIPTION)
+    benchmarks: list[str] = Field(
+        default_factory=lambda: list(SWEEP_BENCHMARKS),
+        description=f"The benchmarks sampled ({', '.join(SWEEP_BENCHMARKS)}): the full attack table's, whose golden "
+        "cells the samples are held to.",
+    )
+
+
+def chosen_sweep_benchmarks(benchmarks: list[str]) -> list[str]:
+    """The config's benchmarks, each one the sweep can hold to the full table (an unknown name, or the configured
+    AgentDojo subset the full table has no cells of, is a ConfigError naming ``benchmarks``); duplicates dropped."""
+    unknown = [b for b in benchmarks if b not in SWEEP_BENCHMARKS]
+    if unknown or not benchmarks:
+        raise ConfigError(
+            f"Config `benchmarks` {'is empty' if not benchmarks else f'names {unknown}'}; allowed values: "
+            f"{', '.join(SWEEP_BENCHMARKS)}."
+        )
+    return list(dict.fromkeys(benchmarks))
 
 
 def chosen_attacks(attacks: list[str]) -> list[str]:
@@ -413,10 +432,10 @@ def attack_table_1(
             "large moves.",
         )
     ],
-    description="A fixed-seed sample (config `per_benchmark`, seed 42) of every benchmark — InjecAgent dh/ds, "
-    "BIPIA email/table/code, AgentDojo — under the configured attacks (config `attacks`, default native) and all "
-    "eight defenses; one MLflow run per cell. Runs in the nightly "
-    "sweep (minutes of LLM inference), not in the default job. Full benchmarks are `attack_cell` "
+    description="A fixed-seed sample (config `per_benchmark`, seed 42) of the held-out scenarios of every benchmark "
+    "of the full attack table — InjecAgent dh/ds, BIPIA email/table/code, the four AgentDojo suites — under the "
+    "configured attacks (config `attacks`, default native) and all eight defenses; one MLflow run per cell. Runs in "
+    "the nightly sweep (minutes of LLM inference), not in the default job. Full benchmarks are `attack_cell` "
     "partitions.",
 )
 def attack_benchmark_samples(
@@ -428,10 +447,12 @@ def attack_benchmark_samples(
     mlflow_tracker: MlflowTrackerResource,
 ):
     attacks = chosen_attacks(config.attacks)
+    benchmarks = chosen_sweep_benchmarks(config.benchmarks)
     harness = open_harness(config, llm_model, llm, model_store, mlflow_tracker)
     runs = [
         run
-        for benchmark in SWEEP_BENCHMARKS
+        for benchmark in benchmarks
+        for scenarios in [heldout_sample(benchmark, config.per_benchmark)]  # the golden cells' population
         for attack in attacks
         for run in harness.run_table(
             benchmark,
@@ -439,6 +460,7 @@ def attack_benchmark_samples(
             limit=config.per_benchmark,
             progress=config.progress,
             rerun=_rerun(context, config),
+            scenarios=scenarios,
             attack=attack,
         )
     ]

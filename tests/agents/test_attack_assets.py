@@ -156,3 +156,20 @@ def test_nightly_sweep_reruns_every_episode_against_the_current_code() -> None:
     assert HarnessConfig().rerun is False  # interactive materializations keep same-code reuse
     job = defs.get_repository_def().get_job(schedule.job_name)
     assert job.tags.get(NIGHTLY_TAG[0]) == NIGHTLY_TAG[1]
+
+
+def test_the_benchmark_samples_cover_the_full_tables_benchmarks_and_refuse_others() -> None:
+    """Every benchmark of the full table's golden file is sampled, so each sampled cell has a golden cell to be
+    held to; the configured AgentDojo subset (no golden cell) and unknown names are refused by field."""
+    import pytest
+
+    from assets.attacks import SamplesConfig, chosen_sweep_benchmarks
+    from rvu_pipelines.agents.regression import golden_full_path
+    from rvu_pipelines.errors import ConfigError
+
+    golden = {cell.split("/")[0] for cell in load_golden(golden_full_path("tiny"))["cells"]}
+    assert golden == set(SamplesConfig().benchmarks) == set(chosen_sweep_benchmarks(SamplesConfig().benchmarks))
+    for wrong in (["agentdojo"], ["injecagent"], []):
+        with pytest.raises(ConfigError, match="benchmarks"):
+            chosen_sweep_benchmarks(wrong)
+    assert chosen_sweep_benchmarks(["bipia_code", "agentdojo_slack", "bipia_code"]) == ["bipia_code", "agentdojo_slack"]
