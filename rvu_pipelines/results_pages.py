@@ -65,6 +65,9 @@ RESULT_SOURCES: tuple[ResultSource, ...] = (
     ResultSource("attacks-universal-call", "One universal string on the planted call, undefended",
                  "attacks/full/tiny/universal_call/table.md",
                  "make attacks ATTACKS_CONFIG=configs/runs/attacks_universal_call.yaml"),
+    ResultSource("attacks-universal-call-ds200", "The universal string on 200 scenarios of the benchmark it was not "
+                 "trained on", "attacks/full/tiny/universal_call_ds200/table.md",
+                 "make attacks ATTACKS_CONFIG=configs/runs/attacks_universal_call_ds200.yaml"),
     ResultSource("attacks-universal-call-defenses", "The defenses under the universal string on the planted call",
                  "attacks/full/tiny/universal_call_defenses/table.md",
                  "make attacks ATTACKS_CONFIG=configs/runs/attacks_universal_call_defenses.yaml"),
