@@ -36,6 +36,14 @@ class ResultSource:
     make: str
 
 
+def attack_run_source(name: str, title: str, run: str) -> ResultSource:
+    """The page of one committed attack-table run: its config is ``configs/runs/attacks_<run>.yaml`` and its table
+    ``attacks/full/tiny/<run>/table.md``, so the path and the command both follow from the run's name."""
+    return ResultSource(
+        name, title, f"attacks/full/tiny/{run}/table.md", f"make attacks ATTACKS_CONFIG=configs/runs/attacks_{run}.yaml"
+    )
+
+
 RESULT_SOURCES: tuple[ResultSource, ...] = (
     ResultSource("spectral-controls", "Spectral switch under its controls", "spectral/controls/controls.md",
                  "make spectral"),
@@ -62,24 +70,18 @@ RESULT_SOURCES: tuple[ResultSource, ...] = (
                  "make minja-agent"),
     ResultSource("detector-validity", "Detector validity", "detectors/detector_validity.md",
                  "make detector-validity"),
-    ResultSource("attacks-universal-call", "One universal string on the planted call, undefended",
-                 "attacks/full/tiny/universal_call/table.md",
-                 "make attacks ATTACKS_CONFIG=configs/runs/attacks_universal_call.yaml"),
-    ResultSource("attacks-universal-call-ds200", "The universal string on 200 scenarios of the benchmark it was not "
-                 "trained on", "attacks/full/tiny/universal_call_ds200/table.md",
-                 "make attacks ATTACKS_CONFIG=configs/runs/attacks_universal_call_ds200.yaml"),
-    ResultSource("attacks-universal-call-defenses", "The defenses under the universal string on the planted call",
-                 "attacks/full/tiny/universal_call_defenses/table.md",
-                 "make attacks ATTACKS_CONFIG=configs/runs/attacks_universal_call_defenses.yaml"),
-    ResultSource("attacks-universal-call-adaptive", "The classifier under the universal string made against it",
-                 "attacks/full/tiny/universal_call_adaptive/table.md",
-                 "make attacks ATTACKS_CONFIG=configs/runs/attacks_universal_call_adaptive.yaml"),
-    ResultSource("attacks-bipia", "BIPIA's three tasks under the native, planted and universal attacks",
-                 "attacks/full/tiny/bipia/table.md",
-                 "make attacks ATTACKS_CONFIG=configs/runs/attacks_bipia.yaml"),
-    ResultSource("attacks-agentdojo", "AgentDojo's four suites under the native, planted and universal attacks",
-                 "attacks/full/tiny/agentdojo/table.md",
-                 "make attacks ATTACKS_CONFIG=configs/runs/attacks_agentdojo.yaml"),
+    attack_run_source("attacks-universal-call", "One universal string on the planted call, undefended",
+                      "universal_call"),
+    attack_run_source("attacks-universal-call-ds200",
+                      "The universal string on 200 scenarios of the benchmark it was not trained on",
+                      "universal_call_ds200"),
+    attack_run_source("attacks-universal-call-defenses",
+                      "The defenses under the universal string on the planted call", "universal_call_defenses"),
+    attack_run_source("attacks-universal-call-adaptive", "The classifier under the universal string made against it",
+                      "universal_call_adaptive"),
+    attack_run_source("attacks-bipia", "BIPIA's three tasks under the native, planted and universal attacks", "bipia"),
+    attack_run_source("attacks-agentdojo",
+                      "AgentDojo's four suites under the native, planted and universal attacks", "agentdojo"),
     ResultSource("adapter-gate", "Adapter gate", "adapter_study/gate.md", "make adapters"),
     ResultSource("adapter-trigger-search", "The defender's trigger search",
                  "adapter_study/trigger_search/trigger_search.md", "make adapters"),
