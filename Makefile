@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM := false
 # test modules' assertions again in every process
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup run attacks scale-up scale-down scale-status doctor detectors detector-validity memory-poisoning memory-poisoning-seeds memsad-synonym minja-agent spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-report bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-llama bench-llm-throughput bench-memsad bench-spectral regress report docs docs-serve test-fast clean
+.PHONY: setup run attacks attacks-full scale-up scale-down scale-status doctor detectors detector-validity memory-poisoning memory-poisoning-seeds memsad-synonym minja-agent spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-report bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-llama bench-llm-throughput bench-memsad bench-spectral regress report docs docs-serve test-fast clean
 
 setup:
 	@bash scripts/setup.sh
@@ -42,6 +42,19 @@ ATTACKS_CONFIG ?=
 attacks: setup
 	$(BIN)/dg launch --job attack_table_job -m assets.definitions $(if $(ATTACKS_CONFIG),--config $(ATTACKS_CONFIG))
 	cat "$$(ls -t .rvu/attacks/full/*/*/table.md | head -1)"
+
+# The whole published attack table in one command: every run the committed golden file was made from (its `runs`;
+# each resumes from its saved episodes), each run's wall time, then every golden cell held to what they produced
+# (scripts/full_golden.py --check: exit 1 when a cell moved or is missing)
+attacks-full: setup
+	@runs="$$($(BIN)/python scripts/full_golden.py --list-runs)" || exit 2; total=$$SECONDS; \
+	for run in $$runs; do \
+		start=$$SECONDS; \
+		$(BIN)/dg launch --job attack_table_job -m assets.definitions --config configs/runs/attacks_$$run.yaml || exit 1; \
+		echo "attacks-full: run $$run took $$(( SECONDS - start )) s"; \
+	done; \
+	echo "attacks-full: every run took $$(( SECONDS - total )) s in all"; \
+	$(BIN)/python scripts/full_golden.py --check
 
 # Seed 003 in full (|M| = 1,000): attack-defense matrix with CIs, adaptive attacks + hybrid check, SIR figure
 memory-poisoning: setup

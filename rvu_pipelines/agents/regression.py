@@ -189,6 +189,19 @@ def union_golden(
     return merged, changed
 
 
+def compare_golden_documents(made: dict[str, Any], golden: dict[str, Any], tolerance: Tolerance) -> list[Drift]:
+    """A golden document made anew (``union_golden`` over runs' tables) against the committed one: every cell
+    of either side, a cell on one side only a drift (one the runs no longer produce, or one the file lacks).
+    Documents for other weights or another profile are not comparable and are refused."""
+    ours, theirs = (made.get("profile"), made.get("model_sha256")), (golden.get("profile"), golden.get("model_sha256"))
+    if ours != theirs:
+        raise ConfigError(
+            f"The runs are for profile {ours[0]!r} / weights {ours[1]}, the golden file for {theirs[0]!r} / "
+            f"{theirs[1]}: run them with the file's model profile, or remake the file from these runs."
+        )
+    return _cell_drifts(made["cells"], golden["cells"], tolerance)
+
+
 def _chosen(cell: str, defenses: Sequence[str] | None, attacks: Sequence[str] | None) -> bool:
     _, attack, defense = split_cell(cell)
     return (defenses is None or defense in defenses) and (attacks is None or attack in attacks)

@@ -89,6 +89,62 @@ def test_runs_make_one_golden_that_each_run_matches(tmp_path: Path) -> None:
     assert cells["injecagent_dh/gcg_universal_call/vanilla"]["asr"] == 0.65 and len(cells) == 3
 
 
+def test_the_check_makes_the_file_anew_from_its_runs_and_names_what_moved_or_went_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``make attacks-full`` ends in ``--check``: the runs the file records, united as writing unites them, must give
+    the committed cells; a moved rate, a cell no run produces any more and a run without its table each fail."""
+    script, state, out = _script(), tmp_path / "state", tmp_path / "golden.json"
+    rows = {
+        "universal": [_row("injecagent_dh", "gcg_universal_call", "vanilla", 0.71)],
+        "defenses": [
+            _row("injecagent_dh", "gcg_universal_call", "vanilla", 0.71),
+            _row("injecagent_dh", "gcg_universal_call", "rvg", 0.0),
+        ],
+    }
+    for run, cells in rows.items():
+        _store(state, run, cells)
+    script.write(["universal", "defenses"], "tiny", state, out)
+    assert json.loads(out.read_text())["runs"] == ["defenses", "universal"]
+    args = ["--state", str(state), "--out", str(out)]
+    assert script.main(["--list-runs", *args]) == 0
+    assert capsys.readouterr().out.split() == ["defenses", "universal"]
+    assert script.main(["--check", *args]) == 0
+    assert "2 cells from 2 runs" in capsys.readouterr().out
+
+    table = state / "attacks" / "full" / "tiny" / "defenses" / "table.parquet"
+    pl.DataFrame([rows["defenses"][0], {**rows["defenses"][1], "asr": 0.2}]).write_parquet(table)
+    assert script.main(["--check", *args]) == 1
+    assert "| injecagent_dh/gcg_universal_call/rvg | asr | 0.000 | 0.200 |" in capsys.readouterr().out
+    pl.DataFrame(rows["defenses"][:1]).write_parquet(table)  # the gate's cell no longer produced
+    assert script.main(["--check", *args]) == 1
+    assert "| injecagent_dh/gcg_universal_call/rvg | n | 100 | missing |" in capsys.readouterr().out
+    pl.DataFrame(rows["defenses"]).write_parquet(table)
+    assert script.main(["--check", "--run", "universal", *args]) == 1  # fewer runs than made it: cells missing
+    assert "| injecagent_dh/gcg_universal_call/rvg | n | 100 | missing |" in capsys.readouterr().out
+    table.unlink()
+    assert script.main(["--check", *args]) == 2
+    assert "No table for run 'defenses'" in capsys.readouterr().err
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({k: v for k, v in json.loads(out.read_text()).items() if k != "runs"}))
+    assert script.main(["--check", "--state", str(state), "--out", str(bare)]) == 2
+    assert "records no runs" in capsys.readouterr().err
+    assert script.main(["--check", "--run", "universal", "--state", str(state), "--out", str(bare)]) == 1
+
+
+def test_the_committed_file_names_the_runs_make_attacks_full_runs() -> None:
+    """Each run the committed golden file records has its run config, whose `name` is the run."""
+    import yaml
+
+    from rvu_pipelines.agents.regression import golden_full_path
+
+    runs = _script().recorded_runs(golden_full_path("tiny"))
+    assert len(runs) >= 5
+    for run in runs:
+        config = yaml.safe_load((REPO / "configs" / "runs" / f"attacks_{run}.yaml").read_text())
+        assert config["ops"]["attack_table_full"]["config"]["name"] == run
+
+
 def test_other_weights_and_a_missing_run_are_refused(tmp_path: Path) -> None:
     script, state, out = _script(), tmp_path / "state", tmp_path / "golden.json"
     _store(state, "universal", [_row("injecagent_dh", "planted_call", "vanilla", 0.32)])
