@@ -2,6 +2,8 @@
 SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
+# the state folder (outputs, MLflow store, caches) as the platform finds it: RVU_HOME when set, else .rvu
+STATE := $(abspath $(or $(RVU_HOME),.rvu))
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 # The offline data mirror beside the checkout is the embedded default; set RVU_DATA_MIRROR= (empty)
 # to read the public sources instead.
@@ -31,7 +33,7 @@ detectors: setup
 # length control on held-out sources, the over-defense set, benign tool outputs, buried injections, German, latency
 detector-validity: setup
 	$(BIN)/dg launch --job detector_validity_job -m assets.definitions
-	cat .rvu/detectors/detector_validity.md
+	cat $(STATE)/detectors/detector_validity.md
 
 # Seed 000 Table 1 on held-out scenarios: benchmark × attack (controls, native, forged turn, the GCG universal string,
 # adaptive) × defense, paired comparisons; reuses the stored strings in configs/attacks (never re-optimises them).
@@ -41,7 +43,7 @@ detector-validity: setup
 ATTACKS_CONFIG ?=
 attacks: setup
 	$(BIN)/dg launch --job attack_table_job -m assets.definitions $(if $(ATTACKS_CONFIG),--config $(ATTACKS_CONFIG))
-	cat "$$(ls -t .rvu/attacks/full/*/*/table.md | head -1)"
+	cat "$$(ls -t $(STATE)/attacks/full/*/*/table.md | head -1)"
 
 # The whole published attack table in one command: every run the committed golden file was made from (its `runs`;
 # each resumes from its saved episodes), each run's wall time, then every golden cell held to what they produced
@@ -59,22 +61,22 @@ attacks-full: setup
 # Seed 003 in full (|M| = 1,000): attack-defense matrix with CIs, adaptive attacks + hybrid check, SIR figure
 memory-poisoning: setup
 	$(BIN)/dg launch --job memory_poisoning_job -m assets.definitions
-	cat .rvu/memory_poisoning/study/paper_table.md
+	cat $(STATE)/memory_poisoning/study/paper_table.md
 
 # Seed 003's matrix over five splits x seeds at |M| = 1,000 and full: mean ± sd, Bonferroni comparisons (about an hour)
 memory-poisoning-seeds: setup
 	$(BIN)/dg launch --job memory_poisoning_seeds_job -m assets.definitions
-	cat .rvu/memory_poisoning/seeds/seeds.md .rvu/memory_poisoning/seeds/seeds_comparisons.md
+	cat $(STATE)/memory_poisoning/seeds/seeds.md $(STATE)/memory_poisoning/seeds/seeds_comparisons.md
 
 # Seed 003's synonym loophole as the seed ran it: 60 poisons, no substitution budget, ASR-R measured (tens of minutes)
 memsad-synonym: setup
 	$(BIN)/dg launch --job memsad_synonym_job -m assets.definitions
-	cat .rvu/memory_poisoning/synonym/synonym_study.md
+	cat $(STATE)/memory_poisoning/synonym/synonym_study.md
 
 # MINJA through the real agent on llama.cpp (its memory behind the monitor): ISR, ASR-R, ASR-A, control, MEMSAD arm
 minja-agent: setup
 	$(BIN)/dg launch --job minja_agent_job -m assets.definitions
-	cat .rvu/memory_poisoning/agent/minja_agent.md
+	cat $(STATE)/memory_poisoning/agent/minja_agent.md
 
 # Seed 004 in full: HFER / spectral features per layer on four real sets, 20/50/200 calibration, histograms, and the
 # kill switch against Attention Tracker, perplexity and D1-D5 (incl. leave-one-dataset-out); then the same switch
@@ -82,7 +84,7 @@ minja-agent: setup
 # set out) and the inline hfer defense's cost on AgentDojo's tool outputs; hours of CPU
 spectral: setup
 	$(BIN)/dg launch --job spectral_study_job -m assets.definitions --config configs/runs/spectral.yaml
-	cat .rvu/spectral/comparison.md .rvu/spectral/controls/controls.md .rvu/spectral/hfer_cost.md
+	cat $(STATE)/spectral/comparison.md $(STATE)/spectral/controls/controls.md $(STATE)/spectral/hfer_cost.md
 
 # Seed 000 E4-E7 on real LoRA adapters: train the zoo (configs/adapter_zoo.yaml; unchanged adapters reused), the gate
 # and influence over it, membership loaded vs evicted, WMDP-cyber on all 1,987 items, E1 sessions with a harmful
@@ -96,8 +98,8 @@ adapters: setup
 		$(BIN)/dg launch --job adapter_zoo_job --partition $$id -m assets.definitions || exit 1; \
 	done
 	$(BIN)/dg launch --job adapter_study_job -m assets.definitions
-	cat .rvu/adapter_study/gate.md .rvu/adapter_study/trigger_search/trigger_search.md .rvu/adapter_study/incidents.md \
-		.rvu/adapter_study/oracle/incidents.md .rvu/adapter_study/tool_use.md .rvu/adapter_study/eviction_runtime/eviction_runtime.md
+	cd $(STATE)/adapter_study && cat gate.md trigger_search/trigger_search.md incidents.md oracle/incidents.md \
+		tool_use.md eviction_runtime/eviction_runtime.md
 
 # The local scale profile: PostgreSQL, MLflow server, Dagster webserver + daemon, Redis + celery workers on
 # loopback, data under .rvu/scale; `source .rvu/scale/scale.env` to use it from a shell. Idempotent; ports and
@@ -149,7 +151,7 @@ dev: setup
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 mlflow-ui: setup
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/.rvu/mlflow.db -h 127.0.0.1 -p 5000
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(STATE)/mlflow.db -h 127.0.0.1 -p 5000
 
 # every bench below, then bench-report's one table of all their ratios (run by the recipe: last even under -j)
 bench: bench-closure bench-monitor bench-detectors bench-agent bench-llama bench-llm-throughput bench-memsad bench-spectral bench-stores
