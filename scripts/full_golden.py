@@ -27,13 +27,14 @@ import polars as pl
 from rvu_pipelines.agents.regression import (
     compare_golden_documents,
     drift_markdown,
+    golden_full_path,
     load_golden,
     load_tolerance,
     save_golden,
     union_golden,
 )
 from rvu_pipelines.errors import ConfigError
-from rvu_pipelines.paths import config_dir, state_dir
+from rvu_pipelines.paths import state_dir
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +77,7 @@ def _model(profile: str | None) -> tuple[str, str]:
 def golden_file(profile: str | None, out: Path | None) -> Path:
     from rvu_pipelines.models import load_model_config
 
-    return out or config_dir() / "golden" / f"table1_full_{profile or load_model_config().default_profile}.json"
+    return out or golden_full_path(profile or load_model_config().default_profile)
 
 
 def recorded_runs(path: Path) -> list[str]:
