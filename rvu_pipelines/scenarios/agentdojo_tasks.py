@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scenarios.agentdojo_clock import install_fixed_clock, install_ordered_participants
+from rvu_pipelines.scenarios.agentdojo_yaml import install_libyaml_parser
 from rvu_pipelines.scenarios.axes import AGENTDOJO_SUITE_BENCHMARKS
 from rvu_pipelines.scenarios.catalog import BenchmarkSpec, register_benchmark
 from rvu_pipelines.scenarios.contract import ScenarioOutcome
@@ -50,6 +51,7 @@ def suites(benchmark_version: str) -> dict[str, Any]:
         ) from exc
     install_fixed_clock()  # the tools' e-mail / file stamps: one fixed moment, so episodes replay identically
     install_ordered_participants()  # a new event's participants in one order whatever the process's hash seed
+    install_libyaml_parser()  # each episode's environment parse in C, to the same objects
     return loaded
 
 
