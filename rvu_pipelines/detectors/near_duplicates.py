@@ -16,6 +16,7 @@ matrix), used by the tests to check the LSH path and to check splits independent
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,10 +41,16 @@ def shingles(text: str, n: int = NGRAM) -> set[str]:
     return {" ".join(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
+@functools.lru_cache(maxsize=65_536)
 def shingle_hashes(text: str, n: int = NGRAM) -> np.ndarray:
-    """Sorted unique 64-bit content hashes (blake2b) of the text's shingles: stable across processes."""
+    """Sorted unique 64-bit content hashes (blake2b) of the text's shingles: stable across processes.
+
+    Read-only and kept per text (bounded): the corpora, their splits and the leak checks hash the same texts again,
+    and hashing shingle by shingle is most of a near-duplicate pass."""
     values = {int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest(), "little") for s in shingles(text, n)}
-    return np.array(sorted(values), dtype=np.uint64)
+    out = np.array(sorted(values), dtype=np.uint64)
+    out.flags.writeable = False
+    return out
 
 
 def minhash_signatures(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from rvu_pipelines.detectors.near_duplicates import (
     cluster_labels,
@@ -22,6 +23,9 @@ def test_shingles_are_lowercased_word_5_grams() -> None:
     assert shingles("Too short") == {"too short"}
     assert shingles("   ") == set()
     assert np.array_equal(shingle_hashes("A b c d e"), shingle_hashes("a  B c d E"))
+    kept = shingle_hashes("A b c d e")  # kept per text, so no caller may change it for the next
+    with pytest.raises(ValueError, match="read-only"):
+        kept[0] = 0
 
 
 def test_threshold_is_inclusive_and_exact() -> None:
