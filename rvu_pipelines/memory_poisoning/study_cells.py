@@ -44,8 +44,9 @@ from rvu_pipelines.memory_poisoning.attacks.base import AttackRun
 from rvu_pipelines.memory_poisoning.attacks.trigger_config import TriggerConfig
 from rvu_pipelines.memory_poisoning.corpus import MemoryEntry
 from rvu_pipelines.memory_poisoning.retrieval import embed_texts
-from rvu_pipelines.models.embedding import Embedder
+from rvu_pipelines.models.embedding import Embedder, RememberingEmbedder
 
+_EVERY_TEXT = 10**9  # a study keeps every text it embedded: its records recur in every cell
 ATTACKS = ("agentpoison", "agentpoison_random_trigger", "agentpoison_varied", "minja", "injecmem")
 
 
@@ -117,17 +118,11 @@ class EmbeddingCache:
 
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
-        self._vectors: dict[str, np.ndarray] = {}
+        self._remembered = RememberingEmbedder(embedder, max_texts=_EVERY_TEXT)
         self.trigger_runs: dict[tuple[object, ...], AttackRun] = {}  # one trigger search per split and config
 
     def __call__(self, texts: Sequence[str], what: str) -> np.ndarray:
-        missing = sorted({t for t in texts if t not in self._vectors})
-        if missing:
-            for text, vector in zip(missing, embed_texts(self.embedder, missing, what), strict=True):
-                self._vectors[text] = vector
-        if not texts:
-            return np.zeros((0, self.embedder.dimension), dtype=np.float32)
-        return np.stack([self._vectors[t] for t in texts])
+        return embed_texts(self._remembered, list(texts), what)
 
 
 def question_of(entry: MemoryEntry) -> str:

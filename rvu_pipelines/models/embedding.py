@@ -57,3 +57,48 @@ def embedder_name(embedder: Any) -> str:
         return str(name)
     path = getattr(embedder, "model_path", None)
     return f"{type(embedder).__name__}:{path}" if path else type(embedder).__name__
+
+
+class RememberingEmbedder:
+    """An embedder that embeds each distinct text once and answers repeats from memory (at most ``max_texts``
+    texts, the oldest forgotten first).
+
+    For callers that embed the same records again and again: a study's cells share their memories and queries,
+    a test session its data sets. The texts not yet remembered are embedded together, distinct and sorted, so a
+    text's vector does not depend on the order it was asked in. Not for timing an embedder: a repeat costs
+    nothing. Everything but ``encode`` (the tokenizer, ``max_tokens``, the model path) is the wrapped embedder's.
+    """
+
+    def __init__(self, inner: Embedder, *, max_texts: int = 65_536) -> None:
+        if max_texts < 1:
+            raise ValueError(f"max_texts must be at least 1, got {max_texts}")
+        self.inner = inner
+        self.name = inner.name
+        self.max_texts = max_texts
+        self._vectors: dict[str, np.ndarray] = {}  # insertion order: the oldest first
+
+    @property
+    def dimension(self) -> int:
+        return self.inner.dimension
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet (a copy being made): never look for it on itself
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def encode(self, texts: list[str], *, show_progress: bool = False) -> np.ndarray:
+        missing = sorted({text for text in texts if text not in self._vectors})
+        if len(missing) > self.max_texts:
+            return self.inner.encode(list(texts), show_progress=show_progress)  # more than it may keep at once
+        if missing:
+            vectors = self.inner.encode(missing, show_progress=show_progress)
+            self._vectors.update(zip(missing, vectors, strict=True))
+        if texts:
+            out = np.stack([self._vectors[text] for text in texts])
+        else:
+            out = np.zeros((0, self.dimension), dtype=np.float32)
+        excess = len(self._vectors) - self.max_texts
+        if excess > 0:
+            for old in list(self._vectors)[:excess]:
+                del self._vectors[old]
+        return out

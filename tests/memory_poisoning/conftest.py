@@ -26,9 +26,12 @@ def minja_frame(shared_data: Path) -> pl.DataFrame:
 
 @pytest.fixture(scope="session")
 def embedder(tiny_models):
+    """MiniLM for every module on this worker, each distinct text embedded once: the modules embed the same
+    StrategyQA / MINJA records again (``tests/models`` tests the bare embedder)."""
     from rvu_pipelines.models.embedder import SentenceEmbedder
+    from rvu_pipelines.models.embedding import RememberingEmbedder
 
-    return SentenceEmbedder(tiny_models["embedder"].path)
+    return RememberingEmbedder(SentenceEmbedder(tiny_models["embedder"].path))
 
 
 @pytest.fixture(scope="session")
