@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import skops.io
 
 from rvu_pipelines.detectors import TfidfDetector
 from rvu_pipelines.detectors.metrics import point_metrics
@@ -43,6 +42,8 @@ def test_skops_round_trip(tiny_d2, deepset, tmp_path) -> None:
 
 def test_skops_file_with_untrusted_types_is_refused(tmp_path) -> None:
     import functools
+
+    import skops.io  # here, not at collection: importing it walks scikit-learn's modules (seconds, on every worker)
 
     skops.io.dump(functools.partial(print, "pwned"), tmp_path / "evil.skops")  # callables are not trusted
     with pytest.raises(UnsafePickleError, match="builtins.print"):
