@@ -66,11 +66,21 @@ SHARED_WORKER = {
     "tests/detectors/test_production_detector.py": "overdefense-set",
     "tests/detectors/test_detectors_assets.py": "overdefense-set",
     "tests/detectors/test_detector_validity.py": "overdefense-set",
-    # one embedding cache for the memory-poisoning studies (``study_embeddings``): each record is embedded once
+    # the memory-poisoning modules that embed StrategyQA / MINJA records share one worker, so one embedding memory
+    # (``embedder``, ``study_embeddings``): each record is embedded once
+    "tests/memory_poisoning/test_adaptive_attacks.py": "memory-poisoning-studies",
+    "tests/memory_poisoning/test_attacks.py": "memory-poisoning-studies",
+    "tests/memory_poisoning/test_baselines.py": "memory-poisoning-studies",
+    "tests/memory_poisoning/test_hybrid.py": "memory-poisoning-studies",
+    "tests/memory_poisoning/test_memsad.py": "memory-poisoning-studies",
+    "tests/memory_poisoning/test_minja_agent.py": "memory-poisoning-studies",
+    "tests/memory_poisoning/test_poisoning_export.py": "memory-poisoning-studies",
+    "tests/memory_poisoning/test_retrieval.py": "memory-poisoning-studies",
     "tests/memory_poisoning/test_seeds.py": "memory-poisoning-studies",
     "tests/memory_poisoning/test_study.py": "memory-poisoning-studies",
     "tests/memory_poisoning/test_timeline.py": "memory-poisoning-studies",
     "tests/memory_poisoning/test_varied.py": "memory-poisoning-studies",
+    "tests/memory_poisoning/test_write_check.py": "memory-poisoning-studies",
     # one memorising adapter (``depot_memoriser``) for the recoveries that evict one
     "tests/adapters/test_adapter_incidents.py": "depot-memoriser",
     "tests/adapters/test_adapter_membership_probe.py": "depot-memoriser",
