@@ -145,6 +145,145 @@ class LlmStats:
 EpisodeRunner = Callable[[Scenario, Path], Mapping[str, Any]]
 
 
+@dataclass
+class CellWork:
+    """One cell's plan: the episodes it still needs (``todo``, scenario-id order) and the rows it keeps, filled in
+    by ``run_cells``."""
+
+    spec: CellSpec
+    run_episode: EpisodeRunner
+    path: Path
+    code_version: str
+    wanted: dict[str, str]  # scenario id -> episode key
+    todo: list[Scenario]
+    stored: dict[str, dict[str, Any]]  # episode key -> row (rows of other samples of the cell stay in the file)
+    root: Path
+    rerun: bool = False
+    seconds: float = 0.0  # reading the stored rows + this cell's episodes
+    llm_calls: int = 0
+    llm_cache_hits: int = 0
+    inference_seconds: float = 0.0
+    replayed_seconds: float = 0.0
+
+
+def plan_cell(
+    spec: CellSpec,
+    scenarios: Sequence[Scenario],
+    run_episode: EpisodeRunner,
+    *,
+    model_id: str,
+    settings_fingerprint: str,
+    root: Path,
+    code_version: str | None = None,
+    rerun: bool = False,
+    attack_fingerprint: str = "",
+) -> CellWork:
+    """Which of the cell's episodes must run: a stored row is reused only if its key and its ``code_version``
+    (default: this process's) match; ``rerun=True`` plans every episode of the sample again."""
+    started = time.perf_counter()
+    version = code_version or current_code_version()
+    path = cell_path(root, spec)
+    existing = _read_rows(path)
+    done: dict[str, dict[str, Any]] = {}
+    if existing is not None and "episode_key" in existing.columns:
+        done = {row["episode_key"]: row for row in existing.iter_rows(named=True)}
+    ordered = sorted(scenarios, key=lambda s: s.scenario_id)
+    wanted = {
+        s.scenario_id: episode_key(s.scenario_id, spec.defense, model_id, settings_fingerprint, attack_fingerprint)
+        for s in ordered
+    }
+    todo = [
+        s
+        for s in ordered
+        if rerun or wanted[s.scenario_id] not in done or done[wanted[s.scenario_id]].get("code_version") != version
+    ]
+    work = CellWork(spec, run_episode, path, version, wanted, todo, dict(done), Path(root), rerun)
+    work.seconds = time.perf_counter() - started
+    return work
+
+
+def _run_episode(work: CellWork, scenario: Scenario, stats: LlmStats, model_id: str) -> None:
+    """One episode of ``work``; its row is saved before the next episode starts."""
+    started = time.perf_counter()
+    spec = work.spec
+    before = stats.snapshot()
+    workdir = work.root / "episodes" / spec.profile / spec.attack / spec.defense / _safe(scenario.scenario_id)
+    row = dict(work.run_episode(scenario, workdir))
+    after = stats.snapshot()
+    replayed = after[3] - before[3]
+    wall = row.get("latency_s")
+    row.update(
+        episode_key=work.wanted[scenario.scenario_id],
+        attack=spec.attack,
+        model_id=model_id,
+        code_version=work.code_version,
+        llm_calls=after[0] - before[0],
+        llm_cache_hits=after[1] - before[1],
+        llm_inference_s=round(after[2] - before[2], 4),
+        llm_replayed_s=round(replayed, 4),
+    )
+    if isinstance(wall, (int, float)):  # latency as if every answer had been computed here
+        row.update(wall_latency_s=wall, latency_s=round(wall + replayed, 4))
+    work.stored[row["episode_key"]] = row
+    _write_rows(work.path, sorted(work.stored.values(), key=lambda r: (r["scenario_id"], r["episode_key"])))
+    work.llm_calls += after[0] - before[0]
+    work.llm_cache_hits += after[1] - before[1]
+    work.inference_seconds += after[2] - before[2]
+    work.replayed_seconds += replayed
+    work.seconds += time.perf_counter() - started
+
+
+def _finished(work: CellWork) -> CellRun:
+    keys = set(work.wanted.values())
+    rows = sorted((row for key, row in work.stored.items() if key in keys), key=lambda r: r["scenario_id"])
+    frame = pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
+    run = CellRun(
+        spec=work.spec,
+        rows=frame,
+        reused_episodes=len(work.wanted) - len(work.todo),
+        new_episodes=len(work.todo),
+        llm_calls=work.llm_calls,
+        llm_cache_hits=work.llm_cache_hits,
+        llm_inferences=work.llm_calls - work.llm_cache_hits,
+        inference_seconds=work.inference_seconds,
+        wall_seconds=work.seconds,
+        path=work.path,
+        code_version=work.code_version,
+        replayed_seconds=work.replayed_seconds,
+        rerun=work.rerun,
+    )
+    run.metrics = cell_metrics(frame)
+    return run
+
+
+def run_cells(works: Sequence[CellWork], *, llm: Any, model_id: str, progress: bool = True) -> list[CellRun]:
+    """The planned cells' missing episodes, scenario by scenario: one scenario's episodes under every attack and
+    defense of ``works`` run back to back, so the prompt prefix they share (system prompt, task, the tool output up
+    to the injection) is still in the model's KV snapshots when the next one starts (cell by cell, a sample of 100
+    long contexts pushes it out first). Outcomes do not depend on the order (temperature 0, reused KV positions
+    bit-identical to cold ones); each row is saved when its episode ends, so an interrupted run resumes. Returns one
+    ``CellRun`` per work, in the order given."""
+    stats = LlmStats(llm)
+    queue = sorted(
+        ((scenario.scenario_id, index, scenario) for index, work in enumerate(works) for scenario in work.todo),
+        key=lambda item: (item[0], item[1]),
+    )
+    bars: dict[int, Any] = {}
+    if progress:
+        for index, work in enumerate(works):
+            if work.todo:
+                bars[index] = tqdm(total=len(work.todo), desc=work.spec.cell_id, unit="episode", position=len(bars))
+    try:
+        for _, index, scenario in queue:
+            _run_episode(works[index], scenario, stats, model_id)
+            if index in bars:
+                bars[index].update()
+    finally:
+        for bar in bars.values():
+            bar.close()
+    return [_finished(work) for work in works]
+
+
 def run_cell(
     spec: CellSpec,
     scenarios: Sequence[Scenario],
@@ -166,73 +305,20 @@ def run_cell(
     returns one flat row (EpisodeResult.to_row()); the row is saved before the next episode starts, so
     nothing finished is lost if the process dies. A stored row is reused only if its key and its
     ``code_version`` (default: this process's) match; ``rerun=True`` re-runs every episode of the sample
-    against the current code (replacing its stored rows).
+    against the current code (replacing its stored rows). Several cells on the same scenarios: ``run_cells``.
     """
-    started = time.perf_counter()
-    version = code_version or current_code_version()
-    path = cell_path(root, spec)
-    existing = _read_rows(path)
-    done: dict[str, dict[str, Any]] = {}
-    if existing is not None and "episode_key" in existing.columns:
-        done = {row["episode_key"]: row for row in existing.iter_rows(named=True)}
-    ordered = sorted(scenarios, key=lambda s: s.scenario_id)
-    wanted = {
-        s.scenario_id: episode_key(s.scenario_id, spec.defense, model_id, settings_fingerprint, attack_fingerprint)
-        for s in ordered
-    }
-    todo = [
-        s
-        for s in ordered
-        if rerun or wanted[s.scenario_id] not in done or done[wanted[s.scenario_id]].get("code_version") != version
-    ]
-    stored = dict(done)  # rows of other samples of this cell stay in the file
-    stats = LlmStats(llm)
-    calls0, hits0, seconds0, replayed0 = stats.snapshot()
-    iterator: Any = todo
-    if progress and todo:
-        iterator = tqdm(todo, desc=spec.cell_id, unit="episode")
-    for scenario in iterator:
-        before = stats.snapshot()
-        workdir = root / "episodes" / spec.profile / spec.attack / spec.defense / _safe(scenario.scenario_id)
-        row = dict(run_episode(scenario, workdir))
-        after = stats.snapshot()
-        replayed = after[3] - before[3]
-        wall = row.get("latency_s")
-        row.update(
-            episode_key=wanted[scenario.scenario_id],
-            attack=spec.attack,
-            model_id=model_id,
-            code_version=version,
-            llm_calls=after[0] - before[0],
-            llm_cache_hits=after[1] - before[1],
-            llm_inference_s=round(after[2] - before[2], 4),
-            llm_replayed_s=round(replayed, 4),
-        )
-        if isinstance(wall, (int, float)):  # latency as if every answer had been computed here
-            row.update(wall_latency_s=wall, latency_s=round(wall + replayed, 4))
-        stored[row["episode_key"]] = row
-        _write_rows(path, sorted(stored.values(), key=lambda r: (r["scenario_id"], r["episode_key"])))
-    calls1, hits1, seconds1, replayed1 = stats.snapshot()
-    keys = set(wanted.values())
-    rows = sorted((row for key, row in stored.items() if key in keys), key=lambda r: r["scenario_id"])
-    frame = pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
-    run = CellRun(
-        spec=spec,
-        rows=frame,
-        reused_episodes=len(ordered) - len(todo),
-        new_episodes=len(todo),
-        llm_calls=calls1 - calls0,
-        llm_cache_hits=hits1 - hits0,
-        llm_inferences=(calls1 - calls0) - (hits1 - hits0),
-        inference_seconds=seconds1 - seconds0,
-        wall_seconds=time.perf_counter() - started,
-        path=path,
-        code_version=version,
-        replayed_seconds=replayed1 - replayed0,
+    work = plan_cell(
+        spec,
+        scenarios,
+        run_episode,
+        model_id=model_id,
+        settings_fingerprint=settings_fingerprint,
+        root=root,
+        code_version=code_version,
         rerun=rerun,
+        attack_fingerprint=attack_fingerprint,
     )
-    run.metrics = cell_metrics(frame)
-    return run
+    return run_cells([work], llm=llm, model_id=model_id, progress=progress)[0]
 
 
 def _safe(scenario_id: str) -> str:

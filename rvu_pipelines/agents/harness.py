@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rvu_pipelines.agents.evaluation import CellRun, CellSpec, run_cell
+from rvu_pipelines.agents.evaluation import CellRun, CellSpec, CellWork, plan_cell, run_cells
 from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
 from rvu_pipelines.attacks.catalog import AttackContext, GateCheck, attack_fingerprint, attacked, get_attack
 from rvu_pipelines.detectors import InjectionDetector
@@ -224,6 +224,47 @@ class Harness:
 
         return gate_check(self.settings.allowlist, self.settings.rvg_policies)
 
+    def plan_cell(
+        self,
+        benchmark: str,
+        defense: str,
+        *,
+        attack: str = NATIVE,
+        limit: int | None = None,
+        scenarios: Sequence[Scenario] | None = None,
+        rerun: bool = False,
+    ) -> CellWork:
+        """One cell's plan for ``run_cells``; ``scenarios`` (default: the benchmark's fixed-seed sample) are the
+        benchmark's own and are rewritten here by ``attack`` (a ``ConfigError`` when the attack cannot rewrite
+        one). ``rerun=True`` plans every episode again, otherwise rows stored by the same code version are
+        reused."""
+        from rvu_pipelines.agents.episode import run_episode  # runtime only: imports AgentDojo (seconds)
+
+        get_attack(attack, field="attack")  # an unknown name fails before any scenario loads
+        spec = CellSpec(benchmark=benchmark, defense=defense, profile=self.profile, limit=limit, attack=attack)
+        context = self.attack_context(defense)
+        native = list(scenarios) if scenarios is not None else scenarios_for(benchmark, limit)
+        chosen = [attacked(scenario, attack, context) for scenario in native]
+
+        def episode(scenario: Scenario, workdir: Path) -> dict[str, Any]:
+            return run_episode(scenario, defense, self.llm, self.settings, workdir).to_row()
+
+        return plan_cell(
+            spec,
+            chosen,
+            episode,
+            model_id=self.model_id,
+            settings_fingerprint=self.settings_fingerprint(defense),
+            root=self.root,
+            rerun=rerun,
+            attack_fingerprint=attack_fingerprint(attack, context),
+        )
+
+    def run_cells(self, works: Sequence[CellWork], *, progress: bool = True) -> list[CellRun]:
+        """The planned cells, scenario by scenario (``evaluation.run_cells``: a scenario's episodes share their
+        prompt prefix), one ``CellRun`` per work in the order given."""
+        return run_cells(works, llm=self.llm, model_id=self.model_id, progress=progress)
+
     def run_cell(
         self,
         benchmark: str,
@@ -238,29 +279,8 @@ class Harness:
         """One cell; ``scenarios`` (default: the benchmark's fixed-seed sample) are the benchmark's own and are
         rewritten here by ``attack``. ``rerun=True`` re-runs every episode against the current code (the
         nightly sweep and ``rvu regress``), otherwise rows stored by the same code version are reused."""
-        from rvu_pipelines.agents.episode import run_episode  # runtime only: imports AgentDojo (seconds)
-
-        get_attack(attack, field="attack")  # an unknown name fails before any scenario loads
-        spec = CellSpec(benchmark=benchmark, defense=defense, profile=self.profile, limit=limit, attack=attack)
-        context = self.attack_context(defense)
-        native = list(scenarios) if scenarios is not None else scenarios_for(benchmark, limit)
-        chosen = [attacked(scenario, attack, context) for scenario in native]
-
-        def episode(scenario: Scenario, workdir: Path) -> dict[str, Any]:
-            return run_episode(scenario, defense, self.llm, self.settings, workdir).to_row()
-
-        return run_cell(
-            spec,
-            chosen,
-            episode,
-            llm=self.llm,
-            model_id=self.model_id,
-            settings_fingerprint=self.settings_fingerprint(defense),
-            root=self.root,
-            progress=progress,
-            rerun=rerun,
-            attack_fingerprint=attack_fingerprint(attack, context),
-        )
+        work = self.plan_cell(benchmark, defense, attack=attack, limit=limit, scenarios=scenarios, rerun=rerun)
+        return self.run_cells([work], progress=progress)[0]
 
     def run_table(
         self,
@@ -276,7 +296,7 @@ class Harness:
         """Every defense under ``attack`` on the same scenarios (loaded once, unless given)."""
         get_attack(attack, field="attack")
         chosen = list(scenarios) if scenarios is not None else scenarios_for(benchmark, limit)
-        return [
-            self.run_cell(benchmark, d, attack=attack, limit=limit, progress=progress, scenarios=chosen, rerun=rerun)
-            for d in defenses
+        works = [
+            self.plan_cell(benchmark, d, attack=attack, limit=limit, scenarios=chosen, rerun=rerun) for d in defenses
         ]
+        return self.run_cells(works, progress=progress)

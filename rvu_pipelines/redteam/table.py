@@ -168,7 +168,8 @@ def cell_scenarios(
 
 def run_table(harness: Any, plan: TablePlan, *, progress: bool = True) -> tuple[list[Any], list[dict[str, str]]]:
     """Every available cell of ``plan`` (resumable: finished episodes are reused); returns the cell runs and the
-    cells that could not run, with why."""
+    cells that could not run, with why. A benchmark's cells run scenario by scenario (``Harness.run_cells``), so
+    a scenario's prompt prefix is computed once for all its attacks and defenses."""
     runs: list[Any] = []
     skipped: list[dict[str, str]] = []
     for benchmark in plan.benchmarks:
@@ -179,6 +180,7 @@ def run_table(harness: Any, plan: TablePlan, *, progress: bool = True) -> tuple[
             scenarios = own or own_string_sample(benchmark, harness.attack_context("vanilla"))
         else:
             scenarios = heldout_sample(benchmark, plan.per_benchmark)
+        works = []
         for attack in plan.attacks:
             for defense in plan.defenses:
                 context = harness.attack_context(defense)
@@ -190,11 +192,10 @@ def run_table(harness: Any, plan: TablePlan, *, progress: bool = True) -> tuple[
                     continue
                 sample = own if attack in PER_SCENARIO_ATTACKS else scenarios
                 try:
-                    runs.append(
-                        harness.run_cell(benchmark, defense, attack=attack, scenarios=sample, progress=progress)
-                    )
+                    works.append(harness.plan_cell(benchmark, defense, attack=attack, scenarios=sample))
                 except ConfigError as exc:  # e.g. a scenario with no target its judge counts
                     skipped.append({"benchmark": benchmark, "attack": attack, "defense": defense, "reason": str(exc)})
+        runs.extend(harness.run_cells(works, progress=progress))
     return runs, skipped
 
 
