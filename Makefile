@@ -15,7 +15,7 @@ export TOKENIZERS_PARALLELISM := false
 # test modules' assertions again in every process
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup run attacks attacks-full scale-up scale-down scale-status doctor detectors detector-validity memory-poisoning memory-poisoning-seeds memsad-synonym minja-agent spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-report bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-llama bench-llm-throughput bench-memsad bench-spectral regress report docs docs-serve test-fast clean
+.PHONY: setup run attacks attacks-full scale-up scale-down scale-status doctor detectors detector-validity memory-poisoning memory-poisoning-seeds memsad-synonym minja-agent spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-report bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-cell-order bench-llama bench-llm-throughput bench-memsad bench-spectral regress report docs docs-serve test-fast clean
 
 setup:
 	@bash scripts/setup.sh
@@ -154,7 +154,7 @@ mlflow-ui: setup
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(STATE)/mlflow.db -h 127.0.0.1 -p 5000
 
 # every bench below, then bench-report's one table of all their ratios (run by the recipe: last even under -j)
-bench: bench-closure bench-monitor bench-detectors bench-agent bench-llama bench-llm-throughput bench-memsad bench-spectral bench-stores
+bench: bench-closure bench-monitor bench-detectors bench-agent bench-cell-order bench-llama bench-llm-throughput bench-memsad bench-spectral bench-stores
 	$(BIN)/python benchmarks/bench_report.py
 
 # every bench's headline ratios in one table, from the JSON each leaves in .rvu/bench/ (`make bench`'s last step);
@@ -191,6 +191,10 @@ bench-spectral: setup
 # cold vs KV-prefix-reused vs response-cached LLM time per agent scenario
 bench-agent: setup
 	$(BIN)/python benchmarks/bench_agent_speed.py
+
+# the attack table's episode order: cell by cell vs scenario by scenario (shared prompt prefixes), same rows
+bench-cell-order: setup
+	$(BIN)/python benchmarks/bench_cell_order.py
 
 # llama.cpp prompt / generation tokens/s: portable vs native build, extra buffer types off vs on
 bench-llama: setup

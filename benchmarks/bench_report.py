@@ -26,6 +26,7 @@ MAKE_BENCH = {
     "monitor": "bench-monitor",
     "detectors": "bench-detectors",
     "agent_speed": "bench-agent",
+    "cell_order": "bench-cell-order",
     "llama_cpu": "bench-llama",
     "llm_throughput": "bench-llm-throughput",
     "memsad": "bench-memsad",

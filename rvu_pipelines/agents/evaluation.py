@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -268,20 +269,34 @@ def run_cells(works: Sequence[CellWork], *, llm: Any, model_id: str, progress: b
         ((scenario.scenario_id, index, scenario) for index, work in enumerate(works) for scenario in work.todo),
         key=lambda item: (item[0], item[1]),
     )
-    bars: dict[int, Any] = {}
-    if progress:
-        for index, work in enumerate(works):
-            if work.todo:
-                bars[index] = tqdm(total=len(work.todo), desc=work.spec.cell_id, unit="episode", position=len(bars))
+    bars = _progress_bars(works) if progress else {}
     try:
         for _, index, scenario in queue:
             _run_episode(works[index], scenario, stats, model_id)
             if index in bars:
                 bars[index].update()
     finally:
-        for bar in bars.values():
+        for bar in {id(bar): bar for bar in bars.values()}.values():
             bar.close()
     return [_finished(work) for work in works]
+
+
+def _progress_bars(works: Sequence[CellWork]) -> dict[int, Any]:
+    """A bar per cell with episodes to run, stacked on a terminal; where stderr is a log (Dagster, a file) stacked
+    bars would write cursor moves, so the cells share one bar there."""
+    pending = [index for index, work in enumerate(works) if work.todo]
+    if len(pending) > 1 and not sys.stderr.isatty():
+        names = sorted({f"{works[i].spec.profile}/{works[i].spec.benchmark}" for i in pending})
+        shared = tqdm(
+            total=sum(len(works[i].todo) for i in pending),
+            desc=f"{', '.join(names)}: {len(pending)} cells",
+            unit="episode",
+        )
+        return dict.fromkeys(pending, shared)
+    return {
+        index: tqdm(total=len(works[index].todo), desc=works[index].spec.cell_id, unit="episode", position=slot)
+        for slot, index in enumerate(pending)
+    }
 
 
 def run_cell(

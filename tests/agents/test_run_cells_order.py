@@ -102,6 +102,14 @@ def test_a_run_killed_part_way_keeps_its_rows_and_resumes_with_the_rest(tmp_path
     assert [run.rows.height for run in runs] == [3, 3, 2]
 
 
+def test_cells_run_together_share_one_progress_bar_in_a_log(tmp_path: Path, capsys) -> None:
+    """Stacked bars write cursor moves; where stderr is not a terminal (Dagster's log) the cells share one bar."""
+    run_cells(_works(tmp_path, [], _samples()), llm=None, model_id="m", progress=True)
+    err = capsys.readouterr().err
+    assert "tiny/canonical: 3 cells" in err and "8/8" in err
+    assert "\x1b[A" not in err
+
+
 def test_the_real_agent_answers_the_same_in_either_order(smollm, tiny_models, tmp_path: Path) -> None:
     """Two BIPIA scenarios under two attacks on llama.cpp: scenario by scenario (the second attack's prompt starts
     from the first one's KV prefix) gives every row cell by cell gives, from empty response caches."""
