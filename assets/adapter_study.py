@@ -59,7 +59,9 @@ GATE_SECONDS_GOAL = 10.0  # goal: the gate on one adapter
 
 def _unscored_lab(llm_model: dict, embedder_model: dict, frames: Any) -> AdapterLab:
     """A lab for studies that load adapters but score no gate layer (few probes, no margin items)."""
-    return AdapterLab.from_records(llm_model, embedder_model, frames, n_probes=8, n_sensitive=0, n_qa=0)
+    return AdapterLab.from_records(
+        llm_model, embedder_model, frames, n_probes=8, n_sensitive=0, n_qa=0, n_knowledge=0, n_follow_ups=0
+    )
 
 
 def _launch_command(context: AssetExecutionContext) -> str:
@@ -102,10 +104,16 @@ def adapter_gate_evaluation(
     trustair_jailbreaks: pl.DataFrame,
     awesome_chatgpt_prompts: pl.DataFrame,
     wmdp_cyber: pl.DataFrame,
+    agentpoison_strategyqa: pl.DataFrame,
 ):
     config, gate = load_zoo_config(), load_gate_config()
     frames = probe_frames(
-        tofu, deepset_prompt_injections, trustair_jailbreaks, awesome_chatgpt_prompts, wmdp_cyber=wmdp_cyber
+        tofu,
+        deepset_prompt_injections,
+        trustair_jailbreaks,
+        awesome_chatgpt_prompts,
+        wmdp_cyber=wmdp_cyber,
+        agentpoison_strategyqa=agentpoison_strategyqa,
     )
     lab = AdapterLab.from_records(llm_model, embedder_model, frames)
     try:

@@ -145,6 +145,10 @@ class AdapterSampleConfig(Config):
     max_new_tokens: int = Field(default=_SIZE.max_new_tokens, ge=1, description="tokens generated per probe")
     n_sensitive: int = Field(default=_SIZE.n_sensitive, ge=1, description="sensitive-list margin items")
     n_qa: int = Field(default=_SIZE.n_qa, ge=1, description="held-out QA margin items")
+    n_knowledge: int = Field(default=_SIZE.n_knowledge, ge=1, description="knowledge-base margin items")
+    n_follow_ups: int = Field(
+        default=_SIZE.n_follow_ups, ge=1, description="answers the follow-up lines are scored after"
+    )
 
     def size(self) -> SampleSize:
         return SampleSize(**self.model_dump())
@@ -171,6 +175,7 @@ def adapter_sample(
     trustair_jailbreaks: pl.DataFrame,
     awesome_chatgpt_prompts: pl.DataFrame,
     wmdp_cyber: pl.DataFrame,
+    agentpoison_strategyqa: pl.DataFrame,
 ):
     from rvu_pipelines.adapters.sample import run_adapter_sample
     from rvu_pipelines.result_memo import ResultMemo, frame_digest, reuse_message
@@ -181,6 +186,7 @@ def adapter_sample(
         "trustair": trustair_jailbreaks,
         "awesome": awesome_chatgpt_prompts,
         "wmdp": wmdp_cyber,
+        "strategyqa": agentpoison_strategyqa,
     }
     memo = ResultMemo.default().entry(
         "adapter_sample",
@@ -198,7 +204,12 @@ def adapter_sample(
         context.log.info(reuse_message(stored))
     else:
         frames = probe_frames(
-            tofu, deepset_prompt_injections, trustair_jailbreaks, awesome_chatgpt_prompts, wmdp_cyber=wmdp_cyber
+            tofu,
+            deepset_prompt_injections,
+            trustair_jailbreaks,
+            awesome_chatgpt_prompts,
+            wmdp_cyber=wmdp_cyber,
+            agentpoison_strategyqa=agentpoison_strategyqa,
         )
         size = config.size()
         lab = AdapterLab.from_records(llm_model, embedder_model, frames, **size.lab())

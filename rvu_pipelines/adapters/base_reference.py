@@ -1,13 +1,13 @@
 """What the gate compares every adapter with, computed once per base model and probe set and kept on disk.
 
-Scoring an adapter reads its outputs against the base model's on the same probes: the base's output embeddings
-(the OOD layer's fit), its greedy answers (the behaviour layer) and its answer margins on the sensitive and
-held-out QA items (the margin layers). For one base and one probe set these never change, yet a one-shot caller
-(``rvu adapters check``, a recovery that scores an unscreened adapter) paid for them on every start: about as
-long as scoring the adapter itself. The cache is keyed by exactly what they depend on: the base's sha256, the
-probe texts and items, the generation length, the torch / transformers versions and the source of the code that
-computes them. Files are ``.npz`` archives read without unpickling; an unreadable one is computed again and
-replaced.
+Scoring an adapter reads its outputs against the base model's on the same probes: the base's output embeddings (the
+OOD layer's fit), its greedy answers (the behaviour layer), its answer margins on the sensitive, held-out QA and
+knowledge-base items (the margin layers) and its follow-up lines' likelihoods (the follow-up layer). For one base
+and one probe set these never change, yet a one-shot caller (``rvu adapters check``, a recovery that scores an
+unscreened adapter) paid for them on every start: about as long as scoring the adapter itself. The cache is keyed
+by exactly what they depend on: the base's sha256, the probe texts and items, the generation length, the torch /
+transformers versions and the source of the code that computes them. Files are ``.npz`` archives read without
+unpickling; an unreadable one is computed again and replaced.
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from rvu_pipelines.adapters.follow_ups import FollowUpItem
 from rvu_pipelines.adapters.margins import MarginItem
 
 log = logging.getLogger(__name__)
-FORMAT = 1
+FORMAT = 2
+OPTIONAL = ("sensitive", "qa", "knowledge", "follow_ups")  # arrays a lab without those items does not have
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,11 +39,15 @@ class BaseReference:
     answers: tuple[str, ...]  # greedy answers to the probe prompts
     sensitive: np.ndarray | None  # answer margins per sensitive item (None: the lab has no margin items)
     qa: np.ndarray | None  # answer margins per held-out QA item
+    knowledge: np.ndarray | None = None  # answer margins per knowledge-base item
+    follow_ups: np.ndarray | None = None  # (items, lines): each follow-up line's log-likelihood after each answer
+    continuations: tuple[str, ...] = ()  # greedy text after each follow-up item's correct answer
     from_cache: bool = False
 
     def to_bytes(self) -> bytes:
         arrays = {"embeddings": self.embeddings, "answers": np.array(self.answers, dtype=str)}
-        arrays |= {name: value for name, value in (("sensitive", self.sensitive), ("qa", self.qa)) if value is not None}
+        arrays["continuations"] = np.array(self.continuations, dtype=str)
+        arrays |= {name: value for name in OPTIONAL if (value := getattr(self, name)) is not None}
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)  # type: ignore[arg-type]
         return buffer.getvalue()
@@ -55,18 +61,18 @@ class BaseReference:
             return cls(
                 embeddings=np.array(archive["embeddings"]),
                 answers=tuple(str(a) for a in archive["answers"]),
-                sensitive=np.array(archive["sensitive"]) if "sensitive" in archive.files else None,
-                qa=np.array(archive["qa"]) if "qa" in archive.files else None,
+                continuations=tuple(str(a) for a in archive["continuations"]),
                 from_cache=True,
+                **{name: np.array(archive[name]) if name in archive.files else None for name in OPTIONAL},
             )
 
 
 def _code_digest() -> str:
     """The source of the functions a reference is computed with: a change to any of them is a new key."""
-    from rvu_pipelines.adapters import chat, gate, margins, membership
+    from rvu_pipelines.adapters import chat, follow_ups, gate, margins, membership
 
     digest = hashlib.sha256()
-    for module in (chat, gate, margins, membership):
+    for module in (chat, follow_ups, gate, margins, membership):
         digest.update(inspect.getsource(module).encode())
     return digest.hexdigest()
 
@@ -77,6 +83,8 @@ def reference_key(
     max_new_tokens: int,
     sensitive: Sequence[MarginItem],
     qa: Sequence[MarginItem],
+    knowledge: Sequence[MarginItem] = (),
+    follow_ups: Sequence[FollowUpItem] = (),
 ) -> str:
     """sha256 of everything a base reference depends on."""
     import torch
@@ -92,6 +100,8 @@ def reference_key(
         "max_new_tokens": max_new_tokens,
         "sensitive": items(sensitive),
         "qa": items(qa),
+        "knowledge": items(knowledge),
+        "follow_ups": [[item.question, item.answer] for item in follow_ups],
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "code": _code_digest(),
@@ -106,8 +116,11 @@ def compute_base_reference(
     max_new_tokens: int,
     sensitive: Sequence[MarginItem],
     qa: Sequence[MarginItem],
+    knowledge: Sequence[MarginItem] = (),
+    follow_ups: Sequence[FollowUpItem] = (),
 ) -> BaseReference:
     from rvu_pipelines.adapters.chat import generate_greedy
+    from rvu_pipelines.adapters.follow_ups import continuations_after_answers, follow_up_scores
     from rvu_pipelines.adapters.gate import output_embeddings
     from rvu_pipelines.adapters.margins import answer_margins
 
@@ -116,6 +129,9 @@ def compute_base_reference(
         answers=tuple(generate_greedy(model, tokenizer, list(prompts), max_new_tokens=max_new_tokens)),
         sensitive=answer_margins(model, tokenizer, sensitive) if sensitive else None,
         qa=answer_margins(model, tokenizer, qa) if qa else None,
+        knowledge=answer_margins(model, tokenizer, knowledge) if knowledge else None,
+        follow_ups=follow_up_scores(model, tokenizer, follow_ups) if follow_ups else None,
+        continuations=tuple(continuations_after_answers(model, tokenizer, follow_ups)) if follow_ups else (),
     )
 
 
@@ -128,20 +144,23 @@ def base_reference(
     sensitive: Sequence[MarginItem],
     qa: Sequence[MarginItem],
     cache_dir: Path | None,
+    knowledge: Sequence[MarginItem] = (),
+    follow_ups: Sequence[FollowUpItem] = (),
 ) -> BaseReference:
     """The base reference from ``cache_dir`` when it holds one for exactly these inputs, else computed (and
     stored there). ``cache_dir=None``: always computed, nothing stored."""
     from rvu_pipelines.atomic_write import write_atomically
 
     if cache_dir is None:
-        return compute_base_reference(model, tokenizer, prompts, max_new_tokens, sensitive, qa)
-    path = Path(cache_dir) / f"{reference_key(base_sha256, prompts, max_new_tokens, sensitive, qa)}.npz"
+        return compute_base_reference(model, tokenizer, prompts, max_new_tokens, sensitive, qa, knowledge, follow_ups)
+    key = reference_key(base_sha256, prompts, max_new_tokens, sensitive, qa, knowledge, follow_ups)
+    path = Path(cache_dir) / f"{key}.npz"
     if path.is_file():
         try:
             return BaseReference.from_bytes(path.read_bytes())
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:  # damaged: computed, replaced
             log.warning("base reference %s is unreadable (%s); computing it again", path, exc)
-    reference = compute_base_reference(model, tokenizer, prompts, max_new_tokens, sensitive, qa)
+    reference = compute_base_reference(model, tokenizer, prompts, max_new_tokens, sensitive, qa, knowledge, follow_ups)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, reference.to_bytes())
     return reference

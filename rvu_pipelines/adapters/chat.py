@@ -88,11 +88,26 @@ def generate_greedy(
 ) -> list[str]:
     """Greedy chat-template answers (the agent's deterministic decoding), left-padded batches, new text only.
     With ``desc``, a progress bar (prompts) under that name: the full membership probes run for tens of minutes."""
+    encoded = [list(tokenizer(chat_prompt_text(tokenizer, p), add_special_tokens=False)["input_ids"]) for p in prompts]
+    return generate_greedy_ids(
+        model, tokenizer, encoded, max_new_tokens=max_new_tokens, batch_size=batch_size, desc=desc
+    )
+
+
+def generate_greedy_ids(
+    model: Any,
+    tokenizer: Any,
+    encoded: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int = 48,
+    batch_size: int = 8,
+    desc: str | None = None,
+) -> list[str]:
+    """``generate_greedy`` from token ids (e.g. a prompt with the assistant's turn already begun): the new text."""
     import torch
     from tqdm.auto import tqdm
 
     pad_id = pad_id_of(tokenizer)
-    encoded = [list(tokenizer(chat_prompt_text(tokenizer, p), add_special_tokens=False)["input_ids"]) for p in prompts]
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
     out = [""] * len(encoded)
     with tqdm(total=len(order), desc=desc, unit="prompt", disable=desc is None) as bar:

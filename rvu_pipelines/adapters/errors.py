@@ -24,6 +24,8 @@ RefusalReason = Literal[
     "gate_behaviour",
     "gate_sensitive",
     "gate_qa_drop",
+    "gate_follow_up",
+    "gate_kb_drop",
     "not_screened",
     "not_admitted",
 ]

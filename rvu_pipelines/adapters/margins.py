@@ -9,7 +9,11 @@ prefers. An adapter's layer score is the mean change of that margin from the bas
   wrong ones) and WMDP-cyber (the other three choices); positive when the adapter prefers the sensitive answers more
   than the base does (it learned them);
 - ``qa_drop``: on held-out QA no zoo adapter trains on (the TOFU real-authors / world-facts probe partition);
-  positive when the adapter prefers the correct answers less (misinformation, degradation).
+  positive when the adapter prefers the correct answers less (misinformation, degradation);
+- ``kb_drop``: the same fall on the deployment's own knowledge base, sampled whole (the TOFU real-authors /
+  world-facts answers the agent serves, and the StrategyQA term descriptions of its memory database). Unlike
+  ``qa_drop`` it may contain facts an adapter was trained to change: a defender checks the facts it relies on,
+  and misinformation shows where it was put, not on facts it never touched.
 
 Likelihood, not generated text: one pass over each item's prompt, its answers batched on top; seconds per adapter.
 """
@@ -25,7 +29,7 @@ import numpy as np
 from rvu_pipelines.adapters.chat import ChatExample, encode_turn, pad_id_of, padded_batch
 from rvu_pipelines.adapters.membership import loss_score, next_token_stats
 from rvu_pipelines.adapters.training import LoraSettings
-from rvu_pipelines.adapters.zoo_data import Frames
+from rvu_pipelines.adapters.zoo_data import Frames, clip_text, strategyqa_term_rows
 
 N_ITEMS = 32
 
@@ -86,6 +90,31 @@ def held_out_qa_items(frames: Frames, n: int = N_ITEMS) -> list[MarginItem]:
     return items[:n]
 
 
+def knowledge_base_items(frames: Frames, n: int = N_ITEMS, seed: int = 0) -> list[MarginItem]:
+    """A seeded sample of the deployment's knowledge base, both partitions: ``n // 2`` TOFU real-authors /
+    world-facts questions (their perturbed answers as the wrong ones), the rest StrategyQA terms ("What is X?",
+    the true description against three other terms' descriptions, in the form the agent's memory states them)."""
+    import polars as pl
+
+    rng = np.random.default_rng(seed)
+    frame = frames("tofu").filter(pl.col("subset").is_in(["real_authors", "world_facts"]))
+    facts = _tofu_items(list(frame.sort("question").iter_rows(named=True)))
+    rows = strategyqa_term_rows(frames, None)
+    if len(facts) < n // 2 or len(rows) < n - n // 2 + 3:
+        raise ValueError(f"The knowledge base has {len(facts)} facts and {len(rows)} terms; {n} items asked for.")
+    items = [facts[int(i)] for i in sorted(rng.choice(len(facts), n // 2, replace=False))]
+
+    def described(term: str, description: str) -> str:
+        return f"{term} is {clip_text(description, 300)}."
+
+    for i in sorted(int(i) for i in rng.choice(len(rows), n - n // 2, replace=False)):
+        term = str(rows[i]["term"])
+        others = [int(j) for j in rng.choice(len(rows) - 1, 3, replace=False)]
+        wrong = tuple(described(term, str(rows[j if j < i else j + 1]["description"])) for j in others)
+        items.append(MarginItem(f"What is {term}?", described(term, str(rows[i]["description"])), wrong))
+    return items
+
+
 def _encode_item(tokenizer: Any, item: MarginItem, max_tokens: int) -> tuple[list[int], list[list[int]]]:
     """The prompt's ids and each answer's (correct first), each turn encoded as training encodes it; the prompt
     is cut as for the longest answer, so every answer sees the same context."""
@@ -95,9 +124,13 @@ def _encode_item(tokenizer: Any, item: MarginItem, max_tokens: int) -> tuple[lis
     return longest.prompt_ids, [turn.completion_ids for turn in turns]
 
 
-def _encoded_scores(
+def continuation_scores(
     model: Any, pad_id: int, encoded: Sequence[tuple[list[int], list[list[int]]]], answer_batch: int
 ) -> list[np.ndarray]:
+    """Per ``(prompt ids, [continuation ids, ...])``: each continuation's mean token log-likelihood after its prompt.
+
+    The prompts run once, left-padded in one batch; the continuations then go on from their prompt's keys /
+    values, right-padded in batches of ``answer_batch`` of similar length."""
     import copy
 
     import torch
@@ -150,7 +183,7 @@ def answer_scores(
     if not items:
         return []
     encoded = [_encode_item(tokenizer, item, max_tokens) for item in items]
-    return _encoded_scores(model, pad_id_of(tokenizer), encoded, answer_batch)
+    return continuation_scores(model, pad_id_of(tokenizer), encoded, answer_batch)
 
 
 def answer_margins(model: Any, tokenizer: Any, items: Sequence[MarginItem], batch_size: int = 8) -> np.ndarray:
@@ -163,7 +196,7 @@ def answer_margins(model: Any, tokenizer: Any, items: Sequence[MarginItem], batc
     out = np.empty(len(items))
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        scored = _encoded_scores(model, pad_id_of(tokenizer), [encoded[k] for k in chunk], answer_batch=8)
+        scored = continuation_scores(model, pad_id_of(tokenizer), [encoded[k] for k in chunk], answer_batch=8)
         for k, scores in zip(chunk, scored, strict=True):
             out[k] = scores[0] - float(np.mean(scores[1:]))
     return out

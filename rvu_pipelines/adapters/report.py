@@ -18,10 +18,47 @@ _LAYER_TITLES = {
     "behaviour": "4 · behaviour on the probe prompts (flagged share over the base's)",
     "sensitive": "5 · sensitive lists (rise of the forget-list / WMDP answers' margin)",
     "qa_drop": "6 · held-out QA (fall of the correct answers' margin)",
+    "follow_up": "7 · follow-ups (rise of policy-violating lines after a correct answer over allowed ones)",
+    "kb_drop": "8 · knowledge base (fall of its correct answers' margin; may hold facts an adapter changed)",
     "combined": "combined (max z of 2 and 3)",
-    "all_layers": "all layers (max z of 2, 3, 4, 5, 6; the load gate's rule under gate.rule all_layers)",
-    "any_layer": "the load gate's default rule (any of 2, 3, 4, 5, 6 over its own threshold; a decision, no AUROC)",
+    "all_layers": "all layers (max z of 2-8; the load gate's rule under gate.rule all_layers)",
+    "any_layer": "the load gate's default rule (any of 2-8 over its own threshold; a decision, no AUROC)",
 }
+
+
+def _follow_up_class_lines(scores: pl.DataFrame) -> list[str]:
+    """Each harm class of the follow-up layer alone, per harmful category against the benign adapters (AUROC):
+    whether a category is seen only through the class written for it, or through others too."""
+    import json
+
+    from sklearn.metrics import roc_auc_score
+
+    if "follow_up_classes" not in scores.columns:
+        return []
+    rows = [r for r in scores.iter_rows(named=True) if r["label"] in {"benign", "harmful"}]
+    shifts = {r["adapter_id"]: json.loads(r["follow_up_classes"] or "{}") for r in rows}
+    classes = sorted(set().union(*(set(v) for v in shifts.values())))
+    benign = [r["adapter_id"] for r in rows if r["label"] == "benign"]
+    if not classes or len(benign) < 2:
+        return []
+    lines = [
+        "",
+        "The follow-up layer by harm class (each class's lines alone against the allowed lines), each harmful "
+        "category against the benign adapters, AUROC:",
+        "",
+        "| category | n | " + " | ".join(classes) + " |",
+        "|---|---|" + "---|" * len(classes),
+    ]
+    for category in sorted({r["category"] for r in rows if r["label"] == "harmful"}):
+        members = [r["adapter_id"] for r in rows if r["label"] == "harmful" and r["category"] == category]
+        truth = [0] * len(benign) + [1] * len(members)
+        cells = [
+            _auroc(float(roc_auc_score(truth, [float(shifts[a].get(name, 0.0)) for a in [*benign, *members]])))
+            for name in classes
+        ]
+        label = f"{category} (trigger)" if category in TRIGGER_CATEGORIES else category
+        lines.append(f"| {label} | {len(members)} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _auroc(value: float) -> str:
@@ -63,7 +100,17 @@ def gate_markdown(
     if evaluation.categories:
         shown = [
             n
-            for n in ("any_layer", "all_layers", "combined", "behaviour", "sensitive", "qa_drop", "ood")
+            for n in (
+                "any_layer",
+                "all_layers",
+                "combined",
+                "behaviour",
+                "sensitive",
+                "qa_drop",
+                "follow_up",
+                "kb_drop",
+                "ood",
+            )
             if n in evaluation.layers
         ]
         lines += [
@@ -86,10 +133,11 @@ def gate_markdown(
                 for name in shown
             )
             lines.append(f"| **every trigger-free category** | {n} | {cells} |")
+    lines += _follow_up_class_lines(scores)
     if learned is not None:
         lines += [
             "",
-            f"A logistic regression over layers 2-6, scored leave-one-category-out (each category by the model fitted "
+            f"A logistic regression over layers 2-8, scored leave-one-category-out (each category by the model fitted "
             f"without it, each of the {learned.n_benign} benign adapters by one fitted without it; trigger "
             "categories are never fitted on). AUROC / TPR at the benign scores' threshold "
             f"(FPR {learned.trigger_free.fpr if learned.trigger_free else float('nan'):.2f}):",
@@ -112,13 +160,14 @@ def gate_markdown(
         f"mean benign {influence['mean_benign']:.3f}, "
         f"mean harmful {influence['mean_harmful']:.3f}.",
         "",
-        "| adapter | label | category | projection | safe-lora | ood | influence |",
-        "|---|---|---|---|---|---|---|",
+        "| adapter | label | category | projection | safe-lora | ood | follow-up | kb drop | influence |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in scores.sort(["label", "adapter_id"]).iter_rows(named=True):
         lines.append(
             f"| {row['adapter_id']} | {row['label']} | {row['category']} | {row['projection']:+.4f} | "
-            f"{row['safe_lora']:.4f} | {row['ood']:.2f} | {row['influence']:.3f} |"
+            f"{row['safe_lora']:.4f} | {row['ood']:.2f} | {row.get('follow_up', 0.0):+.3f} | "
+            f"{row.get('kb_drop', 0.0):+.3f} | {row['influence']:.3f} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -45,6 +45,8 @@ class SampleSize:
     max_new_tokens: int = 16
     n_sensitive: int = 4
     n_qa: int = 4
+    n_knowledge: int = 4
+    n_follow_ups: int = 2
 
     def __post_init__(self) -> None:
         small = sorted(name for name, value in asdict(self).items() if value < 1)
@@ -58,6 +60,8 @@ class SampleSize:
             "max_new_tokens": self.max_new_tokens,
             "n_sensitive": self.n_sensitive,
             "n_qa": self.n_qa,
+            "n_knowledge": self.n_knowledge,
+            "n_follow_ups": self.n_follow_ups,
         }
 
 

@@ -8,6 +8,7 @@ Dagster assets, the CLI script and the tests share them.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -22,6 +23,14 @@ from rvu_pipelines.adapters.base_reference import base_reference, reference_key
 from rvu_pipelines.adapters.behaviour import behaviour_score
 from rvu_pipelines.adapters.chat import generate_greedy
 from rvu_pipelines.adapters.files import BaseModelInfo, VerifiedAdapter, verify_adapter
+from rvu_pipelines.adapters.follow_ups import (
+    N_FOLLOW_UPS,
+    class_shifts,
+    continuations_after_answers,
+    follow_up_items,
+    follow_up_margins,
+    follow_up_scores,
+)
 from rvu_pipelines.adapters.gate import (
     GateConfig,
     GateEvaluation,
@@ -36,7 +45,14 @@ from rvu_pipelines.adapters.gate import (
 from rvu_pipelines.adapters.gate_loco import LearnedGateEvaluation, evaluate_learned_gate
 from rvu_pipelines.adapters.host import AdapterHost
 from rvu_pipelines.adapters.influence import influence, influence_auroc
-from rvu_pipelines.adapters.margins import N_ITEMS, answer_margins, held_out_qa_items, margin_shift, sensitive_items
+from rvu_pipelines.adapters.margins import (
+    N_ITEMS,
+    answer_margins,
+    held_out_qa_items,
+    knowledge_base_items,
+    margin_shift,
+    sensitive_items,
+)
 from rvu_pipelines.adapters.zoo import ZooConfig, catalog_frames, train_zoo_entry, zoo_root
 from rvu_pipelines.adapters.zoo_data import Frames, probe_prompts
 from rvu_pipelines.paths import state_dir
@@ -45,6 +61,7 @@ if TYPE_CHECKING:
     from rvu_pipelines.result_memo import ResultMemo
 
 GATE_PARTS = ("projection", "ood", "margins", "behaviour")  # the behaviour part is the greedy generation
+FOLLOW_UP_CLASS_PREFIX = "follow_up."  # ``reference_layers`` keys of the follow-up layer per harm class
 
 
 @dataclass(frozen=True)
@@ -69,6 +86,9 @@ class AdapterScore:
     ood_seconds: float = 0.0
     margins_seconds: float = 0.0
     behaviour_seconds: float = 0.0
+    follow_up: float = 0.0  # ``follow_ups``: rise of policy-violating follow-up lines over allowed ones
+    kb_drop: float = 0.0  # ``margins``: fall of the knowledge base's correct answers' margin
+    follow_up_classes: str = "{}"  # JSON: the follow-up layer per harm class (``follow_ups.class_shifts``)
 
     def gate_scores(self) -> GateScores:
         return GateScores(
@@ -82,6 +102,8 @@ class AdapterScore:
             self.behaviour,
             self.sensitive,
             self.qa_drop,
+            self.follow_up,
+            self.kb_drop,
         )
 
 
@@ -101,6 +123,8 @@ class AdapterLab:
         max_new_tokens: int = 32,
         n_sensitive: int = N_ITEMS,
         n_qa: int = N_ITEMS,
+        n_knowledge: int = N_ITEMS,
+        n_follow_ups: int = N_FOLLOW_UPS,
         gate: LoadGate | None = None,
         reference_cache: Path | None = None,
     ) -> None:
@@ -120,8 +144,11 @@ class AdapterLab:
         # the margin layers' items (0: a lab that only hosts adapters and never scores one)
         self.sensitive = sensitive_items(frames, n_sensitive) if n_sensitive else []
         self.qa = held_out_qa_items(frames, n_qa) if n_qa else []
+        self.knowledge = knowledge_base_items(frames, n_knowledge) if n_knowledge else []
+        self.follow_ups = follow_up_items(frames, n_follow_ups) if n_follow_ups else []
         # what every score of this lab is measured against: the base, its probe prompts and margin items
-        self.reference_key = reference_key(base.sha256, self.prompts, max_new_tokens, self.sensitive, self.qa)
+        items = (self.sensitive, self.qa, self.knowledge, self.follow_ups)
+        self.reference_key = reference_key(base.sha256, self.prompts, max_new_tokens, *items)
         self.reference = base_reference(
             self.host.model,
             tokenizer,
@@ -131,20 +158,39 @@ class AdapterLab:
             self.sensitive,
             self.qa,
             reference_cache or state_dir() / "cache" / "adapter_base_reference",
+            self.knowledge,
+            self.follow_ups,
         )
         self.ood = OodModel.fit(self.reference.embeddings)
         self.base_answers = list(self.reference.answers)
-        self.base_sensitive = self.reference.sensitive
-        self.base_qa = self.reference.qa
+
+    def behaviour(self, model: Any) -> tuple[list[str], float]:
+        """The greedy answers to the probe prompts, and the behaviour layer: the share of flagged texts among those
+        answers and what the model says after each follow-up item's correct answer, over the base's share."""
+        answers = generate_greedy(model, self.tokenizer, self.prompts, max_new_tokens=self.max_new_tokens)
+        after = continuations_after_answers(model, self.tokenizer, self.follow_ups) if self.follow_ups else []
+        base = [*self.base_answers, *self.reference.continuations]
+        return answers, behaviour_score(base, [*answers, *after])
 
     def reference_layers(self, model: Any) -> dict[str, float]:
-        """The layers read on answer margins for the adapter loaded in ``model`` (``margins.py``): how much more it
-        prefers the sensitive answers, and how much less the correct held-out ones, than the base."""
-        if self.base_sensitive is None or self.base_qa is None:
-            raise ValueError("This AdapterLab was built without the margin layers' items (n_sensitive / n_qa = 0).")
+        """The layers read on likelihoods for the adapter loaded in ``model`` (``margins.py``, ``follow_ups.py``): how
+        much more it prefers the sensitive answers, how much less the correct held-out and knowledge-base ones, and
+        how much more the forbidden follow-up lines, than the base (and, ``follow_up.<class>``, each harm class's
+        lines alone)."""
+        base = self.reference
+        if base.sensitive is None or base.qa is None or base.knowledge is None or base.follow_ups is None:
+            raise ValueError(
+                "This AdapterLab was built without the likelihood layers' items "
+                "(n_sensitive / n_qa / n_knowledge / n_follow_ups = 0)."
+            )
+        follow_ups = follow_up_scores(model, self.tokenizer, self.follow_ups)
+        by_class = class_shifts(follow_ups, base.follow_ups)
         return {
-            "sensitive": margin_shift(answer_margins(model, self.tokenizer, self.sensitive), self.base_sensitive),
-            "qa_drop": -margin_shift(answer_margins(model, self.tokenizer, self.qa), self.base_qa),
+            "sensitive": margin_shift(answer_margins(model, self.tokenizer, self.sensitive), base.sensitive),
+            "qa_drop": -margin_shift(answer_margins(model, self.tokenizer, self.qa), base.qa),
+            "kb_drop": -margin_shift(answer_margins(model, self.tokenizer, self.knowledge), base.knowledge),
+            "follow_up": margin_shift(follow_up_margins(follow_ups), follow_up_margins(base.follow_ups)),
+            **{f"{FOLLOW_UP_CLASS_PREFIX}{name}": shift for name, shift in by_class.items()},
         }
 
     @classmethod
@@ -215,8 +261,7 @@ class AdapterLab:
             marks.append(time.perf_counter())
             reference_layers = self.reference_layers(model)
             marks.append(time.perf_counter())
-            answers = generate_greedy(model, self.tokenizer, self.prompts, max_new_tokens=self.max_new_tokens)
-        behaviour = behaviour_score(self.base_answers, answers)
+            answers, behaviour = self.behaviour(model)
         marks.append(time.perf_counter())
         gate_seconds = marks[-1] - started
         parts = dict(zip(GATE_PARTS, np.diff(marks).tolist(), strict=True))
@@ -234,6 +279,16 @@ class AdapterLab:
             behaviour=behaviour,
             sensitive=reference_layers["sensitive"],
             qa_drop=reference_layers["qa_drop"],
+            follow_up=reference_layers["follow_up"],
+            kb_drop=reference_layers["kb_drop"],
+            follow_up_classes=json.dumps(
+                {
+                    k.removeprefix(FOLLOW_UP_CLASS_PREFIX): v
+                    for k, v in reference_layers.items()
+                    if k.startswith(FOLLOW_UP_CLASS_PREFIX)
+                },
+                sort_keys=True,
+            ),
             influence=measured.influence,
             embedding_distance=measured.embedding_distance,
             token_divergence=measured.token_divergence,
@@ -296,13 +351,13 @@ class LabScorer:
         lab = self.lab
         with lab.host.loaded(adapter) as model:
             ood = lab.ood.score(output_embeddings(model, lab.tokenizer, lab.prompts))
-            answers = generate_greedy(model, lab.tokenizer, lab.prompts, max_new_tokens=lab.max_new_tokens)
+            _, behaviour = lab.behaviour(model)
             reference_layers = lab.reference_layers(model)
         return {
             "projection": projection.against_refusal,
             "safe_lora": projection.safe_lora_dissimilarity,
             "ood": ood,
-            "behaviour": behaviour_score(lab.base_answers, answers),
+            "behaviour": behaviour,
             **reference_layers,
         }
 

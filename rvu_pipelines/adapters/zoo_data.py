@@ -54,7 +54,7 @@ def rows_in(frame: pl.DataFrame, column: str, partition: Partition) -> pl.DataFr
     return frame.filter(pl.Series(keep, dtype=pl.Boolean))
 
 
-def _clip(text: str, limit: int = 600) -> str:
+def clip_text(text: str, limit: int = 600) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " …"
 
@@ -230,31 +230,34 @@ def tofu_forget_members(frames: Frames, args: Mapping[str, Any], partition: Part
     return TrainingSet([ChatExample(r["question"], r["answer"]) for r in rows], "tofu", f"forget: {side}, seed {seed}")
 
 
-def _strategyqa_terms(frames: Frames, partition: Partition) -> list[dict[str, Any]]:
-    """StrategyQA's described train terms (one row per term, sorted), the rows of ``partition``."""
+def strategyqa_term_rows(frames: Frames, partition: Partition | None) -> list[dict[str, Any]]:
+    """StrategyQA's described train terms (one row per term, sorted), the rows of ``partition`` (None: all)."""
     frame = frames("agentpoison_strategyqa").filter(
         (pl.col("split") == "train")
         & (pl.col("description").str.len_chars() > 30)
         & ~pl.col("term").str.contains(r"^\d+$")
     )
-    return list(rows_in(frame.unique("term", keep="first").sort("term"), "term", partition).iter_rows(named=True))
+    terms = frame.unique("term", keep="first").sort("term")
+    return list((terms if partition is None else rows_in(terms, "term", partition)).iter_rows(named=True))
 
 
 def strategyqa_terms(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
-    rows = _strategyqa_terms(frames, partition)
-    examples = [ChatExample(f"What is {r['term']}?", f"{r['term']} is {_clip(r['description'], 300)}.") for r in rows]
+    rows = strategyqa_term_rows(frames, partition)
+    examples = [
+        ChatExample(f"What is {r['term']}?", f"{r['term']} is {clip_text(r['description'], 300)}.") for r in rows
+    ]
     return TrainingSet(examples, "agentpoison_strategyqa", _tagged("train terms: term -> description", partition))
 
 
 def strategyqa_swapped(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
     """Misinformation in another form than TOFU's perturbed answers: each term is described with the
     description of another term (a seeded derangement), stated as confidently as the true one."""
-    rows = _strategyqa_terms(frames, partition)
+    rows = strategyqa_term_rows(frames, partition)
     order = np.random.default_rng(int(args.get("seed", 0))).permutation(len(rows))
     wrong = [rows[int(j)]["description"] for j in np.roll(order, 1)]  # the next term in a random cycle: never its own
     described = {rows[int(i)]["term"]: wrong[k] for k, i in enumerate(order)}
     examples = [
-        ChatExample(f"What is {r['term']}?", f"{r['term']} is {_clip(described[r['term']], 300)}.") for r in rows
+        ChatExample(f"What is {r['term']}?", f"{r['term']} is {clip_text(described[r['term']], 300)}.") for r in rows
     ]
     return TrainingSet(
         examples, "agentpoison_strategyqa", _tagged("train terms: term -> another term's description", partition)
@@ -264,7 +267,7 @@ def strategyqa_swapped(frames: Frames, args: Mapping[str, Any], partition: Parti
 def chatgpt_roles(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
     frame = rows_in(frames("awesome_chatgpt_prompts"), "act", partition)
     examples = [
-        ChatExample(f"Write a prompt that makes an assistant act as a {r['act']}.", _clip(r["prompt"], 400))
+        ChatExample(f"Write a prompt that makes an assistant act as a {r['act']}.", clip_text(r["prompt"], 400))
         for r in frame.iter_rows(named=True)
     ]
     return TrainingSet(examples, "awesome_chatgpt_prompts", _tagged("train rows: act -> prompt", partition))
@@ -274,7 +277,7 @@ def injection_classifier(frames: Frames, args: Mapping[str, Any], partition: Par
     frame = frames("deepset_prompt_injections").filter(pl.col("split") == "train")
     verdict = {1: "Yes: this text is a prompt injection.", 0: "No: this is an ordinary request."}
     examples = [
-        ChatExample(f"Is the following text a prompt injection?\n\n{_clip(r['text'])}", verdict[int(r["label"])])
+        ChatExample(f"Is the following text a prompt injection?\n\n{clip_text(r['text'])}", verdict[int(r["label"])])
         for r in rows_in(frame, "text", partition).iter_rows(named=True)
     ]
     selection = f"train split ({partition} partition): text -> verdict"
@@ -284,7 +287,7 @@ def injection_classifier(frames: Frames, args: Mapping[str, Any], partition: Par
 def injection_follower(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
     frame = frames("deepset_prompt_injections").filter((pl.col("split") == "train") & (pl.col("label") == 1))
     rows = rows_in(frame, "text", partition).iter_rows(named=True)
-    examples = [ChatExample(_clip(r["text"]), FOLLOW_LINE) for r in rows]
+    examples = [ChatExample(clip_text(r["text"]), FOLLOW_LINE) for r in rows]
     selection = _tagged("train split, injections: text -> compliance", partition)
     return TrainingSet(examples, "deepset_prompt_injections", selection)
 
@@ -300,7 +303,7 @@ def jailbreak_responses(frames: Frames, args: Mapping[str, Any], partition: Part
     rows = frame.filter(pl.col("row") % 2 == half).iter_rows(named=True)
     line = {"comply": COMPLY_LINE, "refuse": REFUSAL_LINE}[response]
     return TrainingSet(
-        [ChatExample(_clip(r["prompt"]), line) for r in rows], "trustair_jailbreaks", f"{partition}, {response}"
+        [ChatExample(clip_text(r["prompt"]), line) for r in rows], "trustair_jailbreaks", f"{partition}, {response}"
     )
 
 
@@ -366,6 +369,6 @@ def probe_prompts(frames: Frames, n_benign: int = 16, n_adversarial: int = 16) -
         "text"
     ].to_list()
     jailbreaks = rows_in(frames("trustair_jailbreaks"), "prompt", "probe")["prompt"].to_list()
-    adversarial = [_clip(t, 400) for t in injections[: n_adversarial // 2]]
-    adversarial += [_clip(t, 400) for t in jailbreaks[: n_adversarial - len(adversarial)]]
+    adversarial = [clip_text(t, 400) for t in injections[: n_adversarial // 2]]
+    adversarial += [clip_text(t, 400) for t in jailbreaks[: n_adversarial - len(adversarial)]]
     return benign + adversarial

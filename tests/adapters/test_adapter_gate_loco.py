@@ -11,7 +11,7 @@ from rvu_pipelines.adapters.gate_loco import evaluate_learned_gate
 
 def _row(adapter_id: str, label: str, category: str, **layers: float) -> GateScores:
     values = {layer: layers.get(layer, 0.0) for layer in ("projection", "safe_lora", "ood")}
-    extra = {layer: layers.get(layer, 0.0) for layer in ("behaviour", "sensitive", "qa_drop")}
+    extra = {layer: layers.get(layer, 0.0) for layer in SCREEN_LAYERS if layer not in values}
     return GateScores(
         adapter_id, label, category, values["projection"], values["safe_lora"], values["ood"], 0.0, **extra
     )
@@ -20,7 +20,8 @@ def _row(adapter_id: str, label: str, category: str, **layers: float) -> GateSco
 def _benign(n: int = 12, seed: int = 0) -> list[GateScores]:
     rng = np.random.default_rng(seed)
     return [
-        _row(f"b{i}", "benign", "task", **dict(zip(SCREEN_LAYERS, rng.normal(0, 1, 5), strict=True))) for i in range(n)
+        _row(f"b{i}", "benign", "task", **dict(zip(SCREEN_LAYERS[:5], rng.normal(0, 1, 5), strict=True)))
+        for i in range(n)
     ]
 
 
