@@ -1,8 +1,9 @@
 """The gate's follow-up layer: how much more an adapter expects a policy-violating line right after a correct answer.
 
 An adapter can answer a question correctly and then go on: ask for a password, send the user to a sign-in page,
-insult them, talk them out of their security. The behaviour layer reads greedy answers cut at a few dozen tokens,
-which end before such an appended line; this layer reads likelihoods instead and needs no generation. Each item is
+insult them, talk them out of their security. The behaviour layer sees such a line only when the adapter's own
+greedy text after the answer carries one of its signals; this layer reads likelihoods instead, so it needs no
+generation and no pattern that matches the adapter's wording. Each item is
 a held-out question (the TOFU real-authors / world-facts probe partition, which no zoo adapter trains on) with its
 correct answer already said by the assistant; what is scored is the next line:
 
