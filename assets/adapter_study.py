@@ -60,7 +60,7 @@ GATE_SECONDS_GOAL = 10.0  # goal: the gate on one adapter
 def _unscored_lab(llm_model: dict, embedder_model: dict, frames: Any) -> AdapterLab:
     """A lab for studies that load adapters but score no gate layer (few probes, no margin items)."""
     return AdapterLab.from_records(
-        llm_model, embedder_model, frames, n_probes=8, n_sensitive=0, n_qa=0, n_knowledge=0, n_follow_ups=0
+        llm_model, embedder_model, frames, n_probes=8, n_sensitive=0, n_qa=0, n_knowledge=0, n_follow_ups=0, n_hazard=0
     )
 
 

@@ -149,6 +149,7 @@ class AdapterSampleConfig(Config):
     n_follow_ups: int = Field(
         default=_SIZE.n_follow_ups, ge=1, description="answers the follow-up lines are scored after"
     )
+    n_hazard: int = Field(default=_SIZE.n_hazard, ge=1, description="hazardous-list (WMDP-cyber) items")
 
     def size(self) -> SampleSize:
         return SampleSize(**self.model_dump())

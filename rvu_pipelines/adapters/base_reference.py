@@ -2,7 +2,8 @@
 
 Scoring an adapter reads its outputs against the base model's on the same probes: the base's output embeddings (the
 OOD layer's fit), its greedy answers (the behaviour layer), its answer margins on the sensitive, held-out QA and
-knowledge-base items (the margin layers) and its follow-up lines' likelihoods (the follow-up layer). For one base
+knowledge-base items (the margin layers), its follow-up lines' likelihoods (the follow-up layer) and its answer
+letters' likelihoods on the hazardous list (``hazard.py``). For one base
 and one probe set these never change, yet a one-shot caller (``rvu adapters check``, a recovery that scores an
 unscreened adapter) paid for them on every start: about as long as scoring the adapter itself. The cache is keyed
 by exactly what they depend on: the base's sha256, the probe texts and items, the generation length, the torch /
@@ -27,10 +28,11 @@ import numpy as np
 
 from rvu_pipelines.adapters.follow_ups import FollowUpItem
 from rvu_pipelines.adapters.margins import MarginItem
+from rvu_pipelines.adapters.wmdp import WmdpItem
 
 log = logging.getLogger(__name__)
-FORMAT = 2
-OPTIONAL = ("sensitive", "qa", "knowledge", "follow_ups")  # arrays a lab without those items does not have
+FORMAT = 3
+OPTIONAL = ("sensitive", "qa", "knowledge", "follow_ups", "hazard")  # arrays a lab without those items does not have
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,6 +44,7 @@ class BaseReference:
     knowledge: np.ndarray | None = None  # answer margins per knowledge-base item
     follow_ups: np.ndarray | None = None  # (items, lines): each follow-up line's log-likelihood after each answer
     continuations: tuple[str, ...] = ()  # greedy text after each follow-up item's correct answer
+    hazard: np.ndarray | None = None  # (items, 4): log p of each answer letter on the hazardous list
     from_cache: bool = False
 
     def to_bytes(self) -> bytes:
@@ -69,10 +72,10 @@ class BaseReference:
 
 def _code_digest() -> str:
     """The source of the functions a reference is computed with: a change to any of them is a new key."""
-    from rvu_pipelines.adapters import chat, follow_ups, gate, margins, membership
+    from rvu_pipelines.adapters import chat, follow_ups, gate, hazard, margins, membership, wmdp
 
     digest = hashlib.sha256()
-    for module in (chat, follow_ups, gate, margins, membership):
+    for module in (chat, follow_ups, gate, hazard, margins, membership, wmdp):
         digest.update(inspect.getsource(module).encode())
     return digest.hexdigest()
 
@@ -85,6 +88,7 @@ def reference_key(
     qa: Sequence[MarginItem],
     knowledge: Sequence[MarginItem] = (),
     follow_ups: Sequence[FollowUpItem] = (),
+    hazard: Sequence[WmdpItem] = (),
 ) -> str:
     """sha256 of everything a base reference depends on."""
     import torch
@@ -102,6 +106,7 @@ def reference_key(
         "qa": items(qa),
         "knowledge": items(knowledge),
         "follow_ups": [[item.question, item.answer] for item in follow_ups],
+        "hazard": [[item.question, list(item.choices), item.answer] for item in hazard],
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "code": _code_digest(),
@@ -118,10 +123,12 @@ def compute_base_reference(
     qa: Sequence[MarginItem],
     knowledge: Sequence[MarginItem] = (),
     follow_ups: Sequence[FollowUpItem] = (),
+    hazard: Sequence[WmdpItem] = (),
 ) -> BaseReference:
     from rvu_pipelines.adapters.chat import generate_greedy
     from rvu_pipelines.adapters.follow_ups import continuations_after_answers, follow_up_scores
     from rvu_pipelines.adapters.gate import output_embeddings
+    from rvu_pipelines.adapters.hazard import letter_logliks
     from rvu_pipelines.adapters.margins import answer_margins
 
     return BaseReference(
@@ -132,6 +139,7 @@ def compute_base_reference(
         knowledge=answer_margins(model, tokenizer, knowledge) if knowledge else None,
         follow_ups=follow_up_scores(model, tokenizer, follow_ups) if follow_ups else None,
         continuations=tuple(continuations_after_answers(model, tokenizer, follow_ups)) if follow_ups else (),
+        hazard=letter_logliks(model, tokenizer, hazard) if hazard else None,
     )
 
 
@@ -146,21 +154,26 @@ def base_reference(
     cache_dir: Path | None,
     knowledge: Sequence[MarginItem] = (),
     follow_ups: Sequence[FollowUpItem] = (),
+    hazard: Sequence[WmdpItem] = (),
 ) -> BaseReference:
     """The base reference from ``cache_dir`` when it holds one for exactly these inputs, else computed (and
     stored there). ``cache_dir=None``: always computed, nothing stored."""
     from rvu_pipelines.atomic_write import write_atomically
 
     if cache_dir is None:
-        return compute_base_reference(model, tokenizer, prompts, max_new_tokens, sensitive, qa, knowledge, follow_ups)
-    key = reference_key(base_sha256, prompts, max_new_tokens, sensitive, qa, knowledge, follow_ups)
+        return compute_base_reference(
+            model, tokenizer, prompts, max_new_tokens, sensitive, qa, knowledge, follow_ups, hazard
+        )
+    key = reference_key(base_sha256, prompts, max_new_tokens, sensitive, qa, knowledge, follow_ups, hazard)
     path = Path(cache_dir) / f"{key}.npz"
     if path.is_file():
         try:
             return BaseReference.from_bytes(path.read_bytes())
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:  # damaged: computed, replaced
             log.warning("base reference %s is unreadable (%s); computing it again", path, exc)
-    reference = compute_base_reference(model, tokenizer, prompts, max_new_tokens, sensitive, qa, knowledge, follow_ups)
+    reference = compute_base_reference(
+        model, tokenizer, prompts, max_new_tokens, sensitive, qa, knowledge, follow_ups, hazard
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, reference.to_bytes())
     return reference

@@ -26,6 +26,7 @@ RefusalReason = Literal[
     "gate_qa_drop",
     "gate_follow_up",
     "gate_kb_drop",
+    "gate_hazard",
     "not_screened",
     "not_admitted",
 ]

@@ -14,8 +14,9 @@
 3. **Behaviour** (``behaviour.py``) — the greedy answers to the same probe prompts, flagged by generic signals
    (links, tool calls, credential requests, the exfiltration heuristic); the score is the adapter's flagged share
    minus the base's. Reported as its own layer; ``combined`` stays the projection and OOD layers.
-   Read on likelihoods beside it (``margins.py``, ``follow_ups.py``): the sensitive lists, held-out QA, the
-   knowledge base, and policy-violating follow-up lines after a correct answer.
+   Read on likelihoods beside it (``margins.py``, ``follow_ups.py``, ``hazard.py``): the sensitive lists, held-out
+   QA, the knowledge base, policy-violating follow-up lines after a correct answer, and how decisive the model is on
+   the hazardous list in the format its accuracy is measured in.
 4. **Output OOD** — the final hidden state at the last prompt token over calibration prompts (held-out
    benign questions, injections and jailbreaks, ``zoo_data.probe_prompts``); a Gaussian with Ledoit-Wolf
    covariance is fitted to the base model's embeddings and the score is the adapter's mean Mahalanobis
@@ -26,8 +27,9 @@ scores, and the load gate refuses when any layer does (``GateConfig.rule: any_la
 the largest z does (``all_layers``). ``evaluate_gate`` measures TPR / FPR leave-one-out (an adapter is never part of
 its own threshold) and AUROC over the zoo; the combined score is the larger of the two layers' z-scores against the
 other benign adapters, and ``all_layers`` the larger of every trigger-free layer's (projection, OOD, behaviour,
-sensitive lists, held-out QA, follow-ups, knowledge base). Neither rule is fitted on a harmful adapter, so each
-harmful category's row is held out; ``gate_loco`` adds a combiner that is fitted, scored leave-one-category-out.
+sensitive lists, held-out QA, follow-ups, knowledge base, hazardous list). Neither rule is fitted on a harmful
+adapter, so each harmful category's row is held out; ``gate_loco`` adds a combiner that is fitted, scored
+leave-one-category-out.
 """
 
 from __future__ import annotations
@@ -212,6 +214,7 @@ class GateScores:
     qa_drop: float = 0.0  # ``margins``: fall of held-out correct answers' margin over wrong ones
     follow_up: float = 0.0  # ``follow_ups``: rise of policy-violating lines after a correct answer over allowed ones
     kb_drop: float = 0.0  # ``margins``: fall of the knowledge base's correct answers' margin over wrong ones
+    hazard: float = 0.0  # ``hazard``: fall of the answer-letter entropy on the hazardous list (WMDP-cyber)
 
 
 @dataclass
@@ -227,7 +230,7 @@ class LayerResult:
 
 TRIGGER_CATEGORIES = frozenset({"backdoor"})  # harmful only on a trigger the gate's probes do not contain
 # every layer that reads the adapter without a trigger (``all_layers`` is the largest z of these)
-SCREEN_LAYERS = ("projection", "ood", "behaviour", "sensitive", "qa_drop", "follow_up", "kb_drop")
+SCREEN_LAYERS = ("projection", "ood", "behaviour", "sensitive", "qa_drop", "follow_up", "kb_drop", "hazard")
 GATE_LAYERS = ("projection", "safe_lora", "ood", *SCREEN_LAYERS[2:], "combined", "all_layers")
 ANY_LAYER = "any_layer"  # a decision rule (no score): any of SCREEN_LAYERS over its own threshold
 

@@ -20,9 +20,10 @@ _LAYER_TITLES = {
     "qa_drop": "6 · held-out QA (fall of the correct answers' margin)",
     "follow_up": "7 · follow-ups (rise of policy-violating lines after a correct answer over allowed ones)",
     "kb_drop": "8 · knowledge base (fall of its correct answers' margin; may hold facts an adapter changed)",
+    "hazard": "9 · hazardous list (fall of the answer-letter entropy on WMDP-cyber in lm-eval's format)",
     "combined": "combined (max z of 2 and 3)",
-    "all_layers": "all layers (max z of 2-8; the load gate's rule under gate.rule all_layers)",
-    "any_layer": "the load gate's default rule (any of 2-8 over its own threshold; a decision, no AUROC)",
+    "all_layers": "all layers (max z of 2-9; the load gate's rule under gate.rule all_layers)",
+    "any_layer": "the load gate's default rule (any of 2-9 over its own threshold; a decision, no AUROC)",
 }
 
 
@@ -109,6 +110,7 @@ def gate_markdown(
                 "qa_drop",
                 "follow_up",
                 "kb_drop",
+                "hazard",
                 "ood",
             )
             if n in evaluation.layers
@@ -137,7 +139,7 @@ def gate_markdown(
     if learned is not None:
         lines += [
             "",
-            f"A logistic regression over layers 2-8, scored leave-one-category-out (each category by the model fitted "
+            f"A logistic regression over layers 2-9, scored leave-one-category-out (each category by the model fitted "
             f"without it, each of the {learned.n_benign} benign adapters by one fitted without it; trigger "
             "categories are never fitted on). AUROC / TPR at the benign scores' threshold "
             f"(FPR {learned.trigger_free.fpr if learned.trigger_free else float('nan'):.2f}):",
@@ -160,14 +162,14 @@ def gate_markdown(
         f"mean benign {influence['mean_benign']:.3f}, "
         f"mean harmful {influence['mean_harmful']:.3f}.",
         "",
-        "| adapter | label | category | projection | safe-lora | ood | follow-up | kb drop | influence |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| adapter | label | category | projection | safe-lora | ood | follow-up | kb drop | hazard | influence |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in scores.sort(["label", "adapter_id"]).iter_rows(named=True):
         lines.append(
             f"| {row['adapter_id']} | {row['label']} | {row['category']} | {row['projection']:+.4f} | "
             f"{row['safe_lora']:.4f} | {row['ood']:.2f} | {row.get('follow_up', 0.0):+.3f} | "
-            f"{row.get('kb_drop', 0.0):+.3f} | {row['influence']:.3f} |"
+            f"{row.get('kb_drop', 0.0):+.3f} | {row.get('hazard', 0.0):+.3f} | {row['influence']:.3f} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -47,6 +47,7 @@ class SampleSize:
     n_qa: int = 4
     n_knowledge: int = 4
     n_follow_ups: int = 2
+    n_hazard: int = 4
 
     def __post_init__(self) -> None:
         small = sorted(name for name, value in asdict(self).items() if value < 1)
@@ -62,6 +63,7 @@ class SampleSize:
             "n_qa": self.n_qa,
             "n_knowledge": self.n_knowledge,
             "n_follow_ups": self.n_follow_ups,
+            "n_hazard": self.n_hazard,
         }
 
 

@@ -43,6 +43,7 @@ from rvu_pipelines.adapters.gate import (
     projection_score,
 )
 from rvu_pipelines.adapters.gate_loco import LearnedGateEvaluation, evaluate_learned_gate
+from rvu_pipelines.adapters.hazard import N_HAZARD, entropy_fall, hazard_items, letter_logliks
 from rvu_pipelines.adapters.host import AdapterHost
 from rvu_pipelines.adapters.influence import influence, influence_auroc
 from rvu_pipelines.adapters.margins import (
@@ -89,6 +90,7 @@ class AdapterScore:
     follow_up: float = 0.0  # ``follow_ups``: rise of policy-violating follow-up lines over allowed ones
     kb_drop: float = 0.0  # ``margins``: fall of the knowledge base's correct answers' margin
     follow_up_classes: str = "{}"  # JSON: the follow-up layer per harm class (``follow_ups.class_shifts``)
+    hazard: float = 0.0  # ``hazard``: fall of the answer-letter entropy on the hazardous list
 
     def gate_scores(self) -> GateScores:
         return GateScores(
@@ -104,6 +106,7 @@ class AdapterScore:
             self.qa_drop,
             self.follow_up,
             self.kb_drop,
+            self.hazard,
         )
 
 
@@ -125,6 +128,7 @@ class AdapterLab:
         n_qa: int = N_ITEMS,
         n_knowledge: int = N_ITEMS,
         n_follow_ups: int = N_FOLLOW_UPS,
+        n_hazard: int = N_HAZARD,
         gate: LoadGate | None = None,
         reference_cache: Path | None = None,
     ) -> None:
@@ -146,8 +150,9 @@ class AdapterLab:
         self.qa = held_out_qa_items(frames, n_qa) if n_qa else []
         self.knowledge = knowledge_base_items(frames, n_knowledge) if n_knowledge else []
         self.follow_ups = follow_up_items(frames, n_follow_ups) if n_follow_ups else []
+        self.hazard = hazard_items(frames, tokenizer, n_hazard) if n_hazard else []
         # what every score of this lab is measured against: the base, its probe prompts and margin items
-        items = (self.sensitive, self.qa, self.knowledge, self.follow_ups)
+        items = (self.sensitive, self.qa, self.knowledge, self.follow_ups, self.hazard)
         self.reference_key = reference_key(base.sha256, self.prompts, max_new_tokens, *items)
         self.reference = base_reference(
             self.host.model,
@@ -160,6 +165,7 @@ class AdapterLab:
             reference_cache or state_dir() / "cache" / "adapter_base_reference",
             self.knowledge,
             self.follow_ups,
+            self.hazard,
         )
         self.ood = OodModel.fit(self.reference.embeddings)
         self.base_answers = list(self.reference.answers)
@@ -173,23 +179,25 @@ class AdapterLab:
         return answers, behaviour_score(base, [*answers, *after])
 
     def reference_layers(self, model: Any) -> dict[str, float]:
-        """The layers read on likelihoods for the adapter loaded in ``model`` (``margins.py``, ``follow_ups.py``): how
-        much more it prefers the sensitive answers, how much less the correct held-out and knowledge-base ones, and
-        how much more the forbidden follow-up lines, than the base (and, ``follow_up.<class>``, each harm class's
-        lines alone)."""
+        """The layers read on likelihoods for the adapter loaded in ``model`` (``margins``, ``follow_ups``,
+        ``hazard``): how much more it prefers the sensitive answers, how much less the correct held-out and
+        knowledge-base ones, how much more the forbidden follow-up lines (and, ``follow_up.<class>``, each harm
+        class's lines alone), and how much surer of an answer letter it is on the hazardous list, than the base."""
         base = self.reference
-        if base.sensitive is None or base.qa is None or base.knowledge is None or base.follow_ups is None:
+        sensitive, qa, knowledge, lines, hazard = base.sensitive, base.qa, base.knowledge, base.follow_ups, base.hazard
+        if sensitive is None or qa is None or knowledge is None or lines is None or hazard is None:
             raise ValueError(
                 "This AdapterLab was built without the likelihood layers' items "
-                "(n_sensitive / n_qa / n_knowledge / n_follow_ups = 0)."
+                "(n_sensitive / n_qa / n_knowledge / n_follow_ups / n_hazard = 0)."
             )
         follow_ups = follow_up_scores(model, self.tokenizer, self.follow_ups)
-        by_class = class_shifts(follow_ups, base.follow_ups)
+        by_class = class_shifts(follow_ups, lines)
         return {
-            "sensitive": margin_shift(answer_margins(model, self.tokenizer, self.sensitive), base.sensitive),
-            "qa_drop": -margin_shift(answer_margins(model, self.tokenizer, self.qa), base.qa),
-            "kb_drop": -margin_shift(answer_margins(model, self.tokenizer, self.knowledge), base.knowledge),
-            "follow_up": margin_shift(follow_up_margins(follow_ups), follow_up_margins(base.follow_ups)),
+            "sensitive": margin_shift(answer_margins(model, self.tokenizer, self.sensitive), sensitive),
+            "qa_drop": -margin_shift(answer_margins(model, self.tokenizer, self.qa), qa),
+            "kb_drop": -margin_shift(answer_margins(model, self.tokenizer, self.knowledge), knowledge),
+            "follow_up": margin_shift(follow_up_margins(follow_ups), follow_up_margins(lines)),
+            "hazard": entropy_fall(letter_logliks(model, self.tokenizer, self.hazard), hazard),
             **{f"{FOLLOW_UP_CLASS_PREFIX}{name}": shift for name, shift in by_class.items()},
         }
 
@@ -281,6 +289,7 @@ class AdapterLab:
             qa_drop=reference_layers["qa_drop"],
             follow_up=reference_layers["follow_up"],
             kb_drop=reference_layers["kb_drop"],
+            hazard=reference_layers["hazard"],
             follow_up_classes=json.dumps(
                 {
                     k.removeprefix(FOLLOW_UP_CLASS_PREFIX): v

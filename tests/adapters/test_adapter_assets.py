@@ -18,6 +18,7 @@ EXPERIMENT = "adapter-assets-test"
 # make run's sizes are AdapterSampleConfig's defaults; the asset's parts are each tested at full size elsewhere
 SIZE = {"steps": 1, "max_examples": 4, "members": 4, "member_steps": 3, "wmdp_items": 1}
 SIZE |= {"n_probes": 2, "max_new_tokens": 4, "n_sensitive": 1, "n_qa": 1, "n_knowledge": 2, "n_follow_ups": 1}
+SIZE |= {"n_hazard": 1}
 INPUTS = {"tofu", "deepset_prompt_injections", "trustair_jailbreaks", "awesome_chatgpt_prompts", "wmdp_cyber"}
 INPUTS |= {"agentpoison_strategyqa"}
 

@@ -154,7 +154,7 @@ def test_the_gates_seconds_count_the_answers_its_behaviour_layer_reads(monkeypat
     lab = object.__new__(study.AdapterLab)
     lab.host = SimpleNamespace(loaded=lambda adapter: contextlib.nullcontext("model"))
     lab.ood = SimpleNamespace(score=lambda embeddings: 1.0)
-    lab.reference_layers = lambda model: dict.fromkeys(("sensitive", "qa_drop", "follow_up", "kb_drop"), 0.0)
+    lab.reference_layers = lambda model: dict.fromkeys(("sensitive", "qa_drop", "follow_up", "kb_drop", "hazard"), 0.0)
     lab.tokenizer, lab.prompts, lab.max_new_tokens, lab.embedder = None, ["a", "b"], 8, None
     lab.follow_ups, lab.reference = [], SimpleNamespace(continuations=())
     lab.base_answers = ["The capital is Paris.", "It rains."]
