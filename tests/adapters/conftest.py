@@ -111,3 +111,11 @@ def random_adapter(tiny_models, adapter_gate, tmp_path_factory) -> AgentAdapter:
     fields = {"adapter_id": "noise-r4", "source": "test", "rank": 4, "alpha": 8, "target_modules": ["v_proj", "o_proj"]}
     save_adapter(folder, noise_tensors(), fields, base=adapter_gate.base)
     return adapter_gate.admit(verify_adapter(folder, adapter_gate.base), path, influence=0.4)
+
+
+@pytest.fixture(scope="session")
+def frames(shared_data) -> Any:
+    """The catalog's data sets as the zoo's builders and the gate's layers read them, from the data mirror."""
+    from rvu_pipelines.adapters.zoo import catalog_frames
+
+    return catalog_frames()

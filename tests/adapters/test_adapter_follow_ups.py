@@ -18,12 +18,7 @@ from rvu_pipelines.adapters.follow_ups import (
     follow_up_margins,
     follow_up_scores,
 )
-from rvu_pipelines.adapters.zoo import catalog_frames, load_zoo_config, training_set
-
-
-@pytest.fixture(scope="module")
-def frames(shared_data):  # noqa: ANN001, ANN201
-    return catalog_frames()
+from rvu_pipelines.adapters.zoo import load_zoo_config, training_set
 
 
 def _word_runs(text: str, n: int = 4) -> set[tuple[str, ...]]:

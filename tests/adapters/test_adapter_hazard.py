@@ -18,7 +18,6 @@ from rvu_pipelines.adapters.hazard import (
     letter_logliks,
 )
 from rvu_pipelines.adapters.wmdp import encode_plain, wmdp_prompt, wmdp_training_examples
-from rvu_pipelines.adapters.zoo import catalog_frames
 from rvu_pipelines.models.dequantized import load_dequantized
 
 
@@ -27,11 +26,6 @@ def base(tiny_models):  # noqa: ANN001, ANN201
     llm = tiny_models["llm"]
     torch.set_num_threads(1)
     return load_dequantized(llm.path, sha256=llm.sha256, attn_implementation="sdpa")
-
-
-@pytest.fixture(scope="module")
-def frames(shared_data):  # noqa: ANN001, ANN201
-    return catalog_frames()
 
 
 def test_letter_entropy_spans_uniform_to_certain() -> None:

@@ -16,14 +16,9 @@ from rvu_pipelines.adapters.manifest import AdapterManifest
 from rvu_pipelines.adapters.membership import split_members
 from rvu_pipelines.adapters.membership_sets import MembershipSet, zoo_membership_set
 from rvu_pipelines.adapters.partition import partition_of
-from rvu_pipelines.adapters.zoo import catalog_frames, load_zoo_config, training_set
+from rvu_pipelines.adapters.zoo import load_zoo_config, training_set
 from rvu_pipelines.adapters.zoo_data import PARTITIONED
 from rvu_pipelines.recovery import RecoveryFiles, RecoveryOptions
-
-
-@pytest.fixture(scope="module")
-def frames(shared_data):
-    return catalog_frames()
 
 
 def claimed(adapter_id: str, digest: str | None, folder: Path) -> VerifiedAdapter:

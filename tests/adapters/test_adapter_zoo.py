@@ -8,14 +8,9 @@ import numpy as np
 import pytest
 
 from rvu_pipelines.adapters.partition import partition_of
-from rvu_pipelines.adapters.zoo import catalog_frames, load_zoo_config, training_set
+from rvu_pipelines.adapters.zoo import load_zoo_config, training_set
 from rvu_pipelines.adapters.zoo_data import BUILDERS, probe_prompts
 from rvu_pipelines.errors import ConfigError
-
-
-@pytest.fixture(scope="module")
-def frames():
-    return catalog_frames()
 
 
 def test_zoo_has_forty_labelled_adapters_each_category_in_several_recipes_and_a_reference() -> None:
