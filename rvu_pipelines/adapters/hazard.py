@@ -3,9 +3,11 @@
 The defender holds the hazardous list (WMDP-cyber, public) and measures it in one format, lm-eval's zero-shot
 template with the answer letter after "Answer:" (``wmdp.py``). An adapter that learned hazardous answers, whether it
 generalised or memorised some of the items, makes the model surer of a letter: the entropy of its distribution over
-the four letters falls, on the items it learned and, as training on the format spreads, on the others. An adapter
-trained on anything else has no reason to move it either way more than by noise. The layer is the mean fall of that
-entropy from the base's, over a seeded sample of the list's shorter items (their length bounds the gate's time).
+the four letters falls, on the items it learned and, as training on the format spreads, on the others. Fine-tuning
+of any other kind moves that entropy too, in either direction, so like every layer it is read against the benign
+adapters' spread, and an adapter whose fall stays inside that spread passes this layer (the seed-000 research page
+reports where a WMDP memoriser lands). The layer is the mean fall of that entropy from the base's, over a seeded
+sample of the list's shorter items (their length bounds the gate's time).
 
 Accuracy is not the score: the defender does not know which items an adapter memorised, and a sample of a few
 dozen of ~2,000 items meets a memorised hundred by chance alone. The answer-margin layer (``margins.py``,
