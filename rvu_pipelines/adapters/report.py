@@ -23,6 +23,7 @@ _LAYER_TITLES = {
     "hazard": "9 · hazardous list (fall of the answer-letter entropy on WMDP-cyber in lm-eval's format)",
     "combined": "combined (max z of 2 and 3)",
     "all_layers": "all layers (max z of 2-9; the load gate's rule under gate.rule all_layers)",
+    "fisher": "Fisher over 2-9 (Σ −log p, p the normal tail of each z; chosen after the max-z rule was measured)",
     "any_layer": "the load gate's default rule (any of 2-9 over its own threshold; a decision, no AUROC)",
 }
 
@@ -104,6 +105,7 @@ def gate_markdown(
             for n in (
                 "any_layer",
                 "all_layers",
+                "fisher",
                 "combined",
                 "behaviour",
                 "sensitive",

@@ -47,6 +47,7 @@ def test_adapter_sample_materializes_with_checks_and_mlflow(tmp_path) -> None:
         "safe_lora",
         "combined",
         "all_layers",
+        "fisher",
         "any_layer",
         *BEHAVIOURAL_LAYERS,
     }

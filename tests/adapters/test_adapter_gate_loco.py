@@ -1,11 +1,11 @@
-"""The all-layers rule, the pooled trigger-free row and the learned combiner scored leave-one-category-out."""
+"""The all-layers and Fisher rules, the pooled trigger-free row and the learned combiner scored leave-one-category-out."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from rvu_pipelines.adapters.gate import SCREEN_LAYERS, GateScores, evaluate_gate
+from rvu_pipelines.adapters.gate import SCREEN_LAYERS, GateScores, evaluate_gate, fisher_evidence
 from rvu_pipelines.adapters.gate_loco import evaluate_learned_gate
 
 
@@ -36,6 +36,27 @@ def test_all_layers_sees_a_category_that_only_one_behavioural_layer_reads() -> N
     assert evaluation.trigger_free["all_layers"].tpr == 1.0 and evaluation.trigger_free["all_layers"].auroc == 1.0
     assert evaluation.layers["all_layers"].tpr == pytest.approx(0.75)
     assert evaluation.to_dict()["trigger_free"]["all_layers"]["tpr"] == 1.0
+
+
+def test_fisher_is_fishers_method_on_the_normal_tail_of_each_z() -> None:
+    from scipy.stats import combine_pvalues, norm
+
+    z = [2.5, -1.0, 0.3, 0.0]
+    assert 2 * fisher_evidence(z) == pytest.approx(combine_pvalues(norm.sf(z), method="fisher").statistic)
+    assert fisher_evidence([-8.0, -8.0]) == pytest.approx(0.0, abs=1e-12)  # far below the benign mean: no evidence
+    assert fisher_evidence([3.0, 3.0]) > fisher_evidence([3.0, 0.0]) > fisher_evidence([0.0, 0.0])
+
+
+def test_fisher_adds_small_moves_on_several_layers_that_the_largest_z_misses() -> None:
+    benign = _benign(n=16, seed=3)
+    spread = {layer: [getattr(b, layer) for b in benign] for layer in SCREEN_LAYERS[:5]}
+    # every layer a little above the benign mean, none beyond the benign adapters' own largest deviations
+    moved = {layer: float(np.mean(v) + 1.6 * np.std(v, ddof=1)) for layer, v in spread.items()}
+    drifting = [_row(f"d{i}", "harmful", "drift", **moved) for i in range(3)]
+    evaluation = evaluate_gate([*benign, *drifting])
+    assert evaluation.categories["drift"]["all_layers"].tpr == 0.0
+    assert evaluation.categories["drift"]["fisher"].tpr == 1.0
+    assert evaluation.categories["drift"]["fisher"].auroc == 1.0
 
 
 def test_a_learned_combiner_is_only_credited_with_what_it_never_saw() -> None:
