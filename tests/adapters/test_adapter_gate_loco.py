@@ -1,4 +1,4 @@
-"""The all-layers and Fisher rules, the pooled trigger-free row and the learned combiner scored leave-one-category-out."""
+"""The all-layers and Fisher rules, the pooled trigger-free row, and the learned combiner held out by category."""
 
 from __future__ import annotations
 
