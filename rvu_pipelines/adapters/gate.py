@@ -232,8 +232,8 @@ class LayerResult:
 TRIGGER_CATEGORIES = frozenset({"backdoor"})  # harmful only on a trigger the gate's probes do not contain
 # every layer that reads the adapter without a trigger (``all_layers`` is the largest z of these)
 SCREEN_LAYERS = ("projection", "ood", "behaviour", "sensitive", "qa_drop", "follow_up", "kb_drop", "hazard")
-# ``fisher`` is read beside ``all_layers``, never as the load gate's rule: it was added after the max-z rule had been
-# measured on the zoo, so it is an exploratory row, not a held-out one
+# ``fisher`` is read beside ``all_layers``, never as the load gate's rule: its choice saw the max-z rule's zoo results,
+# so it is an exploratory row, not a held-out one
 GATE_LAYERS = ("projection", "safe_lora", "ood", *SCREEN_LAYERS[2:], "combined", "all_layers", "fisher")
 ANY_LAYER = "any_layer"  # a decision rule (no score): any of SCREEN_LAYERS over its own threshold
 
