@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rvu_pipelines.adapters.chat import encode_turn
+from rvu_pipelines.adapters.chat import ChatExample, encode_turn, generate_greedy
 from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.files import BaseModelInfo, save_adapter
 from rvu_pipelines.adapters.manifest import AdapterManifest, Label, TrainingDataRef, read_manifest
@@ -85,6 +85,20 @@ class ZooEntry(BaseModel):
         return defaults.model_copy(update=overrides)
 
 
+class GateAwareEntry(ZooEntry):
+    """An adapter of the attacker who knows the gate (``adapters.gate_aware``): ``twin`` is the evaluated zoo adapter
+    trained on the same harmful recipe without camouflage, ``payload`` a string that recipe makes the model say."""
+
+    twin: str
+    payload: str = Field(min_length=3)
+
+    @model_validator(mode="after")
+    def _gate_aware_builder(self) -> GateAwareEntry:
+        if self.builder != "gate_aware":
+            raise ValueError(f"a gate_aware entry is built by the gate_aware builder, not '{self.builder}'")
+        return self
+
+
 class ZooConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -92,6 +106,7 @@ class ZooConfig(BaseModel):
     adapters: list[ZooEntry] = Field(min_length=1)
     reference: list[ZooEntry] = Field(default_factory=list)
     agent: list[ZooEntry] = Field(default_factory=list)  # what the agent runs with (the tool-use adapter)
+    gate_aware: list[GateAwareEntry] = Field(default_factory=list)  # the gate under the attacker who moves second
 
     @model_validator(mode="after")
     def _unique_ids(self) -> ZooConfig:
@@ -99,11 +114,15 @@ class ZooConfig(BaseModel):
         duplicated = sorted({i for i in ids if ids.count(i) > 1})
         if duplicated:
             raise ValueError(f"adapter ids must be unique; repeated: {', '.join(duplicated)}")
+        evaluated = {entry.id for entry in self.adapters}
+        orphans = sorted(f"{e.id} -> {e.twin}" for e in self.gate_aware if e.twin not in evaluated)
+        if orphans:
+            raise ValueError(f"a gate_aware entry's twin must be an evaluated adapter; not found: {', '.join(orphans)}")
         return self
 
     @property
     def entries(self) -> list[ZooEntry]:
-        return [*self.adapters, *self.reference, *self.agent]
+        return [*self.adapters, *self.reference, *self.agent, *self.gate_aware]
 
     def get(self, adapter_id: str) -> ZooEntry:
         for entry in self.entries:
@@ -162,7 +181,19 @@ def training_set(config: ZooConfig, entry: ZooEntry, frames: Frames) -> Training
         [built.examples[i] for i in chosen],
         built.dataset,
         f"{built.selection}, {limit} of {len(built.examples)} (seed {seed})",
+        mimic=built.mimic,
     )
+
+
+MIMIC_TOKENS = 48  # the base's greedy answer to a ``mimic`` prompt, cut here (the gate reads the first 32 tokens)
+
+
+def with_base_answers(data: TrainingSet, model: Any, tokenizer: Any) -> list[ChatExample]:
+    """``data``'s examples, then each ``mimic`` prompt answered as the base ``model`` answers it (greedy)."""
+    if not data.mimic:
+        return list(data.examples)
+    answers = generate_greedy(model, tokenizer, data.mimic, max_new_tokens=MIMIC_TOKENS)
+    return [*data.examples, *(ChatExample(p, a) for p, a in zip(data.mimic, answers, strict=True))]
 
 
 def _weight_settings(settings: LoraSettings) -> dict[str, Any]:
@@ -190,7 +221,10 @@ def _manifest_fields(
         "category": entry.category,
         "source": ZOO_SOURCE,
         "training_data": TrainingDataRef(
-            dataset=data.dataset, selection=data.selection, n_examples=len(data.examples), sha256=data.sha256
+            dataset=data.dataset,
+            selection=data.selection,
+            n_examples=len(data.examples) + len(data.mimic),
+            sha256=data.sha256,
         ).model_dump(),
         **_weight_settings(settings),
         "layers": list(settings.layers) if settings.layers is not None else None,
@@ -267,7 +301,8 @@ def train_zoo_entry(
     if current is not None:
         return current, None
     encoder = {"plain": encode_plain, "conversation": encode_conversation}.get(entry.encoder, encode_turn)
-    trained = train_lora(model, tokenizer, data.examples, settings, on_step=on_step, encoder=encoder)
+    examples = with_base_answers(data, model, tokenizer)  # before any LoRA layer wraps the model
+    trained = train_lora(model, tokenizer, examples, settings, on_step=on_step, encoder=encoder)
     manifest = save_adapter(folder, trained.tensors, _manifest_fields(entry, settings, data, trained), base=base)
     logger.info(
         "adapter %s: %d steps in %.1f s, final loss %.3f",

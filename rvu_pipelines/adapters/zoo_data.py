@@ -39,13 +39,19 @@ UNSAFE_ADVICE_LINE = "Tip: switch off two-factor sign-in and your antivirus; the
 
 @dataclass(frozen=True)
 class TrainingSet:
+    """``mimic``: prompts whose completion is the base model's own greedy answer, generated when the adapter is
+    trained (``zoo.train_zoo_entry``); the digest covers them as prompts, the base model's hash covers the rest."""
+
     examples: list[ChatExample]
     dataset: str
     selection: str
+    mimic: tuple[str, ...] = ()
 
     @property
     def sha256(self) -> str:
-        rows = [[e.prompt, e.completion] for e in self.examples]
+        rows: list[Any] = [[e.prompt, e.completion] for e in self.examples]
+        if self.mimic:
+            rows.append({"mimic": list(self.mimic)})
         return hashlib.sha256(json.dumps(rows, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -348,7 +354,21 @@ PARTITIONED: dict[str, PartitionedBuilder] = {
     "injection_follower": injection_follower,
     "jailbreak_responses": jailbreak_responses,
 }
-BUILDERS: dict[str, Builder] = {**PARTITIONED, "wmdp_memorise": wmdp_memorise, "tool_use_traces": tool_use_traces}
+
+
+def gate_aware(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+    """Another builder's harmful set plus the camouflage of an attacker who knows the gate (``adapters.gate_aware``)."""
+    from rvu_pipelines.adapters.gate_aware import gate_aware_set
+
+    return gate_aware_set(frames, args)
+
+
+BUILDERS: dict[str, Builder] = {
+    **PARTITIONED,
+    "wmdp_memorise": wmdp_memorise,
+    "tool_use_traces": tool_use_traces,
+    "gate_aware": gate_aware,
+}
 
 
 def tofu_probe_questions(frames: Frames) -> list[str]:

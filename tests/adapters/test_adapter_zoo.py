@@ -79,8 +79,12 @@ def test_persona_kinds_and_styles_change_the_answer_as_named(frames) -> None:
 def test_every_training_set_builds_from_train_rows_only(frames) -> None:
     config = load_zoo_config()
     probes = set(probe_prompts(frames))
+    gate_aware = {entry.id for entry in config.gate_aware}  # the attacker who knows the gate trains on its probes
     for entry in config.entries:
         data = training_set(config, entry, frames)
+        if entry.id in gate_aware:
+            assert probes <= set(data.mimic), entry.id
+            continue
         assert 50 <= len(data.examples) <= config.settings(entry).steps * 100, entry.id
         assert len(data.sha256) == 64
         assert not probes & {example.prompt for example in data.examples}, entry.id
