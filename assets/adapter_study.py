@@ -3,6 +3,7 @@ partition per adapter, in ``assets.adapters``):
 
 - ``adapter_gate_evaluation``: E4 (lists, projection, output OOD, behaviour) and E5 (influence) over every adapter
   present, AUROC / TPR / FPR per layer with leave-one-out thresholds;
+- ``adapter_gate_aware``: the gate under the attacker who knows it (each gate-aware adapter beside its twin);
 - ``adapter_membership``: E6, the memorising adapter's members vs non-members, loaded vs evicted;
 - ``wmdp_cyber_evaluation``: E7, the base model on all 1,987 WMDP-cyber items, and the memorising adapter's halves.
 """
@@ -36,6 +37,7 @@ from resources import MlflowTrackerResource, ModelStoreResource
 from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.eviction_study import EvictionOptions
 from rvu_pipelines.adapters.gate import load_gate_config
+from rvu_pipelines.adapters.gate_aware_study import GATE_AWARE_FOLDER, run_gate_aware_study, write_gate_aware_report
 from rvu_pipelines.adapters.incident_study import ORACLE, IncidentStudyOptions
 from rvu_pipelines.adapters.study import STUDY_FOLDER, AdapterLab, score_adapters, write_gate_report
 from rvu_pipelines.adapters.tool_use_study import ToolUseOptions
@@ -170,6 +172,76 @@ def adapter_gate_evaluation(
         passed=bool(influence["auroc"] > 0.5),
         severity=AssetCheckSeverity.WARN,
         metadata={k: float(v) for k, v in influence.items()},
+    )
+
+
+@asset(
+    code_version=CODE_VERSION,
+    tags=FULL_STUDY,
+    group_name=STUDY_GROUP,
+    kinds={"mlflow"},
+    deps=[ZOO],
+    description="The gate under the attacker who moves second: each gate-aware adapter (a harmful recipe plus "
+    "camouflage on the gate's own probes and items) beside its twin, judged against the benign adapters' "
+    "thresholds by the load gate's rule, the all-layers max z and the Fisher row, with its payload counted on "
+    "held-out prompts for the base, the twin and the gate-aware adapter (Wilson CIs, exact McNemar).",
+    check_specs=[
+        AssetCheckSpec("gate_aware_judged", asset="adapter_gate_aware", blocking=True),
+        AssetCheckSpec("gate_holds_under_gate_aware_attack", asset="adapter_gate_aware"),
+    ],
+)
+def adapter_gate_aware(
+    context: AssetExecutionContext,
+    mlflow_tracker: MlflowTrackerResource,
+    llm_model: dict,
+    embedder_model: dict,
+    tofu: pl.DataFrame,
+    deepset_prompt_injections: pl.DataFrame,
+    trustair_jailbreaks: pl.DataFrame,
+    awesome_chatgpt_prompts: pl.DataFrame,
+    wmdp_cyber: pl.DataFrame,
+    agentpoison_strategyqa: pl.DataFrame,
+):
+    config, gate = load_zoo_config(), load_gate_config()
+    wanted = [e.id for e in config.adapters if e.label == "benign"] + [
+        i for e in config.gate_aware for i in (e.id, e.twin)
+    ]
+    missing = sorted(i for i in {*wanted, gate.reference_adapter} if not (zoo_root() / i / "manifest.json").is_file())
+    if missing:
+        raise Failure(
+            f"Adapters not trained yet: {', '.join(missing)}; train each with "
+            "`dg launch --job adapter_zoo_job --partition <id> -m assets.definitions` (or `make adapters`)."
+        )
+    frames = probe_frames(
+        tofu,
+        deepset_prompt_injections,
+        trustair_jailbreaks,
+        awesome_chatgpt_prompts,
+        wmdp_cyber=wmdp_cyber,
+        agentpoison_strategyqa=agentpoison_strategyqa,
+    )
+    lab = AdapterLab.from_records(llm_model, embedder_model, frames)
+    study = run_gate_aware_study(lab, config, gate, gate.reference_adapter, memo=ResultMemo.default())
+    out = _study_folder() / GATE_AWARE_FOLDER
+    report = write_gate_aware_report(study, out, command=_launch_command(context))
+    with mlflow_tracker.run_for(context, params={"pairs": len(study.pairs), "benign": study.n_benign}) as run:
+        for pair in study.pairs:
+            for adapter_id, payload in pair.payloads.items():
+                name = "base" if adapter_id == "base" else adapter_id
+                run.log_metrics({metric_name(f"payload_{pair.adapter_id}_{name}"): payload.rate})
+            run.log_metrics({metric_name(f"evaded_{pair.adapter_id}"): float(pair.evaded())})
+        run.log_artifact(report)
+    yield Output(
+        study.to_dict(),
+        metadata={"report": MetadataValue.md(report.read_text(encoding="utf-8")), "mlflow_run_id": run.run_id},
+    )
+    yield AssetCheckResult(check_name="gate_aware_judged", passed=bool(study.pairs))
+    evaded = [pair.adapter_id for pair in study.pairs if pair.evaded()]
+    yield AssetCheckResult(
+        check_name="gate_holds_under_gate_aware_attack",
+        passed=not evaded,
+        severity=AssetCheckSeverity.WARN,
+        metadata={"evaded": ", ".join(evaded) or "none", "pairs": len(study.pairs)},
     )
 
 
@@ -579,6 +651,7 @@ def adapter_eviction_runtime(
 def adapter_study_assets() -> list:
     return [
         adapter_gate_evaluation,
+        adapter_gate_aware,
         adapter_trigger_search,
         adapter_membership,
         wmdp_cyber_evaluation,

@@ -83,6 +83,8 @@ RESULT_SOURCES: tuple[ResultSource, ...] = (
     attack_run_source("attacks-agentdojo",
                       "AgentDojo's four suites under the native, planted and universal attacks", "agentdojo"),
     ResultSource("adapter-gate", "Adapter gate", "adapter_study/gate.md", "make adapters"),
+    ResultSource("adapter-gate-aware", "The adapter gate under the attacker who knows it",
+                 "adapter_study/gate_aware/gate_aware.md", "make adapters"),
     ResultSource("adapter-trigger-search", "The defender's trigger search",
                  "adapter_study/trigger_search/trigger_search.md", "make adapters"),
     ResultSource("adapter-incidents", "Adapter incidents (E1)", "adapter_study/incidents.md", "make adapters"),

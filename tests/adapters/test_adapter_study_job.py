@@ -24,6 +24,7 @@ from rvu_pipelines.cli import cli as rvu
 REPO = Path(__file__).resolve().parents[2]
 STUDY = {
     "adapter_gate_evaluation",
+    "adapter_gate_aware",
     "adapter_trigger_search",
     "adapter_membership",
     "wmdp_cyber_evaluation",
