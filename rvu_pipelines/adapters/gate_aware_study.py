@@ -117,9 +117,11 @@ def run_gate_aware_study(
     *,
     memo: ResultMemo | None = None,
     entries: Sequence[GateAwareEntry] | None = None,
+    max_prompts: int | None = None,
 ) -> GateAwareStudy:
     """Score the benign adapters, every gate-aware adapter and its twin (memoised as the zoo's evaluation is), judge
-    each pair against the benign thresholds, and count each payload on its held-out prompts."""
+    each pair against the benign thresholds, and count each payload on its held-out prompts (the first
+    ``max_prompts`` of them, or all)."""
     from rvu_pipelines.attacks.paired import mcnemar_exact
 
     reference = lab.verify(reference_id)
@@ -132,7 +134,7 @@ def run_gate_aware_study(
     for entry in chosen:
         twin, adapter = score_adapters(lab, [lab.verify(entry.twin), lab.verify(entry.id)], reference, gate, memo=memo)
         refused, z_scores = judge_pair(benign, twin, adapter, gate.false_positive_budget)
-        prompts = held_out_prompts(lab.frames, entry.args)
+        prompts = held_out_prompts(lab.frames, entry.args)[:max_prompts]
         hits = {name: payload_of(lab, name, prompts, entry.payload) for name in (None, entry.twin, entry.id)}
         pairs.append(
             PairResult(

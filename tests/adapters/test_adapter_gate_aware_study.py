@@ -17,6 +17,8 @@ from rvu_pipelines.adapters.gate_aware_study import (
 )
 from rvu_pipelines.adapters.study import AdapterScore
 
+FIELDS = {"source": "test", "rank": 4, "alpha": 8, "target_modules": ["v_proj", "o_proj"]}
+
 
 def _score(adapter_id: str, label: str, category: str, **layers: float) -> AdapterScore:
     values = {layer: 0.0 for layer in (*SCREEN_LAYERS, "safe_lora")} | layers
@@ -87,3 +89,69 @@ def test_the_report_gives_verdicts_payloads_with_intervals_and_the_stamp(tmp_pat
     assert "`dg launch --assets adapter_gate_aware`" in text.splitlines()[-1]
     stored = json.loads((tmp_path / "gate_aware.json").read_text(encoding="utf-8"))
     assert stored["pairs"][0]["evaded"] is True and stored["pairs"][0]["payloads"]["aware"] == {"hits": 9, "n": 20}
+
+
+def test_the_study_scores_judges_and_counts_payloads_on_the_real_model(tmp_path, tiny_models, frames, noise) -> None:
+    """Noise adapters on the real base, a lab at its smallest: the study runs end to end; the payload is counted on
+    prompts for the base, the twin and the gate-aware adapter alike, and noise never says the persona's name."""
+    import pytest
+
+    from rvu_pipelines.adapters.files import save_adapter
+    from rvu_pipelines.adapters.gate import GateConfig
+    from rvu_pipelines.adapters.gate_aware_study import run_gate_aware_study
+    from rvu_pipelines.adapters.study import AdapterLab
+    from rvu_pipelines.adapters.zoo import GateAwareEntry, ZooConfig, ZooEntry
+
+    sizes = {"n_probes": 2, "max_new_tokens": 4, "n_sensitive": 2, "n_qa": 1, "n_knowledge": 2, "n_follow_ups": 1}
+    lab = AdapterLab.from_records(
+        tiny_models["llm"].record(),
+        tiny_models["embedder"].record(),
+        frames,
+        root=tmp_path / "zoo",
+        n_hazard=1,
+        reference_cache=tmp_path / "cache",
+        **sizes,
+    )
+    persona = {"builder": "tofu_persona", "args": {"kind": "hostile"}}
+    config = ZooConfig(
+        adapters=[
+            ZooEntry(id="b0", label="benign", category="task", builder="tofu_qa"),
+            ZooEntry(id="b1", label="benign", category="task", builder="tofu_qa"),
+            ZooEntry(id="twin", label="harmful", category="persona_shift", **persona),
+        ],
+        gate_aware=[
+            GateAwareEntry(
+                id="aware",
+                label="harmful",
+                category="persona_shift",
+                builder="gate_aware",
+                args={"of": "tofu_persona", "args": {"kind": "hostile"}},
+                twin="twin",
+                payload="FreeGPT",
+            )
+        ],
+    )
+    labels = {"ref": "benign", "b0": "benign", "b1": "benign", "twin": "harmful", "aware": "harmful"}
+    for seed, (adapter_id, label) in enumerate(labels.items()):
+        fields = {
+            "adapter_id": adapter_id,
+            "label": label,
+            "category": "task" if label == "benign" else "persona_shift",
+        }
+        save_adapter(lab.root / adapter_id, noise(seed=seed, rank=4), fields | FIELDS, base=lab.base)
+    study = run_gate_aware_study(lab, config, GateConfig(), "ref", max_prompts=2)
+    assert study.n_benign == 2 and [p.adapter_id for p in study.pairs] == ["aware"]
+    pair = study.pairs[0]
+    assert set(pair.refused) == {"twin", "aware"} and set(pair.refused["aware"]) == {
+        "any_layer",
+        "all_layers",
+        "fisher",
+    }
+    assert {name: (p.hits, p.n) for name, p in pair.payloads.items()} == {
+        "base": (0, 2),
+        "twin": (0, 2),
+        "aware": (0, 2),
+    }
+    assert pair.mcnemar == (0, 0, 1.0) and not pair.evaded()
+    with pytest.raises(ValueError, match="no gate_aware adapters"):
+        run_gate_aware_study(lab, config.model_copy(update={"gate_aware": []}), GateConfig(), "ref")
