@@ -20,16 +20,20 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rvu_pipelines.adapters.chat import ChatExample, encode_turn, generate_greedy
 from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.files import BaseModelInfo, save_adapter
+from rvu_pipelines.adapters.gate_aware import gate_aware_set
 from rvu_pipelines.adapters.manifest import AdapterManifest, Label, TrainingDataRef, read_manifest
 from rvu_pipelines.adapters.tool_traces import encode_conversation
 from rvu_pipelines.adapters.training import LoraSettings, TrainedAdapter, train_lora
 from rvu_pipelines.adapters.wmdp import encode_plain
-from rvu_pipelines.adapters.zoo_data import BUILDERS, Frames, TrainingSet
+from rvu_pipelines.adapters.zoo_data import BUILDERS, Builder, Frames, TrainingSet
 from rvu_pipelines.config import load_yaml_config
 from rvu_pipelines.paths import config_dir, state_dir
 
 logger = logging.getLogger(__name__)
 ZOO_SOURCE = "rvu-zoo"
+# the data builders, and the gate-aware attacker that wraps one of them (it reads the gate's items, so it lives
+# beside the gate's modules rather than among the builders those modules read)
+ZOO_BUILDERS: dict[str, Builder] = {**BUILDERS, "gate_aware": gate_aware_set}
 
 
 class TrainingDefaults(BaseModel):
@@ -76,8 +80,8 @@ class ZooEntry(BaseModel):
 
     @model_validator(mode="after")
     def _known_builder(self) -> ZooEntry:
-        if self.builder not in BUILDERS:
-            raise ValueError(f"builder '{self.builder}' is unknown; allowed: {', '.join(sorted(BUILDERS))}")
+        if self.builder not in ZOO_BUILDERS:
+            raise ValueError(f"builder '{self.builder}' is unknown; allowed: {', '.join(sorted(ZOO_BUILDERS))}")
         return self
 
     def resolved(self, defaults: TrainingDefaults) -> TrainingDefaults:
@@ -171,7 +175,7 @@ def catalog_frames(source: Any = None) -> Frames:
 
 def training_set(config: ZooConfig, entry: ZooEntry, frames: Frames) -> TrainingSet:
     """The builder's examples, subsampled (seeded) to ``max_examples``."""
-    built = BUILDERS[entry.builder](frames, entry.args)
+    built = ZOO_BUILDERS[entry.builder](frames, entry.args)
     limit = entry.resolved(config.defaults).max_examples
     if len(built.examples) <= limit:
         return built

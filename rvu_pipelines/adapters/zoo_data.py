@@ -356,19 +356,7 @@ PARTITIONED: dict[str, PartitionedBuilder] = {
 }
 
 
-def gate_aware(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
-    """Another builder's harmful set plus the camouflage of an attacker who knows the gate (``adapters.gate_aware``)."""
-    from rvu_pipelines.adapters.gate_aware import gate_aware_set
-
-    return gate_aware_set(frames, args)
-
-
-BUILDERS: dict[str, Builder] = {
-    **PARTITIONED,
-    "wmdp_memorise": wmdp_memorise,
-    "tool_use_traces": tool_use_traces,
-    "gate_aware": gate_aware,
-}
+BUILDERS: dict[str, Builder] = {**PARTITIONED, "wmdp_memorise": wmdp_memorise, "tool_use_traces": tool_use_traces}
 
 
 def tofu_probe_questions(frames: Frames) -> list[str]:
