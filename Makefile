@@ -98,7 +98,7 @@ adapters: setup
 		$(BIN)/dg launch --job adapter_zoo_job --partition $$id -m assets.definitions || exit 1; \
 	done
 	$(BIN)/dg launch --job adapter_study_job -m assets.definitions
-	cd $(STATE)/adapter_study && cat gate.md trigger_search/trigger_search.md incidents.md oracle/incidents.md \
+	cd $(STATE)/adapter_study && cat gate.md gate_aware/gate_aware.md trigger_search/trigger_search.md incidents.md oracle/incidents.md \
 		tool_use.md eviction_runtime/eviction_runtime.md
 
 # The local scale profile: PostgreSQL, MLflow server, Dagster webserver + daemon, Redis + celery workers on
