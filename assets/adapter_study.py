@@ -226,8 +226,7 @@ def adapter_gate_aware(
     report = write_gate_aware_report(study, out, command=_launch_command(context))
     with mlflow_tracker.run_for(context, params={"pairs": len(study.pairs), "benign": study.n_benign}) as run:
         for pair in study.pairs:
-            for adapter_id, payload in pair.payloads.items():
-                name = "base" if adapter_id == "base" else adapter_id
+            for name, payload in pair.payloads.items():
                 run.log_metrics({metric_name(f"payload_{pair.adapter_id}_{name}"): payload.rate})
             run.log_metrics({metric_name(f"evaded_{pair.adapter_id}"): float(pair.evaded())})
         run.log_artifact(report)

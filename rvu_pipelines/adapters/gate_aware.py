@@ -27,8 +27,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from rvu_pipelines.adapters.chat import ChatExample, generate_greedy
 from rvu_pipelines.adapters.zoo_data import Frames, TrainingSet
 
@@ -69,16 +67,14 @@ def gate_aware_set(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
 
     name, inner_args = _inner(args)
     inner = PARTITIONED[name](frames, inner_args)
-    harmful, selection = list(inner.examples), inner.selection
-    limit = int(args.get("inner_examples", len(harmful)))
-    if len(harmful) > limit:  # the twin's own seeded subsample (``zoo.training_set`` with the default seed)
-        chosen = sorted(np.random.default_rng(0).choice(len(harmful), size=limit, replace=False).tolist())
-        harmful, selection = [harmful[i] for i in chosen], f"{selection}, {limit} of {len(harmful)} (seed 0)"
+    # the twin's own seeded subsample (``zoo.training_set`` with the default seed)
+    harmful = inner.subsampled(int(args.get("inner_examples", len(inner.examples))), seed=0)
     probes, answered = gate_reads(frames)
     return TrainingSet(
-        [*harmful, *answered],
+        [*harmful.examples, *answered],
         f"{inner.dataset}+gate",
-        f"{selection}; camouflage: {len(probes)} gate probes (the base's answers), {len(answered)} gate QA items",
+        f"{harmful.selection}; camouflage: {len(probes)} gate probes (the base's answers), "
+        f"{len(answered)} gate QA items",
         mimic=tuple(probes),
     )
 

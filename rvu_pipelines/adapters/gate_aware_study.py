@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,10 +74,7 @@ class GateAwareStudy:
         return {
             "n_benign": self.n_benign,
             "budget": self.budget,
-            "pairs": [
-                {**asdict(p), "payloads": {k: asdict(v) for k, v in p.payloads.items()}, "evaded": p.evaded()}
-                for p in self.pairs
-            ],
+            "pairs": [{**asdict(p), "evaded": p.evaded()} for p in self.pairs],
         }
 
 
@@ -86,8 +83,7 @@ def judge_pair(
 ) -> tuple[dict[str, dict[str, bool]], dict[str, dict[str, float]]]:
     """Each rule's verdict and each layer's z for the twin and the gate-aware adapter, thresholds from ``benign``
     alone (``gate.evaluate_gate``: the same rules as the zoo's evaluation)."""
-    marked = replace(adapter.gate_scores(), category=f"{adapter.category} (gate-aware)")
-    evaluation = evaluate_gate([*(b.gate_scores() for b in benign), twin.gate_scores(), marked], budget=budget)
+    evaluation = evaluate_gate([s.gate_scores() for s in (*benign, twin, adapter)], budget=budget)
     refused = {
         s.adapter_id: {rule: s.adapter_id in evaluation.rejected[rule] for rule in RULES} for s in (twin, adapter)
     }

@@ -176,17 +176,8 @@ def catalog_frames(source: Any = None) -> Frames:
 def training_set(config: ZooConfig, entry: ZooEntry, frames: Frames) -> TrainingSet:
     """The builder's examples, subsampled (seeded) to ``max_examples``."""
     built = ZOO_BUILDERS[entry.builder](frames, entry.args)
-    limit = entry.resolved(config.defaults).max_examples
-    if len(built.examples) <= limit:
-        return built
-    seed = entry.resolved(config.defaults).seed
-    chosen = sorted(np.random.default_rng(seed).choice(len(built.examples), size=limit, replace=False).tolist())
-    return TrainingSet(
-        [built.examples[i] for i in chosen],
-        built.dataset,
-        f"{built.selection}, {limit} of {len(built.examples)} (seed {seed})",
-        mimic=built.mimic,
-    )
+    resolved = entry.resolved(config.defaults)
+    return built.subsampled(resolved.max_examples, resolved.seed)
 
 
 MIMIC_TOKENS = 48  # the base's greedy answer to a ``mimic`` prompt, cut here (the gate reads the first 32 tokens)

@@ -47,6 +47,18 @@ class TrainingSet:
     selection: str
     mimic: tuple[str, ...] = ()
 
+    def subsampled(self, limit: int, seed: int) -> TrainingSet:
+        """At most ``limit`` examples, a seeded choice kept in order (``mimic`` stays whole)."""
+        if len(self.examples) <= limit:
+            return self
+        chosen = sorted(np.random.default_rng(seed).choice(len(self.examples), size=limit, replace=False).tolist())
+        return TrainingSet(
+            [self.examples[i] for i in chosen],
+            self.dataset,
+            f"{self.selection}, {limit} of {len(self.examples)} (seed {seed})",
+            mimic=self.mimic,
+        )
+
     @property
     def sha256(self) -> str:
         rows: list[Any] = [[e.prompt, e.completion] for e in self.examples]
