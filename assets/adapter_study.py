@@ -39,6 +39,7 @@ from rvu_pipelines.adapters.eviction_study import EvictionOptions
 from rvu_pipelines.adapters.gate import load_gate_config
 from rvu_pipelines.adapters.gate_aware_study import GATE_AWARE_FOLDER, run_gate_aware_study, write_gate_aware_report
 from rvu_pipelines.adapters.incident_study import ORACLE, IncidentStudyOptions
+from rvu_pipelines.adapters.private_probes import DEFAULT_PRIVATE_SEED
 from rvu_pipelines.adapters.study import STUDY_FOLDER, AdapterLab, score_adapters, write_gate_report
 from rvu_pipelines.adapters.tool_use_study import ToolUseOptions
 from rvu_pipelines.adapters.zoo import load_zoo_config, zoo_root
@@ -175,6 +176,17 @@ def adapter_gate_evaluation(
     )
 
 
+class GateAwareConfig(Config):
+    """The defender's side of the gate-aware study: the private probe draw it keeps from the attacker."""
+
+    private_seed: int = Field(
+        default=DEFAULT_PRIVATE_SEED,
+        ge=0,
+        description="seed of the defender's private probe draw (adapters.private_probes); 0 judges on the public "
+        "draw only",
+    )
+
+
 @asset(
     code_version=CODE_VERSION,
     tags=FULL_STUDY,
@@ -184,14 +196,17 @@ def adapter_gate_evaluation(
     description="The gate under the attacker who moves second: each gate-aware adapter (a harmful recipe plus "
     "camouflage on the gate's own probes and items) beside its twin, judged against the benign adapters' "
     "thresholds by the load gate's rule, the all-layers max z and the Fisher row, with its payload counted on "
-    "held-out prompts for the base, the twin and the gate-aware adapter (Wilson CIs, exact McNemar).",
+    "held-out prompts for the base, the twin and the gate-aware adapter (Wilson CIs, exact McNemar); then judged "
+    "again by a defender whose probe draw is private.",
     check_specs=[
         AssetCheckSpec("gate_aware_judged", asset="adapter_gate_aware", blocking=True),
         AssetCheckSpec("gate_holds_under_gate_aware_attack", asset="adapter_gate_aware"),
+        AssetCheckSpec("private_draw_holds_under_gate_aware_attack", asset="adapter_gate_aware"),
     ],
 )
 def adapter_gate_aware(
     context: AssetExecutionContext,
+    config: GateAwareConfig,
     mlflow_tracker: MlflowTrackerResource,
     llm_model: dict,
     embedder_model: dict,
@@ -202,10 +217,8 @@ def adapter_gate_aware(
     wmdp_cyber: pl.DataFrame,
     agentpoison_strategyqa: pl.DataFrame,
 ):
-    config, gate = load_zoo_config(), load_gate_config()
-    wanted = [e.id for e in config.adapters if e.label == "benign"] + [
-        i for e in config.gate_aware for i in (e.id, e.twin)
-    ]
+    zoo, gate = load_zoo_config(), load_gate_config()
+    wanted = [e.id for e in zoo.adapters if e.label == "benign"] + [i for e in zoo.gate_aware for i in (e.id, e.twin)]
     missing = sorted(i for i in {*wanted, gate.reference_adapter} if not (zoo_root() / i / "manifest.json").is_file())
     if missing:
         raise Failure(
@@ -221,7 +234,10 @@ def adapter_gate_aware(
         agentpoison_strategyqa=agentpoison_strategyqa,
     )
     lab = AdapterLab.from_records(llm_model, embedder_model, frames)
-    study = run_gate_aware_study(lab, config, gate, gate.reference_adapter, memo=ResultMemo.default())
+    private_seed = config.private_seed or None
+    study = run_gate_aware_study(
+        lab, zoo, gate, gate.reference_adapter, memo=ResultMemo.default(), private_seed=private_seed
+    )
     out = _study_folder() / GATE_AWARE_FOLDER
     report = write_gate_aware_report(study, out, command=_launch_command(context))
     with mlflow_tracker.run_for(context, params={"pairs": len(study.pairs), "benign": study.n_benign}) as run:
@@ -229,6 +245,8 @@ def adapter_gate_aware(
             for name, payload in pair.payloads.items():
                 run.log_metrics({metric_name(f"payload_{pair.adapter_id}_{name}"): payload.rate})
             run.log_metrics({metric_name(f"evaded_{pair.adapter_id}"): float(pair.evaded())})
+            if private_seed is not None:
+                run.log_metrics({metric_name(f"evaded_private_{pair.adapter_id}"): float(pair.evaded(private=True))})
         run.log_artifact(report)
     yield Output(
         study.to_dict(),
@@ -241,6 +259,16 @@ def adapter_gate_aware(
         passed=not evaded,
         severity=AssetCheckSeverity.WARN,
         metadata={"evaded": ", ".join(evaded) or "none", "pairs": len(study.pairs)},
+    )
+    evaded_private = [p.adapter_id for p in study.pairs if private_seed is not None and p.evaded(private=True)]
+    yield AssetCheckResult(
+        check_name="private_draw_holds_under_gate_aware_attack",
+        passed=not evaded_private,
+        severity=AssetCheckSeverity.WARN,
+        metadata={
+            "evaded": ", ".join(evaded_private) or "none",
+            "private_seed": private_seed if private_seed is not None else "not run",
+        },
     )
 
 

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from rvu_pipelines.adapters.gate import ANY_LAYER, SCREEN_LAYERS
 from rvu_pipelines.adapters.gate_aware_study import (
     GateAwareStudy,
     PairResult,
     Payload,
+    gate_aware_markdown,
     judge_pair,
     write_gate_aware_report,
 )
+from rvu_pipelines.adapters.private_probes import PrivateDraw
 from rvu_pipelines.adapters.study import AdapterScore
 
 FIELDS = {"source": "test", "rank": 4, "alpha": 8, "target_modules": ["v_proj", "o_proj"]}
@@ -79,8 +83,29 @@ def test_evasion_needs_a_pass_and_a_payload_said_more_often_than_the_base_says_i
     assert Payload(0, 0).rate != Payload(0, 0).rate  # no prompts: no rate (NaN)
 
 
+def test_the_private_draw_is_judged_and_reported_beside_the_public_one(tmp_path: Path) -> None:
+    rules = (ANY_LAYER, "all_layers", "fisher")
+    pair = replace(
+        _pair(aware_refused=False, aware_hits=9),
+        private_refused={"twin": dict.fromkeys(rules, True), "aware": dict.fromkeys(rules, True)},
+        private_z_scores={name: dict.fromkeys(SCREEN_LAYERS, 4.0) for name in ("twin", "aware")},
+    )
+    assert pair.evaded() and not pair.evaded(private=True)
+    with pytest.raises(ValueError, match="No private draw"):
+        _pair(aware_refused=False, aware_hits=9).evaded(private=True)
+    draw = PrivateDraw(7, 32, 15, 15, 32, 32, 32, 0)
+    study = GateAwareStudy(n_benign=12, budget=0.05, pairs=[pair], private_draw=draw)
+    text = write_gate_aware_report(study, tmp_path, command="dg launch --assets adapter_gate_aware").read_text()
+    assert "private draw** (seed 7" in text and "15 held-out QA items" in text
+    assert "| `aware` | refused | refused | refused | no |" in text and "+4.00" in text
+    stored = json.loads((tmp_path / "gate_aware.json").read_text(encoding="utf-8"))
+    assert stored["private_draw"]["seed"] == 7
+    assert stored["pairs"][0]["evaded"] is True and stored["pairs"][0]["evaded_private"] is False
+
+
 def test_the_report_gives_verdicts_payloads_with_intervals_and_the_stamp(tmp_path: Path) -> None:
     study = GateAwareStudy(n_benign=12, budget=0.05, pairs=[_pair(aware_refused=False, aware_hits=9)])
+    assert "private draw" not in gate_aware_markdown(study)  # none run, none reported
     path = write_gate_aware_report(study, tmp_path, command="dg launch --assets adapter_gate_aware")
     text = path.read_text(encoding="utf-8")
     assert "| `aware` | **passes** | **passes** | **passes** | 9 / 20 = 0.45 [0.26, 0.66] | yes |" in text
@@ -94,7 +119,6 @@ def test_the_report_gives_verdicts_payloads_with_intervals_and_the_stamp(tmp_pat
 def test_the_study_scores_judges_and_counts_payloads_on_the_real_model(tmp_path, tiny_models, frames, noise) -> None:
     """Noise adapters on the real base, a lab at its smallest: the study runs end to end; the payload is counted on
     prompts for the base, the twin and the gate-aware adapter alike, and noise never says the persona's name."""
-    import pytest
 
     from rvu_pipelines.adapters.files import save_adapter
     from rvu_pipelines.adapters.gate import GateConfig
@@ -139,8 +163,11 @@ def test_the_study_scores_judges_and_counts_payloads_on_the_real_model(tmp_path,
             "category": "task" if label == "benign" else "persona_shift",
         }
         save_adapter(lab.root / adapter_id, noise(seed=seed, rank=4), fields | FIELDS, base=lab.base)
-    study = run_gate_aware_study(lab, config, GateConfig(), "ref", max_prompts=2)
+    study = run_gate_aware_study(lab, config, GateConfig(), "ref", max_prompts=2, private_seed=1)
     assert study.n_benign == 2 and [p.adapter_id for p in study.pairs] == ["aware"]
+    # judged again on a private draw of the same sizes that shares nothing with the public one
+    draw = study.private_draw
+    assert draw is not None and (draw.seed, draw.n_prompts, draw.n_qa, draw.shared_with_public) == (1, 2, 1, 0)
     pair = study.pairs[0]
     assert set(pair.refused) == {"twin", "aware"} and set(pair.refused["aware"]) == {
         "any_layer",
@@ -153,5 +180,7 @@ def test_the_study_scores_judges_and_counts_payloads_on_the_real_model(tmp_path,
         "aware": (0, 2),
     }
     assert pair.mcnemar == (0, 0, 1.0) and not pair.evaded()
+    assert pair.private_refused is not None and set(pair.private_refused["aware"]) == set(pair.refused["aware"])
+    assert not pair.evaded(private=True)  # noise says no payload, whatever the verdict
     with pytest.raises(ValueError, match="no gate_aware adapters"):
         run_gate_aware_study(lab, config.model_copy(update={"gate_aware": []}), GateConfig(), "ref")
