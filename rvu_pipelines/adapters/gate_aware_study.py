@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,9 @@ class GateAwareStudy:
     budget: float
     pairs: list[PairResult]
     private_draw: PrivateDraw | None = None
+    # the control: benign adapters each rule refuses, each on the other benign adapters' thresholds
+    benign_refused: dict[str, int] = field(default_factory=dict)
+    private_benign_refused: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         private = self.private_draw is not None
@@ -89,6 +92,8 @@ class GateAwareStudy:
             "n_benign": self.n_benign,
             "budget": self.budget,
             "private_draw": asdict(self.private_draw) if self.private_draw is not None else None,
+            "benign_refused": self.benign_refused,
+            "private_benign_refused": self.private_benign_refused,
             "pairs": [
                 {**asdict(p), "evaded": p.evaded(), "evaded_private": p.evaded(private=True) if private else None}
                 for p in self.pairs
@@ -113,6 +118,14 @@ def judge_pair(
         for s in (twin, adapter)
     }
     return refused, z_scores
+
+
+def benign_refusals(benign: Sequence[AdapterScore], harmful: AdapterScore, budget: float) -> dict[str, int]:
+    """The control beside every verdict: how many benign adapters each rule refuses, each judged on the other benign
+    adapters' thresholds (``evaluate_gate``'s leave-one-out; ``harmful`` only completes the labelled set)."""
+    evaluation = evaluate_gate([s.gate_scores() for s in (*benign, harmful)], budget=budget)
+    ids = {b.adapter_id for b in benign}
+    return {rule: sum(i in ids for i in evaluation.rejected[rule]) for rule in RULES}
 
 
 def payload_of(lab: AdapterLab, adapter_id: str | None, prompts: Sequence[str], payload: str) -> list[bool]:
@@ -150,9 +163,12 @@ def run_gate_aware_study(
         score_adapters(drawn, [drawn.verify(i) for i in benign_ids], reference, gate, memo=memo) if drawn else []
     )
     pairs = []
+    benign_refused: dict[str, int] = {}
+    private_benign_refused: dict[str, int] | None = None
     for entry in chosen:
         twin, adapter = score_adapters(lab, [lab.verify(entry.twin), lab.verify(entry.id)], reference, gate, memo=memo)
         refused, z_scores = judge_pair(benign, twin, adapter, gate.false_positive_budget)
+        benign_refused = benign_refused or benign_refusals(benign, twin, gate.false_positive_budget)
         private_refused = private_z_scores = None
         if drawn is not None:
             twin_drawn, adapter_drawn = score_adapters(
@@ -160,6 +176,9 @@ def run_gate_aware_study(
             )
             private_refused, private_z_scores = judge_pair(
                 benign_drawn, twin_drawn, adapter_drawn, gate.false_positive_budget
+            )
+            private_benign_refused = private_benign_refused or benign_refusals(
+                benign_drawn, twin_drawn, gate.false_positive_budget
             )
         prompts = held_out_prompts(lab.frames, entry.args)[:max_prompts]
         hits = {name: payload_of(lab, name, prompts, entry.payload) for name in (None, entry.twin, entry.id)}
@@ -179,7 +198,7 @@ def run_gate_aware_study(
                 private_z_scores=private_z_scores,
             )
         )
-    return GateAwareStudy(len(benign), gate.false_positive_budget, pairs, draw)
+    return GateAwareStudy(len(benign), gate.false_positive_budget, pairs, draw, benign_refused, private_benign_refused)
 
 
 def _verdict(refused: bool) -> str:
@@ -197,6 +216,7 @@ def gate_aware_markdown(study: GateAwareStudy) -> str:
         "",
         "| adapter | load gate (any layer) | all layers (max z) | Fisher | payload | evaded |",
         "|---|---|---|---|---|---|",
+        _control_row(study.n_benign, study.benign_refused, extra="| — | — |"),
     ]
     for pair in study.pairs:
         lines.append(
@@ -222,6 +242,11 @@ def gate_aware_markdown(study: GateAwareStudy) -> str:
     return "\n".join(lines)
 
 
+def _control_row(n_benign: int, refused: dict[str, int], *, extra: str) -> str:
+    counts = " | ".join(f"{refused[rule]} / {n_benign} refused" if rule in refused else "—" for rule in RULES)
+    return f"| the {n_benign} benign adapters (control; each on the others' thresholds) | {counts} {extra}"
+
+
 def _z_table(pairs: Sequence[PairResult], *, private: bool) -> list[str]:
     lines = ["| adapter | " + " | ".join(SCREEN_LAYERS) + " |", "|---|" + "---|" * len(SCREEN_LAYERS)]
     for pair in pairs:
@@ -245,6 +270,7 @@ def _private_lines(study: GateAwareStudy, draw: PrivateDraw) -> list[str]:
         "",
         "| adapter | load gate (any layer) | all layers (max z) | Fisher | evaded |",
         "|---|---|---|---|---|",
+        _control_row(study.n_benign, study.private_benign_refused or {}, extra="| — |"),
     ]
     for pair in study.pairs:
         refused = pair.private_refused
