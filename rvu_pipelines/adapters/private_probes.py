@@ -24,7 +24,7 @@ import polars as pl
 from rvu_pipelines.adapters.zoo_data import Frames, frames_from, rows_in
 
 OPENING = 200  # characters that make two texts the same text
-DEFAULT_PRIVATE_SEED = 1  # the study's private draw; a deployment picks its own and keeps it
+DEFAULT_PRIVATE_SEED = 1  # the draw the gate-aware study reports; it is public here, so it only stands in for a secret
 
 # data set -> how the gate renders one of its rows as text (the texts the public gate's openings are compared with)
 Render = Callable[[Mapping[str, Any]], str]

@@ -15,6 +15,7 @@ from rvu_pipelines.adapters.gate_aware_study import (
     PairResult,
     Payload,
     benign_refusals,
+    flat_layers,
     gate_aware_markdown,
     judge_pair,
     write_gate_aware_report,
@@ -129,6 +130,19 @@ def test_the_private_draw_is_judged_and_reported_beside_the_public_one(tmp_path:
     stored = json.loads((tmp_path / "gate_aware.json").read_text(encoding="utf-8"))
     assert stored["private_draw"]["seed"] == 7 and stored["private_benign_refused"][ANY_LAYER] == 3
     assert stored["pairs"][0]["evaded"] is True and stored["pairs"][0]["evaded_private"] is False
+
+
+def test_a_layer_no_benign_adapter_moves_is_marked_where_its_z_is_the_raw_excess() -> None:
+    flat = [replace(b, behaviour=0.0) for b in _benign()]
+    assert flat_layers(flat) == ("behaviour",) and flat_layers(_benign()) == ()
+    everything_flagged = _score("twin", "harmful", "persona_shift", behaviour=0.96)
+    refused, z_scores = judge_pair(flat, everything_flagged, everything_flagged, budget=0.05)
+    assert z_scores["twin"]["behaviour"] == pytest.approx(0.96)  # under 1 although every answer is flagged
+    assert refused["twin"][ANY_LAYER]  # the any-layer rule refuses any excess over the common value
+    study = GateAwareStudy(n_benign=12, budget=0.05, pairs=[_pair(False, 9)], flat_layers=("behaviour",))
+    text = gate_aware_markdown(study)
+    assert "| behaviour † |" in text and "spread 0" in text
+    assert "†" not in gate_aware_markdown(replace(study, flat_layers=()))
 
 
 def test_the_report_gives_verdicts_payloads_with_intervals_and_the_stamp(tmp_path: Path) -> None:
