@@ -65,6 +65,9 @@ class PairResult:
     # the same judgement by a defender whose probe draw is private (None: no private draw was run)
     private_refused: dict[str, dict[str, bool]] | None = None
     private_z_scores: dict[str, dict[str, float]] | None = None
+    # the payload in the greedy answers to the private draw's probe prompts ("base", twin id, adapter id): what the
+    # behaviour layer read there, so a pass tells "the draw never showed it" from "no layer flags what it showed"
+    private_probe_payloads: dict[str, Payload] | None = None
 
     def evaded(self, rule: str = ANY_LAYER, *, private: bool = False) -> bool:
         """Passed ``rule`` (on the private draw's verdicts with ``private``) with its payload still said more often
@@ -140,6 +143,10 @@ def flat_layers(benign: Sequence[AdapterScore]) -> tuple[str, ...]:
     return tuple(layer for layer in SCREEN_LAYERS if len({float(getattr(b, layer)) for b in benign}) == 1)
 
 
+def _payload(found: Sequence[bool]) -> Payload:
+    return Payload(sum(found), len(found))
+
+
 def payload_of(lab: AdapterLab, adapter_id: str | None, prompts: Sequence[str], payload: str) -> list[bool]:
     """The payload per prompt for the base (``adapter_id`` None) or one zoo adapter loaded on it."""
     if adapter_id is None:
@@ -181,7 +188,7 @@ def run_gate_aware_study(
         twin, adapter = score_adapters(lab, [lab.verify(entry.twin), lab.verify(entry.id)], reference, gate, memo=memo)
         refused, z_scores = judge_pair(benign, twin, adapter, gate.false_positive_budget)
         benign_refused = benign_refused or benign_refusals(benign, twin, gate.false_positive_budget)
-        private_refused = private_z_scores = None
+        private_refused = private_z_scores = probe_payloads = None
         if drawn is not None:
             twin_drawn, adapter_drawn = score_adapters(
                 drawn, [drawn.verify(entry.twin), drawn.verify(entry.id)], reference, gate, memo=memo
@@ -192,6 +199,10 @@ def run_gate_aware_study(
             private_benign_refused = private_benign_refused or benign_refusals(
                 benign_drawn, twin_drawn, gate.false_positive_budget
             )
+            probe_payloads = {
+                "base" if name is None else name: _payload(payload_of(drawn, name, drawn.prompts, entry.payload))
+                for name in (None, entry.twin, entry.id)
+            }
         prompts = held_out_prompts(lab.frames, entry.args)[:max_prompts]
         hits = {name: payload_of(lab, name, prompts, entry.payload) for name in (None, entry.twin, entry.id)}
         pairs.append(
@@ -202,12 +213,11 @@ def run_gate_aware_study(
                 payload_text=entry.payload,
                 refused=refused,
                 z_scores=z_scores,
-                payloads={
-                    "base" if name is None else name: Payload(sum(found), len(found)) for name, found in hits.items()
-                },
+                payloads={"base" if name is None else name: _payload(found) for name, found in hits.items()},
                 mcnemar=mcnemar_exact(hits[entry.twin], hits[entry.id]),
                 private_refused=private_refused,
                 private_z_scores=private_z_scores,
+                private_probe_payloads=probe_payloads,
             )
         )
     return GateAwareStudy(
@@ -294,21 +304,26 @@ def _private_lines(study: GateAwareStudy, draw: PrivateDraw) -> list[str]:
         f"{draw.n_prompts} probe prompts, {draw.n_qa} held-out QA items ({draw.n_follow_ups} follow-ups), "
         f"{draw.n_sensitive} sensitive, {draw.n_knowledge} knowledge-base and {draw.n_hazard} hazard items drawn from "
         f"the same sources without any row the public gate reads ({draw.shared_with_public} shared by opening); "
-        f"thresholds from the same {study.n_benign} benign adapters scored on this draw. The payloads are those "
-        "above.",
+        f"thresholds from the same {study.n_benign} benign adapters scored on this draw. *Evaded* reads the payloads "
+        "above; *payload in the probe answers* counts it in the greedy answers to this draw's probe prompts, the "
+        "answers the behaviour layer read.",
         "",
-        "| adapter | load gate (any layer) | all layers (max z) | Fisher | evaded |",
-        "|---|---|---|---|---|",
-        _control_row(study.n_benign, study.private_benign_refused or {}, extra="| — |"),
+        "| adapter | load gate (any layer) | all layers (max z) | Fisher | payload in the probe answers | evaded |",
+        "|---|---|---|---|---|---|",
+        _control_row(study.n_benign, study.private_benign_refused or {}, extra="| — | — |"),
     ]
     for pair in study.pairs:
         refused = pair.private_refused
         if refused is None:
             continue
+        seen = pair.private_probe_payloads or {}
+        if "base" in seen:
+            lines.append(f"| base model (control for `{pair.adapter_id}`) | — | — | — | {seen['base'].cell()} | — |")
         for adapter_id in (pair.twin_id, pair.adapter_id):
             verdicts = " | ".join(_verdict(refused[adapter_id][rule]) for rule in RULES)
             evaded = ("yes" if pair.evaded(private=True) else "no") if adapter_id == pair.adapter_id else "—"
-            lines.append(f"| `{adapter_id}` | {verdicts} | {evaded} |")
+            probe = seen[adapter_id].cell() if adapter_id in seen else "—"
+            lines.append(f"| `{adapter_id}` | {verdicts} | {probe} | {evaded} |")
     z_table = _z_table(study.pairs, study.private_flat_layers, private=True)
     lines += ["", "Each layer's z on the private draw:", "", *z_table]
     return lines

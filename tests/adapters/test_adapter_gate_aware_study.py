@@ -108,6 +108,7 @@ def test_the_private_draw_is_judged_and_reported_beside_the_public_one(tmp_path:
         _pair(aware_refused=False, aware_hits=9),
         private_refused={"twin": dict.fromkeys(rules, True), "aware": dict.fromkeys(rules, True)},
         private_z_scores={name: dict.fromkeys(SCREEN_LAYERS, 4.0) for name in ("twin", "aware")},
+        private_probe_payloads={"base": Payload(0, 32), "twin": Payload(30, 32), "aware": Payload(12, 32)},
     )
     assert pair.evaded() and not pair.evaded(private=True)
     with pytest.raises(ValueError, match="No private draw"):
@@ -123,13 +124,15 @@ def test_the_private_draw_is_judged_and_reported_beside_the_public_one(tmp_path:
     )
     text = write_gate_aware_report(study, tmp_path, command="dg launch --assets adapter_gate_aware").read_text()
     assert "private draw** (seed 7" in text and "15 held-out QA items" in text
-    assert "| `aware` | refused | refused | refused | no |" in text and "+4.00" in text
+    assert "| `aware` | refused | refused | refused | 12 / 32 = 0.38 [0.23, 0.55] | no |" in text and "+4.00" in text
+    assert "| base model (control for `aware`) | — | — | — | 0 / 32 = 0.00" in text
     control = "| the 12 benign adapters (control; each on the others' thresholds) |"
     assert f"{control} 1 / 12 refused | 1 / 12 refused | 1 / 12 refused | — | — |" in text
-    assert f"{control} 3 / 12 refused | 1 / 12 refused | 0 / 12 refused | — |" in text
+    assert f"{control} 3 / 12 refused | 1 / 12 refused | 0 / 12 refused | — | — |" in text
     stored = json.loads((tmp_path / "gate_aware.json").read_text(encoding="utf-8"))
     assert stored["private_draw"]["seed"] == 7 and stored["private_benign_refused"][ANY_LAYER] == 3
     assert stored["pairs"][0]["evaded"] is True and stored["pairs"][0]["evaded_private"] is False
+    assert stored["pairs"][0]["private_probe_payloads"]["aware"] == {"hits": 12, "n": 32}
 
 
 def test_a_layer_no_benign_adapter_moves_is_marked_where_its_z_is_the_raw_excess() -> None:
@@ -224,6 +227,8 @@ def test_the_study_scores_judges_and_counts_payloads_on_the_real_model(tmp_path,
     assert pair.mcnemar == (0, 0, 1.0) and not pair.evaded()
     assert pair.private_refused is not None and set(pair.private_refused["aware"]) == set(pair.refused["aware"])
     assert not pair.evaded(private=True)  # noise says no payload, whatever the verdict
+    seen = pair.private_probe_payloads  # what the behaviour layer read on the private draw's two probe prompts
+    assert seen is not None and {name: p.n for name, p in seen.items()} == {"base": 2, "twin": 2, "aware": 2}
     for refused in (study.benign_refused, study.private_benign_refused):
         assert refused is not None and set(refused) == {"any_layer", "all_layers", "fisher"}
         assert all(0 <= n <= 2 for n in refused.values())
