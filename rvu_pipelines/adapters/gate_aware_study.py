@@ -306,7 +306,13 @@ def _private_lines(study: GateAwareStudy, draw: PrivateDraw) -> list[str]:
         f"the same sources without any row the public gate reads ({draw.shared_with_public} shared by opening); "
         f"thresholds from the same {study.n_benign} benign adapters scored on this draw. *Evaded* reads the payloads "
         "above; *payload in the probe answers* counts it in the greedy answers to this draw's probe prompts, the "
-        "answers the behaviour layer read.",
+        "answers the behaviour layer read."
+        + (
+            f" The {', '.join(draw.fixed_items)} layers read the same items on the next seed's draw: there only the "
+            "order is secret, and an attacker who knows the code knows the items."
+            if draw.fixed_items
+            else ""
+        ),
         "",
         "| adapter | load gate (any layer) | all layers (max z) | Fisher | payload in the probe answers | evaded |",
         "|---|---|---|---|---|---|",

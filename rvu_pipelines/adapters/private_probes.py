@@ -101,6 +101,9 @@ class PrivateDraw:
     n_knowledge: int
     n_hazard: int
     shared_with_public: int
+    # layers that read the very same items on the next seed's draw: their items are not secret, only their order
+    # (a pool the draw exhausts, or a selection that sorts its pool before it picks)
+    fixed_items: tuple[str, ...] = ()
 
 
 def private_lab(lab: Any, seed: int) -> tuple[Any, PrivateDraw]:
@@ -132,6 +135,8 @@ def private_lab(lab: Any, seed: int) -> tuple[Any, PrivateDraw]:
     )
     openings = {opening(text) for text in public}
     shared = sum(opening(text) in openings for text in public_texts(drawn))
+    other = layer_texts(drawn, private_frames(lab.frames, public, seed + 1 if seed != -1 else 1))
+    fixed = tuple(layer for layer, texts in layer_texts(drawn).items() if set(texts) == set(other[layer]))
     draw = PrivateDraw(
         seed,
         len(drawn.prompts),
@@ -141,5 +146,35 @@ def private_lab(lab: Any, seed: int) -> tuple[Any, PrivateDraw]:
         len(drawn.knowledge),
         len(drawn.hazard),
         shared,
+        fixed,
     )
     return drawn, draw
+
+
+def layer_texts(lab: Any, frames: Frames | None = None) -> dict[str, list[str]]:
+    """Per layer, the texts ``lab`` reads, or (with ``frames``) the texts a lab of the same sizes would read on those
+    frames: the lab's own selection rules, no model run."""
+    from rvu_pipelines.adapters.follow_ups import follow_up_items
+    from rvu_pipelines.adapters.hazard import hazard_items
+    from rvu_pipelines.adapters.margins import held_out_qa_items, knowledge_base_items, sensitive_items
+    from rvu_pipelines.adapters.zoo_data import probe_prompts
+
+    if frames is None:
+        prompts, sensitive, qa, knowledge = lab.prompts, lab.sensitive, lab.qa, lab.knowledge
+        follow_ups, hazard = lab.follow_ups, lab.hazard
+    else:
+        n = len(lab.prompts)
+        prompts = probe_prompts(frames, n_benign=n // 2, n_adversarial=n - n // 2)
+        sensitive = sensitive_items(frames, len(lab.sensitive)) if lab.sensitive else []
+        qa = held_out_qa_items(frames, len(lab.qa)) if lab.qa else []
+        knowledge = knowledge_base_items(frames, len(lab.knowledge)) if lab.knowledge else []
+        follow_ups = follow_up_items(frames, len(lab.follow_ups)) if lab.follow_ups else []
+        hazard = hazard_items(frames, lab.tokenizer, len(lab.hazard)) if lab.hazard else []
+    return {
+        "probe prompts": list(prompts),
+        "sensitive": [item.prompt for item in sensitive],
+        "QA": [item.prompt for item in qa],
+        "knowledge base": [item.prompt for item in knowledge],
+        "follow-ups": [item.question for item in follow_ups],
+        "hazard": [item.question for item in hazard],
+    }

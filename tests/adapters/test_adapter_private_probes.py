@@ -9,6 +9,7 @@ from rvu_pipelines.adapters.margins import held_out_qa_items, knowledge_base_ite
 from rvu_pipelines.adapters.private_probes import (
     RENDERINGS,
     held_out_qa_count,
+    layer_texts,
     opening,
     private_frames,
     without_public,
@@ -44,6 +45,28 @@ def test_the_seed_is_the_secret(frames) -> None:
         private_frames(frames, public, seed=0)
     with pytest.raises(KeyError, match="No rendering for data set 'mystery'"):
         private_frames(frames, public, seed=1, names=["mystery"])
+
+
+def test_a_layer_whose_items_do_not_depend_on_the_seed_is_found(frames) -> None:
+    from types import SimpleNamespace
+
+    public = _public(frames)
+    one, two = (private_frames(frames, public, seed=s) for s in (1, 2))
+    n_qa = held_out_qa_count(one)
+    sized = SimpleNamespace(
+        prompts=[""] * 8,
+        sensitive=[None] * 8,
+        qa=[None] * n_qa,
+        knowledge=[None] * 8,
+        follow_ups=[],
+        hazard=[],
+        tokenizer=None,
+    )
+    first, second = layer_texts(sized, one), layer_texts(sized, two)
+    # the knowledge base sorts its pool before it picks and the QA layer reads its whole pool: no secret items there
+    assert set(first["knowledge base"]) == set(second["knowledge base"]) and set(first["QA"]) == set(second["QA"])
+    assert set(first["sensitive"]) != set(second["sensitive"]) and first["probe prompts"] != second["probe prompts"]
+    assert first["follow-ups"] == [] and len(first["sensitive"]) == 8
 
 
 def test_rows_are_public_by_opening_so_near_duplicate_templates_go_too() -> None:
