@@ -67,12 +67,16 @@ def _unscored_lab(llm_model: dict, embedder_model: dict, frames: Any) -> Adapter
     )
 
 
-def _launch_command(context: AssetExecutionContext) -> str:
-    """What reruns this step: the study job, or the asset alone when it was launched alone (``dg launch --assets``)."""
+def _launch_command(context: AssetExecutionContext, config: Config | None = None) -> str:
+    """What reruns this step: the study job, or the asset alone when it was launched alone (``dg launch --assets``),
+    with the config fields set away from their defaults."""
     job = context.run.job_name
-    if job.startswith("__"):  # Dagster's implicit asset job
-        return f"dg launch --assets {context.asset_key.to_user_string()}"
-    return f"dg launch --job {job}"
+    asset = context.asset_key.to_user_string()
+    command = f"dg launch --assets {asset}" if job.startswith("__") else f"dg launch --job {job}"  # implicit job
+    chosen = config.model_dump(exclude_defaults=True) if config is not None else {}
+    if chosen:
+        command += " --config-json '" + json.dumps({"ops": {asset: {"config": chosen}}}, sort_keys=True) + "'"
+    return command
 
 
 def _study_folder() -> Path:
@@ -239,7 +243,7 @@ def adapter_gate_aware(
         lab, zoo, gate, gate.reference_adapter, memo=ResultMemo.default(), private_seed=private_seed
     )
     out = _study_folder() / GATE_AWARE_FOLDER
-    report = write_gate_aware_report(study, out, command=_launch_command(context))
+    report = write_gate_aware_report(study, out, command=_launch_command(context, config))
     with mlflow_tracker.run_for(context, params={"pairs": len(study.pairs), "benign": study.n_benign}) as run:
         for pair in study.pairs:
             for name, payload in pair.payloads.items():
