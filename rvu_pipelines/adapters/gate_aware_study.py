@@ -298,6 +298,10 @@ def _z_table(pairs: Sequence[PairResult], flat: Sequence[str], *, private: bool)
     return [*lines, "", FLAT_NOTE] if flat else lines
 
 
+def _listed(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 def _private_lines(study: GateAwareStudy, draw: PrivateDraw) -> list[str]:
     lines = [
         f"**A defender with a private draw** (seed {draw.seed}, kept from the attacker): the same layers on "
@@ -308,7 +312,7 @@ def _private_lines(study: GateAwareStudy, draw: PrivateDraw) -> list[str]:
         "above; *payload in the probe answers* counts it in the greedy answers to this draw's probe prompts, the "
         "answers the behaviour layer read."
         + (
-            f" The {', '.join(draw.fixed_items)} layers read the same items on the next seed's draw: there only the "
+            f" The {_listed(draw.fixed_items)} layers read the same items on the next seed's draw: there only the "
             "order is secret, and an attacker who knows the code knows the items."
             if draw.fixed_items
             else ""

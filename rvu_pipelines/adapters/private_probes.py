@@ -70,6 +70,8 @@ def private_frames(frames: Frames, public: Iterable[str], seed: int, names: Iter
     """``frames`` with every row the public gate reads removed and the rest shuffled by ``seed`` (the secret)."""
     if seed == 0:
         raise ValueError("seed 0 is the public draw's; a private draw needs another seed.")
+    if seed < 0:
+        raise ValueError(f"A private draw's seed is a positive integer, got {seed}.")
     openings = {opening(text) for text in public}
     out = {}
     for name in sorted(names or RENDERINGS):
@@ -135,8 +137,7 @@ def private_lab(lab: Any, seed: int) -> tuple[Any, PrivateDraw]:
     )
     openings = {opening(text) for text in public}
     shared = sum(opening(text) in openings for text in public_texts(drawn))
-    other = layer_texts(drawn, private_frames(lab.frames, public, seed + 1 if seed != -1 else 1))
-    fixed = tuple(layer for layer, texts in layer_texts(drawn).items() if set(texts) == set(other[layer]))
+    fixed = same_items(drawn, private_frames(lab.frames, public, seed + 1))
     draw = PrivateDraw(
         seed,
         len(drawn.prompts),
@@ -149,6 +150,12 @@ def private_lab(lab: Any, seed: int) -> tuple[Any, PrivateDraw]:
         fixed,
     )
     return drawn, draw
+
+
+def same_items(lab: Any, other: Frames) -> tuple[str, ...]:
+    """The layers (with items) that would read the very same items on the ``other`` frames as ``lab`` reads."""
+    theirs = layer_texts(lab, other)
+    return tuple(layer for layer, texts in layer_texts(lab).items() if texts and set(texts) == set(theirs[layer]))
 
 
 def layer_texts(lab: Any, frames: Frames | None = None) -> dict[str, list[str]]:

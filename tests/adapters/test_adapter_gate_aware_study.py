@@ -113,7 +113,7 @@ def test_the_private_draw_is_judged_and_reported_beside_the_public_one(tmp_path:
     assert pair.evaded() and not pair.evaded(private=True)
     with pytest.raises(ValueError, match="No private draw"):
         _pair(aware_refused=False, aware_hits=9).evaded(private=True)
-    draw = PrivateDraw(7, 32, 15, 15, 32, 32, 32, 0)
+    draw = PrivateDraw(7, 32, 15, 15, 32, 32, 32, 0, fixed_items=("QA", "knowledge base"))
     study = GateAwareStudy(
         n_benign=12,
         budget=0.05,
@@ -124,6 +124,7 @@ def test_the_private_draw_is_judged_and_reported_beside_the_public_one(tmp_path:
     )
     text = write_gate_aware_report(study, tmp_path, command="dg launch --assets adapter_gate_aware").read_text()
     assert "private draw** (seed 7" in text and "15 held-out QA items" in text
+    assert "The QA and knowledge base layers read the same items on the next seed's draw" in text
     assert "| `aware` | refused | refused | refused | 12 / 32 = 0.38 [0.23, 0.55] | no |" in text and "+4.00" in text
     assert "| base model (control for `aware`) | — | — | — | 0 / 32 = 0.00" in text
     control = "| the 12 benign adapters (control; each on the others' thresholds) |"

@@ -12,6 +12,7 @@ from rvu_pipelines.adapters.private_probes import (
     layer_texts,
     opening,
     private_frames,
+    same_items,
     without_public,
 )
 from rvu_pipelines.adapters.zoo_data import probe_prompts
@@ -43,6 +44,8 @@ def test_the_seed_is_the_secret(frames) -> None:
     assert one == again and one != other
     with pytest.raises(ValueError, match="seed 0 is the public draw"):
         private_frames(frames, public, seed=0)
+    with pytest.raises(ValueError, match="positive integer, got -3"):
+        private_frames(frames, public, seed=-3)
     with pytest.raises(KeyError, match="No rendering for data set 'mystery'"):
         private_frames(frames, public, seed=1, names=["mystery"])
 
@@ -67,6 +70,17 @@ def test_a_layer_whose_items_do_not_depend_on_the_seed_is_found(frames) -> None:
     assert set(first["knowledge base"]) == set(second["knowledge base"]) and set(first["QA"]) == set(second["QA"])
     assert set(first["sensitive"]) != set(second["sensitive"]) and first["probe prompts"] != second["probe prompts"]
     assert first["follow-ups"] == [] and len(first["sensitive"]) == 8
+    drawn = SimpleNamespace(
+        prompts=first["probe prompts"],
+        sensitive=sensitive_items(one, 8),
+        qa=held_out_qa_items(one, n_qa),
+        knowledge=knowledge_base_items(one, 8),
+        follow_ups=[],
+        hazard=[],
+        tokenizer=None,
+    )
+    # an empty layer is never named: it reads nothing, secret or not
+    assert same_items(drawn, two) == ("QA", "knowledge base")
 
 
 def test_rows_are_public_by_opening_so_near_duplicate_templates_go_too() -> None:
