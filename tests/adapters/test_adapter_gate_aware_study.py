@@ -20,7 +20,7 @@ from rvu_pipelines.adapters.gate_aware_study import (
     judge_pair,
     write_gate_aware_report,
 )
-from rvu_pipelines.adapters.private_probes import PrivateDraw
+from rvu_pipelines.adapters.private_probes import PrivateDraw, layer_texts
 from rvu_pipelines.adapters.study import AdapterScore
 
 FIELDS = {"source": "test", "rank": 4, "alpha": 8, "target_modules": ["v_proj", "o_proj"]}
@@ -210,6 +210,8 @@ def test_the_study_scores_judges_and_counts_payloads_on_the_real_model(tmp_path,
         }
         save_adapter(lab.root / adapter_id, noise(seed=seed, rank=4), fields | FIELDS, base=lab.base)
     study = run_gate_aware_study(lab, config, GateConfig(), "ref", max_prompts=2, private_seed=1)
+    # the private draw's check of which layers are fixed re-applies the lab's selection rules: they must be the lab's
+    assert layer_texts(lab, lab.frames) == layer_texts(lab)
     assert study.n_benign == 2 and [p.adapter_id for p in study.pairs] == ["aware"]
     # judged again on a private draw of the same sizes that shares nothing with the public one
     draw = study.private_draw
