@@ -12,7 +12,7 @@ import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
@@ -44,7 +44,7 @@ def _show(verdict: Any) -> None:
         highlight=False,
         soft_wrap=True,
     )
-    table = Table(title=f"gate verdict, sha256 {verdict.sha256[:16]}…, scored: {verdict.scored}")
+    table = Table(title=f"gate verdict, sha256 {verdict.sha256[:16]}…, scored: {verdict.scored}, draw: {verdict.draw}")
     for column in ("check", "value", "threshold", "rejects"):
         table.add_column(column)
     table.add_row("lists", verdict.lists, "", "")
@@ -78,6 +78,7 @@ def check(
     """Screen the adapter folder PATH as a load would; exit 0 admitted, 1 refused, 2 cannot judge."""
     from rvu_pipelines.adapters.admission import LoadGate
     from rvu_pipelines.adapters.gate import load_gate_config
+    from rvu_pipelines.errors import InputFileError
     from rvu_pipelines.paths import state_dir
 
     if not path.exists():
@@ -89,7 +90,11 @@ def check(
         console.print(f"[red]error:[/red] the base model is not available: {escape(str(exc))}", highlight=False)
         sys.exit(2)
     config = load_gate_config()
-    gate = LoadGate.from_state(info, state_dir(), config=config, scores_csv=scores)
+    try:
+        gate = LoadGate.from_state(info, state_dir(), config=config, scores_csv=scores)
+    except InputFileError as exc:  # e.g. gate.probe_draw is private and its secret is missing or exposed
+        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        sys.exit(2)
     with contextlib.ExitStack() as stack:
         if store is not None:
             from rvu_pipelines.adapters.admission import store_recorder
@@ -106,7 +111,7 @@ def _judge(gate: Any, path: Path, profile: str | None, score: bool, as_json: boo
         _, verdict = gate.check_folder(path) if not score else _check_with_scorer(gate, path, profile)
     except AdapterRefused as exc:
         if as_json:
-            print(json.dumps({"decision": "refuse", "reason": exc.reason, "message": str(exc)}))
+            print(json.dumps({"decision": "refuse", "reason": exc.reason, "message": str(exc), "draw": gate.draw.id}))
         else:
             console.print(f"[red]REFUSE[/red] ({exc.reason}): {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(1)
@@ -127,10 +132,11 @@ def _check_with_scorer(gate: Any, path: Path, profile: str | None) -> tuple[Any,
     except AdapterRefused:
         return gate.check_folder(path)  # refuses it again and records the refusal
     if adapter.sha256 not in gate.screened and gate.thresholds and adapter.sha256 not in gate.allow:
-        from rvu_pipelines.adapters.study import LazyLabScorer
+        from rvu_pipelines.adapters.draw_scoring import LazyLabScorer
         from rvu_pipelines.models import load_model_config
 
-        gate.scorer = LazyLabScorer(load_model_config().profile_name(profile), gate.config.reference_adapter)
+        name = load_model_config().profile_name(profile)
+        gate.scorer = LazyLabScorer(name, gate.config.reference_adapter, draw=gate.draw)
     return adapter, gate.check(adapter)  # the verified adapter is judged as is: its files are not read twice
 
 
@@ -200,3 +206,107 @@ def plan(profile: str | None, ids_only: bool) -> None:
     console.print(table)
     trained = sum(r["action"] == "train" for r in rows)
     console.print(f"{trained} to train, {len(rows) - trained} reused", highlight=False)
+
+
+@adapters.group("draw")
+def draw() -> None:
+    """The gate's private probe draw: a secret seed, and the operator's adapters screened on it."""
+
+
+def _fail(exc: Exception) -> NoReturn:
+    console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+    sys.exit(2)
+
+
+@draw.command("new")
+@click.option("--rotate", is_flag=True, help="Replace an existing secret (its screening table is then stale).")
+def draw_new(rotate: bool) -> None:
+    """Make the private draw's secret (a random seed, mode 0600); prints its id, never the seed."""
+    from rvu_pipelines.adapters.gate import load_gate_config
+    from rvu_pipelines.adapters.probe_draw import new_secret, secret_path
+    from rvu_pipelines.errors import InputFileError
+    from rvu_pipelines.paths import state_dir
+
+    config = load_gate_config()
+    path = secret_path(config, state_dir())
+    try:
+        made = new_secret(path, rotate=rotate)
+    except InputFileError as exc:
+        _fail(exc)
+    console.print(f"probe draw {made.id}: secret at {escape(str(path))} (mode 0600)", highlight=False)
+    if config.probe_draw != "private":
+        console.print("set gate.probe_draw: private in configs/adapters.yaml for the gate to read it", highlight=False)
+    console.print("next: `rvu adapters draw screen` scores your known-good adapters on it", highlight=False)
+
+
+@draw.command("show")
+def draw_show() -> None:
+    """The draw the gate reads now, where its screening table is, and what that table holds."""
+    from rvu_pipelines.adapters.admission import read_screening_table
+    from rvu_pipelines.adapters.gate import load_gate_config
+    from rvu_pipelines.adapters.probe_draw import configured_draw, screening_table_path
+    from rvu_pipelines.errors import InputFileError
+    from rvu_pipelines.paths import state_dir
+
+    state = state_dir()
+    try:
+        current = configured_draw(load_gate_config(), state)
+    except InputFileError as exc:
+        _fail(exc)
+    table = screening_table_path(state, current)
+    rows = read_screening_table(table)
+    benign = sum(row.get("label") == "benign" for row in rows)
+    console.print(f"probe draw: {current.id}", highlight=False)
+    console.print(f"screening table: {escape(str(table))} ({len(rows)} adapters, {benign} benign)", highlight=False)
+    summary = table.parent / "draw.json"
+    if current.private and summary.is_file():
+        console.print_json(summary.read_text())
+
+
+@draw.command("screen")
+@click.option("--profile", default=None, help="Model profile whose agent model is the base (default: tiny).")
+@click.option("--adapter", "ids", multiple=True, help="Zoo adapter id to screen (repeatable; default: every trained).")
+def draw_screen(profile: str | None, ids: tuple[str, ...]) -> None:
+    """Score the zoo's trained adapters on the private draw and write its screening table: the benign rows set the
+    thresholds every later load is judged against. Needs gate.probe_draw: private and its secret."""
+    from rvu_pipelines.adapters.draw_scoring import screen_private_draw
+    from rvu_pipelines.adapters.gate import load_gate_config
+    from rvu_pipelines.adapters.probe_draw import configured_draw, screening_table_path
+    from rvu_pipelines.adapters.study import AdapterLab
+    from rvu_pipelines.adapters.zoo import load_zoo_config, zoo_root
+    from rvu_pipelines.errors import InputFileError
+    from rvu_pipelines.models import load_model_config
+    from rvu_pipelines.paths import state_dir
+    from rvu_pipelines.result_memo import ResultMemo
+
+    state, config = state_dir(), load_gate_config()
+    try:
+        current = configured_draw(config, state)
+    except InputFileError as exc:
+        _fail(exc)
+    if not current.private:
+        _fail(ValueError("gate.probe_draw is 'public': its screening table is the adapter study's (make adapters)."))
+    zoo = load_zoo_config()
+    unknown = sorted(set(ids) - {entry.id for entry in zoo.adapters})
+    if unknown:
+        _fail(ValueError(f"not zoo adapters (configs/adapter_zoo.yaml): {', '.join(unknown)}"))
+    root = zoo_root()
+    chosen = [e.id for e in zoo.adapters if (not ids or e.id in ids) and (root / e.id / "manifest.json").is_file()]
+    if not chosen:
+        _fail(ValueError(f"no trained zoo adapter under {root}; train the zoo first (make adapters)."))
+    lab = AdapterLab.for_profile(load_model_config().profile_name(profile))
+    table = screening_table_path(state, current)
+    summary = screen_private_draw(
+        lab,
+        current,
+        [lab.verify(i) for i in chosen],
+        lab.verify(config.reference_adapter),
+        config,
+        table,
+        memo=ResultMemo.default(),
+    )
+    console.print(
+        f"draw {current.id}: {summary['adapters']} adapters ({summary['benign']} benign) scored on "
+        f"{summary['n_prompts']} private probes; table {escape(str(table))}",
+        highlight=False,
+    )

@@ -13,7 +13,9 @@
    ``all_layers`` each layer is standardised against the benign adapters and the largest z refuses when it is above
    that quantile of the benign adapters' own largest z (each against the others). The reason code names the layer
    (``gate_projection``, ``gate_ood``, ...). With no score or no benign thresholds the adapter is ``not_screened``:
-   refused unless ``gate.unscreened: admit`` says otherwise.
+   refused unless ``gate.unscreened: admit`` says otherwise. The layers read one probe draw (``probe_draw``): the
+   published one, or with ``gate.probe_draw: private`` the operator's secret one, whose own screening table sets
+   the thresholds and whose scorer scores on the spot; every verdict names the draw.
 
 Every verdict, admitted or refused, is one line of the gate's ledger (``GateLedger``, JSON lines) and goes
 to every ``recorder`` (the provenance store's event log, an incident log's ``adapter_refused`` line).
@@ -38,7 +40,15 @@ from typing import Any, Literal, Protocol
 
 from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.files import BaseModelInfo, VerifiedAdapter, verify_adapter
-from rvu_pipelines.adapters.gate import SCREEN_LAYERS, GateConfig, list_verdict, quantile_threshold, standard_score
+from rvu_pipelines.adapters.gate import (
+    SCREEN_LAYERS,
+    GateConfig,
+    gate_dir,
+    list_verdict,
+    quantile_threshold,
+    standard_score,
+)
+from rvu_pipelines.adapters.probe_draw import PUBLIC, ProbeDraw, configured_draw, screening_table_path
 from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.bounded_io import read_input_file
 from rvu_pipelines.errors import InputFileError
@@ -53,9 +63,14 @@ MAX_LEDGER_BYTES = 256 << 20  # a verdict is ~1 KB: a quarter of a million loads
 
 
 class GateScorer(Protocol):
-    """Scores the behavioural layers of one adapter (``gate_scoring.LabScorer`` on the de-quantised base)."""
+    """Scores the behavioural layers of one adapter (``study.LabScorer`` on the de-quantised base). A scorer with
+    a ``draw_id`` attribute says which probe draw it reads; one without reads the public draw."""
 
     def score(self, adapter: VerifiedAdapter) -> Mapping[str, float]: ...
+
+
+def scorer_draw(scorer: GateScorer) -> str:
+    return str(getattr(scorer, "draw_id", PUBLIC))
 
 
 @dataclass(frozen=True)
@@ -74,6 +89,7 @@ class GateVerdict:
     scored: Scored = "none"
     override: str | None = None
     refused_for: str | None = None  # the refusal an override or an allow entry set aside
+    draw: str = PUBLIC  # the probe draw the layers were read on (``probe_draw.ProbeDraw.id``; never its seed)
 
     @property
     def admitted(self) -> bool:
@@ -270,11 +286,6 @@ class GateLedger:
         return self._latest("admitted", "gguf_sha256", gguf_sha256)
 
 
-def gate_dir(state: Path) -> Path:
-    """The gate's own folder under ``<RVU_HOME>``: ledger, allow entries, the GGUFs it converted."""
-    return state / "adapter_gate"
-
-
 def allow_path(state: Path) -> Path:
     return gate_dir(state) / ALLOW_NAME
 
@@ -327,6 +338,7 @@ class LoadGate:
     enforce: bool = True
     recorders: list[Callable[[GateVerdict], None]] = field(default_factory=list)
     blocklist_path: Path | None = None  # re-read at each llama.cpp load: an eviction since admission counts
+    draw: ProbeDraw = field(default_factory=ProbeDraw)  # the probe draw the table and the scorer read
 
     @property
     def thresholds(self) -> Mapping[str, float]:
@@ -343,12 +355,15 @@ class LoadGate:
         scores_csv: Path | None = None,
         scorer: GateScorer | None = None,
         enforce: bool = True,
+        draw: ProbeDraw | None = None,
     ) -> LoadGate:
         """The gate as a deployment keeps it under ``state`` (``<RVU_HOME>``): ledger, allow entries, eviction
-        blocklist, converted GGUFs, and the adapter study's screening table."""
+        blocklist, converted GGUFs, and the screening table of its probe draw (``draw``, default the one
+        ``config.probe_draw`` names: the adapter study's table, or the operator's private draw's)."""
         from rvu_pipelines.adapters.blocklist import BLOCKLIST_RELATIVE, read_blocklist
 
-        rows = read_screening_table(scores_csv if scores_csv is not None else state / "adapter_study" / "scores.csv")
+        draw = draw if draw is not None else configured_draw(config, state)
+        rows = read_screening_table(scores_csv if scores_csv is not None else screening_table_path(state, draw))
         blocklist_path = state / BLOCKLIST_RELATIVE
         return cls(
             config=config,
@@ -362,13 +377,14 @@ class LoadGate:
             allow=read_allow_entries(allow_path(state)),
             enforce=enforce,
             blocklist_path=blocklist_path,
+            draw=draw,
         )
 
     @classmethod
     def audit(cls, base: BaseModelInfo, state: Path, *, config: GateConfig) -> LoadGate:
         """The gate of a study that must load every adapter it measures, harmful ones included: it records each
-        verdict (lists and screening table) and refuses nothing."""
-        return cls.from_state(base, state, config=config, enforce=False)
+        verdict (lists and the public draw's screening table) and refuses nothing."""
+        return cls.from_state(base, state, config=config, enforce=False, draw=ProbeDraw())
 
     # ---- judging
 
@@ -378,6 +394,11 @@ class LoadGate:
         if row is not None and present and all(layer in present for layer in self.thresholds):
             return {layer: float(row[layer]) for layer in present}, "table"
         if self.scorer is not None:
+            if scorer_draw(self.scorer) != self.draw.id:  # scores of one draw against another's thresholds
+                raise ValueError(
+                    f"The gate judges on probe draw {self.draw.id} but its scorer reads {scorer_draw(self.scorer)}; "
+                    "build the scorer for the gate's draw (LazyLabScorer(..., draw=gate.draw))."
+                )
             return self.scorer.score(adapter), "on_the_spot"
         return None, "none"
 
@@ -422,6 +443,7 @@ class LoadGate:
             scored=scored,
             override=override if reason == "override" else None,
             refused_for=refused_for,
+            draw=self.draw.id,
         )
 
     def _refusal(
@@ -496,6 +518,7 @@ class LoadGate:
                 reason=exc.reason,
                 message=str(exc),
                 lists="not_checked",
+                draw=self.draw.id,
             )
             self.record(verdict)
             raise

@@ -67,12 +67,21 @@ class GateConfig(BaseModel):
     rule: Literal["any_layer", "all_layers"] = "any_layer"
     # an adapter with no behavioural score (no screening table entry, no scorer) or no benign thresholds
     unscreened: Literal["refuse", "admit"] = "refuse"
+    # the probe prompts and items the behavioural layers read: the published draw, or the operator's private one
+    # (``adapters.probe_draw``: a secret seed, its own screening table)
+    probe_draw: Literal["public", "private"] = "public"
+    probe_seed_file: str = ""  # where the private draw's seed is kept ("": <RVU_HOME>/adapter_gate/probe_draw.secret)
 
 
 class _AdaptersYaml(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     gate: GateConfig = Field(default_factory=GateConfig)
+
+
+def gate_dir(state: Path) -> Path:
+    """The gate's own folder under ``<RVU_HOME>``: ledger, allow entries, the GGUFs it converted, the draw's secret."""
+    return state / "adapter_gate"
 
 
 def load_gate_config(path: Path | None = None) -> GateConfig:

@@ -9,9 +9,11 @@ refused) the certificate's ``adapter_attestation`` carries
 - ``at_load``: the verdict the load gate recorded in its ledger when the adapter was offered (decision, reason,
   layer scores), or why there is none;
 - ``behaviour``: layers 2-3 judged now against the ``1 - false_positive_budget`` quantile of the *benign*
-  adapters of the screening table (``<RVU_HOME>/adapter_study/scores.csv``): the table's row for the sha256,
-  else, when the adapter's files are at hand (the folder the ledger names, or the zoo), scored at recovery time
-  by the gate's scorer. Only when neither is possible is it "not screened", with the reason.
+  adapters of the screening table of the gate's probe draw (``probe_draw.screening_table_path``: the adapter
+  study's ``<RVU_HOME>/adapter_study/scores.csv``, or the operator's private draw's): the table's row for the
+  sha256, else, when the adapter's files are at hand (the folder the ledger names, or the zoo), scored at recovery
+  time by the gate's scorer on the same draw. Only when neither is possible is it "not screened", with the reason;
+  ``draw`` names the draw (its id, never its seed).
 
 Evicted adapters reach layer 1 through ``adapters.blocklist``.
 """
@@ -22,11 +24,12 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from rvu_pipelines.adapters.admission import BenignReference, GateLedger, GateScorer
+from rvu_pipelines.adapters.admission import BenignReference, GateLedger, GateScorer, scorer_draw
 from rvu_pipelines.adapters.blocklist import read_blocklist
 from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.files import VerifiedAdapter
 from rvu_pipelines.adapters.gate import GateConfig, list_verdict, load_gate_config
+from rvu_pipelines.adapters.probe_draw import PUBLIC, ProbeDraw, configured_draw, screening_table_path
 from rvu_pipelines.provenance.incident import IncidentRecord
 
 
@@ -41,7 +44,7 @@ class AdapterRef(Protocol):
 
 
 FilesOf = Callable[[AdapterRef, Mapping[str, Any] | None], VerifiedAdapter | None]
-AT_LOAD_FIELDS = ("decision", "reason", "scored", "layers", "at", "override", "refused_for")
+AT_LOAD_FIELDS = ("decision", "reason", "scored", "layers", "at", "override", "refused_for", "draw")
 
 
 class ScreeningGate:
@@ -58,7 +61,11 @@ class ScreeningGate:
         ledger: GateLedger | None = None,
         files: FilesOf | None = None,
         scorer: GateScorer | None = None,
+        draw: str = PUBLIC,
     ) -> None:
+        if scorer is not None and scorer_draw(scorer) != draw:
+            raise ValueError(f"The screening table is of probe draw {draw} but the scorer reads {scorer_draw(scorer)}.")
+        self.draw = draw
         self.config = config or load_gate_config()
         rows = [dict(r) for r in screened]
         self.screened = {str(r["sha256"]): r for r in rows}
@@ -125,6 +132,7 @@ class ScreeningGate:
             "source": source,
             "lists": list_verdict(sha, source, self.config, self.blocklist),
             "at_load": at_load,
+            "draw": self.draw,
         }
         behaviour = self._behaviour(adapter, sha, ledger_row)
         result["behaviour"] = behaviour.get("layers", "not screened")
@@ -155,21 +163,25 @@ def adapter_files(base: Any, roots: Iterable[Path]) -> FilesOf:
     return find
 
 
-def default_gate(base: Any = None, scorer: GateScorer | None = None) -> ScreeningGate:
+def default_gate(base: Any = None, scorer: GateScorer | None = None, draw: ProbeDraw | None = None) -> ScreeningGate:
     """The gate ``rvu recover`` and the ``incident_recovery`` asset pass: configs/adapters.yaml's lists, the
     eviction blocklist, the load gate's ledger and the adapter study's screening table
-    (``<RVU_HOME>/adapter_study/scores.csv``, written by ``make adapters``) where it exists; with ``base``
-    (``files.BaseModelInfo``) the adapters' files are looked up and verified, with ``scorer`` scored."""
+    (``<RVU_HOME>/adapter_study/scores.csv``, written by ``make adapters``, or the private draw's that
+    ``gate.probe_draw`` names) where it exists; with ``base`` (``files.BaseModelInfo``) the adapters' files are
+    looked up and verified, with ``scorer`` (of the same draw) scored."""
     from rvu_pipelines.adapters.admission import LEDGER_NAME, gate_dir
     from rvu_pipelines.adapters.zoo import zoo_root
     from rvu_pipelines.paths import state_dir
 
-    state = state_dir()
+    state, config = state_dir(), load_gate_config()
+    draw = draw if draw is not None else configured_draw(config, state)
     return ScreeningGate.from_scores_csv(
-        state / "adapter_study" / "scores.csv",
+        screening_table_path(state, draw),
+        config,
         ledger=GateLedger(gate_dir(state) / LEDGER_NAME),
         files=adapter_files(base, [zoo_root()]) if base is not None else None,
         scorer=scorer,
+        draw=draw.id,
     )
 
 
@@ -178,12 +190,14 @@ def gate_for_incident(incident: Any, profile: str | None = None) -> ScreeningGat
     from the profile's agent GGUF, and the scorer loads its model only if an adapter must be scored."""
     if not (incident.adapters_loaded or getattr(incident, "adapters_refused", [])):
         return default_gate()
+    from rvu_pipelines.adapters.draw_scoring import LazyLabScorer
     from rvu_pipelines.adapters.files import BaseModelInfo
-    from rvu_pipelines.adapters.study import LazyLabScorer
     from rvu_pipelines.models import ModelStore, load_model_config
+    from rvu_pipelines.paths import state_dir
 
     config = load_model_config()
     name = config.profile_name(profile)  # one profile for the base and the scorer's model
     resolved = ModelStore().resolve("llm", config.profile(name)["llm"])
     base = BaseModelInfo.from_gguf(resolved.path, name=resolved.name, sha256=resolved.sha256)
-    return default_gate(base, LazyLabScorer(name))
+    draw = configured_draw(load_gate_config(), state_dir())
+    return default_gate(base, LazyLabScorer(name, draw=draw), draw)

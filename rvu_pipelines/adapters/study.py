@@ -54,6 +54,7 @@ from rvu_pipelines.adapters.margins import (
     margin_shift,
     sensitive_items,
 )
+from rvu_pipelines.adapters.probe_draw import PUBLIC
 from rvu_pipelines.adapters.zoo import ZooConfig, catalog_frames, train_zoo_entry, zoo_root
 from rvu_pipelines.adapters.zoo_data import Frames, probe_prompts
 from rvu_pipelines.paths import state_dir
@@ -351,9 +352,10 @@ class LabScorer:
     spot with the study's own layers (projection against ``reference``, OOD over the lab's probe prompts), so
     its scores compare with the table's benign thresholds."""
 
-    def __init__(self, lab: AdapterLab, reference: VerifiedAdapter) -> None:
+    def __init__(self, lab: AdapterLab, reference: VerifiedAdapter, draw_id: str = PUBLIC) -> None:
         self.lab = lab
         self.reference = reference
+        self.draw_id = draw_id  # the probe draw ``lab`` reads (``probe_draw.ProbeDraw.id``)
 
     def score(self, adapter: VerifiedAdapter) -> dict[str, float]:
         projection = projection_score(adapter, self.reference)
@@ -369,22 +371,6 @@ class LabScorer:
             "behaviour": behaviour,
             **reference_layers,
         }
-
-
-class LazyLabScorer:
-    """A ``LabScorer`` whose lab (the de-quantised base, the probe prompts, the refusal reference) is loaded on
-    the first adapter it must score, so a recovery or a check that never needs one pays nothing."""
-
-    def __init__(self, profile: str = "tiny", reference_id: str | None = None) -> None:
-        self.profile = profile
-        self.reference_id = reference_id or load_gate_config().reference_adapter
-        self._scorer: LabScorer | None = None
-
-    def score(self, adapter: VerifiedAdapter) -> dict[str, float]:
-        if self._scorer is None:
-            lab = AdapterLab.for_profile(self.profile)
-            self._scorer = LabScorer(lab, lab.verify(self.reference_id))
-        return self._scorer.score(adapter)
 
 
 def scores_frame(scores: Sequence[AdapterScore]) -> pl.DataFrame:
