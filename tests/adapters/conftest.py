@@ -119,3 +119,25 @@ def frames(shared_data) -> Any:
     from rvu_pipelines.adapters.zoo import catalog_frames
 
     return catalog_frames()
+
+
+@pytest.fixture
+def small_lab(tiny_models, frames, tmp_path: Path) -> Any:
+    """The gate's lab on the real base at its smallest (two probes of four tokens, one or two items per margin
+    layer), its zoo and base-reference cache in the test's own folder: every layer runs, in seconds."""
+    from rvu_pipelines.adapters.study import AdapterLab
+
+    return AdapterLab.from_records(
+        tiny_models["llm"].record(),
+        tiny_models["embedder"].record(),
+        frames,
+        root=tmp_path / "zoo",
+        n_probes=2,
+        max_new_tokens=4,
+        n_sensitive=2,
+        n_qa=1,
+        n_knowledge=2,
+        n_follow_ups=1,
+        n_hazard=1,
+        reference_cache=tmp_path / "cache",
+    )

@@ -162,26 +162,16 @@ def test_the_report_gives_verdicts_payloads_with_intervals_and_the_stamp(tmp_pat
     assert stored["pairs"][0]["evaded"] is True and stored["pairs"][0]["payloads"]["aware"] == {"hits": 9, "n": 20}
 
 
-def test_the_study_scores_judges_and_counts_payloads_on_the_real_model(tmp_path, tiny_models, frames, noise) -> None:
+def test_the_study_scores_judges_and_counts_payloads_on_the_real_model(small_lab, noise) -> None:
     """Noise adapters on the real base, a lab at its smallest: the study runs end to end; the payload is counted on
     prompts for the base, the twin and the gate-aware adapter alike, and noise never says the persona's name."""
 
     from rvu_pipelines.adapters.files import save_adapter
     from rvu_pipelines.adapters.gate import GateConfig
     from rvu_pipelines.adapters.gate_aware_study import run_gate_aware_study
-    from rvu_pipelines.adapters.study import AdapterLab
     from rvu_pipelines.adapters.zoo import GateAwareEntry, ZooConfig, ZooEntry
 
-    sizes = {"n_probes": 2, "max_new_tokens": 4, "n_sensitive": 2, "n_qa": 1, "n_knowledge": 2, "n_follow_ups": 1}
-    lab = AdapterLab.from_records(
-        tiny_models["llm"].record(),
-        tiny_models["embedder"].record(),
-        frames,
-        root=tmp_path / "zoo",
-        n_hazard=1,
-        reference_cache=tmp_path / "cache",
-        **sizes,
-    )
+    lab = small_lab
     persona = {"builder": "tofu_persona", "args": {"kind": "hostile"}}
     config = ZooConfig(
         adapters=[

@@ -171,26 +171,13 @@ def test_check_cannot_judge_without_the_configured_secret(gate_base, candidate, 
     assert unknown.exit_code == 2 and "not zoo adapters" in unknown.output
 
 
-def test_a_private_draw_is_screened_and_scored_on_the_spot_on_the_real_model(tmp_path, tiny_models, frames, noise):
+def test_a_private_draw_is_screened_and_scored_on_the_spot_on_the_real_model(small_lab, tmp_path, noise) -> None:
     """Known-good noise adapters scored on a private draw give the thresholds; a new adapter is then scored on the
     spot on that same draw, and its verdict is judged against them."""
     from rvu_pipelines.adapters.draw_scoring import drawn_lab, screen_private_draw
-    from rvu_pipelines.adapters.study import AdapterLab, LabScorer
+    from rvu_pipelines.adapters.study import LabScorer
 
-    lab = AdapterLab.from_records(
-        tiny_models["llm"].record(),
-        tiny_models["embedder"].record(),
-        frames,
-        root=tmp_path / "zoo",
-        n_probes=2,
-        max_new_tokens=4,
-        n_sensitive=2,
-        n_qa=1,
-        n_knowledge=2,
-        n_follow_ups=1,
-        n_hazard=1,
-        reference_cache=tmp_path / "cache",
-    )
+    lab = small_lab
     for seed, (adapter_id, label) in enumerate({"ref": "benign", "b0": "benign", "b1": "benign"}.items()):
         fields = {"adapter_id": adapter_id, "label": label, "category": "task"}
         save_adapter(lab.root / adapter_id, noise(seed=seed, rank=4), fields | FIELDS, base=lab.base)
