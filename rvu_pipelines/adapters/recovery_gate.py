@@ -30,6 +30,7 @@ from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.files import VerifiedAdapter
 from rvu_pipelines.adapters.gate import GateConfig, list_verdict, load_gate_config
 from rvu_pipelines.adapters.probe_draw import PUBLIC, ProbeDraw, configured_draw, screening_table_path
+from rvu_pipelines.errors import InputFileError
 from rvu_pipelines.provenance.incident import IncidentRecord
 
 
@@ -62,7 +63,10 @@ class ScreeningGate:
         files: FilesOf | None = None,
         scorer: GateScorer | None = None,
         draw: str = PUBLIC,
+        unscreened_reason: str = "",
     ) -> None:
+        """``unscreened_reason``: why there is no table to judge against, when that is known (said in place of the
+        generic reason in every adapter's section)."""
         if scorer is not None and scorer_draw(scorer) != draw:
             raise ValueError(f"The screening table is of probe draw {draw} but the scorer reads {scorer_draw(scorer)}.")
         self.draw = draw
@@ -74,6 +78,7 @@ class ScreeningGate:
         self.ledger = ledger
         self.files = files
         self.scorer = scorer
+        self.unscreened_reason = unscreened_reason
 
     @property
     def thresholds(self) -> Mapping[str, float]:
@@ -105,7 +110,8 @@ class ScreeningGate:
     def _behaviour(self, adapter: IncidentRecord, sha: str, ledger_row: Mapping[str, Any] | None) -> dict[str, Any]:
         row = self.screened.get(sha)
         if not self.thresholds:
-            return {"status": "not screened", "reason": "no screening table with benign adapters to set thresholds"}
+            reason = self.unscreened_reason or "no screening table with benign adapters to set thresholds"
+            return {"status": "not screened", "reason": reason}
         if row is not None:
             return {"status": "screened", "scored": "table", "layers": self.reference.judge(row)}
         verified = None
@@ -174,11 +180,16 @@ def default_gate(base: Any = None, scorer: GateScorer | None = None, draw: Probe
     from rvu_pipelines.paths import state_dir
 
     state, config = state_dir(), load_gate_config()
-    draw = draw if draw is not None else configured_draw(config, state)
+    ledger = GateLedger(gate_dir(state) / LEDGER_NAME)
+    if draw is None:
+        try:
+            draw = configured_draw(config, state)
+        except InputFileError:
+            return _no_draw_gate(config, ledger)
     return ScreeningGate.from_scores_csv(
         screening_table_path(state, draw),
         config,
-        ledger=GateLedger(gate_dir(state) / LEDGER_NAME),
+        ledger=ledger,
         files=adapter_files(base, [zoo_root()]) if base is not None else None,
         scorer=scorer,
         draw=draw.id,
@@ -199,5 +210,23 @@ def gate_for_incident(incident: Any, profile: str | None = None) -> ScreeningGat
     name = config.profile_name(profile)  # one profile for the base and the scorer's model
     resolved = ModelStore().resolve("llm", config.profile(name)["llm"])
     base = BaseModelInfo.from_gguf(resolved.path, name=resolved.name, sha256=resolved.sha256)
-    draw = configured_draw(load_gate_config(), state_dir())
+    try:
+        draw = configured_draw(load_gate_config(), state_dir())
+    except InputFileError:
+        return default_gate()  # says in each adapter's section that the draw is unavailable
     return default_gate(base, LazyLabScorer(name, draw=draw), draw)
+
+
+def _no_draw_gate(config: GateConfig, ledger: GateLedger) -> ScreeningGate:
+    """The gate of a recovery whose configured private draw cannot be read: the lists and the load-time verdicts
+    still go into the certificate, the behavioural layers are "not screened" with the reason (no path: a
+    certificate's body holds nothing machine-specific), and the recovery itself goes on."""
+    return ScreeningGate(
+        config,
+        [],
+        ledger=ledger,
+        draw="unavailable",
+        unscreened_reason=(
+            "gate.probe_draw is 'private' but its secret is missing or refused; `rvu adapters draw show` says why"
+        ),
+    )

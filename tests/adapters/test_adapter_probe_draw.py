@@ -171,6 +171,29 @@ def test_check_cannot_judge_without_the_configured_secret(gate_base, candidate, 
     assert unknown.exit_code == 2 and "not zoo adapters" in unknown.output
 
 
+def test_a_recovery_whose_draw_secret_is_missing_says_so_and_goes_on(tmp_path, monkeypatch) -> None:
+    from rvu_pipelines.adapters.recovery_gate import default_gate, gate_for_incident
+    from rvu_pipelines.adapters.runtime import lifecycle_fields
+    from rvu_pipelines.provenance import load_incident
+
+    config_dir = tmp_path / "configs"
+    shutil.copytree(project_root() / "configs", config_dir)
+    adapters_yaml = config_dir / "adapters.yaml"
+    adapters_yaml.write_text(adapters_yaml.read_text().replace("probe_draw: public", "probe_draw: private"))
+    monkeypatch.setenv("RVU_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("RVU_CONFIG_DIR", str(config_dir))
+    line = {**lifecycle_fields("adapter_loaded", "a", sha256="d" * 64), "entry_id": "s/e0", "episode_id": "s"}
+    path = tmp_path / "incident.jsonl"
+    path.write_text(json.dumps({**line, "timestamp": 1.0}) + "\n")
+    incident = load_incident(path)
+    for gate in (default_gate(), gate_for_incident(incident)):
+        [record] = incident.adapters_loaded
+        screened = gate.screen(record)
+        assert screened["draw"] == "unavailable" and screened["verdict"] == "unknown"
+        assert "secret is missing or refused" in screened["behaviour_reason"]
+        assert str(tmp_path) not in json.dumps(screened)  # no machine path in a certificate's body
+
+
 def test_a_private_draw_is_screened_and_scored_on_the_spot_on_the_real_model(small_lab, tmp_path, noise) -> None:
     """Known-good noise adapters scored on a private draw give the thresholds; a new adapter is then scored on the
     spot on that same draw, and its verdict is judged against them."""
