@@ -4,6 +4,7 @@ partition per adapter, in ``assets.adapters``):
 - ``adapter_gate_evaluation``: E4 (lists, projection, output OOD, behaviour) and E5 (influence) over every adapter
   present, AUROC / TPR / FPR per layer with leave-one-out thresholds;
 - ``adapter_gate_aware``: the gate under the attacker who knows it (each gate-aware adapter beside its twin);
+- ``adapter_private_draw_table``: the zoo scored on the operator's private probe draw, the load gate's table there;
 - ``adapter_membership``: E6, the memorising adapter's members vs non-members, loaded vs evicted;
 - ``wmdp_cyber_evaluation``: E7, the base model on all 1,987 WMDP-cyber items, and the memorising adapter's halves.
 """
@@ -177,6 +178,71 @@ def adapter_gate_evaluation(
         passed=bool(influence["auroc"] > 0.5),
         severity=AssetCheckSeverity.WARN,
         metadata={k: float(v) for k, v in influence.items()},
+    )
+
+
+@asset(
+    code_version=CODE_VERSION,
+    tags=FULL_STUDY,
+    group_name=STUDY_GROUP,
+    deps=[ZOO],
+    description="The screening table of the operator's private probe draw (gate.probe_draw: private in "
+    "configs/adapters.yaml, secret from `rvu adapters draw new`): every trained zoo adapter scored on that draw, whose "
+    "benign rows set the thresholds every load, check and recovery is judged against. Names the draw by its id, "
+    "never its seed. With the public draw there is nothing to screen: its table is adapter_gate_evaluation's.",
+    check_specs=[AssetCheckSpec("private_draw_has_benign_reference", asset="adapter_private_draw_table")],
+)
+def adapter_private_draw_table(
+    context: AssetExecutionContext,
+    llm_model: dict,
+    embedder_model: dict,
+    tofu: pl.DataFrame,
+    deepset_prompt_injections: pl.DataFrame,
+    trustair_jailbreaks: pl.DataFrame,
+    awesome_chatgpt_prompts: pl.DataFrame,
+    wmdp_cyber: pl.DataFrame,
+    agentpoison_strategyqa: pl.DataFrame,
+):
+    from rvu_pipelines.adapters.draw_scoring import screen_private_draw
+    from rvu_pipelines.adapters.probe_draw import configured_draw, screening_table_path
+    from rvu_pipelines.errors import InputFileError
+
+    config, gate = load_zoo_config(), load_gate_config()
+    try:
+        draw = configured_draw(gate, state_dir())
+    except InputFileError as exc:
+        raise Failure(f"The private probe draw cannot be read: {exc}") from exc
+    if not draw.private:
+        context.log.info("gate.probe_draw is 'public': the load gate reads adapter_gate_evaluation's table")
+        yield Output({"draw": draw.id, "screened": False}, metadata={"draw": draw.id, "screened": False})
+        yield AssetCheckResult(check_name="private_draw_has_benign_reference", passed=True, metadata={"draw": draw.id})
+        return
+    frames = probe_frames(
+        tofu,
+        deepset_prompt_injections,
+        trustair_jailbreaks,
+        awesome_chatgpt_prompts,
+        wmdp_cyber=wmdp_cyber,
+        agentpoison_strategyqa=agentpoison_strategyqa,
+    )
+    lab = AdapterLab.from_records(llm_model, embedder_model, frames)
+    try:
+        reference = lab.verify(gate.reference_adapter)
+    except AdapterRefused as exc:
+        raise Failure(f"The gate's safety reference is not usable ({exc}); materialize adapter_zoo for it.") from exc
+    present = [e.id for e in config.adapters if (zoo_root() / e.id / "manifest.json").is_file()]
+    table = screening_table_path(state_dir(), draw)
+    summary = screen_private_draw(
+        lab, draw, [lab.verify(i) for i in present], reference, gate, table, memo=ResultMemo.default()
+    )
+    yield Output(
+        {**summary, "screened": True},
+        metadata={k: MetadataValue.text(str(v)) if isinstance(v, list | tuple) else v for k, v in summary.items()},
+    )
+    yield AssetCheckResult(
+        check_name="private_draw_has_benign_reference",
+        passed=summary["benign"] >= 2,  # the gate needs two benign adapters for a threshold
+        metadata={"benign": summary["benign"], "adapters": summary["adapters"], "draw": draw.id},
     )
 
 
@@ -683,6 +749,7 @@ def adapter_study_assets() -> list:
     return [
         adapter_gate_evaluation,
         adapter_gate_aware,
+        adapter_private_draw_table,
         adapter_trigger_search,
         adapter_membership,
         wmdp_cyber_evaluation,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,6 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 STUDY = {
     "adapter_gate_evaluation",
     "adapter_gate_aware",
+    "adapter_private_draw_table",
     "adapter_trigger_search",
     "adapter_membership",
     "wmdp_cyber_evaluation",
@@ -232,3 +234,67 @@ def test_a_report_stamp_carries_the_config_that_reproduces_it() -> None:
     assert _launch_command(alone, GateAwareConfig()) == "dg launch --assets adapter_gate_aware"  # defaults: nothing
     in_job = SimpleNamespace(run=SimpleNamespace(job_name="adapter_study_job"), asset_key=alone.asset_key)
     assert _launch_command(in_job) == "dg launch --job adapter_study_job"
+
+
+def _private_draw_run(tmp_path: Path, monkeypatch, *, private: bool) -> Any:
+    """Materialize ``adapter_private_draw_table`` with its real inputs, the gate configured for the public or a
+    private draw (a secret made here), under a state folder of the test's own."""
+    import shutil
+
+    from dagster import DagsterInstance, materialize
+
+    from assets.adapter_study import adapter_private_draw_table
+    from assets.datasets import dataset_assets
+    from assets.models import model_assets
+    from resources import LocalTableIOManager
+    from resources.deployments import deployment_resources
+
+    configs = tmp_path / "configs"
+    shutil.copytree(REPO / "configs", configs)
+    if private:
+        yaml = configs / "adapters.yaml"
+        yaml.write_text(yaml.read_text().replace("probe_draw: public", "probe_draw: private"))
+    monkeypatch.setenv("RVU_CONFIG_DIR", str(configs))
+    monkeypatch.setenv("RVU_HOME", str(tmp_path / "home"))
+    names = {"llm_model", "embedder_model", "tofu", "deepset_prompt_injections", "trustair_jailbreaks"}
+    names |= {"awesome_chatgpt_prompts", "wmdp_cyber", "agentpoison_strategyqa"}
+    upstream = [a for a in [*dataset_assets(), *model_assets()] if a.key.to_user_string() in names]
+    resources = deployment_resources("local") | {"io_manager": LocalTableIOManager(base_dir=str(tmp_path / "assets"))}
+    with DagsterInstance.ephemeral() as instance:
+        return materialize([*upstream, adapter_private_draw_table], resources=resources, instance=instance)
+
+
+def test_the_private_draw_asset_has_nothing_to_screen_on_the_public_draw(tmp_path, monkeypatch, shared_data) -> None:
+    result = _private_draw_run(tmp_path, monkeypatch, private=False)
+    assert result.success and all(c.passed for c in result.get_asset_check_evaluations())
+    assert result.output_for_node("adapter_private_draw_table") == {"draw": "public", "screened": False}
+    assert not (tmp_path / "home" / "adapter_study" / "draws").exists()
+
+
+def test_the_private_draw_asset_refuses_a_missing_secret_by_name(tmp_path, monkeypatch, shared_data) -> None:
+    from dagster import Failure
+
+    with pytest.raises(Failure, match="private probe draw cannot be read.*rvu adapters draw new"):
+        _private_draw_run(tmp_path, monkeypatch, private=True)
+
+
+@pytest.mark.slow  # the gate's lab at the study's sizes on the real base, two adapters scored on a private draw
+def test_the_private_draw_asset_screens_the_zoo_on_the_secret_draw(
+    tmp_path, monkeypatch, noise, tiny_models, shared_data
+) -> None:
+    from rvu_pipelines.adapters.probe_draw import new_secret
+
+    home = tmp_path / "home"
+    draw = new_secret(home / "adapter_gate" / "probe_draw.secret")
+    gguf = tiny_models["llm"]
+    llm = BaseModelInfo.from_gguf(gguf.path, name=gguf.name, sha256=gguf.sha256)
+    for seed, adapter_id in enumerate(("refusal-reference", "tofu-qa", "style-bullets")):
+        fields = {"adapter_id": adapter_id, "label": "benign", "category": "task", "source": "test"}
+        fields |= {"rank": 4, "alpha": 8, "target_modules": ["v_proj", "o_proj"]}
+        save_adapter(home / "adapters" / adapter_id, noise(seed), fields, base=llm)
+    result = _private_draw_run(tmp_path, monkeypatch, private=True)
+    assert result.success and all(c.passed for c in result.get_asset_check_evaluations())
+    output = result.output_for_node("adapter_private_draw_table")
+    assert (output["id"], output["adapters"], output["benign"], output["shared_with_public"]) == (draw.id, 2, 2, 0)
+    table = home / "adapter_study" / "draws" / draw.id / "scores.csv"
+    assert table.is_file() and str(draw.seed) not in (table.parent / "draw.json").read_text()

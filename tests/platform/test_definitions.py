@@ -76,6 +76,7 @@ def test_default_job_selects_every_asset_with_checks() -> None:
             "detector_validity",
             "adapter_gate_evaluation",
             "adapter_gate_aware",
+            "adapter_private_draw_table",
             "adapter_trigger_search",
             "adapter_membership",
             "wmdp_cyber_evaluation",
