@@ -43,7 +43,7 @@ from rvu_pipelines.adapters.incident_study import ORACLE, IncidentStudyOptions
 from rvu_pipelines.adapters.private_probes import DEFAULT_PRIVATE_SEED
 from rvu_pipelines.adapters.study import STUDY_FOLDER, AdapterLab, score_adapters, write_gate_report
 from rvu_pipelines.adapters.tool_use_study import ToolUseOptions
-from rvu_pipelines.adapters.zoo import load_zoo_config, zoo_root
+from rvu_pipelines.adapters.zoo import load_zoo_config, trained_entries, zoo_root
 from rvu_pipelines.adapters.zoo_data import frames_from, probe_frames
 from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.code_closure import code_version_of
@@ -66,6 +66,35 @@ def _unscored_lab(llm_model: dict, embedder_model: dict, frames: Any) -> Adapter
     return AdapterLab.from_records(
         llm_model, embedder_model, frames, n_probes=8, n_sensitive=0, n_qa=0, n_knowledge=0, n_follow_ups=0, n_hazard=0
     )
+
+
+def _gate_lab(
+    llm_model: dict,
+    embedder_model: dict,
+    tofu: pl.DataFrame,
+    deepset_prompt_injections: pl.DataFrame,
+    trustair_jailbreaks: pl.DataFrame,
+    awesome_chatgpt_prompts: pl.DataFrame,
+    wmdp_cyber: pl.DataFrame,
+    agentpoison_strategyqa: pl.DataFrame,
+) -> AdapterLab:
+    """The lab every gate layer is scored in, at the study's sizes (what the load gate's scorer reads)."""
+    frames = probe_frames(
+        tofu,
+        deepset_prompt_injections,
+        trustair_jailbreaks,
+        awesome_chatgpt_prompts,
+        wmdp_cyber=wmdp_cyber,
+        agentpoison_strategyqa=agentpoison_strategyqa,
+    )
+    return AdapterLab.from_records(llm_model, embedder_model, frames)
+
+
+def _safety_reference(lab: AdapterLab, reference_id: str) -> Any:
+    try:
+        return lab.verify(reference_id)
+    except AdapterRefused as exc:
+        raise Failure(f"The gate's safety reference is not usable ({exc}); materialize adapter_zoo for it.") from exc
 
 
 def _launch_command(context: AssetExecutionContext, config: Config | None = None) -> str:
@@ -115,20 +144,18 @@ def adapter_gate_evaluation(
     agentpoison_strategyqa: pl.DataFrame,
 ):
     config, gate = load_zoo_config(), load_gate_config()
-    frames = probe_frames(
+    lab = _gate_lab(
+        llm_model,
+        embedder_model,
         tofu,
         deepset_prompt_injections,
         trustair_jailbreaks,
         awesome_chatgpt_prompts,
-        wmdp_cyber=wmdp_cyber,
-        agentpoison_strategyqa=agentpoison_strategyqa,
+        wmdp_cyber,
+        agentpoison_strategyqa,
     )
-    lab = AdapterLab.from_records(llm_model, embedder_model, frames)
-    try:
-        reference = lab.verify(gate.reference_adapter)
-    except AdapterRefused as exc:
-        raise Failure(f"The gate's safety reference is not usable ({exc}); materialize adapter_zoo for it.") from exc
-    present = [e for e in config.adapters if (zoo_root() / e.id / "manifest.json").is_file()]
+    reference = _safety_reference(lab, gate.reference_adapter)
+    present = trained_entries(config.adapters)
     missing = sorted(set(e.id for e in config.adapters) - {e.id for e in present})
     if missing:
         context.log.warning("adapters not trained yet (left out): %s", ", ".join(missing))
@@ -217,20 +244,18 @@ def adapter_private_draw_table(
         yield Output({"draw": draw.id, "screened": False}, metadata={"draw": draw.id, "screened": False})
         yield AssetCheckResult(check_name="private_draw_has_benign_reference", passed=True, metadata={"draw": draw.id})
         return
-    frames = probe_frames(
+    lab = _gate_lab(
+        llm_model,
+        embedder_model,
         tofu,
         deepset_prompt_injections,
         trustair_jailbreaks,
         awesome_chatgpt_prompts,
-        wmdp_cyber=wmdp_cyber,
-        agentpoison_strategyqa=agentpoison_strategyqa,
+        wmdp_cyber,
+        agentpoison_strategyqa,
     )
-    lab = AdapterLab.from_records(llm_model, embedder_model, frames)
-    try:
-        reference = lab.verify(gate.reference_adapter)
-    except AdapterRefused as exc:
-        raise Failure(f"The gate's safety reference is not usable ({exc}); materialize adapter_zoo for it.") from exc
-    present = [e.id for e in config.adapters if (zoo_root() / e.id / "manifest.json").is_file()]
+    reference = _safety_reference(lab, gate.reference_adapter)
+    present = [e.id for e in trained_entries(config.adapters)]
     table = screening_table_path(state_dir(), draw)
     summary = screen_private_draw(
         lab, draw, [lab.verify(i) for i in present], reference, gate, table, memo=ResultMemo.default()
@@ -295,15 +320,16 @@ def adapter_gate_aware(
             f"Adapters not trained yet: {', '.join(missing)}; train each with "
             "`dg launch --job adapter_zoo_job --partition <id> -m assets.definitions` (or `make adapters`)."
         )
-    frames = probe_frames(
+    lab = _gate_lab(
+        llm_model,
+        embedder_model,
         tofu,
         deepset_prompt_injections,
         trustair_jailbreaks,
         awesome_chatgpt_prompts,
-        wmdp_cyber=wmdp_cyber,
-        agentpoison_strategyqa=agentpoison_strategyqa,
+        wmdp_cyber,
+        agentpoison_strategyqa,
     )
-    lab = AdapterLab.from_records(llm_model, embedder_model, frames)
     private_seed = config.private_seed or None
     study = run_gate_aware_study(
         lab, zoo, gate, gate.reference_adapter, memo=ResultMemo.default(), private_seed=private_seed

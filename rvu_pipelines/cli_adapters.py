@@ -273,7 +273,7 @@ def draw_screen(profile: str | None, ids: tuple[str, ...]) -> None:
     from rvu_pipelines.adapters.gate import load_gate_config
     from rvu_pipelines.adapters.probe_draw import configured_draw, screening_table_path
     from rvu_pipelines.adapters.study import AdapterLab
-    from rvu_pipelines.adapters.zoo import load_zoo_config, zoo_root
+    from rvu_pipelines.adapters.zoo import load_zoo_config, trained_entries, zoo_root
     from rvu_pipelines.errors import InputFileError
     from rvu_pipelines.models import load_model_config
     from rvu_pipelines.paths import state_dir
@@ -290,10 +290,9 @@ def draw_screen(profile: str | None, ids: tuple[str, ...]) -> None:
     unknown = sorted(set(ids) - {entry.id for entry in zoo.adapters})
     if unknown:
         _fail(ValueError(f"not zoo adapters (configs/adapter_zoo.yaml): {', '.join(unknown)}"))
-    root = zoo_root()
-    chosen = [e.id for e in zoo.adapters if (not ids or e.id in ids) and (root / e.id / "manifest.json").is_file()]
+    chosen = [e.id for e in trained_entries(zoo.adapters) if not ids or e.id in ids]
     if not chosen:
-        _fail(ValueError(f"no trained zoo adapter under {root}; train the zoo first (make adapters)."))
+        _fail(ValueError(f"no trained zoo adapter under {zoo_root()}; train the zoo first (make adapters)."))
     lab = AdapterLab.for_profile(load_model_config().profile_name(profile))
     table = screening_table_path(state, current)
     summary = screen_private_draw(

@@ -73,6 +73,16 @@ def scorer_draw(scorer: GateScorer) -> str:
     return str(getattr(scorer, "draw_id", PUBLIC))
 
 
+def require_scorer_of_draw(scorer: GateScorer, draw_id: str) -> None:
+    """Raise ``ValueError`` unless ``scorer`` reads the draw ``draw_id``: scores of one draw are never judged
+    against another draw's thresholds."""
+    if scorer_draw(scorer) != draw_id:
+        raise ValueError(
+            f"The gate judges on probe draw {draw_id} but its scorer reads {scorer_draw(scorer)}; build the scorer "
+            "for the gate's draw (draw_scoring.LazyLabScorer(..., draw=...))."
+        )
+
+
 @dataclass(frozen=True)
 class GateVerdict:
     """What the gate decided about one adapter and on what evidence; ``record()`` is its ledger line."""
@@ -394,11 +404,7 @@ class LoadGate:
         if row is not None and present and all(layer in present for layer in self.thresholds):
             return {layer: float(row[layer]) for layer in present}, "table"
         if self.scorer is not None:
-            if scorer_draw(self.scorer) != self.draw.id:  # scores of one draw against another's thresholds
-                raise ValueError(
-                    f"The gate judges on probe draw {self.draw.id} but its scorer reads {scorer_draw(self.scorer)}; "
-                    "build the scorer for the gate's draw (LazyLabScorer(..., draw=gate.draw))."
-                )
+            require_scorer_of_draw(self.scorer, self.draw.id)
             return self.scorer.score(adapter), "on_the_spot"
         return None, "none"
 

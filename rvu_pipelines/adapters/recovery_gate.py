@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from rvu_pipelines.adapters.admission import BenignReference, GateLedger, GateScorer, scorer_draw
+from rvu_pipelines.adapters.admission import BenignReference, GateLedger, GateScorer, require_scorer_of_draw
 from rvu_pipelines.adapters.blocklist import read_blocklist
 from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.files import VerifiedAdapter
@@ -67,8 +67,8 @@ class ScreeningGate:
     ) -> None:
         """``unscreened_reason``: why there is no table to judge against, when that is known (said in place of the
         generic reason in every adapter's section)."""
-        if scorer is not None and scorer_draw(scorer) != draw:
-            raise ValueError(f"The screening table is of probe draw {draw} but the scorer reads {scorer_draw(scorer)}.")
+        if scorer is not None:
+            require_scorer_of_draw(scorer, draw)
         self.draw = draw
         self.config = config or load_gate_config()
         rows = [dict(r) for r in screened]

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import polars as pl
@@ -157,6 +157,15 @@ def load_zoo_config(path: Path | None = None) -> ZooConfig:
 
 def zoo_root() -> Path:
     return state_dir() / "adapters"
+
+
+EntryT = TypeVar("EntryT", bound=ZooEntry)
+
+
+def trained_entries(entries: Sequence[EntryT], root: Path | None = None) -> list[EntryT]:
+    """The zoo entries whose adapter folder (with its manifest) is under ``root`` (default the zoo's), in order."""
+    root = root or zoo_root()
+    return [entry for entry in entries if (root / entry.id / "manifest.json").is_file()]
 
 
 def catalog_frames(source: Any = None) -> Frames:
