@@ -44,6 +44,7 @@ from rvu_pipelines.adapters.gate import (
     SCREEN_LAYERS,
     GateConfig,
     gate_dir,
+    layer_steps,
     list_verdict,
     quantile_threshold,
     standard_score,
@@ -132,15 +133,27 @@ def benign_thresholds(scores: Iterable[Mapping[str, Any]], budget: float) -> dic
     return {layer: quantile_threshold(values, budget) for layer, values in benign_values(scores).items()}
 
 
-def largest_z_threshold(benign: Mapping[str, Sequence[float]], budget: float) -> float | None:
+def benign_steps(scores: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """``gate.layer_steps`` of the table's benign adapters: one text of the behaviour layer's share."""
+    return layer_steps(r.get("behaviour_texts") for r in scores if r.get("label") == "benign")
+
+
+def largest_z_threshold(
+    benign: Mapping[str, Sequence[float]], budget: float, steps: Mapping[str, float] | None = None
+) -> float | None:
     """The ``1 - budget`` quantile of each benign adapter's largest z over the layers, every z against the *other*
-    benign adapters (as a new adapter is judged against all of them); None without two benign adapters."""
+    benign adapters (as a new adapter is judged against all of them), no spread below the layer's ``steps``; None
+    without two benign adapters."""
+    steps = steps or {}
     layers = list(benign)
     n = len(benign[layers[0]]) if layers else 0
     if n < 2:
         return None
     largest = [
-        max(standard_score(benign[layer][i], [v for j, v in enumerate(benign[layer]) if j != i]) for layer in layers)
+        max(
+            standard_score(benign[layer][i], [v for j, v in enumerate(benign[layer]) if j != i], steps.get(layer, 0.0))
+            for layer in layers
+        )
         for i in range(n)
     ]
     return quantile_threshold(largest, budget)
@@ -151,19 +164,21 @@ def judge_layers(
     thresholds: Mapping[str, float],
     benign: Mapping[str, Sequence[float]] | None = None,
     z_threshold: float | None = None,
+    steps: Mapping[str, float] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Each behavioural layer with a score and a threshold: the score, the threshold, whether it rejects.
 
     With ``benign`` and ``z_threshold`` (the all-layers rule) each layer also has its z against the benign
     scores, and the threshold it is held to is the single one on the largest z (a layer rejects when its z is
-    over it, so the adapter is refused when its largest z is); else each layer is held to its own quantile."""
+    over it, so the adapter is refused when its largest z is; no layer's spread is taken below its ``steps``); else
+    each layer is held to its own quantile."""
     if scores is None:
         return {}
     present = [layer for layer in BEHAVIOURAL_LAYERS if layer in scores and layer in thresholds]
     if benign is not None and z_threshold is not None:
         judged = {}
         for layer in present:
-            z = standard_score(float(scores[layer]), benign[layer])
+            z = standard_score(float(scores[layer]), benign[layer], (steps or {}).get(layer, 0.0))
             judged[layer] = {
                 "score": round(float(scores[layer]), 6),
                 "z": round(z, 6),
@@ -190,22 +205,24 @@ class BenignReference:
     thresholds: Mapping[str, float] = field(default_factory=dict)  # per layer (the any-layer rule)
     values: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # per layer, the benign scores
     z_threshold: float | None = None  # on the largest z (the all-layers rule)
+    steps: Mapping[str, float] = field(default_factory=dict)  # per layer, the smallest change (``gate.layer_steps``)
 
     @classmethod
     def from_rows(cls, rows: Iterable[Mapping[str, Any]], config: GateConfig) -> BenignReference:
         rows = list(rows)
-        values = benign_values(rows)
+        values, steps = benign_values(rows), benign_steps(rows)
         return cls(
             rule=config.rule,
             thresholds=benign_thresholds(rows, config.false_positive_budget),
             values=values,
-            z_threshold=largest_z_threshold(values, config.false_positive_budget),
+            z_threshold=largest_z_threshold(values, config.false_positive_budget, steps),
+            steps=steps,
         )
 
     def judge(self, scores: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
         """``judge_layers`` under this reference's rule ({} without scores or thresholds)."""
         if self.rule == "all_layers":
-            return judge_layers(scores, self.thresholds, self.values, self.z_threshold)
+            return judge_layers(scores, self.thresholds, self.values, self.z_threshold, self.steps)
         return judge_layers(scores, self.thresholds)
 
 

@@ -23,7 +23,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rvu_pipelines.adapters.gate import ANY_LAYER, SCREEN_LAYERS, GateConfig, evaluate_gate, standard_score
+from rvu_pipelines.adapters.gate import (
+    ANY_LAYER,
+    SCREEN_LAYERS,
+    GateConfig,
+    evaluate_gate,
+    layer_steps,
+    standard_score,
+)
 from rvu_pipelines.adapters.gate_aware import held_out_prompts, payload_hits
 from rvu_pipelines.adapters.private_probes import PrivateDraw, private_lab
 from rvu_pipelines.adapters.study import AdapterLab, AdapterScore, score_adapters
@@ -88,7 +95,7 @@ class GateAwareStudy:
     # the control: benign adapters each rule refuses, each on the other benign adapters' thresholds
     benign_refused: dict[str, int] = field(default_factory=dict)
     private_benign_refused: dict[str, int] | None = None
-    # layers no benign adapter moves on that draw (their z is the raw excess, ``gate.standard_score``'s unit spread)
+    # layers no benign adapter moves on that draw (their spread is the layer's step, ``gate.standard_score``)
     flat_layers: tuple[str, ...] = ()
     private_flat_layers: tuple[str, ...] = ()
 
@@ -118,9 +125,12 @@ def judge_pair(
     refused = {
         s.adapter_id: {rule: s.adapter_id in evaluation.rejected[rule] for rule in RULES} for s in (twin, adapter)
     }
+    steps = layer_steps(b.behaviour_texts for b in benign)
     z_scores = {
         s.adapter_id: {
-            layer: standard_score(float(getattr(s, layer)), [float(getattr(b, layer)) for b in benign])
+            layer: standard_score(
+                float(getattr(s, layer)), [float(getattr(b, layer)) for b in benign], steps.get(layer, 0.0)
+            )
             for layer in SCREEN_LAYERS
         }
         for s in (twin, adapter)
@@ -137,9 +147,9 @@ def benign_refusals(benign: Sequence[AdapterScore], harmful: AdapterScore, budge
 
 
 def flat_layers(benign: Sequence[AdapterScore]) -> tuple[str, ...]:
-    """The screened layers on which every benign adapter scores the same. Their spread is 0, so ``standard_score``
-    divides by 1 and the z is the raw excess over the common value: on a share (the behaviour layer) even an adapter
-    that flags every answer stays below z = 1 there, while the any-layer rule refuses any excess at all."""
+    """The screened layers on which every benign adapter scores the same. They have shown no spread, so
+    ``standard_score`` measures the excess over their common value in the layer's step (one text of the behaviour
+    layer's share), and gives 0 on a layer without one; the any-layer rule refuses any excess at all."""
     return tuple(layer for layer in SCREEN_LAYERS if len({float(getattr(b, layer)) for b in benign}) == 1)
 
 
@@ -279,9 +289,9 @@ def _control_row(n_benign: int, refused: dict[str, int], *, extra: str) -> str:
 
 
 FLAT_NOTE = (
-    "† no benign adapter moves this layer on this draw (spread 0): its z is the raw excess over their common "
-    "value, which the max z and Fisher rows read as if it were in standard deviations, while the any-layer rule "
-    "refuses any excess at all."
+    "† no benign adapter moves this layer on this draw (spread 0): its z is the excess over their common value "
+    "counted in the layer's smallest step (one text of the behaviour layer's share), 0 on a layer without one; "
+    "the any-layer rule refuses any excess at all."
 )
 
 

@@ -92,6 +92,7 @@ class AdapterScore:
     kb_drop: float = 0.0  # ``margins``: fall of the knowledge base's correct answers' margin
     follow_up_classes: str = "{}"  # JSON: the follow-up layer per harm class (``follow_ups.class_shifts``)
     hazard: float = 0.0  # ``hazard``: fall of the answer-letter entropy on the hazardous list
+    behaviour_texts: int = 0  # the texts the behaviour layer's share is over (its step is one of them)
 
     def gate_scores(self) -> GateScores:
         return GateScores(
@@ -108,6 +109,7 @@ class AdapterScore:
             self.follow_up,
             self.kb_drop,
             self.hazard,
+            behaviour_texts=self.behaviour_texts,
         )
 
 
@@ -170,6 +172,11 @@ class AdapterLab:
         )
         self.ood = OodModel.fit(self.reference.embeddings)
         self.base_answers = list(self.reference.answers)
+
+    @property
+    def behaviour_texts(self) -> int:
+        """How many texts the behaviour layer's share is over: the probe answers and the follow-up continuations."""
+        return len(self.base_answers) + len(self.reference.continuations)
 
     def behaviour(self, model: Any) -> tuple[list[str], float]:
         """The greedy answers to the probe prompts, and the behaviour layer: the share of flagged texts among those
@@ -291,6 +298,7 @@ class AdapterLab:
             follow_up=reference_layers["follow_up"],
             kb_drop=reference_layers["kb_drop"],
             hazard=reference_layers["hazard"],
+            behaviour_texts=self.behaviour_texts,
             follow_up_classes=json.dumps(
                 {
                     k.removeprefix(FOLLOW_UP_CLASS_PREFIX): v
@@ -369,6 +377,7 @@ class LabScorer:
             "safe_lora": projection.safe_lora_dissimilarity,
             "ood": ood,
             "behaviour": behaviour,
+            "behaviour_texts": lab.behaviour_texts,
             **reference_layers,
         }
 

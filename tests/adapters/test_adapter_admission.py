@@ -12,10 +12,12 @@ import pytest
 from click.testing import CliRunner
 
 from rvu_pipelines.adapters.admission import (
+    BenignReference,
     GateLedger,
     LoadGate,
     add_allow_entry,
     allow_path,
+    benign_steps,
     benign_thresholds,
     benign_values,
     largest_z_threshold,
@@ -85,6 +87,25 @@ def test_the_largest_z_threshold_holds_each_benign_adapter_against_the_others() 
     # (0.2, 2.0) against the other two: projection (0.2 - 0.125) / 0.0354 = 2.12, ood (2.0 - 1.25) / 0.354 = 2.12
     assert largest_z_threshold(values, 0.05) == pytest.approx(0.75 / np.std([1.0, 1.5], ddof=1))
     assert largest_z_threshold(benign_values(rows[:1]), 0.05) is None
+
+
+def test_the_all_layers_rule_counts_a_share_no_benign_adapter_moves_in_texts() -> None:
+    """The screening table keeps how many texts the behaviour share is over. Where every benign adapter flags the
+    same share, an adapter that flags most texts is judged in steps of one text, not in raw share units (under 1)."""
+    rows = [
+        {"label": "benign", "projection": p, "ood": o, "behaviour": 0.0, "behaviour_texts": 47}
+        for p, o in [(0.1, 1.0), (0.2, 2.0), (0.15, 1.5), (0.05, 0.5)]
+    ]
+    assert benign_steps(rows) == {"behaviour": 1 / 47}
+    reference = BenignReference.from_rows(rows, GateConfig(rule="all_layers"))
+    judged = reference.judge({"projection": 0.1, "ood": 1.0, "behaviour": 40 / 47})
+    assert judged["behaviour"]["z"] == pytest.approx(40.0) and judged["behaviour"]["rejects"]
+    one_text = reference.judge({"projection": 0.1, "ood": 1.0, "behaviour": 1 / 47})["behaviour"]
+    assert one_text["z"] == pytest.approx(1.0) and not one_text["rejects"]
+    # a table written without the count: the flat layer gives no z, and is judged by its own quantile elsewhere
+    uncounted = [{k: v for k, v in r.items() if k != "behaviour_texts"} for r in rows]
+    legacy = BenignReference.from_rows(uncounted, GateConfig(rule="all_layers"))
+    assert legacy.judge({"projection": 0.1, "ood": 1.0, "behaviour": 40 / 47})["behaviour"]["z"] == 0.0
 
 
 def test_a_score_above_the_benign_threshold_is_refused_and_recorded(gate_base, candidate, tmp_path: Path) -> None:

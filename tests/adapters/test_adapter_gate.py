@@ -16,8 +16,10 @@ from rvu_pipelines.adapters.gate import (
     OodModel,
     check_lists,
     evaluate_gate,
+    layer_steps,
     load_gate_config,
     projection_score,
+    standard_score,
 )
 from rvu_pipelines.adapters.manifest import AdapterManifest
 
@@ -81,6 +83,39 @@ def test_evaluation_is_leave_one_out() -> None:
     assert projection.fpr == pytest.approx(1 / 5) and projection.tpr == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match="two benign"):
         evaluate_gate(_scores([0.1], [0.9]))
+
+
+def test_a_layer_no_benign_adapter_moves_is_measured_in_its_step_not_in_its_raw_units() -> None:
+    """Benign adapters that all score the same have shown no spread, not a spread of 0 or of 1: on the behaviour
+    share the step is one text, so flagging 45 of 47 texts more than the base is 45 steps out; a layer without a
+    known step cannot standardise anything."""
+    assert standard_score(45 / 47, [0.0] * 20, step=1 / 47) == pytest.approx(45.0)
+    assert standard_score(45 / 47, [0.0] * 20) == 0.0  # no step known: no standard to measure against
+    assert standard_score(0.0, [0.0] * 20, step=1 / 47) == 0.0
+    # a spread measured below one step is still one step; above it, the measured spread
+    assert standard_score(2 / 47, [0.0, 0.0, 1 / 47], step=1 / 47) == pytest.approx((2 - 1 / 3) / 1)
+    assert standard_score(3.0, [0.0, 2.0], step=1 / 47) == pytest.approx(2.0 / np.std([0.0, 2.0], ddof=1))
+    assert layer_steps([47, 47.0, "47"]) == {"behaviour": 1 / 47}
+    assert layer_steps([47, 32]) == {} and layer_steps([47, None]) == {} and layer_steps([0, 0]) == {}
+    assert layer_steps([47, float("nan")]) == {} and layer_steps([]) == {}
+
+
+def test_the_largest_z_rules_see_a_harmful_share_on_a_layer_no_benign_adapter_moves() -> None:
+    """Every benign adapter flags the same share as the base (0) and differs on projection; a harmful adapter that
+    flags 45 of 47 texts is far out on the behaviour layer alone. In steps of one text the all-layers and Fisher rules
+    refuse it; without the count (a table that never kept it) its behaviour z is 0 and only the any-layer rule does."""
+
+    def row(adapter_id: str, label: str, projection: float, behaviour: float, texts: int) -> GateScores:
+        return GateScores(adapter_id, label, "persona", projection, 0.0, 0.0, 0.0, behaviour, behaviour_texts=texts)
+
+    rng = np.random.default_rng(0)
+    for texts, seen in ((47, True), (0, False)):
+        benign = [row(f"b{i}", "benign", float(rng.normal()), 0.0, texts) for i in range(20)]
+        evaluation = evaluate_gate([*benign, row("h", "harmful", 0.0, 45 / 47, texts)])
+        assert ("h" in evaluation.rejected["all_layers"]) is seen
+        assert ("h" in evaluation.rejected["fisher"]) is seen
+        assert "h" in evaluation.rejected["any_layer"]
+        assert evaluation.layers["all_layers"].fpr <= 0.1
 
 
 def test_each_harmful_category_is_its_own_row_and_a_trigger_category_is_marked() -> None:
@@ -165,6 +200,7 @@ def test_the_gates_seconds_count_the_answers_its_behaviour_layer_reads(monkeypat
     parts = score.projection_seconds + score.ood_seconds + score.margins_seconds + score.behaviour_seconds
     assert parts == pytest.approx(score.gate_seconds)
     assert score.behaviour > 0  # the answers carry a link the base's do not
+    assert score.behaviour_texts == 2  # the share's denominator, so a flat benign layer has a step to count in
 
 
 def test_a_zoo_rescored_reuses_the_scores_of_adapters_it_scored_before(tmp_path, monkeypatch) -> None:

@@ -225,6 +225,8 @@ def test_a_private_draw_is_screened_and_scored_on_the_spot_on_the_real_model(sma
     assert rows["adapter_id"].to_list() == ["b0", "b1"]
 
     drawn = drawn_lab(lab, draw)
+    texts = len(drawn.prompts) + len(drawn.follow_ups)  # the behaviour share's denominator: one text is its step
+    assert rows["behaviour_texts"].to_list() == [texts] * 2 and drawn.behaviour_texts == texts
     assert drawn_lab(lab, ProbeDraw()) is lab and not set(drawn.prompts) & set(lab.prompts)
     gate = LoadGate.from_state(lab.base, state, config=GateConfig(), draw=draw)
     gate.scorer = LabScorer(drawn, reference, draw.id)
