@@ -15,7 +15,7 @@ export TOKENIZERS_PARALLELISM := false
 # test modules' assertions again in every process
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup run attacks attacks-full scale-up scale-down scale-status doctor detectors detector-validity memory-poisoning memory-poisoning-seeds memsad-synonym minja-agent spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-report bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-cell-order bench-llama bench-llm-throughput bench-memsad bench-spectral regress report docs docs-serve test-fast clean
+.PHONY: setup run attacks attacks-full scale-up scale-down scale-status doctor detectors detector-validity memory-poisoning memory-poisoning-seeds memsad-synonym minja-agent spectral adapters lint format test test-slow test-all dev mlflow-ui bench bench-report bench-closure bench-stores bench-sweep bench-monitor bench-detectors bench-agent bench-cell-order bench-llama bench-llm-throughput bench-memsad bench-spectral bench-gate regress report docs docs-serve test-fast clean
 
 setup:
 	@bash scripts/setup.sh
@@ -154,7 +154,7 @@ mlflow-ui: setup
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(STATE)/mlflow.db -h 127.0.0.1 -p 5000
 
 # every bench below, then bench-report's one table of all their ratios (run by the recipe: last even under -j)
-bench: bench-closure bench-monitor bench-detectors bench-agent bench-cell-order bench-llama bench-llm-throughput bench-memsad bench-spectral bench-stores
+bench: bench-closure bench-monitor bench-detectors bench-agent bench-cell-order bench-llama bench-llm-throughput bench-memsad bench-spectral bench-gate bench-stores
 	$(BIN)/python benchmarks/bench_report.py
 
 # every bench's headline ratios in one table, from the JSON each leaves in .rvu/bench/ (`make bench`'s last step);
@@ -187,6 +187,11 @@ bench-memsad: setup
 # the spectral statistic per layer at 512 tokens, and the kill-switch gate vs a plain forward pass (seed 004)
 bench-spectral: setup
 	$(BIN)/python benchmarks/bench_spectral.py
+
+# the adapter load gate on an adapter it has no screening row for: each part's seconds at N threads and at one, the
+# same adapter checked again from its stored scores, and the first verdict against the 10 s goal (seed 000 E4)
+bench-gate: setup
+	$(BIN)/python benchmarks/bench_gate.py
 
 # cold vs KV-prefix-reused vs response-cached LLM time per agent scenario
 bench-agent: setup

@@ -31,6 +31,7 @@ MAKE_BENCH = {
     "llm_throughput": "bench-llm-throughput",
     "memsad": "bench-memsad",
     "spectral": "bench-spectral",
+    "gate": "bench-gate",
     "store_engines": "bench-stores",
 }
 ORDER = (*MAKE_BENCH, "scale_sweep")

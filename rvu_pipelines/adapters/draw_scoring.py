@@ -24,18 +24,26 @@ class LazyLabScorer:
     the first adapter it must score, so a recovery or a check that never needs one pays nothing. With a private
     ``draw`` (``probe_draw.ProbeDraw``) the lab reads that draw's probes and items (``private_probes.private_lab``)."""
 
-    def __init__(self, profile: str = "tiny", reference_id: str | None = None, draw: ProbeDraw | None = None) -> None:
+    def __init__(
+        self,
+        profile: str = "tiny",
+        reference_id: str | None = None,
+        draw: ProbeDraw | None = None,
+        memo: ResultMemo | None = None,
+    ) -> None:
         self.profile = profile
         self.reference_id = reference_id or load_gate_config().reference_adapter
         self.draw = draw or ProbeDraw()
         self.draw_id = self.draw.id  # ``admission.GateScorer``: the gate refuses a scorer of another draw
+        # scores kept per adapter, lab and draw (``LabScorer``); the state folder's memo unless one is given
+        self.memo = memo if memo is not None else ResultMemo.default()
         self._scorer: LabScorer | None = None
 
     def score(self, adapter: VerifiedAdapter) -> dict[str, float]:
         if self._scorer is None:
             lab = AdapterLab.for_profile(self.profile)
             reference = lab.verify(self.reference_id)
-            self._scorer = LabScorer(drawn_lab(lab, self.draw), reference, self.draw.id)
+            self._scorer = LabScorer(drawn_lab(lab, self.draw), reference, self.draw.id, self.memo)
         return self._scorer.score(adapter)
 
 

@@ -341,12 +341,7 @@ def score_adapters(
         if memo is None:
             scores.append(lab.score(adapter, reference))
             continue
-        parts = {
-            "adapter_sha256": adapter.manifest.sha256,
-            "reference_sha256": reference.manifest.sha256,
-            "lab": lab.reference_key,
-        }
-        entry = memo.entry("adapter_gate_score", parts, code=__name__, configs=())
+        entry = memo.entry("adapter_gate_score", score_parts(lab, adapter, reference), code=__name__, configs=())
         stored = entry.load()
         score = AdapterScore(**stored) if stored is not None else lab.score(adapter, reference)
         if stored is None:
@@ -355,17 +350,58 @@ def score_adapters(
     return scores
 
 
+def _finite_scores(stored: Mapping[str, Any] | None) -> dict[str, float] | None:
+    """A stored score set as numbers, or None (a miss) when any value is not a finite number: a damaged memo file
+    is scored again, never judged."""
+    if stored is None:
+        return None
+    try:
+        scores = {str(k): float(v) for k, v in stored.items()}
+    except (TypeError, ValueError):
+        return None
+    return scores if scores and all(np.isfinite(v) for v in scores.values()) else None
+
+
+def score_parts(lab: AdapterLab, adapter: VerifiedAdapter, reference: VerifiedAdapter) -> dict[str, str]:
+    """What an adapter's gate scores depend on besides the code and libraries (a ``ResultMemo`` key's parts): the
+    adapter file, the refusal reference, and the lab (base, probe prompts and items, so also the probe draw)."""
+    return {
+        "adapter_sha256": adapter.manifest.sha256,
+        "reference_sha256": reference.manifest.sha256,
+        "lab": lab.reference_key,
+    }
+
+
 class LabScorer:
     """``admission.GateScorer`` on an ``AdapterLab``: an adapter the screening table lacks is scored on the
     spot with the study's own layers (projection against ``reference``, OOD over the lab's probe prompts), so
-    its scores compare with the table's benign thresholds."""
+    its scores compare with the table's benign thresholds.
 
-    def __init__(self, lab: AdapterLab, reference: VerifiedAdapter, draw_id: str = PUBLIC) -> None:
+    With ``memo`` the scores are kept per adapter file, reference, lab and draw, and reused while the scoring code
+    and libraries are unchanged: an adapter loaded again (the agent's timeline, a check before a recovery) is judged
+    in milliseconds instead of the minute its layers take."""
+
+    def __init__(
+        self, lab: AdapterLab, reference: VerifiedAdapter, draw_id: str = PUBLIC, memo: ResultMemo | None = None
+    ) -> None:
         self.lab = lab
         self.reference = reference
         self.draw_id = draw_id  # the probe draw ``lab`` reads (``probe_draw.ProbeDraw.id``)
+        self.memo = memo
 
     def score(self, adapter: VerifiedAdapter) -> dict[str, float]:
+        if self.memo is None:
+            return self._measure(adapter)
+        parts = {**score_parts(self.lab, adapter, self.reference), "draw": self.draw_id}
+        entry = self.memo.entry("adapter_gate_spot_score", parts, code=__name__, configs=())
+        stored = _finite_scores(entry.load())
+        if stored is not None:
+            return stored
+        measured = self._measure(adapter)
+        entry.save(measured)
+        return measured
+
+    def _measure(self, adapter: VerifiedAdapter) -> dict[str, float]:
         projection = projection_score(adapter, self.reference)
         lab = self.lab
         with lab.host.loaded(adapter) as model:

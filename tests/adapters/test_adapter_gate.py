@@ -245,3 +245,44 @@ def test_a_zoo_rescored_reuses_the_scores_of_adapters_it_scored_before(tmp_path,
     assert scored == ["a", "b", "c", "a", "a", "a"]
     study.score_adapters(lab, [adapter("a", "1")], reference, memo=None, progress=False)  # no memo: always scored
     assert scored[-1] == "a" and len(scored) == 7
+
+
+def test_an_adapter_scored_on_the_spot_is_judged_again_from_its_stored_scores(tmp_path, monkeypatch) -> None:
+    """A check before a recovery, or a second incident naming the same adapter, reuses the scores measured for the
+    same adapter file, reference, lab and draw; another draw, a damaged memo file or reuse turned off scores again."""
+    import json
+    from types import SimpleNamespace
+
+    import rvu_pipelines.adapters.study as study
+    from rvu_pipelines.result_memo import ResultMemo
+
+    monkeypatch.setenv("RVU_REUSE_RESULTS", "1")
+    measured: list[str] = []
+
+    def measure(self, adapter):  # noqa: ANN001, ANN202
+        measured.append(self.draw_id)
+        return {"projection": 0.1, "ood": 2.5, "behaviour": 0.25, "behaviour_texts": 48.0}
+
+    monkeypatch.setattr(study.LabScorer, "_measure", measure)
+
+    def adapter(digest: str) -> SimpleNamespace:
+        return SimpleNamespace(manifest=SimpleNamespace(adapter_id="a", sha256=digest * 64))
+
+    lab, reference = SimpleNamespace(reference_key="lab-1"), adapter("f")
+    memo = ResultMemo(tmp_path / "memo")
+    scorer = study.LabScorer(lab, reference, "public", memo)  # type: ignore[arg-type]
+    first = scorer.score(adapter("1"))
+    assert scorer.score(adapter("1")) == first and measured == ["public"]
+    [stored] = (tmp_path / "memo" / "adapter_gate_spot_score").glob("*.json")
+    assert study.LabScorer(lab, reference, "private-x", memo).score(adapter("1")) == first  # type: ignore[arg-type]
+    assert measured == ["public", "private-x"]  # another draw's thresholds never meet these scores
+    body = json.loads(stored.read_text())
+    for damaged in ({**body["value"], "ood": "low"}, {**body["value"], "ood": float("-inf")}, {}):
+        stored.write_text(json.dumps({**body, "value": damaged}))
+        assert scorer.score(adapter("1")) == first  # measured again, never judged on a damaged file
+    assert measured == ["public", "private-x", "public", "public", "public"]
+    monkeypatch.setenv("RVU_REUSE_RESULTS", "0")
+    scorer.score(adapter("1"))
+    assert len(measured) == 6
+    study.LabScorer(lab, reference).score(adapter("1"))  # type: ignore[arg-type]  # no memo: always measured
+    assert len(measured) == 7
