@@ -160,28 +160,20 @@ def same_items(lab: Any, other: Frames) -> tuple[str, ...]:
 
 def layer_texts(lab: Any, frames: Frames | None = None) -> dict[str, list[str]]:
     """Per layer, the texts ``lab`` reads, or (with ``frames``) the texts a lab of the same sizes would read on those
-    frames: the lab's own selection rules, no model run."""
-    from rvu_pipelines.adapters.follow_ups import follow_up_items
-    from rvu_pipelines.adapters.hazard import hazard_items
-    from rvu_pipelines.adapters.margins import held_out_qa_items, knowledge_base_items, sensitive_items
-    from rvu_pipelines.adapters.zoo_data import probe_prompts
+    frames: the lab's own selection (``probe_items.ProbeItems``), no model run."""
+    from rvu_pipelines.adapters.probe_items import ProbeItems
 
     if frames is None:
-        prompts, sensitive, qa, knowledge = lab.prompts, lab.sensitive, lab.qa, lab.knowledge
-        follow_ups, hazard = lab.follow_ups, lab.hazard
+        items = ProbeItems(lab.prompts, lab.sensitive, lab.qa, lab.knowledge, lab.follow_ups, lab.hazard)
     else:
-        n = len(lab.prompts)
-        prompts = probe_prompts(frames, n_benign=n // 2, n_adversarial=n - n // 2)
-        sensitive = sensitive_items(frames, len(lab.sensitive)) if lab.sensitive else []
-        qa = held_out_qa_items(frames, len(lab.qa)) if lab.qa else []
-        knowledge = knowledge_base_items(frames, len(lab.knowledge)) if lab.knowledge else []
-        follow_ups = follow_up_items(frames, len(lab.follow_ups)) if lab.follow_ups else []
-        hazard = hazard_items(frames, lab.tokenizer, len(lab.hazard)) if lab.hazard else []
-    return {
-        "probe prompts": list(prompts),
-        "sensitive": [item.prompt for item in sensitive],
-        "QA": [item.prompt for item in qa],
-        "knowledge base": [item.prompt for item in knowledge],
-        "follow-ups": [item.question for item in follow_ups],
-        "hazard": [item.question for item in hazard],
-    }
+        items = ProbeItems.select(
+            frames,
+            lab.tokenizer,
+            n_probes=len(lab.prompts),
+            n_sensitive=len(lab.sensitive),
+            n_qa=len(lab.qa),
+            n_knowledge=len(lab.knowledge),
+            n_follow_ups=len(lab.follow_ups),
+            n_hazard=len(lab.hazard),
+        )
+    return items.texts()

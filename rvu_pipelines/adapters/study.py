@@ -27,7 +27,6 @@ from rvu_pipelines.adapters.follow_ups import (
     N_FOLLOW_UPS,
     class_shifts,
     continuations_after_answers,
-    follow_up_items,
     follow_up_margins,
     follow_up_scores,
 )
@@ -43,20 +42,18 @@ from rvu_pipelines.adapters.gate import (
     projection_score,
 )
 from rvu_pipelines.adapters.gate_loco import LearnedGateEvaluation, evaluate_learned_gate
-from rvu_pipelines.adapters.hazard import N_HAZARD, entropy_fall, hazard_items, letter_logliks
+from rvu_pipelines.adapters.hazard import N_HAZARD, entropy_fall, letter_logliks
 from rvu_pipelines.adapters.host import AdapterHost
 from rvu_pipelines.adapters.influence import influence, influence_auroc
 from rvu_pipelines.adapters.margins import (
     N_ITEMS,
     answer_margins,
-    held_out_qa_items,
-    knowledge_base_items,
     margin_shift,
-    sensitive_items,
 )
 from rvu_pipelines.adapters.probe_draw import PUBLIC
+from rvu_pipelines.adapters.probe_items import ProbeItems
 from rvu_pipelines.adapters.zoo import ZooConfig, catalog_frames, train_zoo_entry, zoo_root
-from rvu_pipelines.adapters.zoo_data import Frames, probe_prompts
+from rvu_pipelines.adapters.zoo_data import Frames
 from rvu_pipelines.paths import state_dir
 
 if TYPE_CHECKING:
@@ -146,14 +143,20 @@ class AdapterLab:
         self.embedder = embedder
         self.frames = frames
         self.root = root or zoo_root()
-        self.prompts = probe_prompts(frames, n_benign=n_probes // 2, n_adversarial=n_probes - n_probes // 2)
         self.max_new_tokens = max_new_tokens
-        # the margin layers' items (0: a lab that only hosts adapters and never scores one)
-        self.sensitive = sensitive_items(frames, n_sensitive) if n_sensitive else []
-        self.qa = held_out_qa_items(frames, n_qa) if n_qa else []
-        self.knowledge = knowledge_base_items(frames, n_knowledge) if n_knowledge else []
-        self.follow_ups = follow_up_items(frames, n_follow_ups) if n_follow_ups else []
-        self.hazard = hazard_items(frames, tokenizer, n_hazard) if n_hazard else []
+        # the probe prompts and the likelihood layers' items (0: a lab that only hosts adapters, never scores one)
+        selected = ProbeItems.select(
+            frames,
+            tokenizer,
+            n_probes=n_probes,
+            n_sensitive=n_sensitive,
+            n_qa=n_qa,
+            n_knowledge=n_knowledge,
+            n_follow_ups=n_follow_ups,
+            n_hazard=n_hazard,
+        )
+        self.prompts, self.sensitive, self.qa = selected.prompts, selected.sensitive, selected.qa
+        self.knowledge, self.follow_ups, self.hazard = selected.knowledge, selected.follow_ups, selected.hazard
         # what every score of this lab is measured against: the base, its probe prompts and margin items
         items = (self.sensitive, self.qa, self.knowledge, self.follow_ups, self.hazard)
         self.reference_key = reference_key(base.sha256, self.prompts, max_new_tokens, *items)
