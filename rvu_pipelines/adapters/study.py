@@ -134,6 +134,11 @@ class AdapterLab:
     ) -> None:
         """``reference_cache``: where the base model's side of every comparison is kept (``base_reference.py``;
         default ``<state>/cache/adapter_base_reference``)."""
+        if n_probes < 2:  # the output-OOD layer fits the base's answers to them (one answer gives a zero covariance)
+            raise ValueError(
+                f"AdapterLab needs n_probes >= 2 (got {n_probes}): the output-OOD layer is fit on the base model's "
+                "answers to the probe prompts; a lab that only hosts adapters can set the likelihood layers to 0."
+            )
         # the study loads every adapter it scores, harmful ones included: an audit gate records each verdict
         self.host = AdapterHost(
             model, tokenizer, gate=gate or LoadGate.audit(base, state_dir(), config=load_gate_config())

@@ -161,6 +161,15 @@ def test_ood_model_scores_shifted_outputs_higher() -> None:
     assert model.score(base + 0.5) > model.score(base + 0.1) > 0
 
 
+@pytest.mark.parametrize("n_probes", [0, 1])
+def test_a_lab_without_two_probe_prompts_is_refused_before_anything_loads(n_probes: int) -> None:
+    """The output-OOD layer is a covariance of the base's answers: none crashes inside numpy, one is all zeros."""
+    from rvu_pipelines.adapters.study import AdapterLab
+
+    with pytest.raises(ValueError, match=rf"n_probes >= 2 \(got {n_probes}\)"):
+        AdapterLab(None, None, None, None, None, n_probes=n_probes)  # type: ignore[arg-type]
+
+
 def test_the_gates_seconds_count_the_answers_its_behaviour_layer_reads(monkeypatch) -> None:
     """The behaviour layer scores generated answers, so generating them is the gate's cost, not influence's:
     a generation that takes 0.3 s shows in gate_seconds and not in influence_seconds."""
