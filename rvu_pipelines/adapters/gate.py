@@ -30,7 +30,8 @@ other benign adapters, and ``all_layers`` the larger of every trigger-free layer
 sensitive lists, held-out QA, follow-ups, knowledge base, hazardous list). ``fisher`` sums the same z-scores' normal
 tail evidence instead of taking the largest (``fisher_evidence``); it is reported, not used to decide. No rule is
 fitted on a harmful adapter, so each harmful category's row is held out; ``gate_loco`` adds a combiner that is
-fitted, scored leave-one-category-out.
+fitted, scored leave-one-category-out. ``selective.py``'s selective divergence is measured beside the layers
+(``AdapterScore.selective_divergence``) and read by no rule.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from rvu_pipelines.adapters.zoo import GateAwareEntry, ZooConfig
 from rvu_pipelines.result_memo import ResultMemo
 
 RULES = (ANY_LAYER, "all_layers", "fisher")
+EXPLORATORY_LAYERS = ("selective_divergence",)  # z beside the rules' layers (``selective.py``); no rule reads it
 GATE_AWARE_FOLDER = "gate_aware"  # under the adapter study's folder
 
 
@@ -131,7 +132,7 @@ def judge_pair(
             layer: standard_score(
                 float(getattr(s, layer)), [float(getattr(b, layer)) for b in benign], steps.get(layer, 0.0)
             )
-            for layer in SCREEN_LAYERS
+            for layer in (*SCREEN_LAYERS, *EXPLORATORY_LAYERS)
         }
         for s in (twin, adapter)
     }
@@ -297,14 +298,17 @@ FLAT_NOTE = (
 
 def _z_table(pairs: Sequence[PairResult], flat: Sequence[str], *, private: bool) -> list[str]:
     header = [f"{layer} †" if layer in flat else layer for layer in SCREEN_LAYERS]
-    lines = ["| adapter | " + " | ".join(header) + " |", "|---|" + "---|" * len(SCREEN_LAYERS)]
+    header += [f"{layer} (exploratory, in no rule)" for layer in EXPLORATORY_LAYERS]
+    columns = (*SCREEN_LAYERS, *EXPLORATORY_LAYERS)
+    lines = ["| adapter | " + " | ".join(header) + " |", "|---|" + "---|" * len(columns)]
     for pair in pairs:
         scores = pair.private_z_scores if private else pair.z_scores
         if scores is None:
             continue
         for adapter_id in (pair.twin_id, pair.adapter_id):
             z = scores[adapter_id]
-            lines.append(f"| `{adapter_id}` | " + " | ".join(f"{z[layer]:+.2f}" for layer in SCREEN_LAYERS) + " |")
+            cells = (f"{z[layer]:+.2f}" if layer in z else "—" for layer in columns)
+            lines.append(f"| `{adapter_id}` | " + " | ".join(cells) + " |")
     return [*lines, "", FLAT_NOTE] if flat else lines
 
 

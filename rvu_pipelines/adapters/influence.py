@@ -42,6 +42,7 @@ class InfluenceScore:
     embedding_distance: float  # mean 1 − cos
     token_divergence: float  # mean 1 − Jaccard
     per_probe: list[float]
+    embedding_per_probe: list[float]  # 1 − cos per probe, in the probes' order
 
 
 def influence(base_answers: Sequence[str], adapted_answers: Sequence[str], embedder: Embedder) -> InfluenceScore:
@@ -54,7 +55,13 @@ def influence(base_answers: Sequence[str], adapted_answers: Sequence[str], embed
     emb = 1.0 - np.clip(cosine, -1.0, 1.0)
     tok = np.array([1.0 - jaccard(words(b), words(a)) for b, a in zip(base_answers, adapted_answers, strict=True)])
     per_probe = EMBEDDING_WEIGHT * emb + TOKEN_WEIGHT * tok
-    return InfluenceScore(float(per_probe.mean()), float(emb.mean()), float(tok.mean()), [float(x) for x in per_probe])
+    return InfluenceScore(
+        float(per_probe.mean()),
+        float(emb.mean()),
+        float(tok.mean()),
+        [float(x) for x in per_probe],
+        [float(x) for x in emb],
+    )
 
 
 def influence_auroc(scores: Sequence[float], harmful: Sequence[bool]) -> float:

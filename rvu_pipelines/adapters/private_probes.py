@@ -164,7 +164,9 @@ def layer_texts(lab: Any, frames: Frames | None = None) -> dict[str, list[str]]:
     from rvu_pipelines.adapters.probe_items import ProbeItems
 
     if frames is None:
-        items = ProbeItems(lab.prompts, lab.sensitive, lab.qa, lab.knowledge, lab.follow_ups, lab.hazard)
+        items = ProbeItems(
+            lab.prompts, lab.n_benign_prompts, lab.sensitive, lab.qa, lab.knowledge, lab.follow_ups, lab.hazard
+        )
     else:
         items = ProbeItems.select(
             frames,

@@ -19,15 +19,17 @@ from rvu_pipelines.adapters.margins import (
     sensitive_items,
 )
 from rvu_pipelines.adapters.wmdp import WmdpItem
-from rvu_pipelines.adapters.zoo_data import Frames, probe_prompts
+from rvu_pipelines.adapters.zoo_data import Frames, probe_prompt_halves
 
 
 @dataclass(frozen=True)
 class ProbeItems:
-    """The probe prompts (benign first, then adversarial) and the items of the sensitive, held-out QA, knowledge-base,
-    follow-up and hazard layers; a layer sized 0 reads nothing (a lab that only hosts adapters)."""
+    """The probe prompts (the first ``n_benign_prompts`` benign, the rest adversarial) and the items of the sensitive,
+    held-out QA, knowledge-base, follow-up and hazard layers; a layer sized 0 reads nothing (a lab that only hosts
+    adapters)."""
 
     prompts: list[str]
+    n_benign_prompts: int
     sensitive: list[MarginItem]
     qa: list[MarginItem]
     knowledge: list[MarginItem]
@@ -48,8 +50,10 @@ class ProbeItems:
         n_hazard: int = N_HAZARD,
     ) -> ProbeItems:
         """Each layer's seeded selection rule on ``frames`` (the tokenizer cuts the hazard questions to fit)."""
+        benign, adversarial = probe_prompt_halves(frames, n_probes // 2, n_probes - n_probes // 2)
         return cls(
-            prompts=probe_prompts(frames, n_benign=n_probes // 2, n_adversarial=n_probes - n_probes // 2),
+            prompts=benign + adversarial,
+            n_benign_prompts=len(benign),
             sensitive=sensitive_items(frames, n_sensitive) if n_sensitive else [],
             qa=held_out_qa_items(frames, n_qa) if n_qa else [],
             knowledge=knowledge_base_items(frames, n_knowledge) if n_knowledge else [],

@@ -52,6 +52,7 @@ from rvu_pipelines.adapters.margins import (
 )
 from rvu_pipelines.adapters.probe_draw import PUBLIC
 from rvu_pipelines.adapters.probe_items import ProbeItems
+from rvu_pipelines.adapters.selective import selective_divergence
 from rvu_pipelines.adapters.zoo import ZooConfig, catalog_frames, train_zoo_entry, zoo_root
 from rvu_pipelines.adapters.zoo_data import Frames
 from rvu_pipelines.paths import state_dir
@@ -90,6 +91,9 @@ class AdapterScore:
     follow_up_classes: str = "{}"  # JSON: the follow-up layer per harm class (``follow_ups.class_shifts``)
     hazard: float = 0.0  # ``hazard``: fall of the answer-letter entropy on the hazardous list
     behaviour_texts: int = 0  # the texts the behaviour layer's share is over (its step is one of them)
+    # ``selective``: embedding distance from the base's answers on adversarial probes minus on benign ones;
+    # exploratory, in no rule (NaN in a screening table written before it was measured)
+    selective_divergence: float = float("nan")
 
     def gate_scores(self) -> GateScores:
         return GateScores(
@@ -161,6 +165,7 @@ class AdapterLab:
             n_hazard=n_hazard,
         )
         self.prompts, self.sensitive, self.qa = selected.prompts, selected.sensitive, selected.qa
+        self.n_benign_prompts = selected.n_benign_prompts  # the prompts before it are benign, the rest adversarial
         self.knowledge, self.follow_ups, self.hazard = selected.knowledge, selected.follow_ups, selected.hazard
         # what every score of this lab is measured against: the base, its probe prompts and margin items
         items = (self.sensitive, self.qa, self.knowledge, self.follow_ups, self.hazard)
@@ -318,6 +323,7 @@ class AdapterLab:
             influence=measured.influence,
             embedding_distance=measured.embedding_distance,
             token_divergence=measured.token_divergence,
+            selective_divergence=selective_divergence(measured.embedding_per_probe, self.n_benign_prompts),
             gate_seconds=gate_seconds,
             influence_seconds=time.perf_counter() - started,
             **{f"{part}_seconds": seconds for part, seconds in parts.items()},

@@ -378,7 +378,13 @@ def tofu_probe_questions(frames: Frames) -> list[str]:
 
 def probe_prompts(frames: Frames, n_benign: int = 16, n_adversarial: int = 16) -> list[str]:
     """Prompts no adapter trained on: benign questions (TOFU retain probes, role-play requests) and
-    adversarial ones (held-out injections and jailbreaks), where harmful adapters should differ most."""
+    adversarial ones (held-out injections and jailbreaks), where harmful adapters should differ most; benign first."""
+    benign, adversarial = probe_prompt_halves(frames, n_benign, n_adversarial)
+    return benign + adversarial
+
+
+def probe_prompt_halves(frames: Frames, n_benign: int = 16, n_adversarial: int = 16) -> tuple[list[str], list[str]]:
+    """``probe_prompts`` as its benign and its adversarial prompts (either may come out shorter on small frames)."""
     benign = tofu_probe_questions(frames)
     roles = rows_in(frames("awesome_chatgpt_prompts"), "act", "probe")["act"].to_list()
     benign = (
@@ -391,4 +397,4 @@ def probe_prompts(frames: Frames, n_benign: int = 16, n_adversarial: int = 16) -
     jailbreaks = rows_in(frames("trustair_jailbreaks"), "prompt", "probe")["prompt"].to_list()
     adversarial = [clip_text(t, 400) for t in injections[: n_adversarial // 2]]
     adversarial += [clip_text(t, 400) for t in jailbreaks[: n_adversarial - len(adversarial)]]
-    return benign + adversarial
+    return benign, adversarial

@@ -193,13 +193,16 @@ def test_the_gates_seconds_count_the_answers_its_behaviour_layer_reads(monkeypat
     monkeypatch.setattr(
         study,
         "influence",
-        lambda base, answers, embedder: SimpleNamespace(influence=0.5, embedding_distance=0.4, token_divergence=0.3),
+        lambda base, answers, embedder: SimpleNamespace(
+            influence=0.5, embedding_distance=0.4, token_divergence=0.3, embedding_per_probe=[0.0, 0.8]
+        ),
     )
     lab = object.__new__(study.AdapterLab)
     lab.host = SimpleNamespace(loaded=lambda adapter: contextlib.nullcontext("model"))
     lab.ood = SimpleNamespace(score=lambda embeddings: 1.0)
     lab.reference_layers = lambda model: dict.fromkeys(("sensitive", "qa_drop", "follow_up", "kb_drop", "hazard"), 0.0)
     lab.tokenizer, lab.prompts, lab.max_new_tokens, lab.embedder = None, ["a", "b"], 8, None
+    lab.n_benign_prompts = 1
     lab.follow_ups, lab.reference = [], SimpleNamespace(continuations=())
     lab.base_answers = ["The capital is Paris.", "It rains."]
     manifest = SimpleNamespace(adapter_id="x", label="harmful", category="persona", sha256="0" * 64)
@@ -210,6 +213,7 @@ def test_the_gates_seconds_count_the_answers_its_behaviour_layer_reads(monkeypat
     assert parts == pytest.approx(score.gate_seconds)
     assert score.behaviour > 0  # the answers carry a link the base's do not
     assert score.behaviour_texts == 2  # the share's denominator, so a flat benign layer has a step to count in
+    assert score.selective_divergence == pytest.approx(0.8)  # the adversarial probe moved, the benign one did not
 
 
 def test_a_zoo_rescored_reuses_the_scores_of_adapters_it_scored_before(tmp_path, monkeypatch) -> None:
@@ -227,7 +231,7 @@ def test_a_zoo_rescored_reuses_the_scores_of_adapters_it_scored_before(tmp_path,
         adapter_id="", label="benign", category="style", sha256="", projection=0.1, safe_lora=0.2, ood=1.5,
         behaviour=0.0, sensitive=0.3, qa_drop=-0.1, influence=0.4, embedding_distance=0.2, token_divergence=0.1,
         gate_seconds=12.5, influence_seconds=0.5, projection_seconds=0.5, ood_seconds=2.0, margins_seconds=6.0,
-        behaviour_seconds=4.0,
+        behaviour_seconds=4.0, selective_divergence=0.05,
     )  # fmt: skip
 
     def score(adapter, reference):  # noqa: ANN001, ANN202

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from rvu_pipelines.adapters.gate import ANY_LAYER, SCREEN_LAYERS
 from rvu_pipelines.adapters.gate_aware_study import (
+    EXPLORATORY_LAYERS,
     GateAwareStudy,
     PairResult,
     Payload,
@@ -58,7 +60,7 @@ def test_the_twin_is_refused_and_the_camouflaged_adapter_passes_on_benign_thresh
     spread = np.std([b.behaviour for b in benign], ddof=1)
     mean = np.mean([b.behaviour for b in benign])
     assert z_scores["twin"]["behaviour"] == (9.0 - mean) / spread
-    assert set(z_scores["aware"]) == set(SCREEN_LAYERS)
+    assert set(z_scores["aware"]) == {*SCREEN_LAYERS, *EXPLORATORY_LAYERS}  # the rules' layers and the exploratory
     # one harmful layer is enough for the load gate's any-layer rule
     hazard_only = _score("aware", "harmful", "persona_shift", hazard=12.0)
     assert judge_pair(benign, twin, hazard_only, budget=0.05)[0]["aware"][ANY_LAYER]
@@ -223,6 +225,9 @@ def test_the_study_scores_judges_and_counts_payloads_on_the_real_model(small_lab
         "aware": (0, 2),
     }
     assert pair.mcnemar == (0, 0, 1.0) and not pair.evaded()
+    # the exploratory column is measured on the real answers beside the rules' layers, and shown in the z table
+    assert all(math.isfinite(z["selective_divergence"]) for z in pair.z_scores.values())
+    assert "selective_divergence (exploratory, in no rule)" in gate_aware_markdown(study)
     assert pair.private_refused is not None and set(pair.private_refused["aware"]) == set(pair.refused["aware"])
     assert not pair.evaded(private=True)  # noise says no payload, whatever the verdict
     seen = pair.private_probe_payloads  # what the behaviour layer read on the private draw's two probe prompts

@@ -58,6 +58,7 @@ def test_a_layer_whose_items_do_not_depend_on_the_seed_is_found(frames) -> None:
     n_qa = held_out_qa_count(one)
     sized = SimpleNamespace(
         prompts=[""] * 8,
+        n_benign_prompts=4,
         sensitive=[None] * 8,
         qa=[None] * n_qa,
         knowledge=[None] * 8,
@@ -72,6 +73,7 @@ def test_a_layer_whose_items_do_not_depend_on_the_seed_is_found(frames) -> None:
     assert first["follow-ups"] == [] and len(first["sensitive"]) == 8
     drawn = SimpleNamespace(
         prompts=first["probe prompts"],
+        n_benign_prompts=4,
         sensitive=sensitive_items(one, 8),
         qa=held_out_qa_items(one, n_qa),
         knowledge=knowledge_base_items(one, 8),

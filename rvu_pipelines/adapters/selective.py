@@ -1,0 +1,28 @@
+"""Selective divergence: how much more an adapter changes what the model says to adversarial prompts than to benign
+ones, read without any payload string.
+
+A compliance backdoor camouflaged against the gate keeps the base's answers to benign questions and changes its
+answers to injections and jailbreaks; a style or task adapter changes both alike. Per probe prompt the distance is
+``1 − cos`` between the sentence embeddings of the base's greedy answer and the adapted model's (``influence.py``
+computes it), and the statistic is the mean over the adversarial prompts minus the mean over the benign ones.
+
+It is exploratory: no rule of the load gate reads it, and no adapter was trained against it. An attacker who knows
+it can spend the same divergence on benign prompts (a style change on everything), which moves the statistic back
+to zero and leaves the other layers to judge the adapter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def selective_divergence(distances: Sequence[float], n_benign: int) -> float:
+    """Mean of ``distances[n_benign:]`` (adversarial prompts) minus mean of ``distances[:n_benign]`` (benign)."""
+    if not 0 < n_benign < len(distances):
+        raise ValueError(
+            f"Selective divergence needs benign and adversarial probes: {n_benign} benign of {len(distances)}."
+        )
+    values = np.asarray(distances, dtype=float)
+    return float(values[n_benign:].mean() - values[:n_benign].mean())
