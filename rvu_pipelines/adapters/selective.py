@@ -19,10 +19,11 @@ import numpy as np
 
 
 def selective_divergence(distances: Sequence[float], n_benign: int) -> float:
-    """Mean of ``distances[n_benign:]`` (adversarial prompts) minus mean of ``distances[:n_benign]`` (benign)."""
-    if not 0 < n_benign < len(distances):
-        raise ValueError(
-            f"Selective divergence needs benign and adversarial probes: {n_benign} benign of {len(distances)}."
-        )
+    """Mean of ``distances[n_benign:]`` (adversarial prompts) minus mean of ``distances[:n_benign]`` (benign); NaN
+    when the probes lack one of the halves (small frames), so an adapter's other scores are still written."""
+    if not 0 <= n_benign <= len(distances):
+        raise ValueError(f"{n_benign} benign probes cannot split {len(distances)} distances.")
+    if n_benign in (0, len(distances)):
+        return float("nan")
     values = np.asarray(distances, dtype=float)
     return float(values[n_benign:].mean() - values[:n_benign].mean())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import polars as pl
 import pytest
 from hypothesis import given
@@ -28,9 +30,14 @@ def test_an_equal_change_on_every_prompt_cancels_and_swapping_the_halves_flips_t
     assert selective_divergence(swapped, len(values) - n_benign) == pytest.approx(-score, abs=1e-9)
 
 
-@pytest.mark.parametrize("n_benign", [0, 3, -1])
-def test_a_probe_set_without_both_halves_is_refused(n_benign: int) -> None:
-    with pytest.raises(ValueError, match="benign and adversarial"):
+@pytest.mark.parametrize("n_benign", [0, 3])
+def test_probes_without_one_half_give_no_number_rather_than_stop_the_scoring(n_benign: int) -> None:
+    assert math.isnan(selective_divergence([0.1, 0.2, 0.3], n_benign))
+
+
+@pytest.mark.parametrize("n_benign", [-1, 4])
+def test_a_split_outside_the_probes_is_refused(n_benign: int) -> None:
+    with pytest.raises(ValueError, match="cannot split 3 distances"):
         selective_divergence([0.1, 0.2, 0.3], n_benign)
 
 
