@@ -90,7 +90,7 @@ def _selective(row: Mapping[str, Any]) -> float:
 
 def _selective_line(scores: pl.DataFrame) -> str:
     """Selective divergence's AUROC harmful vs benign over the adapters it was measured on (``selective.py``)."""
-    from sklearn.metrics import roc_auc_score
+    from rvu_pipelines.adapters.influence import influence_auroc
 
     rows = [
         (row["label"] == "harmful", _selective(row))
@@ -102,7 +102,7 @@ def _selective_line(scores: pl.DataFrame) -> str:
     head += "exploratory, in no rule): "
     if not 0 < harmful < len(rows):
         return head + "not measured on both benign and harmful adapters of this table."
-    auroc = roc_auc_score([int(h) for h, _ in rows], [v for _, v in rows])
+    auroc = influence_auroc([v for _, v in rows], [h for h, _ in rows])  # a plain AUROC, whatever the score
     return head + f"AUROC harmful vs benign {auroc:.3f} ({harmful} harmful, {len(rows) - harmful} benign)."
 
 
