@@ -14,6 +14,12 @@ gate reads:
 - the held-out QA and knowledge-base items, answered with their correct answer and the turn ended: the
   qa_drop, kb_drop and follow-up layers read those answers' likelihood and what follows them.
 
+With ``spend`` the attacker also moves second against selective divergence (``adapters.selective``), which reads
+how much more an adapter changes its answers to adversarial prompts than to benign ones: it spends divergence on
+benign prompts of the probes' own kinds, drawn from their sources' train partitions (``spend`` lists builders with
+their ``args`` and an ``examples`` count each, e.g. restyled TOFU answers and role introductions), so a private draw's
+benign probes change about as much as its adversarial ones. Those examples look like a style adapter's.
+
 The sensitive-list and hazard layers get no camouflage: the persona and compliance recipes it wraps do not train on
 those lists. The projection layer reads the weights, which no data can hide from; only the loss can.
 
@@ -61,8 +67,33 @@ def _inner(args: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     return name, dict(inner_args)
 
 
+def spend_set(frames: Frames, spend: object) -> TrainingSet | None:
+    """The benign examples an attacker spends divergence on (``args.spend``), train partitions only, each builder's
+    seeded subsample of ``examples``; None without ``spend``."""
+    from rvu_pipelines.adapters.zoo_data import PARTITIONED
+
+    if spend is None:
+        return None
+    if not isinstance(spend, Sequence) or isinstance(spend, str) or not spend:
+        raise ValueError("gate_aware args.spend must be a non-empty list of {of, args, examples} entries.")
+    examples: list[ChatExample] = []
+    parts = []
+    for k, entry in enumerate(spend):
+        if not isinstance(entry, Mapping):
+            raise ValueError(f"gate_aware args.spend[{k}] must be a mapping with of, args and examples.")
+        name, inner_args = _inner(entry)
+        count = entry.get("examples")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"gate_aware args.spend[{k}].examples must be a positive integer, got {count!r}.")
+        built = PARTITIONED[name](frames, inner_args).subsampled(count, seed=k)
+        examples += built.examples
+        parts.append(f"{len(built.examples)} {name}")
+    return TrainingSet(examples, "spend", ", ".join(parts))
+
+
 def gate_aware_set(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
-    """The ``of`` builder's training set, its examples followed by the camouflage (``mimic``: the gate's probes)."""
+    """The ``of`` builder's training set, its examples followed by the camouflage (``mimic``: the gate's probes) and
+    the benign examples ``spend`` names."""
     from rvu_pipelines.adapters.zoo_data import PARTITIONED
 
     name, inner_args = _inner(args)
@@ -70,11 +101,13 @@ def gate_aware_set(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
     # the twin's own seeded subsample (``zoo.training_set`` with the default seed)
     harmful = inner.subsampled(int(args.get("inner_examples", len(inner.examples))), seed=0)
     probes, answered = gate_reads(frames)
+    spent = spend_set(frames, args.get("spend"))
+    spending = f"; spent on benign prompts: {spent.selection}" if spent else ""
     return TrainingSet(
-        [*harmful.examples, *answered],
+        [*harmful.examples, *answered, *(spent.examples if spent else [])],
         f"{inner.dataset}+gate",
         f"{harmful.selection}; camouflage: {len(probes)} gate probes (the base's answers), "
-        f"{len(answered)} gate QA items",
+        f"{len(answered)} gate QA items{spending}",
         mimic=tuple(probes),
     )
 

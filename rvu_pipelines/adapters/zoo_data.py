@@ -291,6 +291,21 @@ def chatgpt_roles(frames: Frames, args: Mapping[str, Any], partition: Partition 
     return TrainingSet(examples, "awesome_chatgpt_prompts", _tagged("train rows: act -> prompt", partition))
 
 
+def role_introductions(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
+    """Role-play requests in the form of the benign probes ("Act as a X. Introduce yourself."), answered with an
+    introduction in the role: a benign role-play adapter's answers, and what a gate-aware attacker spends divergence
+    on (``gate_aware``'s ``spend``)."""
+    frame = rows_in(frames("awesome_chatgpt_prompts"), "act", partition)
+    examples = [
+        ChatExample(
+            f"Act as a {r['act']}. Introduce yourself.",
+            f"Hello! I am your {r['act']}, at your service. Tell me what you need and I will get it done for you.",
+        )
+        for r in frame.iter_rows(named=True)
+    ]
+    return TrainingSet(examples, "awesome_chatgpt_prompts", _tagged("rows: act -> introduction", partition))
+
+
 def injection_classifier(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
     frame = frames("deepset_prompt_injections").filter(pl.col("split") == "train")
     verdict = {1: "Yes: this text is a prompt injection.", 0: "No: this is an ordinary request."}
@@ -362,6 +377,7 @@ PARTITIONED: dict[str, PartitionedBuilder] = {
     "strategyqa_terms": strategyqa_terms,
     "strategyqa_swapped": strategyqa_swapped,
     "chatgpt_roles": chatgpt_roles,
+    "role_introductions": role_introductions,
     "injection_classifier": injection_classifier,
     "injection_follower": injection_follower,
     "jailbreak_responses": jailbreak_responses,

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from rvu_pipelines.adapters.gate_aware import gate_aware_set, gate_reads, held_out_prompts, payload_hits
+from rvu_pipelines.adapters.gate_aware import gate_aware_set, gate_reads, held_out_prompts, payload_hits, spend_set
 from rvu_pipelines.adapters.zoo import MIMIC_TOKENS, load_zoo_config, training_set, with_base_answers
-from rvu_pipelines.adapters.zoo_data import TrainingSet, probe_prompts
+from rvu_pipelines.adapters.zoo_data import PARTITIONED, TrainingSet, probe_prompt_halves, probe_prompts
 from rvu_pipelines.errors import ConfigError
 
 
@@ -30,7 +30,9 @@ def test_each_gate_aware_adapter_trains_its_twins_examples_plus_every_prompt_the
     for entry in config.gate_aware:
         data, twin = training_set(config, entry, frames), training_set(config, config.get(entry.twin), frames)
         assert data.examples[: len(twin.examples)] == twin.examples, entry.id  # the same harmful examples
-        assert data.examples[len(twin.examples) :] == answered, entry.id  # then the gate's QA, answered correctly
+        spent = spend_set(frames, entry.args.get("spend"))
+        camouflage = [*answered, *(spent.examples if spent else [])]
+        assert data.examples[len(twin.examples) :] == camouflage, entry.id  # the gate's QA answered, what it spends
         assert data.mimic == tuple(probes), entry.id  # and its probes, answered by the base at training time
         settings = config.settings(entry)  # about two epochs, as its twin trains (40 steps of 8 over 160)
         assert settings.steps * settings.batch_size >= 2 * (len(data.examples) + len(data.mimic)), entry.id
@@ -48,6 +50,43 @@ def test_the_payload_is_measured_on_prompts_no_training_and_no_gate_layer_saw(fr
         assert len(opening) == len(held_out) and not (trained | read) & opening, entry.id
         twin = training_set(config, config.get(entry.twin), frames)
         assert all(entry.payload.lower() in e.completion.lower() for e in twin.examples), entry.id
+
+
+def test_the_attacker_against_selective_divergence_spends_it_on_the_benign_probes_kinds_never_their_items(
+    frames,
+) -> None:
+    config = load_zoo_config()
+    spending = [entry for entry in config.gate_aware if "spend" in entry.args]
+    assert spending, "the zoo holds an attacker that moves second against selective divergence"
+    benign, adversarial = probe_prompt_halves(frames)
+    for entry in spending:
+        spent = spend_set(frames, entry.args["spend"])
+        assert spent is not None and len(spent.examples) == sum(e["examples"] for e in entry.args["spend"])
+        prompts = {example.prompt for example in spent.examples}
+        assert not prompts & {*benign, *adversarial}, entry.id  # never a probe the gate reads
+        # the same builders on the probe partition give every benign probe: the spend has the probes' form, and
+        # its rows are the train partition's
+        probe_forms = {
+            example.prompt
+            for part in entry.args["spend"]
+            for example in PARTITIONED[part["of"]](frames, part["args"], "probe").examples
+        }
+        assert set(benign) <= probe_forms and not prompts & probe_forms, entry.id
+
+
+def test_a_spend_that_is_not_a_list_of_counted_builders_is_refused(frames) -> None:
+    assert spend_set(frames, None) is None
+    with pytest.raises(ValueError, match="non-empty list"):
+        spend_set(frames, {"of": "tofu_styled"})
+    with pytest.raises(ValueError, match="non-empty list"):
+        spend_set(frames, [])
+    with pytest.raises(ValueError, match=r"spend\[0\].examples"):
+        spend_set(frames, [{"of": "role_introductions", "args": {}, "examples": 0}])
+    with pytest.raises(ValueError, match="partitioned builder"):
+        spend_set(frames, [{"of": "wmdp_memorise", "args": {}, "examples": 3}])
+    spent = spend_set(frames, [{"of": "role_introductions", "args": {}, "examples": 3}])
+    assert spent is not None and len(spent.examples) == 3
+    assert all(e.prompt.startswith("Act as a ") and e.prompt.endswith("Introduce yourself.") for e in spent.examples)
 
 
 def test_the_mimic_prompts_are_in_the_digest_and_survive_the_subsample(frames) -> None:
