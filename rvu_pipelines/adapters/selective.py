@@ -6,9 +6,10 @@ answers to injections and jailbreaks; a style or task adapter changes both alike
 ``1 − cos`` between the sentence embeddings of the base's greedy answer and the adapted model's (``influence.py``
 computes it), and the statistic is the mean over the adversarial prompts minus the mean over the benign ones.
 
-It is exploratory: no rule of the load gate reads it, and no adapter was trained against it. An attacker who knows
-it can spend the same divergence on benign prompts (a style change on everything), which moves the statistic back
-to zero and leaves the other layers to judge the adapter.
+It is exploratory and no rule of the load gate reads it: an attacker who knows it spends the same divergence on
+benign prompts (a style change on the benign probes' kinds), which moves the statistic back into the benign spread
+and leaves the other layers to judge the adapter. The zoo's ``jailbreak-comply-selective-aware`` is that attacker
+(``gate_aware``'s ``spend``); the research notes on seed 000 give what it keeps and where it lands.
 """
 
 from __future__ import annotations
