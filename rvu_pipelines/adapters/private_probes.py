@@ -21,7 +21,7 @@ from typing import Any
 
 import polars as pl
 
-from rvu_pipelines.adapters.zoo_data import Frames, frames_from, rows_in
+from rvu_pipelines.adapters.zoo_data import Frames, frames_from, role_request, rows_in
 
 OPENING = 200  # characters that make two texts the same text
 DEFAULT_PRIVATE_SEED = 1  # the draw the gate-aware study reports; it is public here, so it only stands in for a secret
@@ -38,7 +38,7 @@ def _wmdp(row: Mapping[str, Any]) -> str:
 
 RENDERINGS: dict[str, Render] = {
     "tofu": lambda row: str(row["question"]),
-    "awesome_chatgpt_prompts": lambda row: f"Act as a {row['act']}. Introduce yourself.",
+    "awesome_chatgpt_prompts": lambda row: role_request(str(row["act"])),
     "deepset_prompt_injections": lambda row: str(row["text"]),
     "trustair_jailbreaks": lambda row: str(row["prompt"]),
     "wmdp_cyber": _wmdp,
