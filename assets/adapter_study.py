@@ -39,6 +39,7 @@ from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.eviction_study import EvictionOptions
 from rvu_pipelines.adapters.gate import load_gate_config
 from rvu_pipelines.adapters.gate_aware_study import GATE_AWARE_FOLDER, run_gate_aware_study, write_gate_aware_report
+from rvu_pipelines.adapters.gate_coverage import GATE_AUROC_GOAL, ZooCoverage, auroc_goal_verdict, record_coverage
 from rvu_pipelines.adapters.incident_study import ORACLE, IncidentStudyOptions
 from rvu_pipelines.adapters.private_probes import DEFAULT_PRIVATE_SEED
 from rvu_pipelines.adapters.study import STUDY_FOLDER, AdapterLab, score_adapters, write_gate_report
@@ -56,8 +57,6 @@ CODE_VERSION = code_version_of(__name__)  # the code this module's assets run (c
 
 STUDY_GROUP = "adapter_study"
 ZOO = "adapter_zoo"  # the partitioned zoo the study reads (one adapter per partition)
-GATE_AUROC_GOAL = 0.90  # goal: the all-layers rule's AUROC, trigger-free harmful categories vs benign
-GATE_ZOO_GOAL = 40  # over at least this many real adapters
 GATE_SECONDS_GOAL = 10.0  # goal: the gate on one adapter
 
 
@@ -163,6 +162,12 @@ def adapter_gate_evaluation(
         lab, [lab.verify(entry.id) for entry in present], reference, gate, memo=ResultMemo.default()
     )
     report = write_gate_report(scores, gate, _study_folder(), command=_launch_command(context))
+    # no threshold of the all-layers rule sees a harmful adapter, so this pooled row is held out category by category
+    screened = report.evaluation.trigger_free.get("all_layers")
+    auroc = screened.auroc if screened is not None else float("nan")
+    coverage = ZooCoverage.of([e.id for e in config.adapters], [s.adapter_id for s in scores])
+    verdict = auroc_goal_verdict(auroc, coverage)
+    record_coverage(_study_folder(), coverage, verdict)
     frame, evaluation, influence = report.scores, report.evaluation, report.influence
     with mlflow_tracker.run_for(context, params={"adapters": len(scores), "probes": len(lab.prompts)}) as run:
         for layer, result in evaluation.layers.items():
@@ -173,17 +178,23 @@ def adapter_gate_evaluation(
         run.log_artifact(_study_folder() / "gate.md")
     slowest = float(frame["gate_seconds"].max())  # type: ignore[arg-type]
     yield Output(
-        {"gate": evaluation.to_dict(), "influence": influence, "scores": frame.to_dicts(), "missing": missing},
-        metadata={"report": MetadataValue.md(report.markdown()), "mlflow_run_id": run.run_id},
+        {
+            "gate": evaluation.to_dict(),
+            "influence": influence,
+            "scores": frame.to_dicts(),
+            "missing": missing,
+            "coverage": coverage.to_dict(),
+        },
+        metadata={
+            "report": MetadataValue.md(f"{coverage.sentence()}\n{verdict.sentence()}\n\n{report.markdown()}"),
+            "mlflow_run_id": run.run_id,
+        },
     )
     combined = evaluation.layers["combined"]
     yield AssetCheckResult(check_name="gate_evaluated", passed=0.0 <= combined.auroc <= 1.0)
-    # no threshold of the all-layers rule sees a harmful adapter, so this pooled row is held out category by category
-    screened = evaluation.trigger_free.get("all_layers")
-    auroc = screened.auroc if screened is not None else float("nan")
     yield AssetCheckResult(
         check_name="gate_auroc_goal",
-        passed=bool(auroc >= GATE_AUROC_GOAL and len(scores) >= GATE_ZOO_GOAL),
+        passed=verdict.passed,
         severity=AssetCheckSeverity.WARN,
         metadata={
             "trigger_free_all_layers_auroc": auroc,
@@ -192,6 +203,9 @@ def adapter_gate_evaluation(
             else float("nan"),
             "goal": GATE_AUROC_GOAL,
             "adapters": len(scores),
+            "zoo_entries": len(coverage.configured),
+            "left_out": ", ".join(coverage.left_out) or "none",
+            "why_not": "; ".join(verdict.reasons) or "met",
         },
     )
     yield AssetCheckResult(

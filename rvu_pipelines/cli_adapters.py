@@ -163,25 +163,34 @@ def allow(sha256: str, by: str, reason: str, adapter_id: str) -> None:
 @click.option("--scores", type=click.Path(path_type=Path), default=None, help="Screening table (scores.csv).")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Folder for gate.md (default: the table's).")
 def report(scores: Path | None, out: Path | None) -> None:
-    """Evaluate the gate's rules again over a stored screening table (default: the adapter study's): gate.md and
-    summary.json under the gate's current config, without loading a model or an adapter."""
+    """Evaluate the gate's rules again over a stored screening table (default: the adapter study's): gate.md,
+    summary.json and coverage.json under the gate's and the zoo's current config, without loading a model or an
+    adapter. The goal's verdict fails while the table leaves out an evaluated zoo entry."""
     from rvu_pipelines.adapters.gate import load_gate_config
+    from rvu_pipelines.adapters.gate_coverage import ZooCoverage, auroc_goal_verdict, record_coverage
     from rvu_pipelines.adapters.study import STUDY_FOLDER, read_gate_scores, write_gate_report
+    from rvu_pipelines.adapters.zoo import load_zoo_config
     from rvu_pipelines.errors import InputFileError
     from rvu_pipelines.paths import state_dir
 
     table = scores or state_dir() / STUDY_FOLDER / "scores.csv"
+    folder = out or table.parent
     try:
         rows = read_gate_scores(table)
-        written = write_gate_report(rows, load_gate_config(), out or table.parent, command="rvu adapters report")
+        written = write_gate_report(rows, load_gate_config(), folder, command="rvu adapters report")
+        coverage = ZooCoverage.of([e.id for e in load_zoo_config().adapters], [r.adapter_id for r in rows])
     except (InputFileError, ValueError) as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         sys.exit(2)
+    screened = written.evaluation.trigger_free.get("all_layers")
+    verdict = auroc_goal_verdict(screened.auroc if screened is not None else float("nan"), coverage)
+    record_coverage(folder, coverage, verdict)
     evaluation = written.evaluation
     console.print(
-        f"{evaluation.n_benign} benign + {evaluation.n_harmful} harmful adapters: {(out or table.parent) / 'gate.md'}",
+        f"{evaluation.n_benign} benign + {evaluation.n_harmful} harmful adapters: {folder / 'gate.md'}",
         highlight=False,
     )
+    console.print(f"{coverage.sentence()}\n{verdict.sentence()}", highlight=False)
 
 
 @adapters.command("plan")

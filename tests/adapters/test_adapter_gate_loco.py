@@ -167,7 +167,11 @@ def test_the_gate_report_writes_strict_json_and_the_held_out_tables(tmp_path) ->
     )
     assert again.exit_code == 0, again.output
     assert json.loads((tmp_path / "re" / "summary.json").read_text())["gate"] == summary["gate"]
-    assert "rvu adapters report" in (tmp_path / "re" / "gate.md").read_text()
+    rerun = (tmp_path / "re" / "gate.md").read_text()
+    assert "rvu adapters report" in rerun
+    # these ids are no zoo config's: the table speaks for none of the configured zoo, so the goal is not met
+    assert "Zoo coverage: 0 of the" in rerun and "scored but not in the zoo config: b0, b1" in rerun
+    assert "not met" in again.output and json.loads((tmp_path / "re" / "coverage.json").read_text())["scored"] == 17
     pl.read_csv(tmp_path / "scores.csv").drop("ood").write_csv(tmp_path / "old.csv")
     refused = CliRunner().invoke(cli, ["adapters", "report", "--scores", str(tmp_path / "old.csv")])
     assert refused.exit_code == 2 and "old.csv" in refused.output and "ood" in refused.output
