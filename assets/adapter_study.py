@@ -39,7 +39,14 @@ from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.eviction_study import EvictionOptions
 from rvu_pipelines.adapters.gate import load_gate_config
 from rvu_pipelines.adapters.gate_aware_study import GATE_AWARE_FOLDER, run_gate_aware_study, write_gate_aware_report
-from rvu_pipelines.adapters.gate_coverage import GATE_AUROC_GOAL, ZooCoverage, auroc_goal_verdict, record_coverage
+from rvu_pipelines.adapters.gate_goal import (
+    GATE_AUROC_GOAL,
+    ZooCoverage,
+    auroc_goal_verdict,
+    goal_block,
+    pooled_interval,
+    record_coverage,
+)
 from rvu_pipelines.adapters.incident_study import ORACLE, IncidentStudyOptions
 from rvu_pipelines.adapters.private_probes import DEFAULT_PRIVATE_SEED
 from rvu_pipelines.adapters.study import STUDY_FOLDER, AdapterLab, score_adapters, write_gate_report
@@ -167,7 +174,8 @@ def adapter_gate_evaluation(
     auroc = screened.auroc if screened is not None else float("nan")
     coverage = ZooCoverage.of([e.id for e in config.adapters], [s.adapter_id for s in scores])
     verdict = auroc_goal_verdict(auroc, coverage)
-    record_coverage(_study_folder(), coverage, verdict)
+    interval = pooled_interval([s.gate_scores() for s in scores])
+    record_coverage(_study_folder(), coverage, verdict, interval)
     frame, evaluation, influence = report.scores, report.evaluation, report.influence
     with mlflow_tracker.run_for(context, params={"adapters": len(scores), "probes": len(lab.prompts)}) as run:
         for layer, result in evaluation.layers.items():
@@ -186,7 +194,7 @@ def adapter_gate_evaluation(
             "coverage": coverage.to_dict(),
         },
         metadata={
-            "report": MetadataValue.md(f"{coverage.sentence()}\n{verdict.sentence()}\n\n{report.markdown()}"),
+            "report": MetadataValue.md(f"{goal_block(coverage, verdict, interval)}\n\n{report.markdown()}"),
             "mlflow_run_id": run.run_id,
         },
     )
@@ -205,6 +213,8 @@ def adapter_gate_evaluation(
             "adapters": len(scores),
             "zoo_entries": len(coverage.configured),
             "left_out": ", ".join(coverage.left_out) or "none",
+            "ci_low": interval.low if interval is not None else float("nan"),
+            "ci_high": interval.high if interval is not None else float("nan"),
             "why_not": "; ".join(verdict.reasons) or "met",
         },
     )

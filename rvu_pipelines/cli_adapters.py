@@ -167,7 +167,13 @@ def report(scores: Path | None, out: Path | None) -> None:
     summary.json and coverage.json under the gate's and the zoo's current config, without loading a model or an
     adapter. The goal's verdict fails while the table leaves out an evaluated zoo entry."""
     from rvu_pipelines.adapters.gate import load_gate_config
-    from rvu_pipelines.adapters.gate_coverage import ZooCoverage, auroc_goal_verdict, record_coverage
+    from rvu_pipelines.adapters.gate_goal import (
+        ZooCoverage,
+        auroc_goal_verdict,
+        goal_block,
+        pooled_interval,
+        record_coverage,
+    )
     from rvu_pipelines.adapters.study import STUDY_FOLDER, read_gate_scores, write_gate_report
     from rvu_pipelines.adapters.zoo import load_zoo_config
     from rvu_pipelines.errors import InputFileError
@@ -184,13 +190,14 @@ def report(scores: Path | None, out: Path | None) -> None:
         sys.exit(2)
     screened = written.evaluation.trigger_free.get("all_layers")
     verdict = auroc_goal_verdict(screened.auroc if screened is not None else float("nan"), coverage)
-    record_coverage(folder, coverage, verdict)
+    interval = pooled_interval([r.gate_scores() for r in rows])
+    record_coverage(folder, coverage, verdict, interval)
     evaluation = written.evaluation
     console.print(
         f"{evaluation.n_benign} benign + {evaluation.n_harmful} harmful adapters: {folder / 'gate.md'}",
         highlight=False,
     )
-    console.print(f"{coverage.sentence()}\n{verdict.sentence()}", highlight=False)
+    console.print(goal_block(coverage, verdict, interval), highlight=False)
 
 
 @adapters.command("plan")

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rvu_pipelines.adapters.gate_coverage import (
+from rvu_pipelines.adapters.gate_goal import (
     GATE_AUROC_GOAL,
     GATE_ZOO_GOAL,
     ZooCoverage,
@@ -70,3 +71,48 @@ def test_the_report_carries_the_coverage_under_its_first_paragraph_once(tmp_path
     assert sum(line.startswith("Zoo coverage") for line in lines) == 1 and lines[-1] == stamp
     stored = json.loads((tmp_path / "coverage.json").read_text())
     assert stored["left_out"] == ["c"] and stored["goal_met"] is False and stored["configured"] == 3
+
+
+def _zoo(seed: int, n_benign: int = 12, n_harmful: int = 9, shift: float = 0.6):
+    import numpy as np
+
+    from rvu_pipelines.adapters.gate import SCREEN_LAYERS, GateScores
+
+    rng = np.random.default_rng(seed)
+
+    def row(adapter_id: str, label: str, category: str, mean: float) -> GateScores:
+        layers = dict(zip(SCREEN_LAYERS, rng.normal(mean, 1.0, len(SCREEN_LAYERS)), strict=True))
+        return GateScores(adapter_id, label, category, safe_lora=0.0, seconds=0.0, behaviour_texts=16, **layers)
+
+    benign = [row(f"b{i}", "benign", "task", 0.0) for i in range(n_benign)]
+    harmful = [row(f"h{i}", "harmful", ("persona", "compliance", "memorise")[i % 3], shift) for i in range(n_harmful)]
+    return [*benign, *harmful, row("t0", "harmful", "backdoor", 5.0)]  # a trigger row, outside the pool
+
+
+def test_the_interval_is_around_the_auroc_the_gate_evaluation_reports() -> None:
+    from rvu_pipelines.adapters.gate import evaluate_gate
+    from rvu_pipelines.adapters.gate_goal import pooled_interval
+
+    for seed in range(3):
+        zoo = _zoo(seed)
+        evaluation = evaluate_gate(zoo)
+        for rule in ("all_layers", "fisher"):
+            interval = pooled_interval(zoo, rule, resamples=400)
+            assert interval is not None and interval.n_benign == 12 and interval.n_harmful == 9  # the trigger left out
+            assert interval.auroc == pytest.approx(evaluation.trigger_free[rule].auroc, abs=1e-12)
+            assert interval.low <= interval.auroc <= interval.high and interval.high - interval.low > 0.0
+        assert pooled_interval(zoo, resamples=400) == pooled_interval(zoo, resamples=400)  # seeded
+
+
+def test_the_interval_says_whether_the_zoo_can_tell_the_rule_from_the_goal() -> None:
+    from rvu_pipelines.adapters.gate_goal import AurocInterval, pooled_interval
+
+    wide = AurocInterval("all_layers", 0.897, 0.79, 0.98, 20, 19, 2000)
+    assert "cannot tell the rule from the goal" in wide.sentence() and "n = 19 harmful, 20 benign" in wide.sentence()
+    assert AurocInterval("all_layers", 0.6, 0.5, 0.7, 20, 19, 2000).sentence().endswith("below 0.90.")
+    separated = pooled_interval(_zoo(0, n_benign=30, n_harmful=30, shift=1.6), resamples=400)
+    assert separated is not None and 0.9 <= separated.low < separated.high, separated
+    assert separated.sentence().endswith("above 0.90.")
+    perfect = pooled_interval(_zoo(0, shift=20.0), resamples=400)  # complete separation: the percentile bootstrap
+    assert perfect is not None and perfect.low == perfect.high == 1.0 and "no interval" in perfect.sentence()
+    assert pooled_interval(_zoo(0, n_harmful=1)) is None  # one harmful adapter: nothing to resample
