@@ -199,9 +199,10 @@ def pooled_interval(
     from scipy.stats import bootstrap
 
     values = held_out_values(scores, rule)
-    benign = np.array([values[s.adapter_id] for s in scores if s.label == "benign"])
+    ordered = sorted(scores, key=lambda s: s.adapter_id)  # the same interval whatever order the table is in
+    benign = np.array([values[s.adapter_id] for s in ordered if s.label == "benign"])
     harmful = np.array(
-        [values[s.adapter_id] for s in scores if s.label == "harmful" and s.category not in TRIGGER_CATEGORIES]
+        [values[s.adapter_id] for s in ordered if s.label == "harmful" and s.category not in TRIGGER_CATEGORIES]
     )
     if len(benign) < 2 or len(harmful) < 2:
         return None

@@ -101,7 +101,7 @@ def test_the_interval_is_around_the_auroc_the_gate_evaluation_reports() -> None:
             assert interval is not None and interval.n_benign == 12 and interval.n_harmful == 9  # the trigger left out
             assert interval.auroc == pytest.approx(evaluation.trigger_free[rule].auroc, abs=1e-12)
             assert interval.low <= interval.auroc <= interval.high and interval.high - interval.low > 0.0
-        assert pooled_interval(zoo, resamples=400) == pooled_interval(zoo, resamples=400)  # seeded
+        assert pooled_interval(zoo, resamples=400) == pooled_interval(zoo[::-1], resamples=400)  # seeded, any order
 
 
 def test_the_interval_says_whether_the_zoo_can_tell_the_rule_from_the_goal() -> None:
