@@ -16,6 +16,7 @@ RefusalReason = Literal[
     "shape_mismatch",
     "non_finite",
     "unsafe_scaling",
+    "unsafe_delta",
     "symlink",
     "blocklisted",
     "not_allowlisted",

@@ -12,8 +12,13 @@ reason and a sentence naming the file and the fix:
 - weights whose sha256 is not the manifest's (altered or truncated), a header that does not parse or does not
   describe its data (``corrupted``: nesting deeper than a few levels, a dtype / shape / offsets of the wrong
   type, offsets that overlap, leave gaps or run past the file), a manifest for another base model (GGUF
-  sha256), a tensor for a module the base does not have or the manifest does not declare, a shape that does
-  not fit the base's layer, NaN / Inf values; an alpha outside its bound is refused with the manifest.
+  sha256), a tensor for a module the base does not have or the manifest does not declare, a module with only
+  one of its two LoRA factors, a shape that does not fit the base's layer, NaN / Inf values (also those that
+  appear when a wider dtype is converted to the float32 the adapter is loaded in);
+- a scaled delta ``alpha / rank * B @ A`` whose Frobenius norm is over ``MAX_DELTA_NORM`` (``unsafe_delta``):
+  finite factors of 1e30 multiply to inf in the forward pass just as a huge alpha does. The bound sits hundreds
+  of times above what training recipes produce (the zoo's largest is under 20), so only a delta that swamps the
+  base layer is refused. An alpha outside its bound is refused with the manifest.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ _TENSOR_NAME = re.compile(r"^base_model\.model\.(?P<module>.+)\.lora_(?P<part>[A
 _MAX_HEADER = 100 * 1024 * 1024  # the safetensors reference implementation's own bound
 _FLOAT_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1}  # LoRA weights are floats
 _MAX_DIMS = 8
+MAX_DELTA_NORM = 1e4
 _WEIGHTS_FIELD = "manifest field 'file'"
 _HEADER_FIX = (
     "the file is corrupted or was not written by safetensors; re-export the adapter with "
@@ -268,6 +274,7 @@ def _check_shapes(path: Path, header: Mapping[str, Any], manifest: AdapterManife
     names = [name for name in header if name != "__metadata__"]
     if not names:
         raise AdapterRefused("corrupted", f"{path} holds no tensors.")
+    parts: dict[str, set[str]] = {}
     for name in names:
         match = _TENSOR_NAME.match(name)
         module = match.group("module") if match else None
@@ -280,6 +287,7 @@ def _check_shapes(path: Path, header: Mapping[str, Any], manifest: AdapterManife
                 "the manifest is wrong.",
             )
         assert match is not None
+        parts.setdefault(module, set()).add(match.group("part"))
         shape = header[name].get("shape")
         out_features, in_features = base.linear_shapes[module]
         expected = [manifest.rank, in_features] if match.group("part") == "A" else [out_features, manifest.rank]
@@ -288,6 +296,36 @@ def _check_shapes(path: Path, header: Mapping[str, Any], manifest: AdapterManife
                 "shape_mismatch",
                 f"{path}: tensor '{name}' has shape {shape}, {base.name}'s layer needs {expected} at rank "
                 f"{manifest.rank}; the adapter was trained for another base model (or another rank).",
+            )
+    for module, found in sorted(parts.items()):
+        if found != {"A", "B"}:
+            (present,) = found
+            missing = "B" if present == "A" else "A"
+            raise AdapterRefused(
+                "corrupted",
+                f"{path}: module '{module}' has lora_{present} but no lora_{missing}; a LoRA delta is B @ A, so "
+                "each targeted module needs both factors. Re-export the adapter with peft's save_pretrained.",
+            )
+
+
+def _check_deltas(path: Path, tensors: Mapping[str, Any], scaling: float) -> None:
+    """Refuse a scaled delta over ``MAX_DELTA_NORM``; ``||B @ A||_F`` is read through the rank x rank Gram
+    matrices in float64, so neither the full delta nor an overflow is ever formed."""
+    import torch
+
+    for name, a in sorted(tensors.items()):
+        match = _TENSOR_NAME.match(name)
+        if match is None or match.group("part") != "A":
+            continue
+        a64 = a.double()
+        b64 = tensors[name.replace(".lora_A.", ".lora_B.")].double()
+        norm = scaling * float(torch.sqrt(torch.trace((b64.T @ b64) @ (a64 @ a64.T)).clamp(min=0)))
+        if not norm <= MAX_DELTA_NORM:  # also refuses a NaN norm
+            raise AdapterRefused(
+                "unsafe_delta",
+                f"{path}: module '{match.group('module')}': alpha / rank * B @ A has Frobenius norm {norm:.3g}, over "
+                f"the bound of {MAX_DELTA_NORM:g}; a delta that large swamps the base layer and drives the outputs "
+                "to inf. Trained LoRA deltas are a few units: re-export the weights the adapter was trained with.",
             )
 
 
@@ -357,7 +395,16 @@ def verify_adapter(folder: str | Path, base: BaseModelInfo) -> VerifiedAdapter:
         tensors = load(data)
     except (SafetensorError, OSError, ValueError) as exc:
         raise AdapterRefused("corrupted", f"{weights} does not load as safetensors: {exc}") from exc
-    for name, tensor in tensors.items():
-        if not torch.isfinite(tensor).all():
-            raise AdapterRefused("non_finite", f"{weights}: tensor '{name}' holds NaN or Inf values.")
-    return VerifiedAdapter(folder=root, manifest=manifest, tensors={k: v.float() for k, v in tensors.items()})
+    loaded = {}
+    for name, tensor in sorted(tensors.items()):
+        as_float = tensor.float()  # the dtype every runtime loads the adapter in
+        if not torch.isfinite(as_float).all():
+            widened = "" if not torch.isfinite(tensor).all() else f" once its {tensor.dtype} values are cast to float32"
+            raise AdapterRefused(
+                "non_finite",
+                f"{weights}: tensor '{name}' holds NaN or Inf values{widened}; re-export the weights the adapter "
+                "was trained with.",
+            )
+        loaded[name] = as_float
+    _check_deltas(weights, loaded, manifest.scaling)
+    return VerifiedAdapter(folder=root, manifest=manifest, tensors=loaded)

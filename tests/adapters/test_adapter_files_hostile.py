@@ -288,6 +288,67 @@ def test_alpha_and_scaling_at_their_bounds_load(folder: Path) -> None:
     assert read_manifest(folder).alpha == MAX_ALPHA
 
 
+def _resave(folder: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """The weights rewritten as given (any dtype), the manifest re-pinned to them."""
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(folder / WEIGHTS_NAME))
+    _edit_manifest(folder, sha256=sha256_file(folder / WEIGHTS_NAME))
+
+
+def test_values_that_overflow_float32_are_refused_as_non_finite(folder: Path) -> None:
+    """float64 weights of 1e300 are finite as stored and inf in the float32 every runtime loads."""
+    _resave(folder, {name: torch.full_like(t, 1e300, dtype=torch.float64) for name, t in _tensors().items()})
+    refusal = _refusal(folder)
+    assert refusal.reason == "non_finite" and "cast to float32" in str(refusal) and WEIGHTS_NAME in str(refusal)
+
+
+@pytest.mark.parametrize("value", [1e30, 1e3], ids=["1e30 (inf in the forward pass)", "1e3 (finite, swamps the base)"])
+def test_a_scaled_delta_over_its_bound_is_refused(value: float, folder: Path) -> None:
+    from rvu_pipelines.adapters.files import MAX_DELTA_NORM
+
+    tensors = _tensors()
+    first = sorted(name for name in tensors if ".lora_A." in name)[0]
+    tensors[first] = torch.full_like(tensors[first], value)
+    tensors[first.replace(".lora_A.", ".lora_B.")] = torch.full_like(tensors[first], value).T.contiguous()
+    _resave(folder, tensors)
+    refusal = _refusal(folder)
+    module = first.removeprefix("base_model.model.").removesuffix(".lora_A.weight")
+    assert refusal.reason == "unsafe_delta", str(refusal)
+    assert f"module '{module}'" in str(refusal) and f"{MAX_DELTA_NORM:g}" in str(refusal)
+
+
+def test_a_delta_just_under_its_bound_loads(folder: Path) -> None:
+    """A rank-one delta of norm 0.99 x the bound: B @ A = scaling * b a^T, so its norm is scaling * |a| * |b|."""
+    from rvu_pipelines.adapters.files import MAX_DELTA_NORM
+
+    tensors = _tensors()
+    first = sorted(name for name in tensors if ".lora_A." in name)[0]
+    side = (0.99 * MAX_DELTA_NORM / 2.0) ** 0.5  # the fixture's scaling is 2
+    a, b = torch.zeros(RANK, HIDDEN), torch.zeros(HIDDEN, RANK)
+    a[0, 0], b[0, 0] = side, side
+    tensors[first], tensors[first.replace(".lora_A.", ".lora_B.")] = a, b
+    _resave(folder, tensors)
+    assert torch.equal(verify_adapter(folder, BASE).tensors[first], a)
+    b[0, 0] = side * 1.02
+    tensors[first.replace(".lora_A.", ".lora_B.")] = b
+    _resave(folder, tensors)
+    assert _refusal(folder).reason == "unsafe_delta"
+
+
+@pytest.mark.parametrize("part", ["A", "B"])
+def test_a_module_with_one_lora_factor_is_refused(part: str, folder: Path, no_tensor_reads: None) -> None:
+    tensors = _tensors()
+    dropped = sorted(name for name in tensors if f".lora_{part}." in name)[0]
+    del tensors[dropped]
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(folder / WEIGHTS_NAME))
+    _edit_manifest(folder, sha256=sha256_file(folder / WEIGHTS_NAME))
+    refusal = _refusal(folder)
+    assert refusal.reason == "corrupted" and f"no lora_{part}" in str(refusal), str(refusal)
+
+
 def _outside_copy(folder: Path, name: str) -> Path:
     outside = folder.parent / f"outside-{name}"
     shutil.copyfile(folder / name, outside)
