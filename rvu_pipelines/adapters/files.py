@@ -53,6 +53,7 @@ _TENSOR_NAME = re.compile(r"^base_model\.model\.(?P<module>.+)\.lora_(?P<part>[A
 _MAX_HEADER = 100 * 1024 * 1024  # the safetensors reference implementation's own bound
 _FLOAT_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1}  # LoRA weights are floats
 _MAX_DIMS = 8
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
 MAX_DELTA_NORM = 1e4
 _WEIGHTS_FIELD = "manifest field 'file'"
 _HEADER_FIX = (
@@ -269,12 +270,33 @@ def _read_header(path: Path, handle: BinaryIO | None = None) -> dict[str, Any]:
     return header
 
 
+def _declared_layers(path: Path, manifest: AdapterManifest, base: BaseModelInfo) -> set[int] | None:
+    """The manifest's ``layers`` (None: every layer), each one a layer the base has."""
+    if manifest.layers is None:
+        return None
+    present = {int(m.group(1)) for m in map(_LAYER.match, base.linear_shapes) if m is not None}
+    unknown = sorted(set(manifest.layers) - present)
+    if not manifest.layers or unknown:
+        problem = (
+            f"lists {truncate_for_message(unknown, 60)}, not layers of {base.name} (0-{max(present, default=0)})"
+            if unknown
+            else "is an empty list"
+        )
+        raise AdapterRefused(
+            "bad_manifest",
+            f"{path.parent / MANIFEST_NAME}: field 'layers' {problem}; list the layers the adapter was trained on, "
+            "or null for all of them.",
+        )
+    return set(manifest.layers)
+
+
 def _check_shapes(path: Path, header: Mapping[str, Any], manifest: AdapterManifest, base: BaseModelInfo) -> None:
     targets = set(manifest.target_modules)
     names = [name for name in header if name != "__metadata__"]
     if not names:
         raise AdapterRefused("corrupted", f"{path} holds no tensors.")
     parts: dict[str, set[str]] = {}
+    declared_layers = _declared_layers(path, manifest, base)
     for name in names:
         match = _TENSOR_NAME.match(name)
         module = match.group("module") if match else None
@@ -287,6 +309,14 @@ def _check_shapes(path: Path, header: Mapping[str, Any], manifest: AdapterManife
                 "the manifest is wrong.",
             )
         assert match is not None
+        layer = _LAYER.match(module)
+        if declared_layers is not None and (layer is None or int(layer.group(1)) not in declared_layers):
+            raise AdapterRefused(
+                "unknown_target_module",
+                f"{path}: tensor '{name}' is outside the manifest's field 'layers' ({sorted(declared_layers)}); a "
+                "runtime that adapts only the declared layers would run another adapter than the file holds. List "
+                "every layer the weights adapt, or leave 'layers' null.",
+            )
         parts.setdefault(module, set()).add(match.group("part"))
         shape = header[name].get("shape")
         out_features, in_features = base.linear_shapes[module]

@@ -59,16 +59,6 @@ class _Slot:
     handle: Any  # llama_adapter_lora_p (a c_void_p value)
 
 
-def _metadata_string(reader: Any, key: str) -> str | None:
-    field = reader.fields.get(key)
-    if field is None:
-        return None
-    try:
-        return str(field.contents())
-    except (TypeError, ValueError, IndexError):
-        return None
-
-
 def model_architecture(llama: Any) -> str:
     """``general.architecture`` of the model the Llama has open ("llama" for SmolLM2)."""
     import llama_cpp
@@ -80,14 +70,18 @@ def model_architecture(llama: Any) -> str:
 
 def check_adapter_file(path: Path, architecture: str) -> None:
     """The metadata llama.cpp checks, read first so a refusal says which key is wrong (llama.cpp's own
-    reason only reaches its log, which ``verbose=False`` silences)."""
+    reason only reaches its log, which ``verbose=False`` silences). The file is untrusted: it is read by the
+    bounded header reader (``models.gguf_header``), so a truncated, hostile or deeply nested header is a refusal,
+    never a crash."""
     import gguf
+
+    from rvu_pipelines.models.gguf_header import read_header
 
     if not path.is_file():
         raise AdapterLoadError(path, "no such file.")
     try:
-        reader = gguf.GGUFReader(str(path))
-    except (ValueError, OSError, KeyError, IndexError) as exc:
+        header = read_header(path)
+    except (ValueError, OSError) as exc:
         raise AdapterLoadError(path, f"not a readable GGUF file ({exc}).") from exc
     expected = {
         gguf.Keys.General.TYPE: gguf.GGUFType.ADAPTER,
@@ -95,10 +89,10 @@ def check_adapter_file(path: Path, architecture: str) -> None:
         gguf.Keys.General.ARCHITECTURE: architecture,
     }
     for key, want in expected.items():
-        got = _metadata_string(reader, key)
+        got = header.metadata.get(key)
         if got != want:
             raise AdapterLoadError(path, f"metadata {key} is {got!r}, the base model needs {want!r}.")
-    if not any(t.name.endswith(".lora_a") for t in reader.tensors):
+    if not any(name.endswith(".lora_a") for name in header.tensor_shapes):
         raise AdapterLoadError(path, "the file holds no .lora_a/.lora_b tensors.")
 
 

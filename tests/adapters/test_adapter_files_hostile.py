@@ -349,6 +349,30 @@ def test_a_module_with_one_lora_factor_is_refused(part: str, folder: Path, no_te
     assert refusal.reason == "corrupted" and f"no lora_{part}" in str(refusal), str(refusal)
 
 
+@pytest.mark.parametrize(
+    ("layers", "reason", "fragment"),
+    [
+        ([0], "unknown_target_module", "outside the manifest's field 'layers'"),
+        ([-1], "bad_manifest", "not layers of tiny-base (0-1)"),
+        ([10**30], "bad_manifest", "not layers of tiny-base (0-1)"),
+        ([], "bad_manifest", "is an empty list"),
+    ],
+    ids=["fewer than the weights adapt", "negative", "past the base", "empty"],
+)
+def test_declared_layers_that_disagree_with_the_weights_or_the_base_are_refused(
+    layers: list[int], reason: str, fragment: str, folder: Path, no_tensor_reads: None
+) -> None:
+    """peft adapts only the declared layers and llama.cpp every tensor: the two runtimes must not disagree."""
+    _edit_manifest(folder, layers=layers)
+    refusal = _refusal(folder)
+    assert refusal.reason == reason and fragment in str(refusal), str(refusal)
+
+
+def test_declared_layers_that_cover_the_weights_load(folder: Path) -> None:
+    _edit_manifest(folder, layers=[1, 0])
+    assert verify_adapter(folder, BASE).manifest.layers == [1, 0]
+
+
 def _outside_copy(folder: Path, name: str) -> Path:
     outside = folder.parent / f"outside-{name}"
     shutil.copyfile(folder / name, outside)

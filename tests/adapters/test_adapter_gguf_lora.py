@@ -8,11 +8,13 @@ rotary permutation of q/k B the two effects agree; the same file written without
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import gguf
 import numpy as np
 import pytest
 import torch
@@ -375,6 +377,11 @@ def test_refused_files_name_the_file_and_leave_the_set_unchanged(
     slots.load("random", random_adapter)
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf file at all")
+    deep = tmp_path / "deep.gguf"  # one metadata value: an array of arrays 50,000 deep
+    nested = struct.pack("<IQ", 9, 1) * 50_000 + struct.pack("<IQ", 4, 0)
+    deep.write_bytes(struct.pack("<IIQQQ", gguf.GGUF_MAGIC, 3, 0, 1, 1) + b"a" + struct.pack("<I", 9) + nested)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(random_adapter.read_bytes()[:200])
     other_arch = tmp_path / "other_arch.gguf"
     write_gguf_arrays(
         {
@@ -404,6 +411,8 @@ def test_refused_files_name_the_file_and_leave_the_set_unchanged(
     cases = {
         tmp_path / "absent.gguf": "no such file",
         junk: "not a readable GGUF",
+        deep: "nests arrays too deeply",
+        cut: "not a readable GGUF",
         Path(tiny_models["llm"].path): "general.type",
         other_arch: "general.architecture",
         missing_tensor: "llama.cpp refused",
