@@ -267,10 +267,10 @@ def draw_show() -> None:
     state = state_dir()
     try:
         current = configured_draw(load_gate_config(), state)
+        table = screening_table_path(state, current)
+        rows = read_screening_table(table)
     except InputFileError as exc:
         _fail(exc)
-    table = screening_table_path(state, current)
-    rows = read_screening_table(table)
     benign = sum(row.get("label") == "benign" for row in rows)
     console.print(f"probe draw: {current.id}", highlight=False)
     console.print(f"screening table: {escape(str(table))} ({len(rows)} adapters, {benign} benign)", highlight=False)

@@ -226,13 +226,53 @@ class BenignReference:
         return judge_layers(scores, self.thresholds)
 
 
+_TABLE_FIX = "write it again with the adapter study (adapter_gate_evaluation) or `rvu adapters draw screen`"
+_TABLE_TEXT = ("adapter_id", "label", "category", "sha256")
+
+
 def read_screening_table(path: Path) -> list[dict[str, Any]]:
-    """The rows of an adapter study's scores.csv ([] when there is none)."""
+    """The rows of a screening table (an adapter study's or a private draw's scores.csv; [] when there is none).
+
+    The table sets every threshold the load gate judges by, so it is read as untrusted input: a file that does
+    not parse, lacks ``sha256`` or ``label``, has a label outside benign / harmful / unknown, or a score that is
+    not a finite number (NaN or inf would make every comparison pass) is an ``InputFileError`` naming the file,
+    the column and the row. An empty cell is a layer not scored."""
     if not path.is_file():
         return []
     import polars as pl
 
-    return pl.read_csv(path).to_dicts()
+    from rvu_pipelines.bounded_io import truncate_for_message
+
+    try:
+        frame = pl.read_csv(path, schema_overrides=dict.fromkeys(_TABLE_TEXT, pl.String), infer_schema_length=None)
+    except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as exc:
+        problem = truncate_for_message(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 160)
+        raise InputFileError(f"{path}: not a readable screening table ({problem}); {_TABLE_FIX}.") from exc
+    missing = [column for column in ("sha256", "label") if column not in frame.columns]
+    if missing:
+        raise InputFileError(
+            f"{path}: column(s) {', '.join(missing)} missing, so it is not a screening table; {_TABLE_FIX}."
+        )
+    labels = sorted(set(frame["label"].drop_nulls()) - {"benign", "harmful", "unknown"})
+    if labels:
+        raise InputFileError(
+            f"{path}: column 'label' holds {truncate_for_message(labels, 80)}; labels are benign, harmful or unknown."
+        )
+    for column in (*BEHAVIOURAL_LAYERS, "behaviour_texts"):
+        if column not in frame.columns:
+            continue
+        raw = frame[column]
+        values = raw.cast(pl.Float64, strict=False)
+        bad = (values.is_null() & raw.is_not_null()) | (values.is_not_null() & ~values.fill_null(0.0).is_finite())
+        if bad.any():
+            row = int(bad.arg_max() or 0)
+            who = frame["adapter_id"][row] if "adapter_id" in frame.columns else frame["sha256"][row]
+            raise InputFileError(
+                f"{path}: column '{column}', line {row + 2} (adapter {truncate_for_message(who, 70)}): "
+                f"{truncate_for_message(raw[row], 40)} is not a finite number; {_TABLE_FIX}."
+            )
+        frame = frame.with_columns(values.alias(column))
+    return frame.to_dicts()
 
 
 def store_recorder(store: Any) -> Callable[[GateVerdict], None]:

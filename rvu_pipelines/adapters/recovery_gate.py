@@ -186,14 +186,17 @@ def default_gate(base: Any = None, scorer: GateScorer | None = None, draw: Probe
             draw = configured_draw(config, state)
         except InputFileError:
             return _no_draw_gate(config, ledger)
-    return ScreeningGate.from_scores_csv(
-        screening_table_path(state, draw),
-        config,
-        ledger=ledger,
-        files=adapter_files(base, [zoo_root()]) if base is not None else None,
-        scorer=scorer,
-        draw=draw.id,
-    )
+    try:
+        return ScreeningGate.from_scores_csv(
+            screening_table_path(state, draw),
+            config,
+            ledger=ledger,
+            files=adapter_files(base, [zoo_root()]) if base is not None else None,
+            scorer=scorer,
+            draw=draw.id,
+        )
+    except InputFileError:
+        return _no_draw_gate(config, ledger, draw=draw.id)
 
 
 def gate_for_incident(incident: Any, profile: str | None = None) -> ScreeningGate:
@@ -217,16 +220,16 @@ def gate_for_incident(incident: Any, profile: str | None = None) -> ScreeningGat
     return default_gate(base, LazyLabScorer(name, draw=draw), draw)
 
 
-def _no_draw_gate(config: GateConfig, ledger: GateLedger) -> ScreeningGate:
-    """The gate of a recovery whose configured private draw cannot be read: the lists and the load-time verdicts
-    still go into the certificate, the behavioural layers are "not screened" with the reason (no path: a
-    certificate's body holds nothing machine-specific), and the recovery itself goes on."""
-    return ScreeningGate(
-        config,
-        [],
-        ledger=ledger,
-        draw="unavailable",
-        unscreened_reason=(
-            "gate.probe_draw is 'private' but its secret is missing or refused; `rvu adapters draw show` says why"
-        ),
-    )
+def _no_draw_gate(config: GateConfig, ledger: GateLedger, *, draw: str | None = None) -> ScreeningGate:
+    """The gate of a recovery whose configured private draw (``draw`` None) or whose draw's screening table cannot
+    be read: the lists and the load-time verdicts still go into the certificate, the behavioural layers are "not
+    screened" with the reason (no path: a certificate's body holds nothing machine-specific), and the recovery
+    itself goes on."""
+    if draw is None:
+        reason = "gate.probe_draw is 'private' but its secret is missing or refused; `rvu adapters draw show` says why"
+    else:
+        reason = (
+            "the probe draw's screening table is unreadable or holds a non-finite score; "
+            "`rvu adapters draw show` says why"
+        )
+    return ScreeningGate(config, [], ledger=ledger, draw=draw or "unavailable", unscreened_reason=reason)
