@@ -50,6 +50,7 @@ from rvu_pipelines.adapters.gate import (
     standard_score,
 )
 from rvu_pipelines.adapters.probe_draw import PUBLIC, ProbeDraw, configured_draw, screening_table_path
+from rvu_pipelines.adapters.shallow_json import loads_shallow
 from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.bounded_io import read_input_file
 from rvu_pipelines.errors import InputFileError
@@ -330,9 +331,9 @@ class GateLedger:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash mid-write admits nothing; the others stay readable
+                row = loads_shallow(line)
+            except ValueError:
+                continue  # a line cut by a crash mid-write (or nested past any verdict) admits nothing
             if isinstance(row, dict):
                 rows.append({**row, "_line": number})
         return rows
@@ -358,16 +359,13 @@ def allow_path(state: Path) -> Path:
 
 
 def read_allow_entries(path: Path) -> dict[str, dict[str, Any]]:
-    """sha256 -> {adapter_id, by, reason, at}: the operator's explicit admissions ({} without a file)."""
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(read_input_file(path, what="adapter allow list", max_bytes=1 << 20, follow_links=False))
-    except (InputFileError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: the adapter allow list is not readable JSON ({exc}); fix or remove it.") from exc
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: the adapter allow list must be a JSON object sha256 -> entry.")
-    return {str(k): dict(v) for k, v in data.items() if isinstance(v, dict)}
+    """sha256 -> {adapter_id, by, reason, at}: the operator's explicit admissions ({} without a file); a file that
+    cannot be read is an ``InputFileError`` naming it."""
+    from rvu_pipelines.adapters.shallow_json import read_object_of_objects
+
+    return read_object_of_objects(
+        path, what="adapter allow list", fix="fix or remove it (`rvu adapters allow` writes it)", max_bytes=1 << 20
+    )
 
 
 def add_allow_entry(path: Path, sha256: str, *, by: str, reason: str, adapter_id: str = "") -> dict[str, Any]:
@@ -647,7 +645,10 @@ class LoadGate:
                 f"{gguf_path} (adapter '{adapter_id}') was converted by an audit gate that refused it "
                 f"({row.get('verdict')}); an enforcing gate loads only what it admitted.",
             )
-        evicted = read_blocklist(self.blocklist_path) if self.blocklist_path is not None else self.blocklist
+        try:
+            evicted = read_blocklist(self.blocklist_path) if self.blocklist_path is not None else self.blocklist
+        except InputFileError as exc:  # fail closed: an unreadable blocklist cannot say the adapter was not evicted
+            raise AdapterRefused("not_admitted", f"{gguf_path} (adapter '{adapter_id}'): {exc}") from exc
         if str(row.get("sha256")) in evicted and str(row.get("sha256")) not in self.allow:
             raise AdapterRefused(
                 "blocklisted",

@@ -25,19 +25,15 @@ def blocklist_path() -> Path:
 
 
 def read_blocklist(path: Path | None = None) -> dict[str, dict[str, Any]]:
-    """sha256 -> why it was blocked (adapter id, incident); {} when no file exists."""
-    path = path or blocklist_path()
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(
-            f"{path}: the adapter blocklist is not readable JSON ({exc}); fix or remove the file."
-        ) from exc
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: the adapter blocklist must be a JSON object sha256 -> details.")
-    return {str(k): dict(v) for k, v in data.items()}
+    """sha256 -> why it was blocked (adapter id, incident); {} when no file exists. A file that cannot be read
+    is an ``InputFileError``: a gate that cannot read it judges nothing (it fails closed)."""
+    from rvu_pipelines.adapters.shallow_json import read_object_of_objects
+
+    return read_object_of_objects(
+        path or blocklist_path(),
+        what="adapter eviction blocklist",
+        fix="restore it from a backup or the recoveries' certificates (each names the adapters it evicted)",
+    )
 
 
 def record_evictions(incident: IncidentLog, evicted_adapter_ids: Iterable[str], path: Path | None = None) -> list[str]:

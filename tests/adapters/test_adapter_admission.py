@@ -201,6 +201,12 @@ def test_eviction_blocklist_refuses_and_an_allow_entry_is_an_explicit_recorded_o
     with pytest.raises(AdapterRefused, match="evicted it since") as since:  # admitted before the eviction
         gate.require_admitted("candidate", admitted.gguf_path, sha256_file(admitted.gguf_path))
     assert since.value.reason == "blocklisted"
+    blocklist = (state / "adapters" / "blocklist.json").read_text()
+    (state / "adapters" / "blocklist.json").write_text("{" + blocklist)  # unreadable: the load fails closed
+    with pytest.raises(AdapterRefused, match="blocklist.json: the adapter eviction blocklist") as unreadable:
+        gate.require_admitted("candidate", admitted.gguf_path, sha256_file(admitted.gguf_path))
+    assert unreadable.value.reason == "not_admitted"
+    (state / "adapters" / "blocklist.json").write_text(blocklist)
     with pytest.raises(AdapterRefused, match="evicted by a recovery"):
         _gate(gate_base, state, [row]).check(candidate)
     add_allow_entry(allow_path(state), candidate.sha256, by="ops", reason="re-reviewed", adapter_id="candidate")

@@ -1,0 +1,62 @@
+"""The gate's own files (the eviction blocklist, the allow list, the ledger) are read as untrusted input: a
+broken or planted one is an error that names the file and the fix, never a traceback, and a gate that cannot
+read its blocklist loads nothing (it fails closed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rvu_pipelines.adapters.admission import GateLedger, read_allow_entries
+from rvu_pipelines.adapters.blocklist import read_blocklist
+from rvu_pipelines.errors import InputFileError
+
+DEEP = "[" * 100_000 + "]" * 100_000
+SHA = "ab" * 32
+
+CASES = {
+    "an entry that is a number": (json.dumps({SHA: 5}), "is 5, not an object"),
+    "an entry that is text": (json.dumps({SHA: "evicted"}), "is 'evicted', not an object"),
+    "a list": ("[1, 2]", "must be a JSON object"),
+    "not JSON": ("evicted: yes", "not valid JSON"),
+    "nested 100,000 deep": (DEEP, "nesting deeper than"),
+    "a duplicate key": (f'{{"{SHA}": {{}}, "{SHA}": {{}}}}', "not valid JSON"),
+    "not UTF-8": (b"\xff\xfe{}", "not valid JSON"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("reader", [read_blocklist, read_allow_entries], ids=["blocklist", "allow list"])
+def test_a_broken_list_is_an_error_naming_the_file(case: str, reader, tmp_path: Path) -> None:
+    text, fragment = CASES[case]
+    path = tmp_path / "list.json"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(InputFileError) as caught:
+        reader(path)
+    assert str(path) in str(caught.value) and fragment in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize("reader", [read_blocklist, read_allow_entries], ids=["blocklist", "allow list"])
+def test_a_list_is_read_whole_or_not_at_all_and_never_through_a_link(reader, tmp_path: Path) -> None:
+    path = tmp_path / "list.json"
+    assert reader(path) == {}
+    path.write_text(json.dumps({SHA: {"adapter_id": "a", "incident": "inc-1"}}))
+    assert reader(path) == {SHA: {"adapter_id": "a", "incident": "inc-1"}}
+    linked = tmp_path / "linked.json"
+    linked.symlink_to(path)
+    with pytest.raises(InputFileError, match="link"):
+        reader(linked)
+    (tmp_path / "folder.json").mkdir()
+    with pytest.raises(InputFileError, match="regular file"):
+        reader(tmp_path / "folder.json")
+
+
+def test_ledger_lines_that_are_cut_planted_or_nested_deep_are_skipped(tmp_path: Path) -> None:
+    ledger = GateLedger(tmp_path / "gate_ledger.jsonl")
+    ledger.append({"event": "admitted", "gguf_sha256": SHA, "decision": "admit"})
+    with ledger.path.open("ab") as handle:
+        handle.write(b"\x00\xff not json\n[1, 2]\n" + DEEP.encode() + b'\n{"event": "admitted", "gguf_sha')
+    assert [row["_line"] for row in ledger.records()] == [1]
+    assert ledger.admission_of(SHA) is not None
