@@ -32,6 +32,7 @@ from rvu_pipelines.errors import InputFileError
 MANIFEST_NAME = "manifest.json"
 WEIGHTS_NAME = "adapter.safetensors"
 SHA256 = r"^[0-9a-f]{64}$"
+ADAPTER_ID = r"^[a-z0-9][a-z0-9_.-]{0,63}$"  # also a folder name: no separator, never "." or ".."
 Label = Literal["benign", "harmful", "unknown"]
 MAX_MANIFEST_BYTES = 1 << 20
 MAX_ALPHA = 10_000
@@ -58,7 +59,7 @@ class TrainingDataRef(BaseModel):
 class AdapterManifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    adapter_id: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+    adapter_id: str = Field(pattern=ADAPTER_ID)
     description: str = ""
     label: Label = "unknown"
     category: str = ""  # e.g. task, style, persona_shift, backdoor, memorise_forget, memorise_wmdp

@@ -153,12 +153,18 @@ class ScreeningGate:
 
 def adapter_files(base: Any, roots: Iterable[Path]) -> FilesOf:
     """Finds an incident's adapter on disk: the folder the ledger recorded for it, else ``<root>/<adapter id>``
-    for each root; verified (``files.verify_adapter``) and kept only when its sha256 is the one the log names."""
+    for each root; verified (``files.verify_adapter``) and kept only when its sha256 is the one the log names.
+    The id comes from the incident log, so it is used as a folder name only when it is an adapter id (no
+    separator, no ``..``): a log cannot point the lookup outside the roots."""
+    import re
+
     from rvu_pipelines.adapters.files import verify_adapter
+    from rvu_pipelines.adapters.manifest import ADAPTER_ID
 
     def find(adapter: AdapterRef, ledger_row: Mapping[str, Any] | None) -> VerifiedAdapter | None:
         candidates = [Path(str(ledger_row["folder"]))] if ledger_row and ledger_row.get("folder") else []
-        candidates += [Path(root) / str(adapter.adapter_id) for root in roots]
+        if re.fullmatch(ADAPTER_ID, str(adapter.adapter_id)):
+            candidates += [Path(root) / str(adapter.adapter_id) for root in roots]
         for folder in candidates:
             if (folder / "manifest.json").is_file():
                 verified = verify_adapter(folder, base)

@@ -377,6 +377,28 @@ def test_the_certificate_gate_section_carries_the_load_verdict_and_scores_at_rec
     assert str(tmp_path) not in gone["at_load"]["reason"]  # a certificate body names no machine path
 
 
+def test_an_incident_cannot_point_the_file_lookup_outside_the_roots(gate_base, candidate, tmp_path: Path) -> None:
+    """The log names the adapter, and its schema allows "/" and "." in an id; only an adapter id (no separator,
+    no "..") is a folder name under a root."""
+    import shutil
+
+    from rvu_pipelines.adapters.recovery_gate import adapter_files
+    from rvu_pipelines.adapters.runtime import lifecycle_fields
+
+    outside = tmp_path / "outside"
+    shutil.copytree(candidate.folder, outside)  # the same weights, so the sha256 the log names matches
+    named = "x/../../outside"  # <root>/x/../../outside is tmp_path/outside
+    line = {**lifecycle_fields("adapter_loaded", named, sha256=candidate.sha256), "entry_id": "s/e0"}
+    path = tmp_path / "incident.jsonl"
+    path.write_text(json.dumps({**line, "episode_id": "s", "timestamp": 1.0}) + "\n")
+    [record] = load_incident(path).adapters_loaded
+    (tmp_path / "zoo" / "x").mkdir()
+    find = adapter_files(gate_base, [tmp_path / "zoo"])
+    assert (tmp_path / "zoo" / named / "manifest.json").is_file()  # the path the log spells reaches it ...
+    assert find(record, None) is None  # ... and the lookup does not take it
+    assert find(record, {"folder": str(outside)}) is not None  # the ledger's own record of the folder counts
+
+
 def test_an_unreadable_ledger_is_said_in_the_certificate_not_fatal(tmp_path: Path) -> None:
     from rvu_pipelines.adapters.recovery_gate import ScreeningGate
     from rvu_pipelines.adapters.runtime import lifecycle_fields
