@@ -85,12 +85,6 @@ class ScreeningGate:
         """Per layer, the benign quantile ({}: no screening table with benign adapters)."""
         return self.reference.thresholds
 
-    @classmethod
-    def from_scores_csv(cls, path: Path, config: GateConfig | None = None, **kwargs: Any) -> ScreeningGate:
-        from rvu_pipelines.adapters.admission import read_screening_table
-
-        return cls(config, read_screening_table(path), **kwargs)
-
     def _at_load(self, sha: str) -> tuple[dict[str, Any] | None, Mapping[str, Any] | None]:
         """(the certificate's view of the load-time verdict or why there is none, the raw ledger row)."""
         if self.ledger is None:
@@ -181,7 +175,7 @@ def default_gate(base: Any = None, scorer: GateScorer | None = None, draw: Probe
     (``<RVU_HOME>/adapter_study/scores.csv``, written by ``make adapters``, or the private draw's that
     ``gate.probe_draw`` names) where it exists; with ``base`` (``files.BaseModelInfo``) the adapters' files are
     looked up and verified, with ``scorer`` (of the same draw) scored."""
-    from rvu_pipelines.adapters.admission import LEDGER_NAME, gate_dir
+    from rvu_pipelines.adapters.admission import LEDGER_NAME, gate_dir, read_screening_table
     from rvu_pipelines.adapters.zoo import zoo_root
     from rvu_pipelines.paths import state_dir
 
@@ -193,16 +187,17 @@ def default_gate(base: Any = None, scorer: GateScorer | None = None, draw: Probe
         except InputFileError:
             return _no_draw_gate(config, ledger)
     try:
-        return ScreeningGate.from_scores_csv(
-            screening_table_path(state, draw),
-            config,
-            ledger=ledger,
-            files=adapter_files(base, [zoo_root()]) if base is not None else None,
-            scorer=scorer,
-            draw=draw.id,
-        )
+        rows = read_screening_table(screening_table_path(state, draw))
     except InputFileError:
         return _no_draw_gate(config, ledger, draw=draw.id)
+    return ScreeningGate(
+        config,
+        rows,
+        ledger=ledger,
+        files=adapter_files(base, [zoo_root()]) if base is not None else None,
+        scorer=scorer,
+        draw=draw.id,
+    )
 
 
 def gate_for_incident(incident: Any, profile: str | None = None) -> ScreeningGate:

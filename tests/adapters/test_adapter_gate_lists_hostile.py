@@ -60,3 +60,15 @@ def test_ledger_lines_that_are_cut_planted_or_nested_deep_are_skipped(tmp_path: 
         handle.write(b"\x00\xff not json\n[1, 2]\n" + DEEP.encode() + b'\n{"event": "admitted", "gguf_sha')
     assert [row["_line"] for row in ledger.records()] == [1]
     assert ledger.admission_of(SHA) is not None
+
+
+def test_a_recovery_with_an_unreadable_blocklist_stops_naming_it(tmp_path: Path, monkeypatch) -> None:
+    """Unlike a bad screening table (the behavioural layers are then "not screened"), a blocklist that cannot be
+    read leaves the certificate's list verdicts unknowable: the recovery stops and says which file to restore."""
+    from rvu_pipelines.adapters.recovery_gate import default_gate
+
+    monkeypatch.setenv("RVU_HOME", str(tmp_path))
+    (tmp_path / "adapters").mkdir()
+    (tmp_path / "adapters" / "blocklist.json").write_text("[" * 100_000)
+    with pytest.raises(InputFileError, match="blocklist.json: the adapter eviction blocklist"):
+        default_gate()
