@@ -148,11 +148,12 @@ def _check_with_scorer(gate: Any, path: Path, profile: str | None) -> tuple[Any,
 def allow(sha256: str, by: str, reason: str, adapter_id: str) -> None:
     """Admit the adapter whose weights have SHA256 whatever the gate says: an explicit, recorded override."""
     from rvu_pipelines.adapters.admission import LEDGER_NAME, GateLedger, add_allow_entry, allow_path, gate_dir
+    from rvu_pipelines.errors import InputFileError
     from rvu_pipelines.paths import state_dir
 
     try:
         entry = add_allow_entry(allow_path(state_dir()), sha256, by=by, reason=reason, adapter_id=adapter_id)
-    except ValueError as exc:
+    except (InputFileError, ValueError) as exc:  # a bad sha256 / empty reason, or an allow list that cannot be read
         console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         sys.exit(2)
     GateLedger(gate_dir(state_dir()) / LEDGER_NAME).append({"event": "allow", "sha256": sha256, **entry})

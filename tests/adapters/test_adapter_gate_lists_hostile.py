@@ -72,3 +72,16 @@ def test_a_recovery_with_an_unreadable_blocklist_stops_naming_it(tmp_path: Path,
     (tmp_path / "adapters" / "blocklist.json").write_text("[" * 100_000)
     with pytest.raises(InputFileError, match="blocklist.json: the adapter eviction blocklist"):
         default_gate()
+
+
+def test_allow_with_an_unreadable_allow_list_is_an_error_not_a_traceback(tmp_path: Path, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from rvu_pipelines.cli import cli
+
+    monkeypatch.setenv("RVU_HOME", str(tmp_path))
+    (tmp_path / "adapter_gate").mkdir()
+    (tmp_path / "adapter_gate" / "allow.json").write_text("{{{")
+    result = CliRunner().invoke(cli, ["adapters", "allow", SHA, "--by", "ops", "--reason", "reviewed"])
+    assert result.exit_code == 2 and "allow list is not valid JSON" in " ".join(result.output.split())
+    assert result.exception is None or isinstance(result.exception, SystemExit)

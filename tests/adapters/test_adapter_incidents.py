@@ -32,6 +32,7 @@ from rvu_pipelines.adapters.recovery_gate import ScreeningGate
 from rvu_pipelines.adapters.runtime import AdapterTimeline
 from rvu_pipelines.agents.defenses import DefenseSettings
 from rvu_pipelines.agents.llm_cache import CachedChatModel, ResponseCache
+from rvu_pipelines.errors import InputFileError
 from rvu_pipelines.models.llm import LlamaCppChatModel
 from rvu_pipelines.provenance.incident import load_incident
 from rvu_pipelines.recovery import RecoveryFiles, RecoveryOptions
@@ -211,7 +212,7 @@ def test_evicted_adapters_are_refused_by_the_next_gate(tmp_path: Path, random_ad
         check_lists(adapter, GateConfig(), evicted=evicted)
     assert refused.value.reason == "blocklisted"
     blocklist.write_text("[1, 2]")
-    with pytest.raises(ValueError, match="blocklist"):
+    with pytest.raises(InputFileError, match="blocklist"):
         read_blocklist(blocklist)
 
 
