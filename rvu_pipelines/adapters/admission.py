@@ -52,7 +52,7 @@ from rvu_pipelines.adapters.gate import (
 from rvu_pipelines.adapters.probe_draw import PUBLIC, ProbeDraw, configured_draw, screening_table_path
 from rvu_pipelines.adapters.shallow_json import loads_shallow
 from rvu_pipelines.atomic_write import write_atomically
-from rvu_pipelines.bounded_io import read_input_file
+from rvu_pipelines.bounded_io import read_input_file, truncate_for_message
 from rvu_pipelines.errors import InputFileError
 from rvu_pipelines.hashing import sha256_file
 
@@ -241,8 +241,6 @@ def read_screening_table(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     import polars as pl
-
-    from rvu_pipelines.bounded_io import truncate_for_message
 
     try:
         frame = pl.read_csv(path, schema_overrides=dict.fromkeys(_TABLE_TEXT, pl.String), infer_schema_length=None)
