@@ -36,13 +36,14 @@ fitted, scored leave-one-category-out. ``selective.py``'s selective divergence i
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rvu_pipelines.adapters.chat import chat_prompt_text
 from rvu_pipelines.adapters.errors import AdapterRefused
@@ -59,7 +60,7 @@ class GateConfig(BaseModel):
     blocked_sha256: list[str] = Field(default_factory=list)
     blocked_sources: list[str] = Field(default_factory=list)
     allowed_sources: list[str] = Field(default_factory=list)
-    reference_adapter: str = "refusal-reference"
+    reference_adapter: str = Field(default="refusal-reference", min_length=1)
     false_positive_budget: float = Field(default=0.05, gt=0, lt=1)
     # the load gate's decision over the screening layers: any_layer refuses when any layer is over its own
     # quantile (every layer spends the budget again, so benign refusals add up); all_layers refuses when the
@@ -72,6 +73,39 @@ class GateConfig(BaseModel):
     # (``adapters.probe_draw``: a secret seed, its own screening table)
     probe_draw: Literal["public", "private"] = "public"
     probe_seed_file: str = ""  # where the private draw's seed is kept ("": <RVU_HOME>/adapter_gate/probe_draw.secret)
+
+    @field_validator("blocked_sha256", mode="before")
+    @classmethod
+    def _sha256_entries(cls, value: Any) -> Any:
+        """Each entry as the gate compares it: 64 lower-case hex digits. Case and surrounding blanks are forgiven
+        (tools print a sha256 in either case); anything else is refused, since an entry that can match no file
+        would leave its adapter unblocked without a word."""
+        if not isinstance(value, list):
+            return value
+        entries = []
+        for index, entry in enumerate(value):
+            if not isinstance(entry, str):
+                return value  # the field's own type check names the entry
+            digest = entry.strip().lower()
+            if not re.fullmatch(SHA, digest):
+                raise ValueError(
+                    f"entry {index} ({entry[:80]!r}) is not a sha256 (64 hex digits); put the adapter weights' "
+                    "sha256 there, as `sha256sum adapter_model.safetensors` prints it"
+                )
+            entries.append(digest)
+        return entries
+
+    @field_validator("blocked_sources", "allowed_sources")
+    @classmethod
+    def _source_prefixes(cls, value: list[str]) -> list[str]:
+        """A blank prefix matches every source: it would block, or in allowlist mode admit, everything."""
+        for index, prefix in enumerate(value):
+            if not prefix.strip():
+                raise ValueError(
+                    f"entry {index} is blank, and a blank prefix matches every source; remove it, or name the "
+                    "uploader or URL prefix it is meant for"
+                )
+        return value
 
 
 class _AdaptersYaml(BaseModel):

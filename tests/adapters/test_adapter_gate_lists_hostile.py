@@ -85,3 +85,44 @@ def test_allow_with_an_unreadable_allow_list_is_an_error_not_a_traceback(tmp_pat
     result = CliRunner().invoke(cli, ["adapters", "allow", SHA, "--by", "ops", "--reason", "reviewed"])
     assert result.exit_code == 2 and "allow list is not valid JSON" in " ".join(result.output.split())
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def _gate_yaml(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "adapters.yaml"
+    path.write_text("gate:\n" + body)
+    return path
+
+
+@pytest.mark.parametrize("written", [SHA.upper(), f"  {SHA} ", SHA[:32].upper() + SHA[32:]])
+def test_a_blocked_sha256_in_either_case_blocks_its_adapter(written: str, tmp_path: Path) -> None:
+    """Tools print a sha256 in upper or lower case; the gate compares lower case, so an entry written the other way
+    must still block its adapter rather than silently match nothing."""
+    from rvu_pipelines.adapters.gate import list_verdict, load_gate_config
+
+    config = load_gate_config(_gate_yaml(tmp_path, f"  blocked_sha256: ['{written}']\n"))
+    assert config.blocked_sha256 == [SHA]
+    assert list_verdict(SHA, "rvu-zoo", config, {}) == "blocklisted"
+    assert list_verdict("cd" * 32, "rvu-zoo", config, {}) == "pass"
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ("  blocked_sha256: ['abc']\n", "is not a sha256"),
+        ("  blocked_sha256: ['" + "g" * 64 + "']\n", "is not a sha256"),
+        ("  blocked_sha256: [12345]\n", "valid string"),
+        ("  allowed_sources: ['']\n", "matches every source"),
+        ("  blocked_sources: ['rvu-zoo', '  ']\n", "entry 1 is blank"),
+        ("  reference_adapter: ''\n", "reference_adapter"),
+    ],
+)
+def test_a_gate_list_entry_that_can_match_nothing_or_everything_is_refused(
+    body: str, fragment: str, tmp_path: Path
+) -> None:
+    from rvu_pipelines.adapters.gate import load_gate_config
+    from rvu_pipelines.errors import ConfigError
+
+    path = _gate_yaml(tmp_path, body)
+    with pytest.raises(ConfigError) as caught:
+        load_gate_config(path)
+    assert str(path) in str(caught.value) and fragment in str(caught.value), str(caught.value)
