@@ -177,6 +177,7 @@ def report(scores: Path | None, out: Path | None) -> None:
     )
     from rvu_pipelines.adapters.study import STUDY_FOLDER, read_gate_scores, write_gate_report
     from rvu_pipelines.adapters.zoo import load_zoo_config
+    from rvu_pipelines.atomic_write import write_atomically
     from rvu_pipelines.errors import InputFileError
     from rvu_pipelines.paths import state_dir
 
@@ -184,7 +185,9 @@ def report(scores: Path | None, out: Path | None) -> None:
     folder = out or table.parent
     try:
         rows = read_gate_scores(table)
-        written = write_gate_report(rows, load_gate_config(), folder, command="rvu adapters report")
+        written = write_gate_report(rows, load_gate_config(), folder, command="rvu adapters report", write_table=False)
+        if (folder / "scores.csv").resolve() != table.resolve():  # the report's folder carries the table it read
+            write_atomically(folder / "scores.csv", table.read_bytes())
         coverage = ZooCoverage.of([e.id for e in load_zoo_config().adapters], [r.adapter_id for r in rows])
     except (InputFileError, ValueError) as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)

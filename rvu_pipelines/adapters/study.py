@@ -466,33 +466,105 @@ class GateReport:
         return gate_markdown(self.evaluation, self.influence, self.scores, self.learned)
 
 
+MAX_BEHAVIOUR_TEXTS = 1_000_000  # far above any probe set; a larger count is not a count the study wrote
+
+
+def _class_shifts_problem(text: str) -> str | None:
+    """Why ``text`` is not the follow-up layer's per-class JSON (an object of class name -> finite number)."""
+    from rvu_pipelines.adapters.shallow_json import loads_shallow
+    from rvu_pipelines.bounded_io import truncate_for_message
+
+    try:
+        shifts = loads_shallow(text, max_depth=2)
+    except ValueError:
+        return f"{truncate_for_message(text, 40)} is not JSON"
+    if not isinstance(shifts, dict):
+        return f"{truncate_for_message(text, 40)} is not a JSON object of harm class -> score"
+    bad = [k for k, v in shifts.items() if isinstance(v, bool) or not isinstance(v, int | float) or not np.isfinite(v)]
+    if bad:
+        return f"class {truncate_for_message(bad[0], 40)} has no finite score"
+    return None
+
+
 def read_gate_scores(path: Path) -> list[AdapterScore]:
     """The score rows of a screening table ``write_gate_report`` wrote (``scores.csv``), so the gate's rules can be
-    evaluated again without loading a model; a missing column is refused, naming the file and the column."""
+    evaluated again without loading a model.
+
+    Read as the load gate reads it (``admission.read_screening_table``: a table that does not parse, a label
+    outside benign / harmful / unknown, a layer score that is not a finite number), and stricter where an
+    evaluation needs it: every column of a row filled with a number where a number belongs, and each adapter once
+    (a repeated row would count twice in every rate). Each refusal is an ``InputFileError`` naming the file, the
+    column and the line."""
     from dataclasses import MISSING, fields
 
+    from rvu_pipelines.adapters.admission import read_screening_table
+    from rvu_pipelines.bounded_io import truncate_for_message
     from rvu_pipelines.errors import InputFileError
 
+    fix = "materialize adapter_gate_evaluation to write it again"
     if not path.is_file():
-        raise InputFileError(f"{path}: no screening table here; materialize adapter_gate_evaluation first.")
-    text = {name: pl.String for name in ("adapter_id", "label", "category", "sha256")}  # ids stay text
-    frame = pl.read_csv(path, schema_overrides=text)
-    required = [f.name for f in fields(AdapterScore) if f.default is MISSING]
-    missing = [name for name in required if name not in frame.columns]
+        raise InputFileError(f"{path}: no screening table here; {fix} first.")
+    rows = read_screening_table(path)
+    if not rows:
+        raise InputFileError(f"{path}: the screening table holds no adapters; {fix}.")
+    present = [f for f in fields(AdapterScore) if f.name in rows[0]]
+    missing = [f.name for f in fields(AdapterScore) if f.default is MISSING and f.name not in rows[0]]
     if missing:
         raise InputFileError(
-            f"{path}: column(s) {', '.join(missing)} missing; it is not a screening table of this version "
-            "(materialize adapter_gate_evaluation to write it again)."
+            f"{path}: column(s) {', '.join(missing)} missing; it is not a screening table of this version ({fix})."
         )
-    known = {f.name for f in fields(AdapterScore)}
-    return [AdapterScore(**{k: v for k, v in row.items() if k in known}) for row in frame.to_dicts()]
+    scores: list[AdapterScore] = []
+    first_line: dict[str, int] = {}
+    for line, row in enumerate(rows, start=2):
+        who = truncate_for_message(row.get("adapter_id"), 70)
+        values: dict[str, Any] = {}
+        for f in present:
+            value = row[f.name]
+            if value is None and f.name == "selective_divergence":  # not measured when the table was written
+                value = float("nan")
+            elif value is None:
+                raise InputFileError(f"{path}: column '{f.name}', line {line} (adapter {who}) is empty; {fix}.")
+            elif f.type in ("float", "int"):
+                try:
+                    number = float(value)
+                except (TypeError, ValueError):
+                    number = float("inf")
+                if not np.isfinite(number) and not (f.name == "selective_divergence" and np.isnan(number)):
+                    raise InputFileError(
+                        f"{path}: column '{f.name}', line {line} (adapter {who}): "
+                        f"{truncate_for_message(value, 40)} is not a finite number; {fix}."
+                    )
+                if f.type == "int" and (number != int(number) or not 0 <= number <= MAX_BEHAVIOUR_TEXTS):
+                    raise InputFileError(
+                        f"{path}: column '{f.name}', line {line} (adapter {who}): "
+                        f"{truncate_for_message(value, 40)} is not a count of texts; {fix}."
+                    )
+                value = int(number) if f.type == "int" else number
+            elif f.name == "follow_up_classes" and _class_shifts_problem(str(value)):
+                raise InputFileError(
+                    f"{path}: column '{f.name}', line {line} (adapter {who}): "
+                    f"{_class_shifts_problem(str(value))}; {fix}."
+                )
+            values[f.name] = value
+        if values["adapter_id"] in first_line:
+            raise InputFileError(
+                f"{path}: adapter {who} is on line {first_line[values['adapter_id']]} and again on line {line}; "
+                f"each adapter is scored once, or it counts twice in every rate ({fix})."
+            )
+        first_line[values["adapter_id"]] = line
+        scores.append(AdapterScore(**values))
+    return scores
 
 
-def write_gate_report(scores: Sequence[AdapterScore], config: GateConfig, out: Path, *, command: str) -> GateReport:
+def write_gate_report(
+    scores: Sequence[AdapterScore], config: GateConfig, out: Path, *, command: str, write_table: bool = True
+) -> GateReport:
     """The gate's evaluation over ``scores`` into ``out``: ``scores.csv`` (the screening table the load gate reads
-    for adapters it has seen), ``summary.json`` and ``gate.md`` (stamped with ``command``)."""
+    for adapters it has seen; left as it is when ``write_table`` is false), ``summary.json`` and ``gate.md``
+    (stamped with ``command``). Each file is replaced in one step, never written through a link planted there."""
     import json
 
+    from rvu_pipelines.atomic_write import write_atomically
     from rvu_pipelines.machine import results_stamp, stamp_line
 
     out.mkdir(parents=True, exist_ok=True)
@@ -507,13 +579,14 @@ def write_gate_report(scores: Sequence[AdapterScore], config: GateConfig, out: P
         influence_summary(scores),
         learned,
     )
-    report.scores.write_csv(out / "scores.csv")
+    if write_table:
+        write_atomically(out / "scores.csv", report.scores.write_csv())
     summary = {
         "gate": report.evaluation.to_dict(),
         "influence": report.influence,
         "learned_gate": learned.to_dict() if learned else None,
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    write_atomically(out / "summary.json", json.dumps(summary, indent=1))
     table = report.markdown()
-    (out / "gate.md").write_text(table + "\n" + stamp_line(results_stamp(command)) + "\n", encoding="utf-8")
+    write_atomically(out / "gate.md", table + "\n" + stamp_line(results_stamp(command)) + "\n")
     return report
