@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rvu_pipelines.adapters.zoo_data import Frames
+from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.models.store import ResolvedModel
 
 SystemMessage = Literal["agent", "none"]
@@ -146,11 +147,11 @@ def run_eviction_study(
     rows["seconds"] = round(time.perf_counter() - started, 1)
     rows["stamp"] = results_stamp(command)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "eviction_runtime.json").write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    write_atomically(out / "eviction_runtime.json", json.dumps(rows, indent=1, sort_keys=True) + "\n")
     setting = (
         f"{options.members} members + {options.members} non-members, {options.steps} steps, "
         f"system message: {options.system}"
     )
     text = "\n".join([setting, "", *eviction_table(rows), "", stamp_line(rows["stamp"]), ""])
-    (out / "eviction_runtime.md").write_text(text, encoding="utf-8")
+    write_atomically(out / "eviction_runtime.md", text)
     return rows

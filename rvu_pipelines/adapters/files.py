@@ -45,6 +45,7 @@ from rvu_pipelines.adapters.manifest import (
     write_manifest,
 )
 from rvu_pipelines.adapters.shallow_json import loads_shallow
+from rvu_pipelines.atomic_write import atomic_path
 from rvu_pipelines.bounded_io import truncate_for_message
 from rvu_pipelines.hashing import sha256_file
 
@@ -134,7 +135,8 @@ def save_adapter(
     folder.mkdir(parents=True, exist_ok=True)
     weights = folder / WEIGHTS_NAME
     contiguous = {name: tensor.detach().contiguous().cpu() for name, tensor in sorted(tensors.items())}
-    save_file(contiguous, str(weights), metadata={"format": "pt", "base_model_sha256": base.sha256})
+    with atomic_path(weights) as partial:  # never half a file, never written through a link planted there
+        save_file(contiguous, str(partial), metadata={"format": "pt", "base_model_sha256": base.sha256})
     manifest = AdapterManifest.model_validate(
         {**manifest_fields, "file": WEIGHTS_NAME, "sha256": sha256_file(weights), "base_model": base.ref.model_dump()}
     )

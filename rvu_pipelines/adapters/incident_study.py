@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.models.store import ResolvedModel
 
 ORACLE = "oracle"  # the planted injection text as the detector: an upper bound that reads the answer key
@@ -146,7 +147,7 @@ def run_incident_study(
         }
     results["seconds"] = round(time.perf_counter() - started, 1)
     results["stamp"] = results_stamp(command)
-    (out / "incidents.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    write_atomically(out / "incidents.json", json.dumps(results, indent=1))
     table = incidents_markdown(results) + "\n" + stamp_line(results["stamp"]) + "\n"
-    (out / "incidents.md").write_text(table, encoding="utf-8")
+    write_atomically(out / "incidents.md", table)
     return results

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.shallow_json import loads_shallow
+from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.bounded_io import link_target, read_input_file, truncate_for_message
 from rvu_pipelines.errors import InputFileError
 
@@ -174,5 +175,5 @@ def read_manifest(folder: Path) -> AdapterManifest:
 
 def write_manifest(folder: Path, manifest: AdapterManifest) -> Path:
     path = folder / MANIFEST_NAME
-    path.write_text(json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_atomically(path, json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
     return path

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.models.store import ResolvedModel
 
 TOOL_USE_ADAPTER = "tool-use"
@@ -125,7 +126,7 @@ def run_tool_use_study(
         "seconds": round(time.perf_counter() - started, 1),
         "stamp": results_stamp(command),
     }
-    (out / "tool_use.json").write_text(json.dumps(document, indent=1), encoding="utf-8")
+    write_atomically(out / "tool_use.json", json.dumps(document, indent=1))
     text = tool_use_markdown(results) + "\n" + stamp_line(document["stamp"]) + "\n"  # type: ignore[arg-type]
-    (out / "tool_use.md").write_text(text, encoding="utf-8")
+    write_atomically(out / "tool_use.md", text)
     return document

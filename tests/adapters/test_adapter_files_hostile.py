@@ -552,3 +552,19 @@ def test_random_alpha_and_rank_are_refused_or_within_the_bound(scratch: Path, al
         assert exc.reason in {"bad_manifest", "unsafe_scaling"}
     else:
         assert 1 <= manifest.alpha <= MAX_ALPHA and manifest.scaling <= MAX_SCALING
+
+
+def test_saving_an_adapter_replaces_planted_links_instead_of_writing_through_them(tmp_path: Path) -> None:
+    """The weights and the manifest are each published in one step: a link planted where either goes is replaced,
+    its target left as it was, and the folder verifies."""
+    folder = tmp_path / "planted"
+    folder.mkdir()
+    victims = {name: tmp_path / f"victim-{name}" for name in (WEIGHTS_NAME, MANIFEST_NAME)}
+    for name, victim in victims.items():
+        victim.write_text("precious")
+        (folder / name).symlink_to(victim)
+    save_adapter(folder, _tensors(), FIELDS, base=BASE)
+    assert all(victim.read_text() == "precious" for victim in victims.values())
+    assert not any((folder / name).is_symlink() for name in victims)
+    assert verify_adapter(folder, BASE).manifest.sha256 == sha256_file(folder / WEIGHTS_NAME)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(victims)  # no temporary file left behind
