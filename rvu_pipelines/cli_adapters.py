@@ -151,6 +151,7 @@ def allow(sha256: str, by: str, reason: str, adapter_id: str) -> None:
     from rvu_pipelines.errors import InputFileError
     from rvu_pipelines.paths import state_dir
 
+    sha256 = sha256.strip().lower()  # tools print a sha256 in either case; the gate compares lower case
     try:
         entry = add_allow_entry(allow_path(state_dir()), sha256, by=by, reason=reason, adapter_id=adapter_id)
     except (InputFileError, ValueError) as exc:  # a bad sha256 / empty reason, or an allow list that cannot be read

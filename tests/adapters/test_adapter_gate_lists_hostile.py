@@ -126,3 +126,18 @@ def test_a_gate_list_entry_that_can_match_nothing_or_everything_is_refused(
     with pytest.raises(ConfigError) as caught:
         load_gate_config(path)
     assert str(path) in str(caught.value) and fragment in str(caught.value), str(caught.value)
+
+
+def test_allow_takes_a_sha256_in_upper_case_and_records_it_as_the_gate_compares_it(tmp_path: Path, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from rvu_pipelines.cli import cli
+
+    monkeypatch.setenv("RVU_HOME", str(tmp_path))
+    result = CliRunner().invoke(cli, ["adapters", "allow", SHA.upper(), "--by", "ops", "--reason", "reviewed"])
+    assert result.exit_code == 0, result.output
+    assert list(read_allow_entries(tmp_path / "adapter_gate" / "allow.json")) == [SHA]
+    [line] = (tmp_path / "adapter_gate" / "gate_ledger.jsonl").read_text().splitlines()
+    assert json.loads(line)["sha256"] == SHA
+    refused = CliRunner().invoke(cli, ["adapters", "allow", "xyz", "--by", "ops", "--reason", "reviewed"])
+    assert refused.exit_code == 2 and "is not a sha256" in refused.output
