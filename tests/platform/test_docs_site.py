@@ -28,6 +28,7 @@ LINKED_PAGES = (
     "guides/dagster-ui.md",
     "guides/nightly-regression.md",
     "guides/incident-recovery.md",
+    "guides/adapter-gate.md",
     "guides/mlflow.md",
     "guides/scale-profile.md",
     "research/index.md",
