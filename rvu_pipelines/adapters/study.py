@@ -503,7 +503,9 @@ def read_gate_scores(path: Path) -> list[AdapterScore]:
 
     fix = "materialize adapter_gate_evaluation to write it again"
     if not path.is_file():
-        raise InputFileError(f"{path}: no screening table here; {fix} first.")
+        raise InputFileError(
+            f"{path}: no screening table here; write one with `make adapters` (the adapter_gate_evaluation asset)."
+        )
     rows = read_screening_table(path)
     if not rows:
         raise InputFileError(f"{path}: the screening table holds no adapters; {fix}.")

@@ -140,6 +140,13 @@ def test_the_report_leaves_its_table_alone_and_never_writes_through_a_planted_li
     assert (elsewhere / "scores.csv").read_bytes() == before and victim.read_text() == "precious"
 
 
+def test_a_missing_table_says_how_to_write_one(tmp_path: Path) -> None:
+    done = CliRunner().invoke(cli, ["adapters", "report", "--scores", str(tmp_path / "absent.csv")])
+    assert done.exit_code == 2 and "no screening table here; write one with `make adapters`" in " ".join(
+        done.output.split()
+    ), done.output
+
+
 def test_the_cli_reports_a_doctored_table_as_bad_input(table: Path, tmp_path: Path) -> None:
     path = _edit(table, tmp_path / "doctored.csv", 3, "ood", "")
     done = CliRunner().invoke(cli, ["adapters", "report", "--scores", str(path), "--out", str(tmp_path / "out")])
