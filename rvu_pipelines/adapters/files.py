@@ -379,7 +379,7 @@ def verify_adapter(folder: str | Path, base: BaseModelInfo) -> VerifiedAdapter:
     if root.is_file():
         _refuse_pickles(root.parent, [root])
         raise AdapterRefused(
-            "no_manifest", f"{root} is a bare file; load an adapter folder with a {WEIGHTS_NAME} and a manifest."
+            "no_manifest", f"{root} is a bare file; load an adapter folder holding {WEIGHTS_NAME} and {MANIFEST_NAME}."
         )
     if not root.is_dir():
         raise AdapterRefused("no_manifest", f"No adapter folder at {root}.")
