@@ -496,12 +496,14 @@ def read_gate_scores(path: Path) -> list[AdapterScore]:
     (a repeated row would count twice in every rate). Each refusal is an ``InputFileError`` naming the file, the
     column and the line."""
     from dataclasses import MISSING, fields
+    from typing import get_type_hints
 
     from rvu_pipelines.adapters.admission import read_screening_table
     from rvu_pipelines.bounded_io import truncate_for_message
     from rvu_pipelines.errors import InputFileError
 
     fix = "materialize adapter_gate_evaluation to write it again"
+    types = get_type_hints(AdapterScore)
     if not path.is_file():
         raise InputFileError(
             f"{path}: no screening table here; write one with `make adapters` (the adapter_gate_evaluation asset)."
@@ -526,7 +528,7 @@ def read_gate_scores(path: Path) -> list[AdapterScore]:
                 value = float("nan")
             elif value is None:
                 raise InputFileError(f"{path}: column '{f.name}', line {line} (adapter {who}) is empty; {fix}.")
-            elif f.type in ("float", "int"):
+            elif types[f.name] in (float, int):
                 try:
                     number = float(value)
                 except (TypeError, ValueError):
@@ -536,17 +538,14 @@ def read_gate_scores(path: Path) -> list[AdapterScore]:
                         f"{path}: column '{f.name}', line {line} (adapter {who}): "
                         f"{truncate_for_message(value, 40)} is not a finite number; {fix}."
                     )
-                if f.type == "int" and (number != int(number) or not 0 <= number <= MAX_BEHAVIOUR_TEXTS):
+                if types[f.name] is int and (number != int(number) or not 0 <= number <= MAX_BEHAVIOUR_TEXTS):
                     raise InputFileError(
                         f"{path}: column '{f.name}', line {line} (adapter {who}): "
                         f"{truncate_for_message(value, 40)} is not a count of texts; {fix}."
                     )
-                value = int(number) if f.type == "int" else number
-            elif f.name == "follow_up_classes" and _class_shifts_problem(str(value)):
-                raise InputFileError(
-                    f"{path}: column '{f.name}', line {line} (adapter {who}): "
-                    f"{_class_shifts_problem(str(value))}; {fix}."
-                )
+                value = int(number) if types[f.name] is int else number
+            elif f.name == "follow_up_classes" and (problem := _class_shifts_problem(str(value))):
+                raise InputFileError(f"{path}: column '{f.name}', line {line} (adapter {who}): {problem}; {fix}.")
             values[f.name] = value
         if values["adapter_id"] in first_line:
             raise InputFileError(
