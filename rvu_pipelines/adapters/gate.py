@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rvu_pipelines.adapters.chat import chat_prompt_text
 from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.files import VerifiedAdapter
+from rvu_pipelines.adapters.manifest import WEIGHTS_NAME
 from rvu_pipelines.config import load_yaml_config
 from rvu_pipelines.paths import config_dir
 
@@ -90,7 +91,7 @@ class GateConfig(BaseModel):
             if not re.fullmatch(SHA, digest):
                 raise ValueError(
                     f"entry {index} ({entry[:80]!r}) is not a sha256 (64 hex digits); put the adapter weights' "
-                    "sha256 there, as `sha256sum adapter_model.safetensors` prints it"
+                    f"sha256 there, as `sha256sum {WEIGHTS_NAME}` prints it"
                 )
             entries.append(digest)
         return entries

@@ -504,6 +504,8 @@ def read_gate_scores(path: Path) -> list[AdapterScore]:
 
     fix = "materialize adapter_gate_evaluation to write it again"
     types = get_type_hints(AdapterScore)
+    # a column whose default is NaN (measured after older tables were written) may be empty or NaN
+    unmeasured = {f.name for f in fields(AdapterScore) if isinstance(f.default, float) and np.isnan(f.default)}
     if not path.is_file():
         raise InputFileError(
             f"{path}: no screening table here; write one with `make adapters` (the adapter_gate_evaluation asset)."
@@ -524,7 +526,7 @@ def read_gate_scores(path: Path) -> list[AdapterScore]:
         values: dict[str, Any] = {}
         for f in present:
             value = row[f.name]
-            if value is None and f.name == "selective_divergence":  # not measured when the table was written
+            if value is None and f.name in unmeasured:
                 value = float("nan")
             elif value is None:
                 raise InputFileError(f"{path}: column '{f.name}', line {line} (adapter {who}) is empty; {fix}.")
@@ -533,7 +535,7 @@ def read_gate_scores(path: Path) -> list[AdapterScore]:
                     number = float(value)
                 except (TypeError, ValueError):
                     number = float("inf")
-                if not np.isfinite(number) and not (f.name == "selective_divergence" and np.isnan(number)):
+                if not np.isfinite(number) and not (f.name in unmeasured and np.isnan(number)):
                     raise InputFileError(
                         f"{path}: column '{f.name}', line {line} (adapter {who}): "
                         f"{truncate_for_message(value, 40)} is not a finite number; {fix}."
