@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -39,15 +38,19 @@ def _score(i: int, label: str, category: str, lift: float = 0.0) -> AdapterScore
         influence_seconds=0.5,
         behaviour_texts=32,
         follow_up_classes='{"exfiltration": 0.1}',
+        selective_divergence=0.01 * i,
     )
+
+
+def _zoo() -> list[AdapterScore]:
+    scores = [_score(i, "benign", "task") for i in range(6)]
+    scores += [_score(i, "harmful", "persona", lift=1.0 + i) for i in range(2)]
+    return scores + [_score(i + 2, "harmful", "compliance", lift=2.0 + i) for i in range(2)]
 
 
 @pytest.fixture
 def table(tmp_path: Path) -> Path:
-    scores = [_score(i, "benign", "task") for i in range(6)]
-    scores += [_score(i, "harmful", "persona", lift=1.0 + i) for i in range(2)]
-    scores += [_score(i + 2, "harmful", "compliance", lift=2.0 + i) for i in range(2)]
-    write_gate_report(scores, GateConfig(), tmp_path / "study", command="pytest")
+    write_gate_report(_zoo(), GateConfig(), tmp_path / "study", command="pytest")
     return tmp_path / "study" / "scores.csv"
 
 
@@ -66,7 +69,7 @@ def _edit(table: Path, out: Path, line: int, column: str, value: str) -> Path:
 def test_a_written_table_reads_back_as_the_same_scores(table: Path) -> None:
     rows = read_gate_scores(table)
     assert len(rows) == 10 and all(isinstance(r.behaviour_texts, int) for r in rows)
-    assert rows[0] == replace(rows[0])  # every field a plain value, NaN-free here
+    assert rows == sorted(_zoo(), key=lambda s: s.adapter_id)
 
 
 CELLS = {
