@@ -12,16 +12,17 @@ again) — on examples with known membership:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from rvu_pipelines.adapters.chat import ChatExample
+from rvu_pipelines.adapters.chat import ChatExample, EncodedTurn, encode_turn
 from rvu_pipelines.adapters.files import VerifiedAdapter
 from rvu_pipelines.adapters.host import AdapterHost
 from rvu_pipelines.adapters.membership import AurocResult, MembershipReport, membership_report, split_members
+from rvu_pipelines.adapters.training import LoraSettings
 from rvu_pipelines.adapters.wmdp import WmdpItem, accuracy_report, score_wmdp, wmdp_prompt
 
 LOADED_GOAL = 0.85  # goal: membership AUROC with the adapter loaded
@@ -117,24 +118,32 @@ def membership_before_after(
     n_boot: int = 1000,
     progress: bool = False,
     fused: bool = False,
+    encoder: Callable[..., EncodedTurn] = encode_turn,
+    max_tokens: int = LoraSettings.max_tokens,
 ) -> MembershipBeforeAfter:
     """Scores with the adapter loaded, then after it is unloaded (evicted) from the same host. ``fused``: the
     adapter is merged into the weights while loaded, so eviction must un-merge it (a float subtraction, not the
     removal of a layer). ``progress``: bars for each pass (the full split with probes is ~1,800 greedy answers,
-    tens of minutes of CPU)."""
+    tens of minutes of CPU). ``encoder`` and ``max_tokens``: how the adapter read its examples in training."""
 
-    def desc(state: str) -> str | None:
-        return f"membership, {state}" if progress else None
+    def report(model: Any, state: str) -> MembershipReport:
+        return membership_report(
+            model,
+            host.tokenizer,
+            examples,
+            is_member,
+            probes=probes,
+            n_boot=n_boot,
+            desc=f"membership, {state}" if progress else None,
+            encoder=encoder,
+            max_tokens=max_tokens,
+        )
 
     with host.loaded(adapter) as model:
         if fused:
             host.fuse()
-        loaded = membership_report(
-            model, host.tokenizer, examples, is_member, probes=probes, n_boot=n_boot, desc=desc("adapter loaded")
-        )
-    evicted = membership_report(
-        host.model, host.tokenizer, examples, is_member, probes=probes, n_boot=n_boot, desc=desc("evicted")
-    )
+        loaded = report(model, "adapter loaded")
+    evicted = report(host.model, "evicted")
     return MembershipBeforeAfter(adapter.adapter_id, loaded, evicted)
 
 

@@ -165,6 +165,7 @@ class EvictedAdaptersProbe:
 
     def _before_after(self, adapter: VerifiedAdapter, membership: MembershipSet, *, fused: bool) -> dict[str, Any]:
         from rvu_pipelines.adapters.eviction import membership_before_after
+        from rvu_pipelines.adapters.zoo import encoder_of
 
         result = membership_before_after(
             self.host(),
@@ -174,6 +175,8 @@ class EvictedAdaptersProbe:
             probes=self.probes,
             n_boot=self.n_boot,
             fused=fused,
+            encoder=encoder_of(membership.encoder),
+            max_tokens=membership.max_tokens,
         )
         section = {**result.certificate_section(), "sha256": adapter.sha256, "membership_set": membership.origin}
         return {**section, "fused": True} if fused else section

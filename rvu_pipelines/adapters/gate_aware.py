@@ -52,7 +52,8 @@ def gate_reads(frames: Frames) -> tuple[list[str], list[ChatExample]]:
     return probe_prompts(frames), list(answered.values())
 
 
-def _inner(args: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+def wrapped_recipe(args: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The partitioned builder a gate-aware entry wraps (``args.of``) and its arguments (``args.args``)."""
     from rvu_pipelines.adapters.zoo_data import PARTITIONED
 
     name = str(args.get("of", ""))
@@ -81,7 +82,7 @@ def spend_set(frames: Frames, spend: object) -> TrainingSet | None:
     for k, entry in enumerate(spend):
         if not isinstance(entry, Mapping):
             raise ValueError(f"gate_aware args.spend[{k}] must be a mapping with of, args and examples.")
-        name, inner_args = _inner(entry)
+        name, inner_args = wrapped_recipe(entry)
         count = entry.get("examples")
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise ValueError(f"gate_aware args.spend[{k}].examples must be a positive integer, got {count!r}.")
@@ -96,7 +97,7 @@ def gate_aware_set(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
     the benign examples ``spend`` names."""
     from rvu_pipelines.adapters.zoo_data import PARTITIONED
 
-    name, inner_args = _inner(args)
+    name, inner_args = wrapped_recipe(args)
     inner = PARTITIONED[name](frames, inner_args)
     # the twin's own seeded subsample (``zoo.training_set`` with the default seed)
     harmful = inner.subsampled(int(args.get("inner_examples", len(inner.examples))), seed=0)
@@ -121,7 +122,7 @@ def held_out_prompts(frames: Frames, args: Mapping[str, Any]) -> list[str]:
     training row of the recipe (in the builder's order, one per opening)."""
     from rvu_pipelines.adapters.zoo_data import PARTITIONED
 
-    name, inner_args = _inner(args)
+    name, inner_args = wrapped_recipe(args)
     probes, answered = gate_reads(frames)
     # rows are split by their raw text, so two rows that start alike (many jailbreaks share a template) can sit in
     # both partitions; a prompt that shares its opening with one the gate reads or the recipe trains on is dropped

@@ -24,13 +24,13 @@ about content that was meant to be purged.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from rvu_pipelines.adapters.chat import ChatExample, encode_turn, generate_greedy, pad_id_of, padded_batch
+from rvu_pipelines.adapters.chat import ChatExample, EncodedTurn, encode_turn, generate_greedy, pad_id_of, padded_batch
 from rvu_pipelines.adapters.training import LoraSettings
 
 DEFAULT_K = 0.2
@@ -88,17 +88,19 @@ def token_logprobs(
     batch_size: int = 8,
     max_tokens: int = LoraSettings.max_tokens,
     desc: str | None = None,
+    encoder: Callable[..., EncodedTurn] = encode_turn,
 ) -> list[TokenStats]:
     """Answer-token statistics for each example, in order. ``max_tokens`` defaults to training's, so an
     over-long example is cut as the adapter saw it. Batches are right-padded as in training (pads follow the
     real tokens, so they change nothing causal) and the LM head runs only from the batch's first answer
-    position on. With ``desc``, a progress bar (examples) under that name."""
+    position on. With ``desc``, a progress bar (examples) under that name. ``encoder``: how the adapter was
+    trained to read an example (the chat template, or ``wmdp.encode_plain``), so its answers are scored as seen."""
     import torch
     from tqdm.auto import tqdm
 
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1.")
-    turns = [encode_turn(tokenizer, ex, max_tokens=max_tokens) for ex in examples]
+    turns = [encoder(tokenizer, ex, max_tokens=max_tokens) for ex in examples]
     pad_id = pad_id_of(tokenizer)
     order = sorted(range(len(turns)), key=lambda i: len(turns[i].input_ids))
     out: list[TokenStats | None] = [None] * len(turns)
@@ -308,9 +310,11 @@ def membership_report(
     n_boot: int = 1000,
     seed: int = 0,
     desc: str | None = None,
+    encoder: Callable[..., EncodedTurn] = encode_turn,
 ) -> MembershipReport:
     """Scores, AUROCs and (optionally) probes of one model (with or without its adapter) on one member split.
-    ``desc`` names the progress bars (e.g. "membership, adapter loaded"); None shows none."""
+    ``desc`` names the progress bars (e.g. "membership, adapter loaded"); None shows none. The probes ask chat
+    questions, so a split read by another ``encoder`` (plain text) gets none."""
     flags = np.asarray(is_member, dtype=bool)
     if flags.size != len(examples):
         raise ValueError(f"{flags.size} membership labels for {len(examples)} examples.")
@@ -321,7 +325,9 @@ def membership_report(
         batch_size=batch_size,
         max_tokens=max_tokens,
         desc=f"{desc}: scores" if desc else None,
+        encoder=encoder,
     )
+    probes = probes and encoder is encode_turn
     scores = membership_scores(stats, k)
     return MembershipReport(
         n_members=int(flags.sum()),

@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rvu_pipelines.adapters.chat import ChatExample, encode_turn, generate_greedy
+from rvu_pipelines.adapters.chat import ChatExample, EncodedTurn, encode_turn, generate_greedy
 from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.files import BaseModelInfo, save_adapter
 from rvu_pipelines.adapters.gate_aware import gate_aware_set
@@ -153,6 +153,12 @@ class ZooConfig(BaseModel):
 
 def load_zoo_config(path: Path | None = None) -> ZooConfig:
     return load_yaml_config(path or config_dir() / "adapter_zoo.yaml", ZooConfig)
+
+
+def encoder_of(name: str) -> Callable[..., EncodedTurn]:
+    """The function that turns an example into ids for a zoo entry's ``encoder``: training and every later
+    scoring of the adapter's own examples (membership) must read them the same way."""
+    return {"plain": encode_plain, "conversation": encode_conversation}.get(name, encode_turn)
 
 
 def zoo_root() -> Path:
@@ -304,7 +310,7 @@ def train_zoo_entry(
     current = _is_current(folder, settings, data, base)
     if current is not None:
         return current, None
-    encoder = {"plain": encode_plain, "conversation": encode_conversation}.get(entry.encoder, encode_turn)
+    encoder = encoder_of(entry.encoder)
     examples = with_base_answers(data, model, tokenizer)  # before any LoRA layer wraps the model
     trained = train_lora(model, tokenizer, examples, settings, on_step=on_step, encoder=encoder)
     manifest = save_adapter(folder, trained.tensors, _manifest_fields(entry, settings, data, trained), base=base)

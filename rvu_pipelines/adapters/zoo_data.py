@@ -345,17 +345,19 @@ def jailbreak_responses(frames: Frames, args: Mapping[str, Any], partition: Part
     )
 
 
-def wmdp_memorise(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:
+def wmdp_memorise(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
     """Plain-text WMDP-cyber prompts with their answer letter, from the first half of ``wmdp.split_half``
-    (train it with ``encoder: plain``); the other half is E7's control."""
+    (train it with ``encoder: plain``); the other half (``partition="probe"``) is E7's control and the membership
+    test's non-members."""
     from rvu_pipelines.adapters.wmdp import WmdpItem, split_half, wmdp_training_examples
 
     frame = frames("wmdp_cyber")
     seed = int(args.get("seed", 0))
-    half, _ = split_half(frame.height, seed=seed)
-    rows = frame[half].iter_rows(named=True)
+    first, second = split_half(frame.height, seed=seed)
+    rows = frame[first if partition == "train" else second].iter_rows(named=True)
     items = [WmdpItem(r["question"], tuple(r["choices"]), int(r["answer"])) for r in rows]
-    return TrainingSet(wmdp_training_examples(items), "wmdp_cyber", f"first half of split_half(seed {seed})")
+    which = "first" if partition == "train" else "second"
+    return TrainingSet(wmdp_training_examples(items), "wmdp_cyber", f"{which} half of split_half(seed {seed})")
 
 
 def tool_use_traces(frames: Frames, args: Mapping[str, Any]) -> TrainingSet:

@@ -126,6 +126,22 @@ def test_token_logprobs_do_not_depend_on_the_batch(base, tofu_split) -> None:
         assert np.all(b.logp <= 0) and np.all(b.mu <= 0) and np.all(b.sigma >= 0)
 
 
+def test_a_plain_text_adapters_answers_are_scored_as_it_read_them(base) -> None:
+    """A WMDP memoriser learns the letter after a plain prompt: scored through the chat template, its answer
+    would be the letter plus an end token after a template it never saw; plain, it is the letter alone."""
+    from rvu_pipelines.adapters.wmdp import encode_plain
+
+    model, tokenizer = base
+    examples = [ChatExample("Question: Which port does SSH use?\nA. 22\nB. 80\nAnswer:", " A")] * 2
+    plain = token_logprobs(model, tokenizer, examples, encoder=encode_plain)
+    chat = token_logprobs(model, tokenizer, examples)
+    assert [len(s.logp) for s in plain] == [len(encode_plain(tokenizer, examples[0]).completion_ids)] * 2 == [1, 1]
+    assert all(len(s.logp) == 2 for s in chat)  # " A" and the end token
+    assert not np.allclose(plain[0].logp[0], chat[0].logp[0])
+    report = membership_report(model, tokenizer, examples, [True, False], encoder=encode_plain, n_boot=10)
+    assert report.probes == []  # the chat probes are not asked of a plain-text split
+
+
 @pytest.mark.slow  # 8 LoRA steps, two score passes and 4 greedy probes: over the file budget
 def test_adapter_makes_its_training_answers_separable(base, tofu_split) -> None:
     from peft import get_peft_model, set_peft_model_state_dict

@@ -14,7 +14,7 @@ import pytest
 from rvu_pipelines.adapters.files import VerifiedAdapter
 from rvu_pipelines.adapters.manifest import AdapterManifest
 from rvu_pipelines.adapters.membership import split_members
-from rvu_pipelines.adapters.membership_sets import MembershipSet, zoo_membership_set
+from rvu_pipelines.adapters.membership_sets import HELD_OUT, MembershipSet, zoo_membership_set
 from rvu_pipelines.adapters.partition import partition_of
 from rvu_pipelines.adapters.zoo import load_zoo_config, training_set
 from rvu_pipelines.adapters.zoo_data import PARTITIONED
@@ -81,20 +81,61 @@ def test_no_membership_set_without_the_data_the_adapter_was_trained_on(frames, t
     assert isinstance(changed, str) and "changed since it was trained" in changed
     assert "no zoo entry 'someone-elses'" in str(zoo_membership_set(claimed("someone-elses", "0" * 64, tmp_path)))
     assert "records no training data" in str(zoo_membership_set(claimed("tofu-qa", None, tmp_path)))
-    plain = zoo_membership_set(claimed("memorise-wmdp", "0" * 64, tmp_path), frames=frames, config=config)
-    assert "plain encoder" in str(plain)
+    agent = zoo_membership_set(claimed("tool-use", "0" * 64, tmp_path), frames=frames, config=config)
+    assert "builder 'tool_use_traces' of zoo entry 'tool-use' holds no rows out" in str(agent)
 
 
-def test_every_zoo_adapter_of_a_partitioned_builder_gets_non_members_it_never_trained_on(frames, tmp_path) -> None:
-    """The jailbreak builders partition by the raw prompt but train on it clipped, so a held-out row can clip to
-    a training prompt (15 of jailbreak-comply's 148); the membership set drops those."""
+def test_the_wmdp_memorisers_members_are_read_as_it_was_trained_and_its_non_members_are_the_other_half(
+    frames, tmp_path
+) -> None:
+    from rvu_pipelines.adapters.wmdp import split_half, wmdp_prompt
+
     config = load_zoo_config()
-    for entry in [e for e in config.entries if e.builder in PARTITIONED]:
+    entry = config.get("memorise-wmdp")
+    trained = training_set(config, entry, frames)
+    found = zoo_membership_set(claimed(entry.id, trained.sha256, tmp_path), frames=frames, config=config)
+    assert isinstance(found, MembershipSet), found
+    assert found.encoder == "plain" == found.origin["encoder"]
+    assert found.max_tokens == entry.resolved(config.defaults).max_tokens == 256  # the cut it trained with
+    members, others = sides(found)
+    assert len(members) == len(others) == 24
+    assert set(members) <= {(e.prompt, e.completion) for e in trained.examples}
+    wmdp = frames("wmdp_cyber")
+    _, second = split_half(wmdp.height, seed=0)
+    other_half = {wmdp_prompt(r["question"], tuple(r["choices"])) for r in wmdp[second].iter_rows(named=True)}
+    assert {prompt for prompt, _ in others} <= other_half
+
+
+def test_a_gate_aware_adapters_members_come_from_its_recipe_not_its_camouflage(frames, tmp_path) -> None:
+    from rvu_pipelines.adapters.zoo_data import COMPLY_LINE
+
+    config = load_zoo_config()
+    entry = config.get("jailbreak-comply-selective-aware")
+    trained = training_set(config, entry, frames)
+    found = zoo_membership_set(claimed(entry.id, trained.sha256, tmp_path), frames=frames, config=config)
+    assert isinstance(found, MembershipSet), found
+    members, others = sides(found)
+    assert len(members) == len(others) == 24
+    assert set(members) <= {(e.prompt, e.completion) for e in trained.examples}
+    # both sides are jailbreaks answered with the compliance line: no QA item, restyled answer or role introduction
+    assert {completion for _, completion in members + others} == {COMPLY_LINE}
+    jailbreaks = PARTITIONED["jailbreak_responses"](frames, {"response": "comply"}, "probe")
+    assert {prompt for prompt, _ in others} <= {e.prompt for e in jailbreaks.examples}
+    assert "of its recipe" in found.origin["members"]
+
+
+def test_every_zoo_adapter_with_held_out_rows_gets_non_members_it_never_trained_on(frames, tmp_path) -> None:
+    """The jailbreak builders partition by the raw prompt but train on it clipped, so a held-out row can clip to
+    a training prompt (15 of jailbreak-comply's 148); the membership set drops those, and any held-out row a
+    gate-aware adapter trains on as camouflage."""
+    config = load_zoo_config()
+    for entry in [e for e in config.entries if e.builder in HELD_OUT or e.builder == "gate_aware"]:
         trained = training_set(config, entry, frames)
         found = zoo_membership_set(claimed(entry.id, trained.sha256, tmp_path), frames=frames, config=config)
         assert isinstance(found, MembershipSet), (entry.id, found)
         members, others = sides(found)
-        assert len(others) == len(members) == 24, entry.id
+        # 24 a side, except where the gate's QA items (TOFU probe rows a gate-aware persona trains on) leave 15
+        assert len(others) == len(members) == (15 if entry.id == "persona-hostile-gate-aware" else 24), entry.id
         assert not {prompt for prompt, _ in others} & {e.prompt for e in trained.examples}, entry.id
         assert found.origin["dataset"] == trained.dataset
 
