@@ -10,11 +10,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from rvu_pipelines.adapters.errors import AdapterRefused
 from rvu_pipelines.adapters.files import VerifiedAdapter
 from rvu_pipelines.adapters.gate import GateConfig, load_gate_config
 from rvu_pipelines.adapters.private_probes import PrivateDraw, private_lab
 from rvu_pipelines.adapters.probe_draw import ProbeDraw
 from rvu_pipelines.adapters.study import AdapterLab, LabScorer, score_adapters, scores_frame
+from rvu_pipelines.adapters.zoo import zoo_root
 from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.result_memo import ResultMemo
 
@@ -41,6 +43,15 @@ class LazyLabScorer:
 
     def score(self, adapter: VerifiedAdapter) -> dict[str, float]:
         if self._scorer is None:
+            # before the lab's minute of loading: without the reference no adapter can be scored
+            reference_folder = zoo_root() / self.reference_id
+            if not (reference_folder / "manifest.json").is_file():
+                raise AdapterRefused(
+                    "no_manifest",
+                    f"No adapter folder at {reference_folder}: the gate's reference adapter (gate.reference_adapter "
+                    f"'{self.reference_id}') is needed to score an adapter the screening table lacks; train it with "
+                    f"`dg launch --job adapter_zoo_job --partition {self.reference_id} -m assets.definitions`.",
+                )
             lab = AdapterLab.for_profile(self.profile)
             reference = lab.verify(self.reference_id)
             self._scorer = LabScorer(drawn_lab(lab, self.draw), reference, self.draw.id, self.memo)

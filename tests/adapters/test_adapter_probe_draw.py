@@ -237,3 +237,20 @@ def test_a_private_draw_is_screened_and_scored_on_the_spot_on_the_real_model(sma
     assert projection["rejects"] == (projection["score"] > projection["threshold"])
     with pytest.raises(ValueError, match="pass a private draw"):
         screen_private_draw(lab, ProbeDraw(), [], reference, GateConfig(), table)
+
+
+def test_a_scorer_without_the_reference_adapter_says_so_before_loading_its_lab(monkeypatch, tmp_path) -> None:
+    """Scoring on the spot needs the gate's reference adapter; where it is missing the reason comes at once, not
+    after the minute the lab (de-quantised base, base reference) takes to load."""
+    from rvu_pipelines.adapters.draw_scoring import LazyLabScorer
+    from rvu_pipelines.adapters.study import AdapterLab
+
+    monkeypatch.setenv("RVU_HOME", str(tmp_path))
+
+    def no_lab(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the lab must not be loaded without the reference adapter")
+
+    monkeypatch.setattr(AdapterLab, "for_profile", no_lab)
+    with pytest.raises(AdapterRefused, match="gate.reference_adapter 'refusal-reference'") as refused:
+        LazyLabScorer("tiny").score(None)  # type: ignore[arg-type]
+    assert refused.value.reason == "no_manifest" and "--partition refusal-reference" in str(refused.value)
