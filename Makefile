@@ -99,7 +99,7 @@ adapters: setup
 	done
 	$(BIN)/dg launch --job adapter_study_job -m assets.definitions
 	cd $(STATE)/adapter_study && cat gate.md gate_aware/gate_aware.md trigger_search/trigger_search.md incidents.md oracle/incidents.md \
-		tool_use.md eviction_runtime/eviction_runtime.md
+		tool_use.md eviction_runtime/eviction_runtime.md certificates/certificates.md
 
 # The local scale profile: PostgreSQL, MLflow server, Dagster webserver + daemon, Redis + celery workers on
 # loopback, data under .rvu/scale; `source .rvu/scale/scale.env` to use it from a shell. Idempotent; ports and

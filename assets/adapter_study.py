@@ -795,6 +795,52 @@ def adapter_eviction_runtime(
     )
 
 
+class CertificateStudyConfig(Config):
+    adapters: list[str] = Field(
+        default_factory=list, description="zoo adapter ids; empty: every trained evaluated and gate-aware adapter"
+    )
+    fused: bool = Field(default=False, description="the incident fuses the adapter into the base before unloading")
+    out: str | None = Field(default=None, description="output folder; default <state>/adapter_study/certificates")
+
+
+@asset(
+    code_version=CODE_VERSION,
+    tags=FULL_STUDY,
+    group_name=STUDY_GROUP,
+    kinds={"mlflow"},
+    deps=[ZOO, "adapter_gate_evaluation"],
+    description="Do certificates carry the evidence? One incident per trained zoo adapter that the shipped FROC "
+    "policy evicts, each recovered by `rvu recover` in a scratch state (the operator's blocklist and stores are "
+    "left alone); counts the certificates whose gate section scored the adapter and whose membership section "
+    "measured it loaded vs evicted, and gives the certificate's reason where not. Writes certificates.md / "
+    "certificates.json, stamped.",
+    check_specs=[AssetCheckSpec("every_eviction_certified", asset="adapter_certificates", blocking=False)],
+)
+def adapter_certificates(
+    context: AssetExecutionContext, config: CertificateStudyConfig, mlflow_tracker: MlflowTrackerResource
+):
+    from rvu_pipelines.adapters.certificate_study import CertificateStudyOptions, run_certificate_study
+    from rvu_pipelines.errors import InputFileError
+
+    out = Path(config.out) if config.out else _study_folder() / "certificates"
+    options = CertificateStudyOptions(ids=tuple(config.adapters), fused=config.fused)
+    document, metadata = run_full_study(
+        context,
+        mlflow_tracker,
+        config,
+        lambda: run_certificate_study(
+            options, out, state=state_dir(), command=launched_command(context, config), say=context.log.info
+        ),
+        out=out,
+        page="certificates.md",
+        artifacts=("certificates.md", "certificates.json"),
+        metrics=lambda document: numeric_metrics(document["summary"]),
+        refusals=(InputFileError, ValueError),  # no screening table or trained zoo; an adapter id the zoo lacks
+    )
+    yield Output(document["summary"], metadata=metadata)
+    yield AssetCheckResult(check_name="every_eviction_certified", passed=bool(document["summary"]["goal_met"]))
+
+
 def adapter_study_assets() -> list:
     return [
         adapter_gate_evaluation,
@@ -806,6 +852,7 @@ def adapter_study_assets() -> list:
         adapter_incidents,
         adapter_tool_use,
         adapter_eviction_runtime,
+        adapter_certificates,
     ]
 
 
@@ -816,7 +863,8 @@ adapter_study_job = define_asset_job(
     description="Seed 000 E4-E7 and E1 with adapters over the trained zoo (`make adapters`): the gate and "
     "influence (the load gate's screening table), membership loaded vs evicted, WMDP-cyber on all 1,987 items, "
     "incidents with a harmful adapter loaded part-way (D1 and oracle seeds), the tool-use adapter's utility and "
-    "ASR, and eviction on the agent's runtime; hours of CPU, model calls replayed from the response cache.",
+    "ASR, eviction on the agent's runtime, and whether each eviction's certificate carries the evidence; hours "
+    "of CPU, model calls replayed from the response cache.",
 )
 
 

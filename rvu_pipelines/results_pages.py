@@ -90,6 +90,8 @@ RESULT_SOURCES: tuple[ResultSource, ...] = (
     ResultSource("adapter-incidents", "Adapter incidents (E1)", "adapter_study/incidents.md", "make adapters"),
     ResultSource("adapter-eviction-runtime", "Eviction on the agent's runtime",
                  "adapter_study/eviction_runtime/eviction_runtime.md", "make adapters"),
+    ResultSource("adapter-certificates", "Certificates of evicted adapters",
+                 "adapter_study/certificates/certificates.md", "make adapters"),
 )  # fmt: skip
 
 

@@ -33,6 +33,7 @@ STUDY = {
     "adapter_incidents",
     "adapter_tool_use",
     "adapter_eviction_runtime",
+    "adapter_certificates",
 }
 
 

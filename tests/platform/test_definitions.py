@@ -83,6 +83,7 @@ def test_default_job_selects_every_asset_with_checks() -> None:
             "adapter_incidents",
             "adapter_tool_use",
             "adapter_eviction_runtime",
+            "adapter_certificates",
             "attack_table_full",
             "spectral_study",
             "spectral_controls",
