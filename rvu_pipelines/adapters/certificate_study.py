@@ -35,6 +35,7 @@ from typing import Any
 from rvu_pipelines.atomic_write import write_atomically
 
 INFLUENCE = 0.95  # the adapter's recorded influence in the incident: high, as for an adapter that wrote the payload
+NOT_SCREENED = "not screened"
 MEMBERSHIP_SCORE = "min_k_plus_plus"  # the score the summary shows (the certificate holds all three)
 
 
@@ -100,7 +101,7 @@ class CertificateCoverage:
 
     adapter_id: str
     evicted: bool
-    gate: str  # "table" / "recovery" (where the scores came from) or "not screened"
+    gate: str  # where the scores came from ("table", "at_recovery"), or NOT_SCREENED
     gate_verdict: str
     gate_reason: str
     membership: str  # "run" or "not run"
@@ -114,7 +115,7 @@ class CertificateCoverage:
     @property
     def filled(self) -> bool:
         """Both sections carry a measurement of the evicted adapter."""
-        return self.evicted and self.gate in ("table", "recovery") and self.membership == "run"
+        return self.evicted and self.gate != NOT_SCREENED and self.membership == "run"
 
 
 def certificate_coverage(body: Mapping[str, Any], adapter_id: str, seconds: float = 0.0) -> CertificateCoverage:
@@ -123,7 +124,7 @@ def certificate_coverage(body: Mapping[str, Any], adapter_id: str, seconds: floa
     evicted = adapter_id in (attestation.get("evicted") or [])
     gate_row = ((attestation.get("gate") or {}).get("results") or {}).get(adapter_id) or {}
     scored = isinstance(gate_row.get("behaviour"), Mapping)
-    gate = str(gate_row.get("scored", "table")) if scored else "not screened"
+    gate = str(gate_row.get("scored") or "table") if scored else NOT_SCREENED
     gate_reason = "" if scored else str(gate_row.get("behaviour_reason") or gate_row.get("reason") or "no gate row")
     section = body.get("membership_probe") or {}
     row = (section.get("adapters") or {}).get(adapter_id) or {}
@@ -151,7 +152,7 @@ def certificate_coverage(body: Mapping[str, Any], adapter_id: str, seconds: floa
 
 def failed_run(adapter_id: str, error: str, seconds: float) -> CertificateCoverage:
     """A recovery that wrote no certificate: counted, with its error, as a certificate without evidence."""
-    return CertificateCoverage(adapter_id, False, "not screened", "", "", "not run", "", "", None, None, seconds, error)
+    return CertificateCoverage(adapter_id, False, NOT_SCREENED, "", "", "not run", "", "", None, None, seconds, error)
 
 
 def scratch_state(root: Path, state: Path, adapter_folder: Path, screening_table: Path) -> Path:
@@ -209,10 +210,16 @@ def certify_one(
 ) -> CertificateCoverage:
     """Recover one adapter's incident with ``rvu recover`` in a scratch state and read its certificate."""
     from rvu_pipelines.adapters.manifest import read_manifest
+    from rvu_pipelines.errors import RvuError
+    from rvu_pipelines.recovery.certificate import verify_certificate
+    from rvu_pipelines.recovery.signing_keys import trusted_fingerprint
 
     folder = state / "adapters" / adapter_id
-    manifest = read_manifest(folder)
     started = time.perf_counter()
+    try:
+        manifest = read_manifest(folder)
+    except (RvuError, OSError, ValueError) as exc:
+        return failed_run(adapter_id, f"its manifest cannot be read: {exc}", 0.0)
     with tempfile.TemporaryDirectory(prefix="rvu-cert-") as scratch:
         root = Path(scratch)
         home = scratch_state(root, state, folder, screening_table)
@@ -238,8 +245,13 @@ def certify_one(
         if done.returncode != 0 or not certificate.is_file():
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
             return failed_run(adapter_id, f"rvu recover exited {done.returncode}: {tail[0]}", seconds)
+        # read as an auditor would: signed by the key this recovery used, unchanged since
+        signer = trusted_fingerprint(home / "recovery" / "keys")
+        valid, why = verify_certificate(certificate, trusted_fingerprints=[signer] if signer else None)
+        if not valid or signer is None:
+            return failed_run(adapter_id, f"the certificate does not verify: {why}", seconds)
         document = json.loads(certificate.read_text())
-        return certificate_coverage(document.get("body", document), adapter_id, seconds)
+        return certificate_coverage(document, adapter_id, seconds)
 
 
 def summary(rows: Sequence[CertificateCoverage]) -> dict[str, Any]:
@@ -248,7 +260,7 @@ def summary(rows: Sequence[CertificateCoverage]) -> dict[str, Any]:
     return {
         "adapters": len(rows),
         "evicted": len(evicted),
-        "gate_scored": sum(row.gate in ("table", "recovery") for row in evicted),
+        "gate_scored": sum(row.gate != NOT_SCREENED for row in evicted),
         "membership_run": sum(row.membership == "run" for row in evicted),
         "both_filled": sum(row.filled for row in evicted),
         "failed_runs": sum(bool(row.error) for row in rows),
@@ -270,7 +282,7 @@ def coverage_table(rows: Sequence[CertificateCoverage]) -> list[str]:
     for row in rows:
         gate = (
             f"scored ({row.gate}): {row.gate_verdict}"
-            if row.gate != "not screened"
+            if row.gate != NOT_SCREENED
             else f"not screened: {row.gate_reason}"
         )
         membership = (

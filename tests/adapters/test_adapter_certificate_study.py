@@ -57,7 +57,7 @@ def _certificate(evicted: bool, gate_row: dict, membership_row: dict) -> dict:
 
 SCORED = {
     "behaviour": {"ood": {"score": 1.0, "threshold": 2.0, "rejects": False}},
-    "scored": "recovery",
+    "scored": "at_recovery",  # as recovery_gate writes it for an adapter scored on the spot
     "verdict": "pass",
 }
 MEASURED = {
@@ -70,7 +70,7 @@ MEASURED = {
 
 def test_a_section_counts_as_filled_only_when_it_measured_the_evicted_adapter() -> None:
     full = certificate_coverage(_certificate(True, SCORED, MEASURED), "a")
-    assert full.filled and full.gate == "recovery" and full.gate_verdict == "pass"
+    assert full.filled and full.gate == "at_recovery" and full.gate_verdict == "pass"
     assert (full.loaded_auroc, full.evicted_auroc, full.membership_verdict) == (0.97, 0.48, "clean")
     unscreened = {
         "behaviour": "not screened",
@@ -172,3 +172,9 @@ def test_one_incident_goes_through_rvu_recover_in_a_scratch_state(gate_base, noi
     assert row.membership == "not run" and "its members are unknown" in row.membership_reason
     assert not row.filled
     assert sorted(str(p.relative_to(state)) for p in state.rglob("*")) == before  # no blocklist, key or store here
+
+
+def test_an_adapter_without_a_readable_manifest_is_a_failed_row_not_a_failed_study(tmp_path: Path) -> None:
+    row = certify_one("absent", tmp_path, tmp_path / "scores.csv", CertificateStudyOptions())
+    assert row.error.startswith("its manifest cannot be read") and not row.filled and not row.evicted
+    assert summary([row])["failed_runs"] == 1
