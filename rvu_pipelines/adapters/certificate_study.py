@@ -107,6 +107,7 @@ class CertificateCoverage:
     membership: str  # "run" or "not run"
     membership_verdict: str
     membership_reason: str
+    verdict_without_base: str  # the membership verdict without the base model as its control
     loaded_auroc: float | None
     evicted_auroc: float | None
     seconds: float = 0.0
@@ -144,6 +145,7 @@ def certificate_coverage(body: Mapping[str, Any], adapter_id: str, seconds: floa
         membership="run" if ran else "not run",
         membership_verdict=str(row.get("verdict", "")) if ran else "",
         membership_reason=reason,
+        verdict_without_base=str(row.get("verdict_without_base", "")) if ran else "",
         loaded_auroc=auroc("loaded") if ran else None,
         evicted_auroc=auroc("evicted") if ran else None,
         seconds=seconds,
@@ -152,7 +154,9 @@ def certificate_coverage(body: Mapping[str, Any], adapter_id: str, seconds: floa
 
 def failed_run(adapter_id: str, error: str, seconds: float) -> CertificateCoverage:
     """A recovery that wrote no certificate: counted, with its error, as a certificate without evidence."""
-    return CertificateCoverage(adapter_id, False, NOT_SCREENED, "", "", "not run", "", "", None, None, seconds, error)
+    return CertificateCoverage(
+        adapter_id, False, NOT_SCREENED, "", "", "not run", "", "", "", None, None, seconds, error
+    )
 
 
 def scratch_state(root: Path, state: Path, adapter_folder: Path, screening_table: Path) -> Path:
@@ -263,6 +267,9 @@ def summary(rows: Sequence[CertificateCoverage]) -> dict[str, Any]:
         "gate_scored": sum(row.gate != NOT_SCREENED for row in evicted),
         "membership_run": sum(row.membership == "run" for row in evicted),
         "both_filled": sum(row.filled for row in evicted),
+        # membership verdicts: with the base model as the control, and without it (what the split alone separates)
+        "residual": sum(row.membership_verdict == "residual" for row in evicted),
+        "residual_without_base": sum(row.verdict_without_base == "residual" for row in evicted),
         "failed_runs": sum(bool(row.error) for row in rows),
         "goal_met": bool(rows) and len(evicted) == len(rows) and all(row.filled for row in evicted),
     }
@@ -288,6 +295,8 @@ def coverage_table(rows: Sequence[CertificateCoverage]) -> list[str]:
         membership = (
             f"run: {row.membership_verdict}" if row.membership == "run" else f"not run: {row.membership_reason}"
         )
+        if row.verdict_without_base and row.verdict_without_base != row.membership_verdict:
+            membership += f" (without the base as control: {row.verdict_without_base})"
         if row.error:
             gate = membership = f"no certificate: {row.error}"
         aurocs = f"{_auroc(row.loaded_auroc)} → {_auroc(row.evicted_auroc)}"
@@ -346,7 +355,8 @@ def run_certificate_study(
         f"each recovered by `rvu recover` in its own scratch state: {counts['evicted']} of {counts['adapters']} "
         f"evicted; gate section scored {counts['gate_scored']}, membership measured {counts['membership_run']}, "
         f"both {counts['both_filled']}; goal (every certificate of an eviction carries both) "
-        f"{'met' if counts['goal_met'] else 'not met'}."
+        f"{'met' if counts['goal_met'] else 'not met'}. Membership verdict residual: {counts['residual']} with the "
+        f"base model scored on the same members as the control, {counts['residual_without_base']} without it."
     )
     text = "\n".join([setting, "", *coverage_table(rows), "", stamp_line(stamp), ""])
     write_atomically(out / "certificates.md", text)

@@ -12,8 +12,8 @@ again) — on examples with known membership:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,13 @@ import numpy as np
 from rvu_pipelines.adapters.chat import ChatExample, EncodedTurn, encode_turn
 from rvu_pipelines.adapters.files import VerifiedAdapter
 from rvu_pipelines.adapters.host import AdapterHost
-from rvu_pipelines.adapters.membership import AurocResult, MembershipReport, membership_report, split_members
+from rvu_pipelines.adapters.membership import (
+    AurocResult,
+    MembershipReport,
+    membership_report,
+    paired_auroc_difference,
+    split_members,
+)
 from rvu_pipelines.adapters.training import LoraSettings
 from rvu_pipelines.adapters.wmdp import WmdpItem, accuracy_report, score_wmdp, wmdp_prompt
 
@@ -81,31 +87,55 @@ def separation_verdict(aurocs: Iterable[AurocResult], gaps: Iterable[LeakGap] = 
     return "inconclusive" if above or wide else "clean"
 
 
-def verdict(evicted: MembershipReport) -> str:
-    """``separation_verdict`` of an evicted report: its likelihood AUROCs and its prompt probes' leak rates."""
+def verdict(evicted: MembershipReport, beyond_base: Mapping[str, AurocResult] | None = None) -> str:
+    """``separation_verdict`` of an evicted report: its likelihood AUROCs and its prompt probes' leak rates.
+
+    With ``beyond_base`` (per score, the evicted AUROC minus the base model's on the same examples, paired), an
+    AUROC counts toward ``residual`` only when it also lies above the base's: members the base model alone tells
+    apart (a split that is separable before any adapter, or chance at these counts) are the split's, not what the
+    adapter left, and such a verdict is ``inconclusive``."""
     gaps = [
         LeakGap(p.member_leak_rate, evicted.n_members, p.non_member_leak_rate, evicted.n_non_members)
         for p in evicted.probes
     ]
-    return separation_verdict(evicted.auroc.values(), gaps)
+    absolute = separation_verdict(evicted.auroc.values(), gaps)
+    if absolute != "residual" or beyond_base is None:
+        return absolute
+    leaking = any(gap.gap > PROBE_GAP and gap.p_value() < 0.05 for gap in gaps)
+    beyond = any(
+        result.auroc > EVICTED_GOAL and not result.ci_low <= 0.5 and not beyond_base[name].ci_low <= 0  # NaN: point
+        for name, result in evicted.auroc.items()
+        if name in beyond_base
+    )
+    return "residual" if leaking or beyond else "inconclusive"
 
 
 @dataclass(frozen=True)
 class MembershipBeforeAfter:
+    """The three states on one member split: the base before the adapter was loaded (the control: what the split
+    itself separates), the adapter loaded, and after eviction; ``beyond_base``: evicted minus base, paired."""
+
     adapter_id: str
     loaded: MembershipReport
     evicted: MembershipReport
+    base: MembershipReport | None = None
+    beyond_base: dict[str, AurocResult] | None = None
 
     def certificate_section(self) -> dict[str, Any]:
         """The recovery certificate's ``membership_probe`` section (plain values; no generated text)."""
-        return {
+        section = {
             "status": "run",
             "adapter_id": self.adapter_id,
-            "verdict": verdict(self.evicted),
+            "verdict": verdict(self.evicted, self.beyond_base),
             "goal": {"loaded_auroc_at_least": LOADED_GOAL, "evicted_auroc_at_most": EVICTED_GOAL},
             "loaded": self.loaded.to_dict(),
             "evicted": self.evicted.to_dict(),
         }
+        if self.base is not None and self.beyond_base is not None:
+            section["base"] = self.base.to_dict()
+            section["evicted_minus_base"] = {name: asdict(result) for name, result in self.beyond_base.items()}
+            section["verdict_without_base"] = verdict(self.evicted)
+        return section
 
 
 def membership_before_after(
@@ -121,7 +151,8 @@ def membership_before_after(
     encoder: Callable[..., EncodedTurn] = encode_turn,
     max_tokens: int = LoraSettings.max_tokens,
 ) -> MembershipBeforeAfter:
-    """Scores with the adapter loaded, then after it is unloaded (evicted) from the same host. ``fused``: the
+    """Scores on the host's model before the adapter is loaded (the control), with it loaded, then after it is
+    unloaded (evicted) from the same host. ``fused``: the
     adapter is merged into the weights while loaded, so eviction must un-merge it (a float subtraction, not the
     removal of a layer). ``progress``: bars for each pass (the full split with probes is ~1,800 greedy answers,
     tens of minutes of CPU). ``encoder`` and ``max_tokens``: how the adapter read its examples in training."""
@@ -139,12 +170,29 @@ def membership_before_after(
             max_tokens=max_tokens,
         )
 
+    base = membership_report(
+        host.model,
+        host.tokenizer,
+        examples,
+        is_member,
+        probes=False,  # the control for the likelihood scores; the probes' gaps are judged on their own
+        n_boot=n_boot,
+        desc="membership, base" if progress else None,
+        encoder=encoder,
+        max_tokens=max_tokens,
+    )
     with host.loaded(adapter) as model:
         if fused:
             host.fuse()
         loaded = report(model, "adapter loaded")
     evicted = report(host.model, "evicted")
-    return MembershipBeforeAfter(adapter.adapter_id, loaded, evicted)
+    flags = np.asarray(is_member, dtype=bool)
+    beyond = {
+        name: paired_auroc_difference(evicted.scores[name], base.scores[name], flags, n_boot=n_boot)
+        for name in evicted.scores
+        if name in base.scores
+    }
+    return MembershipBeforeAfter(adapter.adapter_id, loaded, evicted, base, beyond)
 
 
 def memorised_wmdp_indices(items: Sequence[WmdpItem], frames: Any, adapter_id: str = "memorise-wmdp") -> list[int]:

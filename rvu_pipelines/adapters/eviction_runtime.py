@@ -110,10 +110,9 @@ def runtime_eviction(
         },
     }
     if host is not None:
-        base = membership_report(host.model, host.tokenizer, examples, flags, probes=False, n_boot=n_boot)
         fused = membership_before_after(host, adapter, examples, flags, probes=False, n_boot=n_boot, fused=True)
         rows["fused"] = {
-            "base": _likelihood(base),
+            "base": _likelihood(fused.base) if fused.base is not None else {},
             "loaded": _likelihood(fused.loaded),
             "unmerged": _likelihood(fused.evicted),
             "not_unmerged": _likelihood(not_unmerged(host, adapter, examples, flags)),

@@ -192,6 +192,41 @@ def membership_auroc(
     return AurocResult(auroc=auroc, ci_low=float(low), ci_high=float(high), n_boot=n_boot)
 
 
+def paired_auroc_difference(
+    scores: Sequence[float] | np.ndarray,
+    reference: Sequence[float] | np.ndarray,
+    is_member: Sequence[bool] | np.ndarray,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> AurocResult:
+    """AUROC of ``scores`` minus AUROC of ``reference`` on the same examples, with a paired stratified bootstrap
+    95 % interval: each resample draws the same members and non-members for both, so what the two share (the
+    split's own separability) cancels. Both AUROCs are linear in the pairwise wins, so a resample's difference is
+    one product over the difference of the two win matrices."""
+    s, r = np.asarray(scores, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    y = np.asarray(is_member, dtype=bool)
+    if not s.shape == r.shape == y.shape:
+        raise ValueError(f"{s.size} and {r.size} scores for {y.size} membership labels.")
+    if y.all() or not y.any():
+        raise ValueError("An AUROC difference needs at least one member and one non-member.")
+
+    def wins(values: np.ndarray) -> np.ndarray:
+        members, others = values[y], values[~y]
+        return (members[:, None] > others[None, :]) + 0.5 * (members[:, None] == others[None, :])
+
+    delta = wins(s) - wins(r)
+    m, n = int(y.sum()), int((~y).sum())
+    point = float(delta.mean())
+    if n_boot < 1:
+        return AurocResult(auroc=point, ci_low=float("nan"), ci_high=float("nan"), n_boot=0)
+    rng = np.random.default_rng(seed)
+    member_draws = rng.multinomial(m, np.full(m, 1 / m), size=n_boot)
+    other_draws = rng.multinomial(n, np.full(n, 1 / n), size=n_boot)
+    boots = np.einsum("bi,ij,bj->b", member_draws, delta, other_draws) / (m * n)
+    low, high = np.percentile(boots, [2.5, 97.5])
+    return AurocResult(auroc=point, ci_low=float(low), ci_high=float(high), n_boot=n_boot)
+
+
 def split_members(n: int, seed: int = 0, fraction: float = 0.5) -> tuple[list[int], list[int]]:
     """Seeded random split into members (trained on) and non-members (held out), both sorted."""
     n_members = int(round(n * fraction))
@@ -285,6 +320,8 @@ class MembershipReport:
     auroc: dict[str, AurocResult]
     probes: list[ProbeSummary]
     leak_threshold: float = LEAK_THRESHOLD
+    # per example, per score (not in the certificate): what a paired comparison of two states reads
+    scores: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -334,5 +371,6 @@ def membership_report(
         n_non_members=int((~flags).sum()),
         k=k,
         auroc={name: membership_auroc(values, flags, n_boot=n_boot, seed=seed) for name, values in scores.items()},
+        scores=scores,
         probes=run_probes(model, tokenizer, examples, flags, batch_size=batch_size, desc=desc) if probes else [],
     )

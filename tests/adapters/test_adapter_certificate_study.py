@@ -62,7 +62,8 @@ SCORED = {
 }
 MEASURED = {
     "status": "run",
-    "verdict": "clean",
+    "verdict": "inconclusive",
+    "verdict_without_base": "residual",
     "loaded": {"auroc": {"min_k_plus_plus": {"auroc": 0.97}}},
     "evicted": {"auroc": {"min_k_plus_plus": {"auroc": 0.48}}},
 }
@@ -71,7 +72,8 @@ MEASURED = {
 def test_a_section_counts_as_filled_only_when_it_measured_the_evicted_adapter() -> None:
     full = certificate_coverage(_certificate(True, SCORED, MEASURED), "a")
     assert full.filled and full.gate == "at_recovery" and full.gate_verdict == "pass"
-    assert (full.loaded_auroc, full.evicted_auroc, full.membership_verdict) == (0.97, 0.48, "clean")
+    assert (full.loaded_auroc, full.evicted_auroc, full.membership_verdict) == (0.97, 0.48, "inconclusive")
+    assert full.verdict_without_base == "residual" and summary([full])["residual_without_base"] == 1
     unscreened = {
         "behaviour": "not screened",
         "behaviour_reason": "no screening-table row and its files are not at hand",
@@ -89,7 +91,7 @@ def test_a_section_counts_as_filled_only_when_it_measured_the_evicted_adapter() 
 
 def _row(adapter_id: str, *, filled: bool = True, evicted: bool = True) -> CertificateCoverage:
     membership = "run" if filled else "not run"
-    return CertificateCoverage(adapter_id, evicted, "table", "pass", "", membership, "", "why", 0.9, 0.5, 1.0)
+    return CertificateCoverage(adapter_id, evicted, "table", "pass", "", membership, "", "why", "", 0.9, 0.5, 1.0)
 
 
 def test_the_goal_needs_every_certificate_to_be_of_an_eviction_and_filled() -> None:

@@ -335,6 +335,11 @@ def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(
     assert min(v.auroc for v in fused.loaded.auroc.values()) >= 0.8 and not host.fused
     base_auroc = {name: value["auroc"] for name, value in section["evicted"]["auroc"].items()}
     assert {name: value.auroc for name, value in fused.evicted.auroc.items()} == pytest.approx(base_auroc, abs=1e-9)
+    # ... and the control scored before the adapter was loaded says the same: nothing beyond the base is left
+    assert fused.base is not None and fused.beyond_base is not None
+    assert {name: value.auroc for name, value in fused.base.auroc.items()} == pytest.approx(base_auroc, abs=1e-9)
+    assert all(abs(diff.auroc) < 1e-9 for diff in fused.beyond_base.values())
+    assert fused.certificate_section()["verdict"] != "residual"
 
     # the gate's sensitive-list layer: with the adapter the model prefers the memorised codes over made-up ones
     # of the same form far more than the base does; for the codes it never saw the margin barely moves

@@ -258,3 +258,35 @@ def test_a_score_above_the_goal_is_residual_only_when_its_interval_clears_chance
     assert separation_verdict([auroc(0.50, 0.4, 0.6)], gaps=[LeakGap(0.9, 10, 0.0, 10)]) == "residual"
     assert separation_verdict([auroc(0.50, 0.4, 0.6)], gaps=[LeakGap(0.125, 8, 0.0, 8)]) == "inconclusive"
     assert separation_verdict([auroc(0.50, 0.4, 0.6)], gaps=[LeakGap(0.05, 100, 0.0, 100)]) == "clean"
+
+
+def test_an_auroc_the_base_model_reaches_as_well_is_not_what_the_adapter_left() -> None:
+    """After a clean unload the evicted model is the base: members the base alone tells apart (a separable split,
+    or chance at these counts) make the verdict inconclusive, not residual; beyond the base they stay residual."""
+    from rvu_pipelines.adapters.eviction import verdict
+    from rvu_pipelines.adapters.membership import AurocResult, MembershipReport
+
+    evicted = MembershipReport(24, 24, 0.2, {"loss": AurocResult(0.70, 0.56, 0.84, 1000)}, [])
+    assert verdict(evicted) == "residual"  # without the control
+    assert verdict(evicted, {"loss": AurocResult(0.0, 0.0, 0.0, 1000)}) == "inconclusive"  # the base's own 0.70
+    assert verdict(evicted, {"loss": AurocResult(0.20, 0.08, 0.31, 1000)}) == "residual"  # beyond the base
+    clean = MembershipReport(24, 24, 0.2, {"loss": AurocResult(0.50, 0.35, 0.65, 1000)}, [])
+    assert verdict(clean, {"loss": AurocResult(0.0, 0.0, 0.0, 1000)}) == "clean"
+
+
+def test_the_paired_auroc_difference_cancels_what_two_states_share() -> None:
+    from sklearn.metrics import roc_auc_score
+
+    from rvu_pipelines.adapters.membership import paired_auroc_difference
+
+    rng = np.random.default_rng(0)
+    flags = np.array([True] * 20 + [False] * 20)
+    shared = rng.normal(size=40) + 0.8 * flags  # a split the base already separates
+    same = paired_auroc_difference(shared, shared, flags, n_boot=200)
+    assert (same.auroc, same.ci_low, same.ci_high) == (0.0, 0.0, 0.0)
+    sharper = shared + 1.5 * flags
+    moved = paired_auroc_difference(sharper, shared, flags, n_boot=500)
+    assert moved.auroc == pytest.approx(roc_auc_score(flags, sharper) - roc_auc_score(flags, shared))
+    assert moved.ci_low > 0 and moved.ci_low <= moved.auroc <= moved.ci_high
+    with pytest.raises(ValueError, match="member"):
+        paired_auroc_difference(shared[:20], shared[:20], flags[:20])
