@@ -90,24 +90,35 @@ def separation_verdict(aurocs: Iterable[AurocResult], gaps: Iterable[LeakGap] = 
 def verdict(evicted: MembershipReport, beyond_base: Mapping[str, AurocResult] | None = None) -> str:
     """``separation_verdict`` of an evicted report: its likelihood AUROCs and its prompt probes' leak rates.
 
-    With ``beyond_base`` (per score, the evicted AUROC minus the base model's on the same examples, paired), an
-    AUROC counts toward ``residual`` only when it also lies above the base's: members the base model alone tells
-    apart (a split that is separable before any adapter, or chance at these counts) are the split's, not what the
-    adapter left, and such a verdict is ``inconclusive``."""
+    With ``beyond_base`` (per score, the evicted AUROC minus the base model's on the same examples, paired), the
+    base is the control, since some member splits are separable before any adapter (or by chance at these counts):
+
+    - a score is ``residual`` when it is above the goal beyond chance *and* above the base's (interval above 0);
+    - a score is ``clean`` when it is within the goal, or no more than the goal's margin (0.05) above the base's
+      at the interval's upper end: the model tells members apart no better than the base did;
+    - the verdict is ``residual`` if a score or a probe is, ``clean`` if every score is and no probe leaks more for
+      members than ``PROBE_GAP``, else ``inconclusive``."""
     gaps = [
         LeakGap(p.member_leak_rate, evicted.n_members, p.non_member_leak_rate, evicted.n_non_members)
         for p in evicted.probes
     ]
-    absolute = separation_verdict(evicted.auroc.values(), gaps)
-    if absolute != "residual" or beyond_base is None:
-        return absolute
+    if beyond_base is None:
+        return separation_verdict(evicted.auroc.values(), gaps)
+    margin = EVICTED_GOAL - 0.5
+    residual, clean = False, True
+    for name, result in evicted.auroc.items():
+        above = result.auroc > EVICTED_GOAL
+        difference = beyond_base.get(name)
+        if difference is None:  # no control for this score: the rule without it
+            residual |= above and not result.ci_low <= 0.5
+            clean &= not above
+            continue
+        residual |= above and not result.ci_low <= 0.5 and not difference.ci_low <= 0  # NaN: the point decides
+        clean &= not above or difference.ci_high <= margin
     leaking = any(gap.gap > PROBE_GAP and gap.p_value() < 0.05 for gap in gaps)
-    beyond = any(
-        result.auroc > EVICTED_GOAL and not result.ci_low <= 0.5 and not beyond_base[name].ci_low <= 0  # NaN: point
-        for name, result in evicted.auroc.items()
-        if name in beyond_base
-    )
-    return "residual" if leaking or beyond else "inconclusive"
+    if residual or leaking:
+        return "residual"
+    return "clean" if clean and not any(gap.gap > PROBE_GAP for gap in gaps) else "inconclusive"
 
 
 @dataclass(frozen=True)

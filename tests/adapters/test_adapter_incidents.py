@@ -340,6 +340,16 @@ def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(
     assert {name: value.auroc for name, value in fused.base.auroc.items()} == pytest.approx(base_auroc, abs=1e-9)
     assert all(abs(diff.auroc) < 1e-9 for diff in fused.beyond_base.values())
     assert fused.certificate_section()["verdict"] != "residual"
+    # the control does not excuse what stays in the weights: an eviction that left the adapter in place is residual
+    from rvu_pipelines.adapters.membership import membership_report, paired_auroc_difference
+
+    with host.loaded(adapter) as still:
+        lingering = membership_report(still, tokenizer, examples, is_member, probes=False, n_boot=200)
+    difference = {
+        name: paired_auroc_difference(lingering.scores[name], fused.base.scores[name], is_member, n_boot=200)
+        for name in lingering.scores
+    }
+    assert verdict(lingering, difference) == "residual"
 
     # the gate's sensitive-list layer: with the adapter the model prefers the memorised codes over made-up ones
     # of the same form far more than the base does; for the codes it never saw the margin barely moves

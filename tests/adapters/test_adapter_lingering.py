@@ -262,16 +262,24 @@ def test_a_score_above_the_goal_is_residual_only_when_its_interval_clears_chance
 
 def test_an_auroc_the_base_model_reaches_as_well_is_not_what_the_adapter_left() -> None:
     """After a clean unload the evicted model is the base: members the base alone tells apart (a separable split,
-    or chance at these counts) make the verdict inconclusive, not residual; beyond the base they stay residual."""
+    or chance at these counts) are no residue. Beyond the base they are; in between, nothing is decided."""
     from rvu_pipelines.adapters.eviction import verdict
     from rvu_pipelines.adapters.membership import AurocResult, MembershipReport
 
-    evicted = MembershipReport(24, 24, 0.2, {"loss": AurocResult(0.70, 0.56, 0.84, 1000)}, [])
-    assert verdict(evicted) == "residual"  # without the control
-    assert verdict(evicted, {"loss": AurocResult(0.0, 0.0, 0.0, 1000)}) == "inconclusive"  # the base's own 0.70
-    assert verdict(evicted, {"loss": AurocResult(0.20, 0.08, 0.31, 1000)}) == "residual"  # beyond the base
-    clean = MembershipReport(24, 24, 0.2, {"loss": AurocResult(0.50, 0.35, 0.65, 1000)}, [])
-    assert verdict(clean, {"loss": AurocResult(0.0, 0.0, 0.0, 1000)}) == "clean"
+    def report(point: float, low: float, high: float) -> MembershipReport:
+        return MembershipReport(24, 24, 0.2, {"loss": AurocResult(point, low, high, 1000)}, [])
+
+    def beyond(point: float, low: float, high: float) -> dict[str, AurocResult]:
+        return {"loss": AurocResult(point, low, high, 1000)}
+
+    separable = report(0.70, 0.56, 0.84)
+    assert verdict(separable) == "residual"  # without the control
+    assert verdict(separable, beyond(0.0, 0.0, 0.0)) == "clean"  # exactly the base's 0.70: an unload
+    assert verdict(separable, beyond(0.20, 0.08, 0.31)) == "residual"  # beyond the base
+    assert verdict(separable, beyond(0.04, -0.03, 0.12)) == "inconclusive"  # maybe beyond, maybe not
+    assert verdict(report(0.62, 0.46, 0.78), beyond(0.0, 0.0, 0.0)) == "clean"  # chance at 24 + 24, as the base
+    assert verdict(report(0.62, 0.46, 0.78)) == "inconclusive"
+    assert verdict(report(0.50, 0.35, 0.65), beyond(0.10, 0.02, 0.20)) == "clean"  # within the goal anyway
 
 
 def test_the_paired_auroc_difference_cancels_what_two_states_share() -> None:
