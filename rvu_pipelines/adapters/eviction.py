@@ -168,30 +168,21 @@ def membership_before_after(
     removal of a layer). ``progress``: bars for each pass (the full split with probes is ~1,800 greedy answers,
     tens of minutes of CPU). ``encoder`` and ``max_tokens``: how the adapter read its examples in training."""
 
-    def report(model: Any, state: str) -> MembershipReport:
+    def report(model: Any, state: str, with_probes: bool = probes) -> MembershipReport:
         return membership_report(
             model,
             host.tokenizer,
             examples,
             is_member,
-            probes=probes,
+            probes=with_probes,
             n_boot=n_boot,
             desc=f"membership, {state}" if progress else None,
             encoder=encoder,
             max_tokens=max_tokens,
         )
 
-    base = membership_report(
-        host.model,
-        host.tokenizer,
-        examples,
-        is_member,
-        probes=False,  # the control for the likelihood scores; the probes' gaps are judged on their own
-        n_boot=n_boot,
-        desc="membership, base" if progress else None,
-        encoder=encoder,
-        max_tokens=max_tokens,
-    )
+    # the control for the likelihood scores; the probes' leak gaps are judged on their own
+    base = report(host.model, "base", with_probes=False)
     with host.loaded(adapter) as model:
         if fused:
             host.fuse()
