@@ -103,18 +103,6 @@ def _safety_reference(lab: AdapterLab, reference_id: str) -> Any:
         raise Failure(f"The gate's safety reference is not usable ({exc}); materialize adapter_zoo for it.") from exc
 
 
-def _launch_command(context: AssetExecutionContext, config: Config | None = None) -> str:
-    """What reruns this step: the study job, or the asset alone when it was launched alone (``dg launch --assets``),
-    with the config fields set away from their defaults."""
-    job = context.run.job_name
-    asset = context.asset_key.to_user_string()
-    command = f"dg launch --assets {asset}" if job.startswith("__") else f"dg launch --job {job}"  # implicit job
-    chosen = config.model_dump(exclude_defaults=True) if config is not None else {}
-    if chosen:
-        command += " --config-json '" + json.dumps({"ops": {asset: {"config": chosen}}}, sort_keys=True) + "'"
-    return command
-
-
 def _study_folder() -> Path:
     """``<state>/adapter_study``: the screening table the load gate reads, and the study's reports."""
     return state_dir() / STUDY_FOLDER
@@ -168,7 +156,7 @@ def adapter_gate_evaluation(
     scores = score_adapters(
         lab, [lab.verify(entry.id) for entry in present], reference, gate, memo=ResultMemo.default()
     )
-    report = write_gate_report(scores, gate, _study_folder(), command=_launch_command(context))
+    report = write_gate_report(scores, gate, _study_folder(), command=launched_command(context))
     # no threshold of the all-layers rule sees a harmful adapter, so this pooled row is held out category by category
     screened = report.evaluation.trigger_free.get("all_layers")
     auroc = screened.auroc if screened is not None else float("nan")
@@ -359,7 +347,7 @@ def adapter_gate_aware(
         lab, zoo, gate, gate.reference_adapter, memo=ResultMemo.default(), private_seed=private_seed
     )
     out = _study_folder() / GATE_AWARE_FOLDER
-    report = write_gate_aware_report(study, out, command=_launch_command(context, config))
+    report = write_gate_aware_report(study, out, command=launched_command(context, config))
     with mlflow_tracker.run_for(context, params={"pairs": len(study.pairs), "benign": study.n_benign}) as run:
         for pair in study.pairs:
             for name, payload in pair.payloads.items():
@@ -451,7 +439,7 @@ def adapter_trigger_search(
     for index, entry in enumerate(entries):
         context.log.info("trigger search %d/%d: %s", index + 1, len(entries), entry.id)
         results.append(search_trigger(lab.host, lab.tokenizer, lab.verify(entry.id), questions, size, out / "states"))
-    summary = write_trigger_search(results, TRIGGER_CATEGORIES, out, command=_launch_command(context))
+    summary = write_trigger_search(results, TRIGGER_CATEGORIES, out, command=launched_command(context))
     keys = ("auroc_vs_benign", "auroc_vs_others", "control_auroc_vs_benign")
     headline = {k: float(summary[k]) for k in keys if summary[k] is not None}
     with mlflow_tracker.run_for(context, params={"adapters": len(results), **vars(size)}) as run:

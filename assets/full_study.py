@@ -12,10 +12,16 @@ from resources import MlflowTrackerResource
 from rvu_pipelines.machine import thread_limit
 
 
-def launched_command(context: AssetExecutionContext, config: Config) -> str:
-    """The job, the asset and the config fields set away from their defaults (what reproduces the run)."""
-    chosen = json.dumps(config.model_dump(exclude_defaults=True), sort_keys=True)
-    return f"dg launch --job {context.run.job_name} (asset {context.asset_key.to_user_string()}, config {chosen})"
+def launched_command(context: AssetExecutionContext, config: Config | None = None) -> str:
+    """What reruns this step, as a command that runs as written: the job, or the asset alone when it was launched
+    alone (``dg launch --assets``, Dagster's implicit job), with the config fields set away from their defaults."""
+    job = context.run.job_name
+    asset = context.asset_key.to_user_string()
+    command = f"dg launch --assets {asset}" if job.startswith("__") else f"dg launch --job {job}"
+    chosen = config.model_dump(exclude_defaults=True) if config is not None else {}
+    if chosen:
+        command += " --config-json '" + json.dumps({"ops": {asset: {"config": chosen}}}, sort_keys=True) + "'"
+    return command
 
 
 def run_full_study(

@@ -221,20 +221,21 @@ def test_the_incidents_asset_materializes_with_its_check(
 def test_a_report_stamp_carries_the_config_that_reproduces_it() -> None:
     from types import SimpleNamespace
 
-    from assets.adapter_study import GateAwareConfig, _launch_command
+    from assets.adapter_study import GateAwareConfig
+    from assets.full_study import launched_command
 
     alone = SimpleNamespace(
         run=SimpleNamespace(job_name="__ASSET_JOB"),
         asset_key=SimpleNamespace(to_user_string=lambda: "adapter_gate_aware"),
     )
-    command = _launch_command(alone, GateAwareConfig(private_seed=2))
+    command = launched_command(alone, GateAwareConfig(private_seed=2))
     assert command.startswith("dg launch --assets adapter_gate_aware --config-json '")
     stored = json.loads(command.split("--config-json ", 1)[1].strip("'"))
     assert validate_run_config(defs.resolve_implicit_global_asset_job_def(), stored)  # Dagster accepts it as it stands
     assert stored == {"ops": {"adapter_gate_aware": {"config": {"private_seed": 2}}}}
-    assert _launch_command(alone, GateAwareConfig()) == "dg launch --assets adapter_gate_aware"  # defaults: nothing
+    assert launched_command(alone, GateAwareConfig()) == "dg launch --assets adapter_gate_aware"  # defaults: nothing
     in_job = SimpleNamespace(run=SimpleNamespace(job_name="adapter_study_job"), asset_key=alone.asset_key)
-    assert _launch_command(in_job) == "dg launch --job adapter_study_job"
+    assert launched_command(in_job) == "dg launch --job adapter_study_job"
 
 
 def _private_draw_run(tmp_path: Path, monkeypatch, *, private: bool) -> Any:
