@@ -79,6 +79,6 @@ def test_the_three_studies_write_their_reports(tmp_path: Path, shared_data, new_
     assert set(report) == {"context_verification/text", "injecagent/text"}
     assert all(entry["n_heldout"] > 0 for entry in report.values())
     assert "Measured" in (out / "controls" / "controls.md").read_text()
-    assert "dg launch --job" in (out / "hfer_cost.md").read_text()
+    assert "dg launch --assets spectral_hfer_cost --config-json" in (out / "hfer_cost.md").read_text()  # reruns it
     runs = tracker.latest_runs(max_results=5)
     assert len(runs) == 3 and any(run.data.metrics for run in runs)
