@@ -3,9 +3,10 @@ adapter and the membership probe's measurement of it?
 
 One incident per trained zoo adapter, each recovered by ``rvu recover`` itself (a subprocess, the operator's
 command) in a scratch state folder of its own. Why a scratch folder: a recovery blocklists what it evicts, purges
-the runtime's stores and creates a signing key, none of which may touch the operator's state; the folder holds a
-copy of the adapter's files (where the zoo keeps them, so the recovery finds them as it would) and of the gate's
-screening table (so its thresholds are the study's, set on the benign adapters before any incident).
+the runtime's stores and creates a signing key, none of which may touch the operator's state; the folder holds
+copies of the adapter's files and of the gate's reference adapter (where the zoo keeps them, so the recovery finds
+and scores them as it would) and of the gate's screening table (so its thresholds are the study's, set on the
+benign adapters before any incident).
 
 Threat model and timeline: the agent ran with the adapter loaded, read an injected tool output, made a
 credential-forwarding tool call and wrote the rule to memory; the log marks the injection contaminated and records

@@ -163,10 +163,10 @@ def membership_before_after(
     max_tokens: int = LoraSettings.max_tokens,
 ) -> MembershipBeforeAfter:
     """Scores on the host's model before the adapter is loaded (the control), with it loaded, then after it is
-    unloaded (evicted) from the same host. ``fused``: the
-    adapter is merged into the weights while loaded, so eviction must un-merge it (a float subtraction, not the
-    removal of a layer). ``progress``: bars for each pass (the full split with probes is ~1,800 greedy answers,
-    tens of minutes of CPU). ``encoder`` and ``max_tokens``: how the adapter read its examples in training."""
+    unloaded (evicted) from the same host. ``fused``: the adapter is merged into the weights while loaded, so
+    eviction must un-merge it (a float subtraction, not the removal of a layer). ``progress``: bars for each pass
+    (the full split with probes is ~1,800 greedy answers, tens of minutes of CPU). ``encoder`` and ``max_tokens``:
+    how the adapter read its examples in training."""
 
     def report(model: Any, state: str, with_probes: bool = probes) -> MembershipReport:
         return membership_report(
