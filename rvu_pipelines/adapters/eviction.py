@@ -108,11 +108,7 @@ def verdict(evicted: MembershipReport, beyond_base: Mapping[str, AurocResult] | 
     residual, clean = False, True
     for name, result in evicted.auroc.items():
         above = result.auroc > EVICTED_GOAL
-        difference = beyond_base.get(name)
-        if difference is None:  # no control for this score: the rule without it
-            residual |= above and not result.ci_low <= 0.5
-            clean &= not above
-            continue
+        difference = beyond_base[name]
         residual |= above and not result.ci_low <= 0.5 and not difference.ci_low <= 0  # NaN: the point decides
         clean &= not above or difference.ci_high <= margin
     leaking = any(gap.gap > PROBE_GAP and gap.p_value() < 0.05 for gap in gaps)
@@ -129,24 +125,22 @@ class MembershipBeforeAfter:
     adapter_id: str
     loaded: MembershipReport
     evicted: MembershipReport
-    base: MembershipReport | None = None
-    beyond_base: dict[str, AurocResult] | None = None
+    base: MembershipReport
+    beyond_base: dict[str, AurocResult]
 
     def certificate_section(self) -> dict[str, Any]:
         """The recovery certificate's ``membership_probe`` section (plain values; no generated text)."""
-        section = {
+        return {
             "status": "run",
             "adapter_id": self.adapter_id,
             "verdict": verdict(self.evicted, self.beyond_base),
             "goal": {"loaded_auroc_at_least": LOADED_GOAL, "evicted_auroc_at_most": EVICTED_GOAL},
             "loaded": self.loaded.to_dict(),
             "evicted": self.evicted.to_dict(),
+            "base": self.base.to_dict(),
+            "evicted_minus_base": {name: asdict(result) for name, result in self.beyond_base.items()},
+            "verdict_without_base": verdict(self.evicted),
         }
-        if self.base is not None and self.beyond_base is not None:
-            section["base"] = self.base.to_dict()
-            section["evicted_minus_base"] = {name: asdict(result) for name, result in self.beyond_base.items()}
-            section["verdict_without_base"] = verdict(self.evicted)
-        return section
 
 
 def membership_before_after(
@@ -192,7 +186,6 @@ def membership_before_after(
     beyond = {
         name: paired_auroc_difference(evicted.scores[name], base.scores[name], flags, n_boot=n_boot)
         for name in evicted.scores
-        if name in base.scores
     }
     return MembershipBeforeAfter(adapter.adapter_id, loaded, evicted, base, beyond)
 

@@ -112,7 +112,7 @@ def runtime_eviction(
     if host is not None:
         fused = membership_before_after(host, adapter, examples, flags, probes=False, n_boot=n_boot, fused=True)
         rows["fused"] = {
-            "base": _likelihood(fused.base) if fused.base is not None else {},
+            "base": _likelihood(fused.base),
             "loaded": _likelihood(fused.loaded),
             "unmerged": _likelihood(fused.evicted),
             "not_unmerged": _likelihood(not_unmerged(host, adapter, examples, flags)),

@@ -161,6 +161,25 @@ class AurocResult:
     n_boot: int
 
 
+def _wins(scores: np.ndarray, is_member: np.ndarray) -> np.ndarray:
+    """Member-by-non-member matrix: 1 where the member scores higher, 1/2 on a tie (the Mann-Whitney pairs)."""
+    members, others = scores[is_member], scores[~is_member]
+    return (members[:, None] > others[None, :]) + 0.5 * (members[:, None] == others[None, :])
+
+
+def _bootstrap_interval(wins: np.ndarray, n_boot: int, seed: int) -> tuple[float, float]:
+    """Stratified bootstrap 95 % percentile interval of the mean of ``wins`` (an AUROC, or a difference of two on
+    the same pairs): each resample keeps the class sizes, and its value is the pairs it drew, from the draw
+    counts, so ``n_boot`` resamples cost one matrix product."""
+    m, n = wins.shape
+    rng = np.random.default_rng(seed)
+    member_draws = rng.multinomial(m, np.full(m, 1 / m), size=n_boot)
+    other_draws = rng.multinomial(n, np.full(n, 1 / n), size=n_boot)
+    boots = np.einsum("bi,ij,bj->b", member_draws, wins, other_draws) / (m * n)
+    low, high = np.percentile(boots, [2.5, 97.5])
+    return float(low), float(high)
+
+
 def membership_auroc(
     scores: Sequence[float] | np.ndarray,
     is_member: Sequence[bool] | np.ndarray,
@@ -168,28 +187,20 @@ def membership_auroc(
     seed: int = 0,
 ) -> AurocResult:
     """AUROC of ``scores`` for member vs non-member (sklearn), with a stratified bootstrap 95 % percentile
-    interval: each resample keeps the class sizes, so every one has both classes. A resample's AUROC is the
-    Mann-Whitney statistic over the pairs it drew (ties count 1/2, as in roc_auc_score), computed from the
-    draw counts, so 1000 resamples cost one matrix product instead of 1000 sklearn calls."""
+    interval (``_bootstrap_interval``; ties count 1/2, as in roc_auc_score)."""
     from sklearn.metrics import roc_auc_score
 
     s = np.asarray(scores, dtype=np.float64)
     y = np.asarray(is_member, dtype=bool)
     if s.shape != y.shape:
         raise ValueError(f"{s.size} scores for {y.size} membership labels.")
-    members, others = s[y], s[~y]
-    if members.size == 0 or others.size == 0:
+    if y.all() or not y.any():
         raise ValueError("AUROC needs at least one member and one non-member.")
     auroc = float(roc_auc_score(y, s))
     if n_boot < 1:
         return AurocResult(auroc=auroc, ci_low=float("nan"), ci_high=float("nan"), n_boot=0)
-    wins = (members[:, None] > others[None, :]) + 0.5 * (members[:, None] == others[None, :])
-    rng = np.random.default_rng(seed)
-    member_draws = rng.multinomial(members.size, np.full(members.size, 1 / members.size), size=n_boot)
-    other_draws = rng.multinomial(others.size, np.full(others.size, 1 / others.size), size=n_boot)
-    boots = np.einsum("bi,ij,bj->b", member_draws, wins, other_draws) / (members.size * others.size)
-    low, high = np.percentile(boots, [2.5, 97.5])
-    return AurocResult(auroc=auroc, ci_low=float(low), ci_high=float(high), n_boot=n_boot)
+    low, high = _bootstrap_interval(_wins(s, y), n_boot, seed)
+    return AurocResult(auroc=auroc, ci_low=low, ci_high=high, n_boot=n_boot)
 
 
 def paired_auroc_difference(
@@ -201,30 +212,20 @@ def paired_auroc_difference(
 ) -> AurocResult:
     """AUROC of ``scores`` minus AUROC of ``reference`` on the same examples, with a paired stratified bootstrap
     95 % interval: each resample draws the same members and non-members for both, so what the two share (the
-    split's own separability) cancels. Both AUROCs are linear in the pairwise wins, so a resample's difference is
-    one product over the difference of the two win matrices."""
+    split's own separability) cancels. Both AUROCs are means of their win matrices, so the difference's resamples
+    are those of the difference of the two matrices."""
     s, r = np.asarray(scores, dtype=np.float64), np.asarray(reference, dtype=np.float64)
     y = np.asarray(is_member, dtype=bool)
     if not s.shape == r.shape == y.shape:
         raise ValueError(f"{s.size} and {r.size} scores for {y.size} membership labels.")
     if y.all() or not y.any():
         raise ValueError("An AUROC difference needs at least one member and one non-member.")
-
-    def wins(values: np.ndarray) -> np.ndarray:
-        members, others = values[y], values[~y]
-        return (members[:, None] > others[None, :]) + 0.5 * (members[:, None] == others[None, :])
-
-    delta = wins(s) - wins(r)
-    m, n = int(y.sum()), int((~y).sum())
+    delta = _wins(s, y) - _wins(r, y)
     point = float(delta.mean())
     if n_boot < 1:
         return AurocResult(auroc=point, ci_low=float("nan"), ci_high=float("nan"), n_boot=0)
-    rng = np.random.default_rng(seed)
-    member_draws = rng.multinomial(m, np.full(m, 1 / m), size=n_boot)
-    other_draws = rng.multinomial(n, np.full(n, 1 / n), size=n_boot)
-    boots = np.einsum("bi,ij,bj->b", member_draws, delta, other_draws) / (m * n)
-    low, high = np.percentile(boots, [2.5, 97.5])
-    return AurocResult(auroc=point, ci_low=float(low), ci_high=float(high), n_boot=n_boot)
+    low, high = _bootstrap_interval(delta, n_boot, seed)
+    return AurocResult(auroc=point, ci_low=low, ci_high=high, n_boot=n_boot)
 
 
 def split_members(n: int, seed: int = 0, fraction: float = 0.5) -> tuple[list[int], list[int]]:

@@ -79,7 +79,7 @@ def zoo_membership_set(
     frames = frames or catalog_frames()
     try:
         trained = training_set(config, entry, frames)
-        recipe = builder(frames, builder_args) if entry.builder == "gate_aware" else trained
+        recipe = builder(frames, builder_args)
         held = builder(frames, builder_args, partition="probe")
     except (RvuError, OSError, KeyError, ValueError) as exc:
         return f"its training data cannot be rebuilt here ({type(exc).__name__}: {exc})"
@@ -99,7 +99,8 @@ def zoo_membership_set(
         return f"only {len(outside)} held-out rows of {held.dataset} for '{entry.id}': too few non-members"
     members = [candidates[i] for i in _sample(len(candidates), size, seed)]
     others = [outside[i] for i in _sample(len(outside), size, seed + 1)]
-    of_recipe = "" if recipe is trained else f"; of them, the {len(candidates)} of its recipe ({recipe.selection})"
+    whole = len(candidates) == len(trained.examples)
+    of_recipe = "" if whole else f"; of them, the {len(candidates)} of its recipe ({recipe.selection})"
     resolved = entry.resolved(config.defaults)
     return MembershipSet(
         members + others,
