@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -114,4 +114,15 @@ def write_atomically(path: Path | str, data: bytes | str, *, mode: int | None = 
     payload = data.encode("utf-8") if isinstance(data, str) else data
     with atomic_writer(path, mode=mode, fsync=fsync) as handle:
         handle.write(payload)
+    return Path(path)
+
+
+def write_stream_atomically(
+    path: Path | str, write: Callable[[BinaryIO], object], *, mode: int | None = 0o644, fsync: bool = True
+) -> Path:
+    """Replace ``path`` with what ``write`` puts into a binary file object, in one step: for writers that take a
+    file object (a polars frame's ``write_parquet`` / ``write_csv``, a figure's ``savefig`` with its ``format``,
+    ``np.savez``), so a failure midway leaves the old file whole and a link at ``path`` is replaced, not followed."""
+    with atomic_writer(path, mode=mode, fsync=fsync) as handle:
+        write(handle)
     return Path(path)

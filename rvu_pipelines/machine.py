@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from rvu_pipelines.atomic_write import write_atomically
+
 
 def machine() -> dict[str, str | int | None]:
     """The CPU the numbers belong to: timings and ratios move with the core count and the model."""
@@ -64,9 +66,7 @@ def write_stamp(folder: Path, command: str | None = None) -> Path:
 
     folder.mkdir(parents=True, exist_ok=True)
     line = command if command is not None else " ".join(["python", *sys.argv])
-    path = folder / "stamp.json"
-    path.write_text(json.dumps(results_stamp(line), indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    return path
+    return write_atomically(folder / "stamp.json", json.dumps(results_stamp(line), indent=1, sort_keys=True) + "\n")
 
 
 @contextmanager

@@ -230,6 +230,7 @@ def certify_one(
         home = scratch_state(root, state, folder, screening_table)
         incident = root / "incident.jsonl"
         lines = eviction_incident(adapter_id, manifest.sha256, fused=options.fused)
+        # written in place: a private temporary folder this process made
         incident.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
         certificate = root / "certificate.json"
         env = {**os.environ, "RVU_HOME": str(home)}

@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 from tqdm.auto import tqdm
 
-from rvu_pipelines.atomic_write import atomic_path
+from rvu_pipelines.atomic_write import atomic_path, write_stream_atomically
 from rvu_pipelines.code_version import code_version as current_code_version
 from rvu_pipelines.errors import ConfigError
 from rvu_pipelines.scenarios.axes import NATIVE
@@ -516,7 +516,6 @@ def plot_attack_table(table: pl.DataFrame, path: Path, title: str) -> Path:
     axes[0][0].legend(loc="upper right")
     fig.suptitle(title)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    write_stream_atomically(path, lambda handle: fig.savefig(handle, format="png", dpi=110))
     plt.close(fig)
     return path

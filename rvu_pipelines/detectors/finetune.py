@@ -38,6 +38,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from rvu_pipelines.atomic_write import atomic_path, write_atomically
 from rvu_pipelines.detectors.base import DetectorBase, Span, tokenizer_window_spans
 from rvu_pipelines.detectors.registry_formats import (
     KIND_KEY,
@@ -306,7 +307,8 @@ class FinetunedDetector(DetectorBase):
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         state = self.trainable_state()
-        save_file(state, str(folder / WEIGHTS_FILE), metadata={"format": FORMAT})
+        with atomic_path(folder / WEIGHTS_FILE) as weights:
+            save_file(state, str(weights), metadata={"format": FORMAT})
         record = {
             "format": FORMAT,
             "name": self.name,
@@ -314,7 +316,7 @@ class FinetunedDetector(DetectorBase):
             "encoder": self.encoder.record(),
             "tensors": sorted(state),
         }
-        (folder / CONFIG_FILE).write_text(json.dumps(record, indent=1, sort_keys=True))
+        write_atomically(folder / CONFIG_FILE, json.dumps(record, indent=1, sort_keys=True))
         return folder
 
     @classmethod

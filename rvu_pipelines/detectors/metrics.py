@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from rvu_pipelines.atomic_write import write_stream_atomically
 from rvu_pipelines.detectors.base import DEFAULT_THRESHOLD, InjectionDetector
 from rvu_pipelines.errors import DetectorError
 
@@ -261,6 +262,5 @@ def plot_roc(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], path: Path, ti
     axes.legend(loc="lower right", fontsize=8)
     figure.tight_layout()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, format="png", metadata={"Software": None})
+    write_stream_atomically(path, lambda handle: figure.savefig(handle, format="png", metadata={"Software": None}))
     return path

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.detectors.base import DEFAULT_THRESHOLD, DetectorBase, Span, tokenizer_window_spans
 from rvu_pipelines.detectors.finetune import (
     EncoderRef,
@@ -142,7 +143,7 @@ def export_detector(detector: FinetunedDetector, folder: Path) -> Path:
         onnxruntime=onnxruntime.__version__,
         opset=OPSET,
     )
-    (folder / ONNX_CONFIG).write_text(json.dumps(asdict(record), indent=1, sort_keys=True))
+    write_atomically(folder / ONNX_CONFIG, json.dumps(asdict(record), indent=1, sort_keys=True))
     return folder
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import polars as pl
 
+from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.detectors import (
     HeuristicDetector,
     TfidfDetector,
@@ -201,6 +202,6 @@ def run_validity(
             ]
         )
     out.mkdir(parents=True, exist_ok=True)
-    (out / "detector_validity.md").write_text(report + "\n", encoding="utf-8")
-    table.write_json(out / "detector_validity.json")
+    write_atomically(out / "detector_validity.md", report + "\n")
+    write_atomically(out / "detector_validity.json", table.write_json())
     return ValidityReport(table, report)

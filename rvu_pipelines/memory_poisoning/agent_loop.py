@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from rvu_pipelines.atomic_write import write_atomically, write_stream_atomically
 from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.machine import write_stamp
 from rvu_pipelines.memory.model import Channel, MemoryItem
@@ -332,12 +333,11 @@ def write_agent_outputs(
         "episodes_parquet": out_dir / "minja_agent_episodes.parquet",
         "summary_json": out_dir / "summary.json",
     }
-    files["table_md"].write_text(agent_markdown(results, plan) + "\n")
-    pl.DataFrame([{"arm": r.arm, **asdict(e)} for r in results for e in r.episodes]).write_parquet(
-        files["episodes_parquet"]
-    )
+    write_atomically(files["table_md"], agent_markdown(results, plan) + "\n")
+    episodes = pl.DataFrame([{"arm": r.arm, **asdict(e)} for r in results for e in r.episodes])
+    write_stream_atomically(files["episodes_parquet"], episodes.write_parquet)
     summary = {"arms": [r.as_dict() for r in results], "victim": plan.victim.victim, **about}
-    files["summary_json"].write_text(json.dumps(summary, indent=1, sort_keys=True, default=str))
+    write_atomically(files["summary_json"], json.dumps(summary, indent=1, sort_keys=True, default=str))
     files["stamp_json"] = write_stamp(out_dir)
     return files
 

@@ -10,6 +10,7 @@ import numpy as np
 import polars as pl
 from sklearn.metrics import roc_curve
 
+from rvu_pipelines.atomic_write import write_stream_atomically
 from rvu_pipelines.memory_poisoning.attack_catalog import registered_poisoning_attacks
 from rvu_pipelines.memory_poisoning.study import PAPER_AUROC, PAPER_TPR, CellScores
 from rvu_pipelines.memory_poisoning.study_cells import ATTACKS
@@ -134,7 +135,7 @@ def plot_retro_scan(curves: Mapping[tuple[str, str], list[list[tuple[int, float]
     ax.set_ylim(-0.02, 1.02)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_stream_atomically(path, lambda handle: fig.savefig(handle, format="png", dpi=110))
     plt.close(fig)
     return path
 
@@ -182,7 +183,7 @@ def plot_roc_curves(raw: Mapping[tuple[str, str, str], CellScores], path: Path, 
         ax.set_ylabel("TPR (poisons flagged)")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_stream_atomically(path, lambda handle: fig.savefig(handle, format="png", dpi=110))
     plt.close(fig)
     return path
 
@@ -210,6 +211,6 @@ def plot_score_histograms(raw: Mapping[tuple[str, str, str], CellScores], path: 
         ax.set_xlabel("score - threshold")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_stream_atomically(path, lambda handle: fig.savefig(handle, format="png", dpi=110))
     plt.close(fig)
     return path

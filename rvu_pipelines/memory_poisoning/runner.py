@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
+from rvu_pipelines.atomic_write import write_atomically, write_stream_atomically
 from rvu_pipelines.machine import write_stamp
 from rvu_pipelines.memory_poisoning.comparisons import comparisons_markdown, paired_comparisons
 from rvu_pipelines.memory_poisoning.defenses.base import WriteDetector
@@ -252,17 +253,17 @@ def write_outputs(
         "comparisons_parquet": out_dir / "comparisons.parquet",
         "summary_json": out_dir / "summary.json",
     }
-    result.matrix.write_parquet(files["matrix_parquet"])
-    files["paper_table_md"].write_text(paper_comparison_markdown(result.matrix) + "\n")
-    files["write_time_md"].write_text(write_time_markdown(result.matrix) + "\n")
-    files["retrieval_md"].write_text(retrieval_markdown(result.matrix) + "\n")
-    result.comparisons.write_parquet(files["comparisons_parquet"])
-    files["comparisons_md"].write_text(comparisons_markdown(result.comparisons) + "\n")
+    write_stream_atomically(files["matrix_parquet"], result.matrix.write_parquet)
+    write_atomically(files["paper_table_md"], paper_comparison_markdown(result.matrix) + "\n")
+    write_atomically(files["write_time_md"], write_time_markdown(result.matrix) + "\n")
+    write_atomically(files["retrieval_md"], retrieval_markdown(result.matrix) + "\n")
+    write_stream_atomically(files["comparisons_parquet"], result.comparisons.write_parquet)
+    write_atomically(files["comparisons_md"], comparisons_markdown(result.comparisons) + "\n")
     if runs:
         files["retro_scan_parquet"] = out_dir / "retro_scan.parquet"
-        result.retro.write_parquet(files["retro_scan_parquet"])
+        write_stream_atomically(files["retro_scan_parquet"], result.retro.write_parquet)
         files["retro_scan_md"] = out_dir / "retro_scan.md"
-        files["retro_scan_md"].write_text(retro_scan_markdown(result.retro, GOAL_TRIGGERED, GOAL_FPR) + "\n")
+        write_atomically(files["retro_scan_md"], retro_scan_markdown(result.retro, GOAL_TRIGGERED, GOAL_FPR) + "\n")
         files["retro_scan_png"] = plot_retro_scan(
             {key: [flag_curve(r) for r in scans] for key, scans in runs.items()}, out_dir / "retro_scan.png"
         )
@@ -274,7 +275,7 @@ def write_outputs(
     files["memsad_hist_png"] = plot_score_histograms(raw, out_dir / "memsad_scores.png")
     if result.sir:
         files["sir_png"] = Path(plot_sir(result.sir, str(out_dir / "sir.png")))
-    files["summary_json"].write_text(json.dumps(result.summary(), indent=1, sort_keys=True, default=_json))
+    write_atomically(files["summary_json"], json.dumps(result.summary(), indent=1, sort_keys=True, default=_json))
     files["stamp_json"] = write_stamp(out_dir)
     return files
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import polars as pl
 
+from rvu_pipelines.atomic_write import write_atomically, write_stream_atomically
 from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.machine import write_stamp
 from rvu_pipelines.memory_poisoning.comparisons import paired_comparisons
@@ -214,7 +215,7 @@ def plot_seeds(summary: pl.DataFrame, path: Path, calibration: str = "plain") ->
         ax.set_ylabel("AUROC (mean ± sd over seeds)")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_stream_atomically(path, lambda handle: fig.savefig(handle, format="png", dpi=110))
     plt.close(fig)
     return path
 
@@ -229,11 +230,11 @@ def write_sweep(result: SweepResult, out_dir: Path) -> dict[str, Path]:
         "comparisons_parquet": out_dir / "seeds_comparisons.parquet",
         "comparisons_md": out_dir / "seeds_comparisons.md",
     }
-    result.per_seed.write_parquet(files["per_seed_parquet"])
-    result.summary.write_parquet(files["summary_parquet"])
-    files["seeds_md"].write_text(seeds_markdown(result.summary) + "\n")
-    result.comparisons.write_parquet(files["comparisons_parquet"])
-    files["comparisons_md"].write_text(comparison_seeds_markdown(result.comparison_summary) + "\n")
+    write_stream_atomically(files["per_seed_parquet"], result.per_seed.write_parquet)
+    write_stream_atomically(files["summary_parquet"], result.summary.write_parquet)
+    write_atomically(files["seeds_md"], seeds_markdown(result.summary) + "\n")
+    write_stream_atomically(files["comparisons_parquet"], result.comparisons.write_parquet)
+    write_atomically(files["comparisons_md"], comparison_seeds_markdown(result.comparison_summary) + "\n")
     files["seeds_png"] = plot_seeds(result.summary, out_dir / "seeds.png")
     files["stamp_json"] = write_stamp(out_dir)
     result.files = files

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rvu_pipelines.atomic_write import write_stream_atomically
 from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.memory_poisoning.corpus import MemoryEntry
 from rvu_pipelines.memory_poisoning.defenses.base import WriteDetector
@@ -181,6 +182,6 @@ def plot_sir(curves: Sequence[SIRCurves], path: str) -> str:
     axes[0].legend()
     axes[0].set_title(f"Memory-poison propagation (mean ± 1 sd over {curves[0].exposed.shape[0]} seeds)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    write_stream_atomically(path, lambda handle: fig.savefig(handle, format="png", dpi=120))
     plt.close(fig)
     return path

@@ -21,6 +21,7 @@ from typing import Any
 
 import polars as pl
 
+from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.errors import MemoryPoisoningInputError
 from rvu_pipelines.memory_poisoning.corpus import MEMORY_REGIMES
 from rvu_pipelines.models.embedding import Embedder
@@ -101,7 +102,7 @@ def run_synonym_study(
         f"(5-fold FPR {kappa.cv_fpr:.3f}); {time.perf_counter() - started:.0f} s. {stamp_line(stamp)}"
     )
     out.mkdir(parents=True, exist_ok=True)
-    (out / "synonym_study.md").write_text(synonym_markdown(list(results), header), encoding="utf-8")
+    write_atomically(out / "synonym_study.md", synonym_markdown(list(results), header))
     document = {"stamp": stamp, "hybrid_kappa": kappa.as_dict(), "results": [r.as_dict() for r in results]}
-    (out / "synonym_study.json").write_text(json.dumps(document, indent=1, sort_keys=True, default=str))
+    write_atomically(out / "synonym_study.json", json.dumps(document, indent=1, sort_keys=True, default=str))
     return document

@@ -41,6 +41,7 @@ def _save_converted(model: Any, tokenizer: Any, folder: Path) -> None:
         staging.mkdir()
         config = model.config.to_dict()
         config.pop("quantization_config", None)
+        # written in place: the staging folder, published whole by one rename
         (staging / "config.json").write_text(json.dumps(config), encoding="utf-8")
         tokenizer.save_pretrained(staging)
         save_model(model, str(staging / "model.safetensors"))

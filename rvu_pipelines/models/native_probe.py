@@ -278,7 +278,7 @@ def _child(model_path: str, report: Path, n_ctx: int, n_threads: int, extra_buft
 
     def save(**values: Any) -> None:
         state.update(values)
-        report.write_text(json.dumps(state))
+        write_atomically(report, json.dumps(state), fsync=False)  # a native crash mid-write leaves the last state whole
 
     import llama_cpp
 

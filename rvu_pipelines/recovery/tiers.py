@@ -87,6 +87,7 @@ class FaultHook:
         self.steps += 1
         if self.pause_after is not None and self.steps == self.pause_after:
             if self.marker:
+                # written in place: a crash test's marker, read only to know the pause began
                 Path(self.marker).write_text(f"{self.steps} {name}\n")
             while self.marker is None or Path(self.marker).exists():  # wait to be killed, or for the marker to go
                 time.sleep(0.1)

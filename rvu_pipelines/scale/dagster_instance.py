@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from rvu_pipelines.atomic_write import write_atomically
+
 
 def dagster_postgres_url(postgres_url: str) -> str:
     """The URL with psycopg2 named as the driver. dagster-postgres is written against psycopg2, while SQLAlchemy
@@ -57,5 +59,4 @@ def write_instance(dagster_home: Path, postgres_url: str, *, max_concurrent_runs
     dagster_home.mkdir(parents=True, exist_ok=True)
     target = dagster_home / "dagster.yaml"
     config = instance_config(postgres_url, max_concurrent_runs=max_concurrent_runs)
-    target.write_text(yaml.safe_dump(config, sort_keys=True))
-    return target
+    return write_atomically(target, yaml.safe_dump(config, sort_keys=True))

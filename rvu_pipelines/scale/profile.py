@@ -33,6 +33,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.errors import StoreError
 from rvu_pipelines.machine import usable_cores
 from rvu_pipelines.paths import project_root, state_dir
@@ -181,10 +182,8 @@ class ScaleProfile:
 
     def write_env_file(self) -> Path:
         """``scale.env``: ``export`` lines, values shell-quoted (RVU_LLM_EXTRA_BODY is JSON)."""
-        self.env_file.write_text(
-            "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(self.environment().items()))
-        )
-        return self.env_file
+        lines = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(self.environment().items()))
+        return write_atomically(self.env_file, lines)
 
     def _pid_file(self, name: str) -> Path:
         return self.root / "run" / f"{name}.pid"
@@ -346,7 +345,8 @@ class ScaleProfile:
         )
         self._wait_redis(timeout_s)
         config = self.root / "celery.yaml"
-        config.write_text(f"execution:\n  config:\n    broker: {self.broker_url}\n    backend: {self.broker_url}\n")
+        broker = self.broker_url
+        write_atomically(config, f"execution:\n  config:\n    broker: {broker}\n    backend: {broker}\n")
         for i in range(self.workers):
             self._start(
                 f"celery-worker-{i}",
@@ -401,7 +401,7 @@ class ScaleProfile:
         process = subprocess.Popen(  # noqa: S603 - our own venv's console scripts, no shell
             command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.root, start_new_session=True
         )
-        self._pid_file(name).write_text(f"{process.pid}\n")
+        write_atomically(self._pid_file(name), f"{process.pid}\n", fsync=False)
 
     def _wait_http(self, name: str, url: str, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

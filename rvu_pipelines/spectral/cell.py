@@ -41,6 +41,7 @@ from rvu_pipelines.spectral.plots import layer_histograms, roc_curves
 
 if TYPE_CHECKING:
     from rvu_pipelines.models import ModelStore
+from rvu_pipelines.atomic_write import write_atomically
 from rvu_pipelines.spectral.study import DEFAULT_MAX_TOKENS, extract_features, limit_groups, per_layer_auroc
 from rvu_pipelines.tracking import metric_name
 
@@ -383,9 +384,9 @@ def write_plots(
         curves[f"calibrated on {small_switch.n_calibration} (last draw)"] = (labels, small_switch.score(values))
     files["roc_png"] = roc_curves(curves, out_dir / "roc.png", title=f"{title} ROC of the kill switch")
     files["switches_md"] = out_dir / "switches.md"
-    files["switches_md"].write_text(result.table() + "\n", encoding="utf-8")
+    write_atomically(files["switches_md"], result.table() + "\n")
     files["hfer_by_layer_md"] = out_dir / "hfer_by_layer.md"
-    files["hfer_by_layer_md"].write_text(result.layer_table() + "\n", encoding="utf-8")
+    write_atomically(files["hfer_by_layer_md"], result.layer_table() + "\n")
     return files
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from rvu_pipelines.atomic_write import write_atomically, write_stream_atomically
 from rvu_pipelines.spectral.errors import SpectralInputError
 from rvu_pipelines.spectral.study_run import examples_digest, progress_reporter
 
@@ -161,7 +162,7 @@ def run_controls(
             feats = features[name][graph]
             report["switch"].append({"set": name, "graph": graph} | switch_controls(feats, seed=options.seed))
             table = feature_table(feats, seed=options.seed)
-            table.write_csv(out / f"{name}_{graph}_features.csv")
+            write_stream_atomically(out / f"{name}_{graph}_features.csv", table.write_csv)
             top = float(table["beyond_length"].max())  # type: ignore[arg-type]
             report["best_feature"].append(
                 {"set": name, "graph": graph, "top_beyond_length": top} | best_by_calibration(table)
@@ -211,7 +212,7 @@ def run_controls(
     report["stamp"] = results_stamp(command)
     report["stamp_line"] = stamp_line(report["stamp"])
     markdown = render_controls(report)
-    (out / "controls.md").write_text(markdown, encoding="utf-8")
-    (out / "controls.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    write_atomically(out / "controls.md", markdown)
+    write_atomically(out / "controls.json", json.dumps(report, indent=2, default=str) + "\n")
     say(markdown)
     return report

@@ -19,6 +19,7 @@ from typing import Any
 
 import polars as pl
 
+from rvu_pipelines.atomic_write import write_atomically, write_stream_atomically
 from rvu_pipelines.spectral.study_run import progress_reporter
 
 COST_POLICIES = ("benign_fpr", "bayes")
@@ -76,9 +77,9 @@ def run_cost(
         detector = LazyHferDetector.for_profile(options.profile, threshold_policy=policy)
         cost = inline_cost(detector, examples, progress=progress_reporter(say, f"{policy}: scored", 25))
         document[policy] = cost.as_dict()
-        cost.scores.write_csv(out / f"hfer_cost_scores_{policy}.csv")
+        write_stream_atomically(out / f"hfer_cost_scores_{policy}.csv", cost.scores.write_csv)
         sections += ["", f"Threshold policy `{policy}`:", "", cost.markdown()]
-    (out / "hfer_cost.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    (out / "hfer_cost.md").write_text("\n".join(sections) + "\n", encoding="utf-8")
+    write_atomically(out / "hfer_cost.json", json.dumps(document, indent=2, sort_keys=True) + "\n")
+    write_atomically(out / "hfer_cost.md", "\n".join(sections) + "\n")
     say("\n".join(sections))
     return document

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rvu_pipelines.atomic_write import write_stream_atomically
 from rvu_pipelines.spectral.graph import STAT_NAMES
 
 
@@ -53,9 +54,7 @@ def layer_histograms(
     axes.flat[0].legend(fontsize=7)
     fig.suptitle(title or f"{statistic} per layer and class", fontsize=11)
     fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=80)
+    out = write_stream_atomically(path, lambda handle: fig.savefig(handle, format="png", dpi=80))
     plt.close(fig)
     return out
 
@@ -75,8 +74,6 @@ def roc_curves(curves: dict[str, tuple[np.ndarray, np.ndarray]], path: str | Pat
     axis.set_title(title)
     axis.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=80)
+    out = write_stream_atomically(path, lambda handle: fig.savefig(handle, format="png", dpi=80))
     plt.close(fig)
     return out

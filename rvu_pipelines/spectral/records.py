@@ -10,6 +10,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from rvu_pipelines.atomic_write import write_stream_atomically
+
 _SCALARS = {"str": str, "int": int, "float": float}
 
 
@@ -26,7 +28,9 @@ class NpzRecord:
 
     def save(self, path: str) -> None:
         values = {key: getattr(self, name) for name, key, _ in self._stored()}
-        np.savez_compressed(path, **{key: value for key, value in values.items() if value is not None})
+        arrays = {key: value for key, value in values.items() if value is not None}
+        # a cache: a file lost to a power cut is only computed again, so no fsync
+        write_stream_atomically(path, lambda handle: np.savez_compressed(handle, **arrays), fsync=False)
 
     @classmethod
     def load(cls, path: str) -> Any:

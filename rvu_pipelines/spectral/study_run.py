@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from rvu_pipelines.atomic_write import write_atomically, write_stream_atomically
 from rvu_pipelines.spectral.study import FeatureSet, extract_features, limit_groups
 
 Say = Callable[[str], None]
@@ -94,7 +95,7 @@ def report_set(
         f"{features.seconds_per_example:.2f} s/example"
     )
     table = pl.DataFrame([row for statistic in STAT_NAMES for row in per_layer_auroc(held_x, held_y, statistic)])
-    table.write_csv(out / f"{tag}_per_layer.csv")
+    write_stream_atomically(out / f"{tag}_per_layer.csv", table.write_csv)
     say("held-out AUROC per layer, HFER (direction chosen on the held-out labels: optimistic):")
     for row in table.filter(pl.col("statistic") == "hfer").iter_rows(named=True):
         say(
@@ -176,9 +177,9 @@ def run_comparison(
             f"{tracker.heads.size} from {tracker.n_pairs} pairs"
         )
     table = comparison_table(sets, trackers, shipped_detectors(), draws=options.draws)
-    table.write_csv(out / "comparison.csv")
+    write_stream_atomically(out / "comparison.csv", table.write_csv)
     markdown = markdown_table(table, list(sets))
-    (out / "comparison.md").write_text(markdown + "\n", encoding="utf-8")
+    write_atomically(out / "comparison.md", markdown + "\n")
     say("\nheld-out AUROC [95 % CI] per method and evaluation set (bold: best not calibrated on that source):")
     say(markdown)
     return table
@@ -238,8 +239,8 @@ def run_study(
         if "text" in by_scope:
             text_features[name] = by_scope["text"]
     if calibration_tables:
-        pl.concat(calibration_tables, how="diagonal").write_csv(out / "calibration.csv")
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+        write_stream_atomically(out / "calibration.csv", pl.concat(calibration_tables, how="diagonal").write_csv)
+    write_atomically(out / "report.json", json.dumps(report, indent=2, default=str))
     if options.comparison and text_features:
         chosen = {n: examples[n] for n in text_features}
         run_comparison(chosen, text_features, options, out, model_loader, say, frames["tofu"])
