@@ -113,6 +113,9 @@ class CertificateCoverage:
     evicted_auroc: float | None
     seconds: float = 0.0
     error: str = ""
+    # whether the probe told members apart better with the adapter loaded than on the base (None: not measured);
+    # a ``clean`` eviction says something about what the adapter learned only when it did
+    probe_saw_adapter: bool | None = None
 
     @property
     def filled(self) -> bool:
@@ -150,6 +153,7 @@ def certificate_coverage(body: Mapping[str, Any], adapter_id: str, seconds: floa
         loaded_auroc=auroc("loaded") if ran else None,
         evicted_auroc=auroc("evicted") if ran else None,
         seconds=seconds,
+        probe_saw_adapter=bool(row["probe_saw_adapter"]) if ran and "probe_saw_adapter" in row else None,
     )
 
 
@@ -272,6 +276,9 @@ def summary(rows: Sequence[CertificateCoverage]) -> dict[str, Any]:
         # membership verdicts: with the base model as the control, and without it (what the split alone separates)
         "residual": sum(row.membership_verdict == "residual" for row in evicted),
         "residual_without_base": sum(row.verdict_without_base == "residual" for row in evicted),
+        # the evidence behind the verdicts: how many adapters the probe could see at all while loaded
+        "probe_saw_adapter": sum(row.probe_saw_adapter is True for row in evicted),
+        "clean_and_seen": sum(row.membership_verdict == "clean" and row.probe_saw_adapter is True for row in evicted),
         "failed_runs": sum(bool(row.error) for row in rows),
         "goal_met": bool(rows) and len(evicted) == len(rows) and all(row.filled for row in evicted),
     }
@@ -299,6 +306,8 @@ def coverage_table(rows: Sequence[CertificateCoverage]) -> list[str]:
         )
         if row.verdict_without_base and row.verdict_without_base != row.membership_verdict:
             membership += f" (without the base as control: {row.verdict_without_base})"
+        if row.probe_saw_adapter is False:
+            membership += "; the probe did not see the adapter loaded"
         if row.error:
             gate = membership = f"no certificate: {row.error}"
         aurocs = f"{_auroc(row.loaded_auroc)} → {_auroc(row.evicted_auroc)}"
@@ -358,7 +367,10 @@ def run_certificate_study(
         f"evicted; gate section scored {counts['gate_scored']}, membership measured {counts['membership_run']}, "
         f"both {counts['both_filled']}; goal (every certificate of an eviction carries both) "
         f"{'met' if counts['goal_met'] else 'not met'}. Membership verdict residual: {counts['residual']} with the "
-        f"base model scored on the same members as the control, {counts['residual_without_base']} without it."
+        f"base model scored on the same members as the control, {counts['residual_without_base']} without it. "
+        f"The probe saw the adapter while loaded (a score telling members apart better than on the base model, "
+        f"paired interval above 0) for {counts['probe_saw_adapter']} of {counts['membership_run']}; only there "
+        f"does `clean` say eviction removed what the adapter learned ({counts['clean_and_seen']} such)."
     )
     text = "\n".join([setting, "", *coverage_table(rows), "", stamp_line(stamp), ""])
     write_atomically(out / "certificates.md", text)

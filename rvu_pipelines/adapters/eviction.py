@@ -117,16 +117,27 @@ def verdict(evicted: MembershipReport, beyond_base: Mapping[str, AurocResult] | 
     return "clean" if clean and not any(gap.gap > PROBE_GAP for gap in gaps) else "inconclusive"
 
 
+def probe_saw_adapter(loaded_minus_base: Mapping[str, AurocResult]) -> bool:
+    """Whether the probe told the members apart better with the adapter loaded than on the base model: some
+    score's loaded-minus-base AUROC has a paired interval above 0 (with no interval, the point decides).
+
+    Without it an eviction's ``clean`` says nothing about what the adapter learned: the probe could not see the
+    adapter's members even while it was loaded, so it could not have seen them linger either."""
+    return any(result.auroc > 0 and not result.ci_low <= 0 for result in loaded_minus_base.values())
+
+
 @dataclass(frozen=True)
 class MembershipBeforeAfter:
     """The three states on one member split: the base before the adapter was loaded (the control: what the split
-    itself separates), the adapter loaded, and after eviction; ``beyond_base``: evicted minus base, paired."""
+    itself separates), the adapter loaded, and after eviction; paired differences from the base: ``beyond_base``
+    (evicted minus base: what lingers) and ``loaded_minus_base`` (what the probe could see at all)."""
 
     adapter_id: str
     loaded: MembershipReport
     evicted: MembershipReport
     base: MembershipReport
     beyond_base: dict[str, AurocResult]
+    loaded_minus_base: dict[str, AurocResult]
 
     def certificate_section(self) -> dict[str, Any]:
         """The recovery certificate's ``membership_probe`` section (plain values; no generated text)."""
@@ -134,10 +145,12 @@ class MembershipBeforeAfter:
             "status": "run",
             "adapter_id": self.adapter_id,
             "verdict": verdict(self.evicted, self.beyond_base),
+            "probe_saw_adapter": probe_saw_adapter(self.loaded_minus_base),
             "goal": {"loaded_auroc_at_least": LOADED_GOAL, "evicted_auroc_at_most": EVICTED_GOAL},
             "loaded": self.loaded.to_dict(),
             "evicted": self.evicted.to_dict(),
             "base": self.base.to_dict(),
+            "loaded_minus_base": {name: asdict(result) for name, result in self.loaded_minus_base.items()},
             "evicted_minus_base": {name: asdict(result) for name, result in self.beyond_base.items()},
             "verdict_without_base": verdict(self.evicted),
         }
@@ -183,11 +196,14 @@ def membership_before_after(
         loaded = report(model, "adapter loaded")
     evicted = report(host.model, "evicted")
     flags = np.asarray(is_member, dtype=bool)
-    beyond = {
-        name: paired_auroc_difference(evicted.scores[name], base.scores[name], flags, n_boot=n_boot)
-        for name in evicted.scores
-    }
-    return MembershipBeforeAfter(adapter.adapter_id, loaded, evicted, base, beyond)
+
+    def minus_base(state: MembershipReport) -> dict[str, AurocResult]:
+        return {
+            name: paired_auroc_difference(state.scores[name], base.scores[name], flags, n_boot=n_boot)
+            for name in state.scores
+        }
+
+    return MembershipBeforeAfter(adapter.adapter_id, loaded, evicted, base, minus_base(evicted), minus_base(loaded))
 
 
 def memorised_wmdp_indices(items: Sequence[WmdpItem], frames: Any, adapter_id: str = "memorise-wmdp") -> list[int]:

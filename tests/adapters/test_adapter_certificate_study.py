@@ -14,6 +14,7 @@ from rvu_pipelines.adapters.certificate_study import (
     CertificateStudyOptions,
     certificate_coverage,
     certify_one,
+    coverage_table,
     eviction_incident,
     run_certificate_study,
     summary,
@@ -83,6 +84,15 @@ def test_a_section_counts_as_filled_only_when_it_measured_the_evicted_adapter() 
     reasoned = {"status": "not run", "reason": "its files are not at hand"}
     no_probe = certificate_coverage(_certificate(True, SCORED, reasoned), "a")
     assert not no_probe.filled and no_probe.membership_reason == "its files are not at hand"
+    # the evidence behind a verdict: a clean eviction of an adapter the probe never saw loaded is counted apart
+    assert full.probe_saw_adapter is None  # a section without the field: not measured, not "no"
+    clean = {**MEASURED, "verdict": "clean", "verdict_without_base": "clean"}
+    seen = certificate_coverage(_certificate(True, SCORED, {**clean, "probe_saw_adapter": True}), "a")
+    unseen = certificate_coverage(_certificate(True, SCORED, {**clean, "probe_saw_adapter": False}), "a")
+    counts = summary([seen, unseen])
+    assert (counts["probe_saw_adapter"], counts["clean_and_seen"]) == (1, 1)
+    table = "\n".join(coverage_table([seen, unseen]))
+    assert table.count("the probe did not see the adapter loaded") == 1
     kept = certificate_coverage(_certificate(False, SCORED, MEASURED), "a")
     assert not kept.filled and not kept.evicted
     absent = certificate_coverage({}, "a")

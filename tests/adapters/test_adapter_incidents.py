@@ -340,6 +340,9 @@ def test_a_recovery_that_evicts_a_memorising_adapter_certifies_membership(
     assert {name: value.auroc for name, value in fused.base.auroc.items()} == pytest.approx(base_auroc, abs=1e-9)
     assert all(abs(diff.auroc) < 1e-9 for diff in fused.beyond_base.values())
     assert fused.certificate_section()["verdict"] != "residual"
+    # the memorising adapter is one the probe sees while loaded, so this clean eviction is evidence
+    assert fused.certificate_section()["probe_saw_adapter"] is True
+    assert section["probe_saw_adapter"] is True
     # the control does not excuse what stays in the weights: an eviction that left the adapter in place is residual
     from rvu_pipelines.adapters.membership import membership_report, paired_auroc_difference
 

@@ -282,6 +282,22 @@ def test_an_auroc_the_base_model_reaches_as_well_is_not_what_the_adapter_left() 
     assert verdict(report(0.50, 0.35, 0.65), beyond(0.10, 0.02, 0.20)) == "clean"  # within the goal anyway
 
 
+def test_a_clean_eviction_is_evidence_only_where_the_probe_saw_the_adapter_loaded() -> None:
+    """The probe saw an adapter when, loaded, it told members apart better than the base did beyond chance; an
+    adapter it could not see then is one whose lingering it could not see either."""
+    from rvu_pipelines.adapters.eviction import probe_saw_adapter
+    from rvu_pipelines.adapters.membership import AurocResult
+
+    def minus_base(*results: tuple[float, float, float]) -> dict[str, AurocResult]:
+        return {f"score{i}": AurocResult(*result, 1000) for i, result in enumerate(results)}
+
+    assert probe_saw_adapter(minus_base((0.0, -0.1, 0.1), (0.31, 0.12, 0.49)))  # one score is enough
+    assert not probe_saw_adapter(minus_base((0.06, -0.08, 0.2), (0.0, 0.0, 0.0)))  # within chance of the base
+    assert not probe_saw_adapter(minus_base((-0.2, -0.35, -0.05)))  # worse than the base: not the adapter's members
+    assert probe_saw_adapter(minus_base((0.2, float("nan"), float("nan"))))  # no interval: the point decides
+    assert not probe_saw_adapter({})
+
+
 def test_the_paired_auroc_difference_cancels_what_two_states_share() -> None:
     from sklearn.metrics import roc_auc_score
 
