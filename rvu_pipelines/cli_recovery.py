@@ -6,7 +6,7 @@ Exit codes follow cli.py's policy: 0 ok, 1 verification failed or recovery refus
 from __future__ import annotations
 
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
@@ -25,6 +25,20 @@ def _embedder_for_recovery():
 
 
 STATE_HELP = "Recovery state folder (default .rvu/recovery)."
+
+
+def membership_line(probed: dict[str, Any]) -> str:
+    """The membership probe's verdict in one line, naming the adapters the probe could not see while loaded: for
+    them a ``clean`` is no evidence about what the adapter learned."""
+    measured = (probed.get("adapters") or {}).items()
+    unseen = sorted(name for name, row in measured if row.get("probe_saw_adapter") is False)
+    line = f"membership probe: {probed.get('verdict', probed['status'])}"
+    if "reason" in probed:
+        line += f" ({probed['reason']})"
+    if unseen:
+        line += f"; the probe did not see {', '.join(unseen)} while loaded, so its verdict there says nothing"
+        line += " about what the adapter learned"
+    return line
 
 
 @click.command()
@@ -121,12 +135,7 @@ def recover(
             f"{counts['cached_answers']} cached answers, {counts['kv_states']} KV states",
             highlight=False,
         )
-    probed = result.certificate["membership_probe"]
-    console.print(
-        f"membership probe: {escape(str(probed.get('verdict', probed['status'])))}"
-        + (f" ({escape(str(probed['reason']))})" if "reason" in probed else ""),
-        highlight=False,
-    )
+    console.print(escape(membership_line(result.certificate["membership_probe"])), highlight=False)
     if result.kept_restored:
         console.print(f"kept restored by operator decision: {escape(', '.join(result.kept_restored))}", highlight=False)
     for note in result.risk_notes:

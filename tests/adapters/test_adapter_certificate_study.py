@@ -190,3 +190,15 @@ def test_an_adapter_without_a_readable_manifest_is_a_failed_row_not_a_failed_stu
     row = certify_one("absent", tmp_path, tmp_path / "scores.csv", CertificateStudyOptions())
     assert row.error.startswith("its manifest cannot be read") and not row.filled and not row.evicted
     assert summary([row])["failed_runs"] == 1
+
+
+def test_rvu_recover_names_the_adapters_the_probe_could_not_see_loaded() -> None:
+    from rvu_pipelines.cli_recovery import membership_line
+
+    seen = {"status": "run", "verdict": "clean", "probe_saw_adapter": True}
+    section = {"status": "run", "verdict": "clean", "adapters": {"b": {**seen, "probe_saw_adapter": False}, "a": seen}}
+    line = membership_line(section)
+    assert line.startswith("membership probe: clean;") and "did not see b while loaded" in line and " a " not in line
+    assert membership_line({"status": "run", "verdict": "clean", "adapters": {"a": seen}}) == "membership probe: clean"
+    not_run = {"status": "not run", "reason": "this recovery evicted no adapter"}
+    assert membership_line(not_run) == "membership probe: not run (this recovery evicted no adapter)"
