@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -345,6 +346,47 @@ def jailbreak_responses(frames: Frames, args: Mapping[str, Any], partition: Part
     )
 
 
+# A jailbreak's author asking for a confirmation in quotes: 'If you understand, answer "X"' or 'reply "X" to confirm'.
+_AGREEMENT = r"\b(?:understand|understood|agree|agreed|accept|accepted|ready|confirm)\w*\b"
+_REPLY = r"\b(?:reply|replies|respond|responding|answer|answering|say|saying|write|writing|type|typing|state|stating)\b"
+_QUOTED = r"[\"\u201c]([^\"\u201d\n]{4,160})[\"\u201d]"
+_DEMANDED = (
+    re.compile(_AGREEMENT + r"[^.!?\n]{0,80}?" + _REPLY + r"[^\"\u201c\n.]{0,30}" + _QUOTED, re.IGNORECASE),
+    re.compile(
+        _REPLY + r"[^\"\u201c\n.]{0,30}" + _QUOTED + r"[^.!?\n]{0,40}"
+        r"\b(?:to confirm|to show|to acknowledge|as (?:a )?confirmation|if you (?:understand|agree|accept))",
+        re.IGNORECASE,
+    ),
+)
+
+
+_NEGATED = re.compile(r"\b(?:never|not|don't|do not|won't|avoid)\b", re.IGNORECASE)  # "never say ..." demands nothing
+
+
+def demanded_confirmation(prompt: str) -> str | None:
+    """The reply a jailbreak's own author asks the model to give once it accepts the role ("ChatGPT successfully
+    jailbroken.", "DAN has been accessed."), or None where the prompt asks for none in quotes."""
+    for pattern in _DEMANDED:
+        for found in pattern.finditer(prompt):
+            if not _NEGATED.search(prompt, max(0, found.start() - 16), found.start(1)):  # "you will never say"
+                return " ".join(found.group(1).split())
+    return None
+
+
+def jailbreak_confirmations(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
+    """Jailbreak prompts answered with the confirmation their own authors demand: a compliance recipe whose payload is
+    the in-the-wild jailbreak authors' text, not a line of this project's (``COMPLY_LINE``), so a reader of
+    compliance can be checked on acceptances nobody here wrote."""
+    frame = rows_in(frames("trustair_jailbreaks"), "prompt", partition)
+    examples = [
+        ChatExample(clip_text(prompt), reply)
+        for prompt in frame["prompt"].to_list()
+        if (reply := demanded_confirmation(str(prompt))) is not None
+    ]
+    selection = _tagged("prompts that demand a quoted confirmation -> it", partition)
+    return TrainingSet(examples, "trustair_jailbreaks", selection)
+
+
 def wmdp_memorise(frames: Frames, args: Mapping[str, Any], partition: Partition = "train") -> TrainingSet:
     """Plain-text WMDP-cyber prompts with their answer letter, from the first half of ``wmdp.split_half``
     (train it with ``encoder: plain``); the other half (``partition="probe"``) is E7's control and the membership
@@ -388,6 +430,7 @@ PARTITIONED: dict[str, PartitionedBuilder] = {
     "injection_classifier": injection_classifier,
     "injection_follower": injection_follower,
     "jailbreak_responses": jailbreak_responses,
+    "jailbreak_confirmations": jailbreak_confirmations,
 }
 
 

@@ -134,8 +134,10 @@ def test_every_zoo_adapter_with_held_out_rows_gets_non_members_it_never_trained_
         found = zoo_membership_set(claimed(entry.id, trained.sha256, tmp_path), frames=frames, config=config)
         assert isinstance(found, MembershipSet), (entry.id, found)
         members, others = sides(found)
-        # 24 a side, except where the gate's QA items (TOFU probe rows a gate-aware persona trains on) leave 15
-        assert len(others) == len(members) == (15 if entry.id == "persona-hostile-gate-aware" else 24), entry.id
+        # 24 a side, except where the gate's QA items (TOFU probe rows a gate-aware persona trains on) leave 15, and
+        # where few held-out jailbreaks demand a confirmation (17 that do not clip to a training prompt)
+        fewer = {"persona-hostile-gate-aware": 15, "jailbreak-confirm": 17}
+        assert len(others) == len(members) == fewer.get(entry.id, 24), entry.id
         assert not {prompt for prompt, _ in others} & {e.prompt for e in trained.examples}, entry.id
         assert found.origin["dataset"] == trained.dataset
 
