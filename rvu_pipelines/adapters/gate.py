@@ -30,8 +30,9 @@ other benign adapters, and ``all_layers`` the larger of every trigger-free layer
 sensitive lists, held-out QA, follow-ups, knowledge base, hazardous list). ``fisher`` sums the same z-scores' normal
 tail evidence instead of taking the largest (``fisher_evidence``); it is reported, not used to decide. No rule is
 fitted on a harmful adapter, so each harmful category's row is held out; ``gate_loco`` adds a combiner that is
-fitted, scored leave-one-category-out. ``selective.py``'s selective divergence is measured beside the layers
-(``AdapterScore.selective_divergence``) and read by no rule.
+fitted, scored leave-one-category-out. ``selective.py``'s selective divergence and ``behaviour.py``'s
+jailbreak-persona share are measured beside the layers (``AdapterScore.selective_divergence``,
+``AdapterScore.jailbreak_persona``) and read by no rule.
 """
 
 from __future__ import annotations
@@ -331,9 +332,10 @@ def standard_score(value: float, others: Sequence[float], step: float = 0.0) -> 
 
 
 def layer_steps(behaviour_texts: Iterable[Any]) -> dict[str, float]:
-    """Each layer's smallest change, from the reference adapters' ``behaviour_texts``: the behaviour layer is a
-    share of that many texts, so one text is its step (known only when every reference adapter was read on the
-    same positive number of texts); the other layers are continuous and have none."""
+    """Each layer's smallest change, from the reference adapters' ``behaviour_texts``: the behaviour layer (and the
+    exploratory jailbreak-persona share) is a share of that many texts, so one text is its step (known only when
+    every reference adapter was read on the same positive number of texts); the other layers are continuous and
+    have none."""
     counts: set[int] = set()
     for texts in behaviour_texts:
         try:
@@ -342,7 +344,8 @@ def layer_steps(behaviour_texts: Iterable[Any]) -> dict[str, float]:
             return {}  # a row without the count (a table written before it was kept)
     if len(counts) != 1 or min(counts) < 1:
         return {}
-    return {"behaviour": 1.0 / counts.pop()}
+    step = 1.0 / counts.pop()
+    return {"behaviour": step, "jailbreak_persona": step}  # the exploratory share is over the same texts
 
 
 def fisher_evidence(z_scores: Sequence[float]) -> float:

@@ -38,7 +38,7 @@ from rvu_pipelines.adapters.zoo import GateAwareEntry, ZooConfig
 from rvu_pipelines.result_memo import ResultMemo
 
 RULES = (ANY_LAYER, "all_layers", "fisher")
-EXPLORATORY_LAYERS = ("selective_divergence",)  # z beside the rules' layers (``selective.py``); no rule reads it
+EXPLORATORY_LAYERS = ("selective_divergence", "jailbreak_persona")  # z beside the rules' layers; no rule reads them
 GATE_AWARE_FOLDER = "gate_aware"  # under the adapter study's folder
 
 

@@ -82,28 +82,40 @@ def _latency_lines(scores: pl.DataFrame) -> list[str]:
     ]
 
 
-def _selective(row: Mapping[str, Any]) -> float:
-    """A row's selective divergence; NaN where its table predates the column or left it empty."""
-    value = row.get("selective_divergence")
+# the scores measured beside the gate's layers and read by no rule: column -> what the report calls it
+EXPLORATORY_SCORES = {
+    "selective_divergence": "Selective divergence (embedding distance from the base on adversarial probes minus on "
+    "benign ones; exploratory, in no rule)",
+    "jailbreak_persona": "Jailbreak persona (share of the behaviour layer's texts that speak as a jailbroken persona "
+    "by D1's role-hijack patterns, over the base's; exploratory, in no rule)",
+}
+
+
+def _exploratory(row: Mapping[str, Any], column: str) -> float:
+    """A row's exploratory score; NaN where its table predates the column or left it empty."""
+    value = row.get(column)
     return float("nan") if value is None else float(value)
 
 
-def _selective_line(scores: pl.DataFrame) -> str:
-    """Selective divergence's AUROC harmful vs benign over the adapters it was measured on (``selective.py``)."""
+def _exploratory_line(scores: pl.DataFrame, column: str) -> str:
+    """An exploratory score's AUROC harmful vs benign over the adapters it was measured on."""
     from rvu_pipelines.adapters.influence import influence_auroc
 
     rows = [
-        (row["label"] == "harmful", _selective(row))
+        (row["label"] == "harmful", _exploratory(row, column))
         for row in scores.iter_rows(named=True)
-        if row["label"] in {"benign", "harmful"} and not math.isnan(_selective(row))
+        if row["label"] in {"benign", "harmful"} and not math.isnan(_exploratory(row, column))
     ]
     harmful = sum(is_harmful for is_harmful, _ in rows)
-    head = "Selective divergence (embedding distance from the base on adversarial probes minus on benign ones; "
-    head += "exploratory, in no rule): "
+    head = EXPLORATORY_SCORES[column] + ": "
     if not 0 < harmful < len(rows):
         return head + "not measured on both benign and harmful adapters of this table."
     auroc = influence_auroc([v for _, v in rows], [h for h, _ in rows])  # a plain AUROC, whatever the score
     return head + f"AUROC harmful vs benign {auroc:.3f} ({harmful} harmful, {len(rows) - harmful} benign)."
+
+
+def _signed(value: float) -> str:
+    return "—" if math.isnan(value) else f"{value:+.3f}"
 
 
 def gate_markdown(
@@ -188,19 +200,21 @@ def gate_markdown(
         f"mean benign {influence['mean_benign']:.3f}, "
         f"mean harmful {influence['mean_harmful']:.3f}.",
         "",
-        _selective_line(scores),
-        "",
+    ]
+    for column in EXPLORATORY_SCORES:
+        lines += [_exploratory_line(scores, column), ""]
+    lines += [
         "| adapter | label | category | projection | safe-lora | ood | follow-up | kb drop | hazard | influence "
-        "| selective |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| selective | jailbreak persona |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in scores.sort(["label", "adapter_id"]).iter_rows(named=True):
-        selective = _selective(row)
         lines.append(
             f"| {row['adapter_id']} | {row['label']} | {row['category']} | {row['projection']:+.4f} | "
             f"{row['safe_lora']:.4f} | {row['ood']:.2f} | {row.get('follow_up', 0.0):+.3f} | "
             f"{row.get('kb_drop', 0.0):+.3f} | {row.get('hazard', 0.0):+.3f} | {row['influence']:.3f} | "
-            f"{'—' if math.isnan(selective) else f'{selective:+.3f}'} |"
+            + " | ".join(_signed(_exploratory(row, column)) for column in EXPLORATORY_SCORES)
+            + " |"
         )
     return "\n".join(lines) + "\n"
 

@@ -20,7 +20,7 @@ import polars as pl
 
 from rvu_pipelines.adapters.admission import LoadGate
 from rvu_pipelines.adapters.base_reference import base_reference, reference_key
-from rvu_pipelines.adapters.behaviour import behaviour_score
+from rvu_pipelines.adapters.behaviour import behaviour_score, jailbreak_persona_score
 from rvu_pipelines.adapters.chat import generate_greedy
 from rvu_pipelines.adapters.files import BaseModelInfo, VerifiedAdapter, verify_adapter
 from rvu_pipelines.adapters.follow_ups import (
@@ -94,6 +94,10 @@ class AdapterScore:
     # ``selective``: embedding distance from the base's answers on adversarial probes minus on benign ones;
     # exploratory, in no rule (NaN in a screening table written before it was measured)
     selective_divergence: float = float("nan")
+    # ``behaviour.jailbreak_persona_score``: share of the behaviour layer's texts speaking as a jailbroken persona over
+    # the base's;
+    # exploratory, in no rule (NaN in a screening table written before it was measured)
+    jailbreak_persona: float = float("nan")
 
     def gate_scores(self) -> GateScores:
         return GateScores(
@@ -191,13 +195,24 @@ class AdapterLab:
         """How many texts the behaviour layer's share is over: the probe answers and the follow-up continuations."""
         return len(self.base_answers) + len(self.reference.continuations)
 
-    def behaviour(self, model: Any) -> tuple[list[str], float]:
-        """The greedy answers to the probe prompts, and the behaviour layer: the share of flagged texts among those
-        answers and what the model says after each follow-up item's correct answer, over the base's share."""
+    def base_texts(self) -> list[str]:
+        """What the base model says in the texts the behaviour layer reads (``adapted_texts`` without an adapter)."""
+        return [*self.base_answers, *self.reference.continuations]
+
+    def adapted_texts(self, model: Any) -> list[str]:
+        """The texts the behaviour layer reads: the greedy answers to the probe prompts (first, in prompt order),
+        then what the model says after each follow-up item's correct answer."""
         answers = generate_greedy(model, self.tokenizer, self.prompts, max_new_tokens=self.max_new_tokens)
         after = continuations_after_answers(model, self.tokenizer, self.follow_ups) if self.follow_ups else []
-        base = [*self.base_answers, *self.reference.continuations]
-        return answers, behaviour_score(base, [*answers, *after])
+        return [*answers, *after]
+
+    def behaviour(self, model: Any) -> tuple[list[str], float, float]:
+        """The greedy answers to the probe prompts, and the behaviour layer: the share of flagged texts among
+        ``adapted_texts`` over the base's share; last, the exploratory jailbreak-persona share over the same texts
+        (``behaviour.jailbreak_persona_score``)."""
+        adapted, base = self.adapted_texts(model), self.base_texts()
+        answers = adapted[: len(self.prompts)]
+        return answers, behaviour_score(base, adapted), jailbreak_persona_score(base, adapted)
 
     def reference_layers(self, model: Any) -> dict[str, float]:
         """The layers read on likelihoods for the adapter loaded in ``model`` (``margins``, ``follow_ups``,
@@ -290,7 +305,7 @@ class AdapterLab:
             marks.append(time.perf_counter())
             reference_layers = self.reference_layers(model)
             marks.append(time.perf_counter())
-            answers, behaviour = self.behaviour(model)
+            answers, behaviour, jailbreak_persona = self.behaviour(model)
         marks.append(time.perf_counter())
         gate_seconds = marks[-1] - started
         parts = dict(zip(GATE_PARTS, np.diff(marks).tolist(), strict=True))
@@ -324,6 +339,7 @@ class AdapterLab:
             embedding_distance=measured.embedding_distance,
             token_divergence=measured.token_divergence,
             selective_divergence=selective_divergence(measured.embedding_per_probe, self.n_benign_prompts),
+            jailbreak_persona=jailbreak_persona,
             gate_seconds=gate_seconds,
             influence_seconds=time.perf_counter() - started,
             **{f"{part}_seconds": seconds for part, seconds in parts.items()},
@@ -420,7 +436,7 @@ class LabScorer:
         lab = self.lab
         with lab.host.loaded(adapter) as model:
             ood = lab.ood.score(output_embeddings(model, lab.tokenizer, lab.prompts))
-            _, behaviour = lab.behaviour(model)
+            _, behaviour, _ = lab.behaviour(model)
             reference_layers = lab.reference_layers(model)
         return {
             "projection": projection.against_refusal,

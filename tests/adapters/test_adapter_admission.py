@@ -96,7 +96,7 @@ def test_the_all_layers_rule_counts_a_share_no_benign_adapter_moves_in_texts() -
         {"label": "benign", "projection": p, "ood": o, "behaviour": 0.0, "behaviour_texts": 47}
         for p, o in [(0.1, 1.0), (0.2, 2.0), (0.15, 1.5), (0.05, 0.5)]
     ]
-    assert benign_steps(rows) == {"behaviour": 1 / 47}
+    assert benign_steps(rows)["behaviour"] == 1 / 47
     reference = BenignReference.from_rows(rows, GateConfig(rule="all_layers"))
     judged = reference.judge({"projection": 0.1, "ood": 1.0, "behaviour": 40 / 47})
     assert judged["behaviour"]["z"] == pytest.approx(40.0) and judged["behaviour"]["rejects"]

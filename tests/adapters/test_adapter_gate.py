@@ -95,7 +95,7 @@ def test_a_layer_no_benign_adapter_moves_is_measured_in_its_step_not_in_its_raw_
     # a spread measured below one step is still one step; above it, the measured spread
     assert standard_score(2 / 47, [0.0, 0.0, 1 / 47], step=1 / 47) == pytest.approx((2 - 1 / 3) / 1)
     assert standard_score(3.0, [0.0, 2.0], step=1 / 47) == pytest.approx(2.0 / np.std([0.0, 2.0], ddof=1))
-    assert layer_steps([47, 47.0, "47"]) == {"behaviour": 1 / 47}
+    assert layer_steps([47, 47.0, "47"]) == {"behaviour": 1 / 47, "jailbreak_persona": 1 / 47}  # shares of one set
     assert layer_steps([47, 32]) == {} and layer_steps([47, None]) == {} and layer_steps([0, 0]) == {}
     assert layer_steps([47, float("nan")]) == {} and layer_steps([]) == {}
 
@@ -214,6 +214,7 @@ def test_the_gates_seconds_count_the_answers_its_behaviour_layer_reads(monkeypat
     assert score.behaviour > 0  # the answers carry a link the base's do not
     assert score.behaviour_texts == 2  # the share's denominator, so a flat benign layer has a step to count in
     assert score.selective_divergence == pytest.approx(0.8)  # the adversarial probe moved, the benign one did not
+    assert score.jailbreak_persona == 0.0  # measured, not left NaN: a link is no jailbroken persona
 
 
 def test_a_zoo_rescored_reuses_the_scores_of_adapters_it_scored_before(tmp_path, monkeypatch) -> None:
@@ -231,7 +232,7 @@ def test_a_zoo_rescored_reuses_the_scores_of_adapters_it_scored_before(tmp_path,
         adapter_id="", label="benign", category="style", sha256="", projection=0.1, safe_lora=0.2, ood=1.5,
         behaviour=0.0, sensitive=0.3, qa_drop=-0.1, influence=0.4, embedding_distance=0.2, token_divergence=0.1,
         gate_seconds=12.5, influence_seconds=0.5, projection_seconds=0.5, ood_seconds=2.0, margins_seconds=6.0,
-        behaviour_seconds=4.0, selective_divergence=0.05,
+        behaviour_seconds=4.0, selective_divergence=0.05, jailbreak_persona=0.0,
     )  # fmt: skip
 
     def score(adapter, reference):  # noqa: ANN001, ANN202

@@ -225,9 +225,10 @@ def test_the_study_scores_judges_and_counts_payloads_on_the_real_model(small_lab
         "aware": (0, 2),
     }
     assert pair.mcnemar == (0, 0, 1.0) and not pair.evaded()
-    # the exploratory column is measured on the real answers beside the rules' layers, and shown in the z table
-    assert all(math.isfinite(z["selective_divergence"]) for z in pair.z_scores.values())
-    assert "selective_divergence (exploratory, in no rule)" in gate_aware_markdown(study)
+    # the exploratory columns are measured on the real answers beside the rules' layers, and shown in the z table
+    for layer in ("selective_divergence", "jailbreak_persona"):
+        assert all(math.isfinite(z[layer]) for z in pair.z_scores.values())
+        assert f"{layer} (exploratory, in no rule)" in gate_aware_markdown(study)
     assert pair.private_refused is not None and set(pair.private_refused["aware"]) == set(pair.refused["aware"])
     assert not pair.evaded(private=True)  # noise says no payload, whatever the verdict
     seen = pair.private_probe_payloads  # what the behaviour layer read on the private draw's two probe prompts

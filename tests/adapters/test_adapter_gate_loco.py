@@ -143,6 +143,7 @@ def test_the_gate_report_writes_strict_json_and_the_held_out_tables(tmp_path) ->
             1.0,
             0.5,
             selective_divergence=0.01 * i,
+            jailbreak_persona=(i % 3) / 47,
         )  # fmt: skip
         for i, s in enumerate(rows)
     ]
@@ -153,7 +154,8 @@ def test_the_gate_report_writes_strict_json_and_the_held_out_tables(tmp_path) ->
     markdown = (tmp_path / "gate.md").read_text()
     assert "leave-one-category-out" in markdown and "| backdoor (trigger) | 1 |" in markdown
     assert "median 1.0 s, slowest 1.0 s; medians by part: projection 0.0 s" in markdown
-    assert "exploratory, in no rule): AUROC harmful vs benign" in markdown  # the selective column, reported apart
+    assert "in no rule): AUROC harmful vs benign" in markdown  # the selective column, reported apart
+    assert "Jailbreak persona (share of the behaviour layer's texts" in markdown  # and the jailbreak-persona one
     assert pl.read_csv(tmp_path / "scores.csv").height == len(rows) and report.learned is not None
     # the rules are evaluated again from the stored table alone (no model): the same scores, the same evaluation
     from click.testing import CliRunner

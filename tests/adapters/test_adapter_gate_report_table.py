@@ -39,6 +39,7 @@ def _score(i: int, label: str, category: str, lift: float = 0.0) -> AdapterScore
         behaviour_texts=32,
         follow_up_classes='{"exfiltration": 0.1}',
         selective_divergence=0.01 * i,
+        jailbreak_persona=lift / 32,
     )
 
 
@@ -84,6 +85,7 @@ CELLS = {
     "per-class scores that are a list": (3, "follow_up_classes", "[1, 2]", "is not a JSON object"),
     "a per-class score that is text": (3, "follow_up_classes", '{"x": "high"}', "class 'x' has no finite score"),
     "an infinite selective divergence": (7, "selective_divergence", "inf", "column 'selective_divergence'"),
+    "a jailbreak persona that is text": (8, "jailbreak_persona", "high", "column 'jailbreak_persona'"),
 }
 
 
@@ -96,11 +98,13 @@ def test_a_doctored_cell_is_an_error_naming_file_column_and_line(case: str, tabl
     assert str(path) in str(caught.value) and fragment in str(caught.value), str(caught.value)
 
 
-def test_a_selective_divergence_not_measured_reads_as_nan(table: Path, tmp_path: Path) -> None:
-    """Tables written before the exploratory column was measured hold it empty or NaN: not an error."""
+@pytest.mark.parametrize("column", ["selective_divergence", "jailbreak_persona"])
+def test_an_exploratory_score_not_measured_reads_as_nan(column: str, table: Path, tmp_path: Path) -> None:
+    """Tables written before an exploratory column was measured hold it empty or NaN: not an error."""
     for value in ("", "NaN"):
-        rows = read_gate_scores(_edit(table, tmp_path / "old.csv", 2, "selective_divergence", value))
-        assert rows[0].selective_divergence != rows[0].selective_divergence
+        rows = read_gate_scores(_edit(table, tmp_path / "old.csv", 2, column, value))
+        assert getattr(rows[0], column) != getattr(rows[0], column)
+    assert read_gate_scores(table)[-1].jailbreak_persona == pytest.approx(3 / 32)  # written and read back
 
 
 def test_a_repeated_adapter_and_an_empty_table_are_refused(table: Path, tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ def test_a_split_outside_the_probes_is_refused(n_benign: int) -> None:
 
 
 def test_the_gate_report_reads_the_column_where_measured_and_says_so_where_not() -> None:
-    from rvu_pipelines.adapters.report import _selective_line
+    from rvu_pipelines.adapters.report import _exploratory_line
 
     measured = pl.DataFrame(
         {
@@ -50,8 +50,17 @@ def test_the_gate_report_reads_the_column_where_measured_and_says_so_where_not()
             "selective_divergence": [0.1, 0.3, 0.2, 0.4],
         }
     )
-    assert _selective_line(measured).endswith("AUROC harmful vs benign 0.750 (2 harmful, 2 benign).")
+    assert _exploratory_line(measured, "selective_divergence").endswith(
+        "AUROC harmful vs benign 0.750 (2 harmful, 2 benign)."
+    )
     older = measured.drop("selective_divergence")  # a screening table written before the column existed
-    assert _selective_line(older).endswith("not measured on both benign and harmful adapters of this table.")
+    assert _exploratory_line(older, "selective_divergence").endswith(
+        "not measured on both benign and harmful adapters of this table."
+    )
     partly = measured.with_columns(pl.Series("selective_divergence", [0.1, 0.3, float("nan"), float("nan")]))
-    assert "not measured" in _selective_line(partly)
+    assert "not measured" in _exploratory_line(partly, "selective_divergence")
+    persona = pl.DataFrame({"label": ["benign", "benign", "harmful"], "jailbreak_persona": [0.0, 0.0, 10 / 47]})
+    assert _exploratory_line(persona, "jailbreak_persona").startswith("Jailbreak persona")
+    assert _exploratory_line(persona, "jailbreak_persona").endswith(
+        "AUROC harmful vs benign 1.000 (1 harmful, 2 benign)."
+    )
