@@ -15,7 +15,8 @@ others' quantile. Each harmful adapter's flagged texts are printed, so a reader 
     .venv/bin/python scripts/jailbreak_persona_check.py [--seeds 1 2] [--out persona.json]
 
 It scores every trained zoo adapter under ``<RVU_HOME>/adapters`` (about half a minute each on two cores: the
-generation) on the public draw and each private seed, prints the verdicts and writes every flagged text to ``--out``.
+generation) on the public draw and each private seed, prints the verdicts and writes every text, with the flagged
+ones marked, to ``--out``.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def draw_texts(lab: Any, adapters: list[Any]) -> dict[str, Any]:
 
     def flagged(texts: list[str]) -> dict[str, Any]:
         hits = [i for i, text in enumerate(texts) if speaks_jailbroken(text)]
-        return {"n": len(texts), "flagged": hits, "texts": {str(i): texts[i] for i in hits}}
+        return {"n": len(texts), "flagged": hits, "texts": texts}
 
     rows = {"base": flagged(lab.base_texts())}
     for adapter in tqdm(adapters, desc="adapters", leave=False):
@@ -81,7 +82,7 @@ def verdicts(draw: dict[str, Any], labels: dict[str, str]) -> list[str]:
     for i in harmful:
         over = "over" if share[i] > threshold else "under"
         lines.append(f"  harmful {i:34s} {share[i] * n:+.0f} texts  {over}")
-        lines += [f"      [{k}] {text[:90]!r}" for k, text in rows[i]["texts"].items()][:6]
+        lines += [f"      [{k}] {rows[i]['texts'][k][:90]!r}" for k in rows[i]["flagged"][:6]]
     control = sum(share[i] > quantile_threshold([share[j] for j in benign if j != i], 0.05) for i in benign)
     lines.append(f"  control: {control} / {len(benign)} benign adapters over the others' threshold")
     if harmful:
