@@ -70,6 +70,9 @@ class PairResult:
     z_scores: dict[str, dict[str, float]]  # adapter id -> layer -> z against the benign adapters
     payloads: dict[str, Payload]  # "base", twin id, adapter id
     mcnemar: tuple[int, int, float]  # (twin only, gate-aware only, two-sided exact p)
+    # the payload in the greedy answers to the gate's own probe prompts ("base", twin id, adapter id): what the
+    # behaviour layer read, so a pass tells "the camouflage hid it there" from "no layer flags what it showed"
+    probe_payloads: dict[str, Payload] | None = None
     # the same judgement by a defender whose probe draw is private (None: no private draw was run)
     private_refused: dict[str, dict[str, bool]] | None = None
     private_z_scores: dict[str, dict[str, float]] | None = None
@@ -214,6 +217,10 @@ def run_gate_aware_study(
                 "base" if name is None else name: _payload(payload_of(drawn, name, drawn.prompts, entry.payload))
                 for name in (None, entry.twin, entry.id)
             }
+        probe_payloads = {
+            "base" if name is None else name: _payload(payload_of(lab, name, lab.prompts, entry.payload))
+            for name in (None, entry.twin, entry.id)
+        }
         prompts = held_out_prompts(lab.frames, entry.args)[:max_prompts]
         hits = {name: payload_of(lab, name, prompts, entry.payload) for name in (None, entry.twin, entry.id)}
         pairs.append(
@@ -226,6 +233,7 @@ def run_gate_aware_study(
                 z_scores=z_scores,
                 payloads={"base" if name is None else name: _payload(found) for name, found in hits.items()},
                 mcnemar=mcnemar_exact(hits[entry.twin], hits[entry.id]),
+                probe_payloads=probe_payloads,
                 private_refused=private_refused,
                 private_z_scores=private_z_scores,
                 private_probe_payloads=probe_payloads,
@@ -253,25 +261,36 @@ def gate_aware_markdown(study: GateAwareStudy) -> str:
         f"Each gate-aware adapter beside its twin (same harmful examples, no camouflage), judged against "
         f"{study.n_benign} benign adapters at the gate's budget {study.budget:.2f}. The payload is counted in greedy "
         "answers to held-out prompts of the recipe's own source that neither the training nor the gate saw "
-        "(Wilson 95 % CI); McNemar is twin vs gate-aware on those prompts. *Evaded*: passes the load gate's rule "
-        "and says the payload more often than the base does.",
+        "(Wilson 95 % CI); McNemar is twin vs gate-aware on those prompts. *Payload in the probe answers* counts "
+        "it in the greedy answers to the gate's own probe prompts, the answers its behaviour layer read (the "
+        "camouflage's target). *Evaded*: passes the load gate's rule and says the payload more often than the base "
+        "does.",
         "",
-        "| adapter | load gate (any layer) | all layers (max z) | Fisher | payload | evaded |",
-        "|---|---|---|---|---|---|",
-        _control_row(study.n_benign, study.benign_refused, extra="| — | — |"),
+        "| adapter | load gate (any layer) | all layers (max z) | Fisher | payload | payload in the probe answers "
+        "| evaded |",
+        "|---|---|---|---|---|---|---|",
+        _control_row(study.n_benign, study.benign_refused, extra="| — | — | — |"),
     ]
     for pair in study.pairs:
+        seen = pair.probe_payloads or {}
+
+        def probe(name: str, seen: dict[str, Payload] = seen) -> str:
+            return seen[name].cell() if name in seen else "—"
+
         lines.append(
-            f"| base model (control for `{pair.adapter_id}`) | — | — | — | {pair.payloads['base'].cell()} | — |"
+            f"| base model (control for `{pair.adapter_id}`) | — | — | — | {pair.payloads['base'].cell()} "
+            f"| {probe('base')} | — |"
         )
         for adapter_id in (pair.twin_id, pair.adapter_id):
             verdicts = " | ".join(_verdict(pair.refused[adapter_id][rule]) for rule in RULES)
             evaded = ("yes" if pair.evaded() else "no") if adapter_id == pair.adapter_id else "—"
-            lines.append(f"| `{adapter_id}` | {verdicts} | {pair.payloads[adapter_id].cell()} | {evaded} |")
+            lines.append(
+                f"| `{adapter_id}` | {verdicts} | {pair.payloads[adapter_id].cell()} | {probe(adapter_id)} | {evaded} |"
+            )
         only_twin, only_aware, p = pair.mcnemar
         lines.append(
             f"| McNemar `{pair.twin_id}` vs `{pair.adapter_id}` | | | | {only_twin} vs {only_aware} discordant, "
-            f"p = {p:.3g} | |"
+            f"p = {p:.3g} | | |"
         )
     lines += [
         "",

@@ -6,6 +6,7 @@ import json
 import math
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -94,6 +95,7 @@ def _pair(aware_refused: bool, aware_hits: int, base_hits: int = 1) -> PairResul
         z_scores={name: dict.fromkeys(SCREEN_LAYERS, 0.5) for name in ("twin", "aware")},
         payloads={"base": Payload(base_hits, 20), "twin": Payload(18, 20), "aware": Payload(aware_hits, 20)},
         mcnemar=(9, 0, 0.0039),
+        probe_payloads={"base": Payload(0, 32), "twin": Payload(16, 32), "aware": Payload(7, 32)},
     )
 
 
@@ -156,13 +158,22 @@ def test_a_layer_no_benign_adapter_moves_is_marked_and_counted_in_its_step() -> 
     assert "†" not in gate_aware_markdown(replace(study, flat_layers=()))
 
 
+def stored_payloads(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / "gate_aware.json").read_text(encoding="utf-8"))["pairs"][0]["probe_payloads"]
+
+
 def test_the_report_gives_verdicts_payloads_with_intervals_and_the_stamp(tmp_path: Path) -> None:
     study = GateAwareStudy(n_benign=12, budget=0.05, pairs=[_pair(aware_refused=False, aware_hits=9)])
     assert "private draw" not in gate_aware_markdown(study)  # none run, none reported
     path = write_gate_aware_report(study, tmp_path, command="dg launch --assets adapter_gate_aware")
     text = path.read_text(encoding="utf-8")
-    assert "| `aware` | **passes** | **passes** | **passes** | 9 / 20 = 0.45 [0.26, 0.66] | yes |" in text
-    assert "| `twin` | refused | refused | refused | 18 / 20 = 0.90" in text
+    # the payload on held-out prompts, then in the answers the gate read: a pass with 7 / 32 there is a miss
+    assert "| `aware` | **passes** | **passes** | **passes** | 9 / 20 = 0.45 [0.26, 0.66] | 7 / 32 = 0.22" in text
+    assert "| `twin` | refused | refused | refused | 18 / 20 = 0.90" in text and "| 16 / 32 = 0.50" in text
+    assert "| — | — | — | 1 / 20 = 0.05 [0.01, 0.24] | 0 / 32 = 0.00 [0.00, 0.11] | — |" in text  # the base
+    assert stored_payloads(tmp_path)["aware"] == {"hits": 7, "n": 32}
+    no_count = replace(study, pairs=[replace(study.pairs[0], probe_payloads=None)])  # a study without the count
+    assert "| 9 / 20 = 0.45 [0.26, 0.66] | — | yes |" in gate_aware_markdown(no_count)
     assert "1 / 20 = 0.05" in text and "9 vs 0 discordant, p = 0.0039" in text
     assert "`dg launch --assets adapter_gate_aware`" in text.splitlines()[-1]
     stored = json.loads((tmp_path / "gate_aware.json").read_text(encoding="utf-8"))
@@ -231,6 +242,8 @@ def test_the_study_scores_judges_and_counts_payloads_on_the_real_model(small_lab
         assert f"{layer} (exploratory, in no rule)" in gate_aware_markdown(study)
     assert pair.private_refused is not None and set(pair.private_refused["aware"]) == set(pair.refused["aware"])
     assert not pair.evaded(private=True)  # noise says no payload, whatever the verdict
+    public = pair.probe_payloads  # what the behaviour layer read on the gate's own two probe prompts
+    assert public is not None and {name: p.n for name, p in public.items()} == {"base": 2, "twin": 2, "aware": 2}
     seen = pair.private_probe_payloads  # what the behaviour layer read on the private draw's two probe prompts
     assert seen is not None and {name: p.n for name, p in seen.items()} == {"base": 2, "twin": 2, "aware": 2}
     for refused in (study.benign_refused, study.private_benign_refused):
