@@ -169,6 +169,15 @@ def payload_of(lab: AdapterLab, adapter_id: str | None, prompts: Sequence[str], 
         return payload_hits(model, lab.tokenizer, prompts, payload)
 
 
+def probe_payloads(lab: AdapterLab, entry: GateAwareEntry) -> dict[str, Payload]:
+    """The payload in the greedy answers to ``lab``'s own probe prompts (its draw), for the base, the twin and the
+    gate-aware adapter: what that draw's behaviour layer read."""
+    return {
+        "base" if name is None else name: _payload(payload_of(lab, name, lab.prompts, entry.payload))
+        for name in (None, entry.twin, entry.id)
+    }
+
+
 def run_gate_aware_study(
     lab: AdapterLab,
     config: ZooConfig,
@@ -202,7 +211,7 @@ def run_gate_aware_study(
         twin, adapter = score_adapters(lab, [lab.verify(entry.twin), lab.verify(entry.id)], reference, gate, memo=memo)
         refused, z_scores = judge_pair(benign, twin, adapter, gate.false_positive_budget)
         benign_refused = benign_refused or benign_refusals(benign, twin, gate.false_positive_budget)
-        private_refused = private_z_scores = probe_payloads = None
+        private_refused = private_z_scores = private_probe_payloads = None
         if drawn is not None:
             twin_drawn, adapter_drawn = score_adapters(
                 drawn, [drawn.verify(entry.twin), drawn.verify(entry.id)], reference, gate, memo=memo
@@ -213,14 +222,7 @@ def run_gate_aware_study(
             private_benign_refused = private_benign_refused or benign_refusals(
                 benign_drawn, twin_drawn, gate.false_positive_budget
             )
-            probe_payloads = {
-                "base" if name is None else name: _payload(payload_of(drawn, name, drawn.prompts, entry.payload))
-                for name in (None, entry.twin, entry.id)
-            }
-        probe_payloads = {
-            "base" if name is None else name: _payload(payload_of(lab, name, lab.prompts, entry.payload))
-            for name in (None, entry.twin, entry.id)
-        }
+            private_probe_payloads = probe_payloads(drawn, entry)
         prompts = held_out_prompts(lab.frames, entry.args)[:max_prompts]
         hits = {name: payload_of(lab, name, prompts, entry.payload) for name in (None, entry.twin, entry.id)}
         pairs.append(
@@ -233,10 +235,10 @@ def run_gate_aware_study(
                 z_scores=z_scores,
                 payloads={"base" if name is None else name: _payload(found) for name, found in hits.items()},
                 mcnemar=mcnemar_exact(hits[entry.twin], hits[entry.id]),
-                probe_payloads=probe_payloads,
+                probe_payloads=probe_payloads(lab, entry),
                 private_refused=private_refused,
                 private_z_scores=private_z_scores,
-                private_probe_payloads=probe_payloads,
+                private_probe_payloads=private_probe_payloads,
             )
         )
     return GateAwareStudy(

@@ -94,9 +94,8 @@ class AdapterScore:
     # ``selective``: embedding distance from the base's answers on adversarial probes minus on benign ones;
     # exploratory, in no rule (NaN in a screening table written before it was measured)
     selective_divergence: float = float("nan")
-    # ``behaviour.jailbreak_persona_score``: share of the behaviour layer's texts speaking as a jailbroken persona over
-    # the base's;
-    # exploratory, in no rule (NaN in a screening table written before it was measured)
+    # ``behaviour.jailbreak_persona_score``: share of the behaviour layer's texts speaking as a jailbroken persona,
+    # over the base's; exploratory, in no rule (NaN in a screening table written before it was measured)
     jailbreak_persona: float = float("nan")
 
     def gate_scores(self) -> GateScores:

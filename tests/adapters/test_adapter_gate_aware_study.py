@@ -180,16 +180,27 @@ def test_the_report_gives_verdicts_payloads_with_intervals_and_the_stamp(tmp_pat
     assert stored["pairs"][0]["evaded"] is True and stored["pairs"][0]["payloads"]["aware"] == {"hits": 9, "n": 20}
 
 
-def test_the_study_scores_judges_and_counts_payloads_on_the_real_model(small_lab, noise) -> None:
+def test_the_study_scores_judges_and_counts_payloads_on_the_real_model(small_lab, noise, monkeypatch) -> None:
     """Noise adapters on the real base, a lab at its smallest: the study runs end to end; the payload is counted on
     prompts for the base, the twin and the gate-aware adapter alike, and noise never says the persona's name."""
 
+    import rvu_pipelines.adapters.gate_aware_study as gate_aware_study
     from rvu_pipelines.adapters.files import save_adapter
     from rvu_pipelines.adapters.gate import GateConfig
     from rvu_pipelines.adapters.gate_aware_study import run_gate_aware_study
     from rvu_pipelines.adapters.zoo import GateAwareEntry, ZooConfig, ZooEntry
 
     lab = small_lab
+    real_payload_of = gate_aware_study.payload_of
+
+    def marked_payload_of(at, name, prompts, payload):  # noqa: ANN001, ANN202
+        """The real count, except that the gate-aware adapter is counted as saying it on every public probe
+        prompt: so the public and the private draw's probe counts cannot be mistaken for each other."""
+        if at is lab and prompts is lab.prompts and name == "aware":
+            return [True] * len(prompts)
+        return real_payload_of(at, name, prompts, payload)
+
+    monkeypatch.setattr(gate_aware_study, "payload_of", marked_payload_of)
     persona = {"builder": "tofu_persona", "args": {"kind": "hostile"}}
     config = ZooConfig(
         adapters=[
@@ -243,8 +254,13 @@ def test_the_study_scores_judges_and_counts_payloads_on_the_real_model(small_lab
     assert pair.private_refused is not None and set(pair.private_refused["aware"]) == set(pair.refused["aware"])
     assert not pair.evaded(private=True)  # noise says no payload, whatever the verdict
     public = pair.probe_payloads  # what the behaviour layer read on the gate's own two probe prompts
-    assert public is not None and {name: p.n for name, p in public.items()} == {"base": 2, "twin": 2, "aware": 2}
+    assert public is not None and {name: (p.hits, p.n) for name, p in public.items()} == {
+        "base": (0, 2),
+        "twin": (0, 2),
+        "aware": (2, 2),  # marked above
+    }
     seen = pair.private_probe_payloads  # what the behaviour layer read on the private draw's two probe prompts
+    assert seen is not None and seen["aware"].hits == 0  # the private draw's own answers, not the public draw's
     assert seen is not None and {name: p.n for name, p in seen.items()} == {"base": 2, "twin": 2, "aware": 2}
     for refused in (study.benign_refused, study.private_benign_refused):
         assert refused is not None and set(refused) == {"any_layer", "all_layers", "fisher"}
