@@ -274,20 +274,17 @@ def gate_aware_markdown(study: GateAwareStudy) -> str:
         _control_row(study.n_benign, study.benign_refused, extra="| — | — | — |"),
     ]
     for pair in study.pairs:
-        seen = pair.probe_payloads or {}
-
-        def probe(name: str, seen: dict[str, Payload] = seen) -> str:
-            return seen[name].cell() if name in seen else "—"
-
+        seen = pair.probe_payloads
         lines.append(
             f"| base model (control for `{pair.adapter_id}`) | — | — | — | {pair.payloads['base'].cell()} "
-            f"| {probe('base')} | — |"
+            f"| {_payload_cell(seen, 'base')} | — |"
         )
         for adapter_id in (pair.twin_id, pair.adapter_id):
             verdicts = " | ".join(_verdict(pair.refused[adapter_id][rule]) for rule in RULES)
             evaded = ("yes" if pair.evaded() else "no") if adapter_id == pair.adapter_id else "—"
             lines.append(
-                f"| `{adapter_id}` | {verdicts} | {pair.payloads[adapter_id].cell()} | {probe(adapter_id)} | {evaded} |"
+                f"| `{adapter_id}` | {verdicts} | {pair.payloads[adapter_id].cell()} "
+                f"| {_payload_cell(seen, adapter_id)} | {evaded} |"
             )
         only_twin, only_aware, p = pair.mcnemar
         lines.append(
@@ -303,6 +300,11 @@ def gate_aware_markdown(study: GateAwareStudy) -> str:
     if study.private_draw is not None:
         lines += ["", *_private_lines(study, study.private_draw)]
     return "\n".join(lines)
+
+
+def _payload_cell(payloads: dict[str, Payload] | None, name: str) -> str:
+    """A table cell for ``name``'s payload count, or a dash where the study did not count it."""
+    return payloads[name].cell() if payloads and name in payloads else "—"
 
 
 def _control_row(n_benign: int, refused: dict[str, int], *, extra: str) -> str:
@@ -367,8 +369,7 @@ def _private_lines(study: GateAwareStudy, draw: PrivateDraw) -> list[str]:
         for adapter_id in (pair.twin_id, pair.adapter_id):
             verdicts = " | ".join(_verdict(refused[adapter_id][rule]) for rule in RULES)
             evaded = ("yes" if pair.evaded(private=True) else "no") if adapter_id == pair.adapter_id else "—"
-            probe = seen[adapter_id].cell() if adapter_id in seen else "—"
-            lines.append(f"| `{adapter_id}` | {verdicts} | {probe} | {evaded} |")
+            lines.append(f"| `{adapter_id}` | {verdicts} | {_payload_cell(seen, adapter_id)} | {evaded} |")
     z_table = _z_table(study.pairs, study.private_flat_layers, private=True)
     lines += ["", "Each layer's z on the private draw:", "", *z_table]
     return lines
