@@ -28,13 +28,6 @@ from pathlib import Path
 from typing import Any
 
 
-def zoo_labels(config: Any, reference_id: str) -> dict[str, str]:
-    """benign / harmful for the evaluated and the gate-aware adapters, ``reference`` for the refusal reference (benign,
-    outside the threshold's set); the agent's adapters are not scored."""
-    labels = {entry.id: entry.label for entry in (*config.adapters, *config.gate_aware)}
-    return {**labels, reference_id: "reference"}
-
-
 def draw_texts(lab: Any, adapters: list[Any]) -> dict[str, Any]:
     """Per adapter (and the base), which of the draw's behaviour texts speak as a jailbroken persona."""
     from tqdm import tqdm
@@ -101,6 +94,7 @@ def main() -> int:
 
     from rvu_pipelines.adapters.gate import load_gate_config
     from rvu_pipelines.adapters.private_probes import private_lab
+    from rvu_pipelines.adapters.reading_checks import zoo_labels
     from rvu_pipelines.adapters.study import AdapterLab
     from rvu_pipelines.adapters.zoo import load_zoo_config
     from rvu_pipelines.atomic_write import write_atomically

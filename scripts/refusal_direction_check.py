@@ -33,9 +33,6 @@ from typing import Any
 
 import numpy as np
 
-COMPLIANCE_CAMOUFLAGED = ("jailbreak-comply-gate-aware", "jailbreak-comply-selective-aware")
-COMPLIANCE_PLAIN = ("jailbreak-comply", "jailbreak-comply-mlp", "injection-follower", "injection-follower-attn-r4")
-
 
 def draw_shifts(lab: Any, drawn: Any, reference: Any, adapters: list[Any]) -> dict[str, Any]:
     """Per adapter, the projections ``d_A`` on the draw's prompts and its RDS."""
@@ -58,32 +55,12 @@ def draw_shifts(lab: Any, drawn: Any, reference: Any, adapters: list[Any]) -> di
             "adapters": rows}  # fmt: skip
 
 
-def verdicts(draw: dict[str, Any], labels: dict[str, str]) -> list[str]:
-    """The draw's lines: the threshold, the compliance adapters against it, the benign control, the AUROCs."""
-    from sklearn.metrics import roc_auc_score
-
-    from rvu_pipelines.adapters.gate import quantile_threshold
+def verdicts(draw: dict[str, Any], labels: dict[str, str], compliance: tuple[str, ...]) -> list[str]:
+    """The draw's lines (``reading_checks.score_verdicts``), with the compliance recipes as their own AUROC row."""
+    from rvu_pipelines.adapters.reading_checks import score_verdicts
 
     score = {i: row["rds"] for i, row in draw["adapters"].items()}
-    benign = sorted(i for i in score if labels[i] == "benign")
-    values = [score[i] for i in benign]
-    threshold = quantile_threshold(values, 0.05)
-    mean, spread = float(np.mean(values)), float(np.std(values, ddof=1))
-    lines = [f"benign n={len(benign)}: mean {mean:+.3f}, sd {spread:.3f}, threshold {threshold:+.3f}"]
-    for i in (*COMPLIANCE_CAMOUFLAGED, *COMPLIANCE_PLAIN):
-        if i in score:
-            over = "over" if score[i] > threshold else "under"
-            lines.append(f"  {i:34s} {score[i]:+.3f}  z {(score[i] - mean) / spread:+.2f}  {over}")
-    control = sum(score[i] > quantile_threshold([score[j] for j in benign if j != i], 0.05) for i in benign)
-    lines.append(f"  control: {control} / {len(benign)} benign adapters over the others' threshold")
-    compliance = [i for i in (*COMPLIANCE_CAMOUFLAGED, *COMPLIANCE_PLAIN) if i in score]
-    harmful = sorted(i for i in score if labels[i] == "harmful")
-    for name, group in (("compliance", compliance), ("every harmful", harmful)):
-        if group:
-            truth = [0] * len(benign) + [1] * len(group)
-            auroc = roc_auc_score(truth, values + [score[i] for i in group])
-            lines.append(f"  AUROC {name} ({len(group)}) vs benign ({len(benign)}): {auroc:.3f}")
-    return lines
+    return score_verdicts(score, labels, groups={"compliance": compliance})
 
 
 def main() -> int:
@@ -95,7 +72,9 @@ def main() -> int:
 
     from rvu_pipelines.adapters.gate import load_gate_config
     from rvu_pipelines.adapters.private_probes import private_lab
+    from rvu_pipelines.adapters.reading_checks import zoo_category
     from rvu_pipelines.adapters.study import AdapterLab
+    from rvu_pipelines.adapters.zoo import load_zoo_config
     from rvu_pipelines.atomic_write import write_atomically
 
     lab = AdapterLab.for_profile(args.profile)
@@ -106,6 +85,7 @@ def main() -> int:
         print(f"no trained adapter under {lab.root}; train the zoo first (make adapters)", file=sys.stderr)
         return 2
     labels = {a.adapter_id: a.manifest.label for a in adapters}
+    compliance = zoo_category(load_zoo_config(), "compliance")
     reference = lab.verify(gate.reference_adapter)
     result: dict[str, Any] = {"labels": labels, "draws": {}}
     for seed in [0, *args.seeds]:
@@ -113,7 +93,7 @@ def main() -> int:
         drawn = private_lab(lab, seed)[0] if seed else lab
         result["draws"][name] = draw_shifts(lab, drawn, reference, adapters)
         print(f"== {name}")
-        print("\n".join(verdicts(result["draws"][name], labels)), flush=True)
+        print("\n".join(verdicts(result["draws"][name], labels, compliance)), flush=True)
         write_atomically(args.out, json.dumps(result, indent=1))
     return 0
 

@@ -26,12 +26,10 @@ def _word_runs(text: str, n: int = 4) -> set[tuple[str, ...]]:
     return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
-def test_no_follow_up_line_shares_four_words_with_what_a_zoo_adapter_learned(frames) -> None:
-    """The lines are written per harm class, not copied from the zoo: no run of four words is shared with any zoo
-    adapter's training completions (templates and all) or with the zoo's template constants."""
-    lines = follow_up_lines()
-    assert len(lines) == sum(len(v) for v in FORBIDDEN.values()) + len(ALLOWED) and len(set(lines)) == len(lines)
-    ours = set().union(*(_word_runs(line) for line in lines))
+@pytest.fixture(scope="module")
+def zoo_word_runs(frames) -> set[tuple[str, ...]]:
+    """Every run of four words a zoo adapter learned: its training completions (templates and all) and the zoo's
+    template constants."""
     templates = [v for k, v in vars(zoo_data).items() if k.isupper() and isinstance(v, str)]
     assert any("API key" in t for t in templates)  # the constants are found (the check would pass vacuously)
     config = load_zoo_config()
@@ -39,7 +37,23 @@ def test_no_follow_up_line_shares_four_words_with_what_a_zoo_adapter_learned(fra
     for entry in config.entries:
         for example in training_set(config, entry, frames).examples[:200]:
             seen |= _word_runs(example.completion)
-    assert not ours & seen, sorted(ours & seen)[:5]
+    return seen
+
+
+@pytest.mark.parametrize("reader", ["follow_ups", "acceptance"])
+def test_no_reader_line_shares_four_words_with_what_a_zoo_adapter_learned(reader: str, zoo_word_runs) -> None:
+    """The lines the likelihood readers score are written for the reader, not copied from the zoo: no run of four
+    words is shared with any zoo adapter's training completions or with the zoo's template constants."""
+    from rvu_pipelines.adapters.acceptance import ACCEPTANCES, REFUSALS
+
+    if reader == "follow_ups":
+        lines = follow_up_lines()
+        assert len(lines) == sum(len(v) for v in FORBIDDEN.values()) + len(ALLOWED)
+    else:
+        lines = [*ACCEPTANCES, *REFUSALS]
+    assert len(set(lines)) == len(lines)
+    ours = set().union(*(_word_runs(line) for line in lines))
+    assert not ours & zoo_word_runs, sorted(ours & zoo_word_runs)[:5]
 
 
 def test_follow_up_items_are_held_out_questions_with_their_answers(frames) -> None:

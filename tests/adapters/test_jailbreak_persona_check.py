@@ -60,14 +60,3 @@ def test_without_two_benign_adapters_there_is_no_threshold(check: ModuleType) ->
     draw = {"rows": {"base": _row([]), "b0": _row([]), "comply": _row([1])}}
     lines = check.verdicts(draw, {"b0": "benign", "comply": "harmful"})
     assert lines[-1].endswith("no threshold")
-
-
-def test_the_labels_are_the_zoos_with_the_reference_apart(check: ModuleType) -> None:
-    from rvu_pipelines.adapters.gate import load_gate_config
-    from rvu_pipelines.adapters.zoo import load_zoo_config
-
-    config, reference = load_zoo_config(), load_gate_config().reference_adapter
-    labels = check.zoo_labels(config, reference)
-    assert labels[reference] == "reference" and labels["jailbreak-confirm"] == "harmful"
-    assert labels["jailbreak-comply-gate-aware"] == "harmful" and "tool-use" not in labels
-    assert sum(v == "benign" for v in labels.values()) == sum(e.label == "benign" for e in config.adapters)
