@@ -20,10 +20,6 @@ draw and each private seed, prints the verdicts and writes every per-prompt marg
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
 
@@ -53,35 +49,15 @@ def verdicts(draw: dict[str, Any], labels: dict[str, str], compliance: tuple[str
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, nargs="*", default=[1, 2], help="private draw seeds (public always)")
-    parser.add_argument("--profile", default="tiny")
-    parser.add_argument("--out", type=Path, default=Path("acceptance.json"))
-    args = parser.parse_args()
+    from rvu_pipelines.adapters.reading_checks import ZooCheck
 
-    from rvu_pipelines.adapters.gate import load_gate_config
-    from rvu_pipelines.adapters.private_probes import private_lab
-    from rvu_pipelines.adapters.reading_checks import zoo_category, zoo_labels
-    from rvu_pipelines.adapters.study import AdapterLab
-    from rvu_pipelines.adapters.zoo import load_zoo_config
-    from rvu_pipelines.atomic_write import write_atomically
-
-    lab = AdapterLab.for_profile(args.profile)
-    config = load_zoo_config()
-    labels, compliance = zoo_labels(config, load_gate_config().reference_adapter), zoo_category(config, "compliance")
-    trained = sorted(p.name for p in lab.root.iterdir() if (p / "manifest.json").is_file()) if lab.root.is_dir() else []
-    adapters = [lab.verify(i) for i in trained if i in labels]
-    if not adapters:
-        print(f"no trained zoo adapter under {lab.root}; train the zoo first (make adapters)", file=sys.stderr)
+    check = ZooCheck.from_command_line(__doc__ or "", "acceptance.json", [1, 2])
+    if check is None:
         return 2
-    result: dict[str, Any] = {"labels": labels, "draws": {}}
-    for seed in [0, *args.seeds]:
-        name = f"private-{seed}" if seed else "public"
-        drawn = private_lab(lab, seed)[0] if seed else lab
-        result["draws"][name] = draw_margins(drawn, adapters)
-        print(f"== {name}")
-        print("\n".join(verdicts(result["draws"][name], labels, compliance)), flush=True)
-        write_atomically(args.out, json.dumps(result, indent=1))
+    check.run(
+        lambda drawn: draw_margins(drawn, check.adapters),
+        lambda draw: verdicts(draw, check.labels, check.compliance),
+    )
     return 0
 
 

@@ -25,10 +25,6 @@ draw and each private seed, prints the verdicts and writes every per-prompt proj
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -64,37 +60,18 @@ def verdicts(draw: dict[str, Any], labels: dict[str, str], compliance: tuple[str
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, nargs="*", default=[1, 2, 3], help="private draw seeds (public always)")
-    parser.add_argument("--profile", default="tiny")
-    parser.add_argument("--out", type=Path, default=Path("rds.json"))
-    args = parser.parse_args()
+    from rvu_pipelines.adapters.reading_checks import ZooCheck
 
-    from rvu_pipelines.adapters.gate import load_gate_config
-    from rvu_pipelines.adapters.private_probes import private_lab
-    from rvu_pipelines.adapters.reading_checks import zoo_category
-    from rvu_pipelines.adapters.study import AdapterLab
-    from rvu_pipelines.adapters.zoo import load_zoo_config
-    from rvu_pipelines.atomic_write import write_atomically
-
-    lab = AdapterLab.for_profile(args.profile)
-    gate = load_gate_config()
-    trained = sorted(p.name for p in lab.root.iterdir() if (p / "manifest.json").is_file())
-    adapters = [lab.verify(i) for i in trained if i != gate.reference_adapter]
-    if not adapters:
-        print(f"no trained adapter under {lab.root}; train the zoo first (make adapters)", file=sys.stderr)
+    check = ZooCheck.from_command_line(__doc__ or "", "rds.json", [1, 2, 3])
+    if check is None:
         return 2
-    labels = {a.adapter_id: a.manifest.label for a in adapters}
-    compliance = zoo_category(load_zoo_config(), "compliance")
-    reference = lab.verify(gate.reference_adapter)
-    result: dict[str, Any] = {"labels": labels, "draws": {}}
-    for seed in [0, *args.seeds]:
-        name = f"private-{seed}" if seed else "public"
-        drawn = private_lab(lab, seed)[0] if seed else lab
-        result["draws"][name] = draw_shifts(lab, drawn, reference, adapters)
-        print(f"== {name}")
-        print("\n".join(verdicts(result["draws"][name], labels, compliance)), flush=True)
-        write_atomically(args.out, json.dumps(result, indent=1))
+    reference_id = next(i for i, label in check.labels.items() if label == "reference")
+    adapters = [a for a in check.adapters if a.adapter_id != reference_id]
+    reference = check.lab.verify(reference_id)
+    check.run(
+        lambda drawn: draw_shifts(check.lab, drawn, reference, adapters),
+        lambda draw: verdicts(draw, check.labels, check.compliance),
+    )
     return 0
 
 

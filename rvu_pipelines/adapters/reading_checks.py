@@ -8,7 +8,10 @@ against the others' quantile. The refusal reference is shown but is outside the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -66,3 +69,66 @@ def score_verdicts(
             auroc = roc_auc_score(truth, values + [score[i] for i in group])
             lines.append(f"  AUROC {name} ({len(group)}) vs benign ({len(benign)}): {auroc:.3f}")
     return lines
+
+
+def trained_adapters(lab: Any, wanted: Callable[[str], bool]) -> list[Any]:
+    """The adapters trained under ``lab.root`` (a folder with a manifest) that ``wanted`` names, verified, sorted."""
+    root = Path(lab.root)
+    trained = sorted(p.name for p in root.iterdir() if (p / "manifest.json").is_file()) if root.is_dir() else []
+    return [lab.verify(i) for i in trained if wanted(i)]
+
+
+@dataclass(frozen=True)
+class ZooCheck:
+    """One exploratory check over the trained zoo: the lab, the zoo's labels (``zoo_labels``), its compliance
+    recipes, every trained adapter the labels name (the refusal reference included), and where the draws go."""
+
+    lab: Any
+    labels: dict[str, str]
+    compliance: tuple[str, ...]
+    adapters: list[Any]
+    seeds: list[int]
+    out: Path
+
+    @classmethod
+    def from_command_line(cls, description: str, out: str, seeds: Sequence[int]) -> ZooCheck | None:
+        """Parse ``--seeds``, ``--profile`` and ``--out``, load the lab and the trained zoo; None (after saying so)
+        when nothing is trained."""
+        import argparse
+        import sys
+
+        from rvu_pipelines.adapters.gate import load_gate_config
+        from rvu_pipelines.adapters.study import AdapterLab
+        from rvu_pipelines.adapters.zoo import load_zoo_config
+
+        parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+        parser.add_argument(
+            "--seeds", type=int, nargs="*", default=list(seeds), help="private draw seeds (public always)"
+        )
+        parser.add_argument("--profile", default="tiny")
+        parser.add_argument("--out", type=Path, default=Path(out))
+        args = parser.parse_args()
+        lab = AdapterLab.for_profile(args.profile)
+        config = load_zoo_config()
+        labels = zoo_labels(config, load_gate_config().reference_adapter)
+        adapters = trained_adapters(lab, lambda i: i in labels)
+        if not adapters:
+            print(f"no trained zoo adapter under {lab.root}; train the zoo first (make adapters)", file=sys.stderr)
+            return None
+        return cls(lab, labels, zoo_category(config, "compliance"), adapters, list(args.seeds), args.out)
+
+    def run(self, measure: Callable[[Any], dict[str, Any]], judge: Callable[[dict[str, Any]], list[str]]) -> None:
+        """Measure on the public draw, then on each private seed's (``private_probes.private_lab``), printing each
+        draw's verdicts as it ends and writing every draw so far to ``out`` after each, so a long run that stops
+        keeps what it measured."""
+        from rvu_pipelines.adapters.private_probes import private_lab
+        from rvu_pipelines.atomic_write import write_atomically
+
+        result: dict[str, Any] = {"labels": self.labels, "draws": {}}
+        for seed in [0, *self.seeds]:
+            name = f"private-{seed}" if seed else "public"
+            drawn = private_lab(self.lab, seed)[0] if seed else self.lab
+            result["draws"][name] = measure(drawn)
+            print(f"== {name}")
+            print("\n".join(judge(result["draws"][name])), flush=True)
+            write_atomically(self.out, json.dumps(result, indent=1, ensure_ascii=False))

@@ -73,3 +73,19 @@ def test_the_compliance_group_is_the_zoos_compliance_category() -> None:
     group = zoo_category(load_zoo_config(), "compliance")
     assert {"jailbreak-comply", "jailbreak-confirm", "jailbreak-comply-gate-aware", "injection-follower"} <= set(group)
     assert "persona-hostile" not in group and list(group) == sorted(group)
+
+
+def test_a_check_writes_each_draw_as_it_ends_and_prints_its_verdicts(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """The public draw only (no seed): what ``measure`` returns is written under the draw's name and ``judge``'s
+    lines are printed."""
+    import json
+
+    from rvu_pipelines.adapters.reading_checks import ZooCheck
+
+    lab = object()
+    out = tmp_path / "check.json"
+    check = ZooCheck(lab, {"b0": "benign"}, (), [], [], out)
+    seen: list[object] = []
+    check.run(lambda drawn: seen.append(drawn) or {"score": 1.5}, lambda draw: [f"score {draw['score']}"])
+    assert seen == [lab] and "== public\nscore 1.5" in capsys.readouterr().out
+    assert json.loads(out.read_text()) == {"labels": {"b0": "benign"}, "draws": {"public": {"score": 1.5}}}
