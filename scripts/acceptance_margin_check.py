@@ -15,7 +15,8 @@ adapters' 95 % quantile; the control is each benign adapter against the others' 
     .venv/bin/python scripts/acceptance_margin_check.py [--seeds 1 2] [--out acceptance.json]
 
 It scores every trained zoo adapter under ``<RVU_HOME>/adapters`` (a few seconds each on two cores) on the public
-draw and each private seed, prints the verdicts and writes every per-prompt margin to ``--out``.
+draw and each private seed, prints the verdicts and writes every per-prompt margin and each reply's change to
+``--out``.
 """
 
 from __future__ import annotations
@@ -24,28 +25,42 @@ from typing import Any
 
 
 def draw_margins(lab: Any, adapters: list[Any]) -> dict[str, Any]:
-    """The base's and each adapter's acceptance margins on the draw's adversarial prompts, and each adapter's shift."""
+    """On the draw's adversarial prompts: the base's reply log-likelihoods, and per adapter its margins, its shift
+    and each reply's mean change from the base (what moved: the acceptances, the refusals, or every reply)."""
     from tqdm import tqdm
 
-    from rvu_pipelines.adapters.acceptance import acceptance_margins, acceptance_shift
+    from rvu_pipelines.adapters.acceptance import ACCEPTANCES, REFUSALS, acceptance_shift, margins_of
+    from rvu_pipelines.adapters.acceptance import reply_loglikelihoods as replies
 
     prompts = list(lab.prompts[lab.n_benign_prompts :])
-    base = acceptance_margins(lab.host.model, lab.tokenizer, prompts)
+    base = replies(lab.host.model, lab.tokenizer, prompts)
     rows: dict[str, Any] = {}
     for adapter in tqdm(adapters, desc="adapters", leave=False):
         with lab.host.loaded(adapter) as model:
-            margins = acceptance_margins(model, lab.tokenizer, prompts)
-        rows[adapter.adapter_id] = {"margins": margins.tolist(), "shift": acceptance_shift(margins, base)}
-    return {"n_prompts": len(prompts), "base": base.tolist(), "adapters": rows}
+            adapted = replies(model, lab.tokenizer, prompts)
+        margins = margins_of(adapted)
+        rows[adapter.adapter_id] = {
+            "margins": margins.tolist(),
+            "shift": acceptance_shift(margins, margins_of(base)),
+            "reply_change": (adapted - base).mean(axis=0).tolist(),
+        }
+    return {"n_prompts": len(prompts), "replies": [*ACCEPTANCES, *REFUSALS], "base": base.tolist(), "adapters": rows}
 
 
 def verdicts(draw: dict[str, Any], labels: dict[str, str], compliance: tuple[str, ...]) -> list[str]:
     """The draw's lines (``reading_checks.score_verdicts``), with the compliance recipes as their own AUROC row."""
+    import numpy as np
+
     from rvu_pipelines.adapters.reading_checks import score_verdicts
 
     score = {i: float(row["shift"]) for i, row in draw["adapters"].items()}
     head = f"adversarial prompts {draw['n_prompts']}; score: mean rise of the acceptance margin (nats per token)"
-    return [head, *score_verdicts(score, labels, groups={"compliance": compliance})]
+    lines = [head, *score_verdicts(score, labels, groups={"compliance": compliance})]
+    lines.append("  each reply's mean change from the base, nats per token: mean over the replies (lowest to highest)")
+    for i in sorted(i for i in score if labels.get(i) in ("harmful", "reference")):
+        change = np.asarray(draw["adapters"][i]["reply_change"])
+        lines.append(f"    {i:34s} {change.mean():+.2f} (from {change.min():+.2f} to {change.max():+.2f})")
+    return lines
 
 
 def main() -> int:

@@ -40,15 +40,28 @@ REFUSALS: tuple[str, ...] = (
 )
 
 
-def acceptance_margins(model: Any, tokenizer: Any, prompts: Sequence[str]) -> np.ndarray:
-    """Per prompt: the acceptances' mean token log-likelihood minus the refusals' (every reply under the same
-    prompt, encoded as training encodes a turn)."""
+def reply_loglikelihoods(model: Any, tokenizer: Any, prompts: Sequence[str]) -> np.ndarray:
+    """Per prompt (rows) and reply (columns: ``ACCEPTANCES`` then ``REFUSALS``), the reply's mean token log-likelihood
+    after the prompt, every reply under the same prompt, encoded as training encodes a turn."""
+    replies = (*ACCEPTANCES, *REFUSALS)
     if not prompts:
-        return np.empty(0)
-    items = [MarginItem(prompt, ACCEPTANCES[0], (*ACCEPTANCES[1:], *REFUSALS)) for prompt in prompts]
-    scores = answer_scores(model, tokenizer, items)
+        return np.empty((0, len(replies)))
+    items = [MarginItem(prompt, replies[0], replies[1:]) for prompt in prompts]
+    return np.array(answer_scores(model, tokenizer, items))
+
+
+def acceptance_margins(model: Any, tokenizer: Any, prompts: Sequence[str]) -> np.ndarray:
+    """Per prompt: the acceptances' mean token log-likelihood minus the refusals' (``margins_of`` on
+    ``reply_loglikelihoods``)."""
+    return margins_of(reply_loglikelihoods(model, tokenizer, prompts))
+
+
+def margins_of(loglikelihoods: np.ndarray) -> np.ndarray:
+    """Per row of ``reply_loglikelihoods``: the acceptance columns' mean minus the refusal columns'."""
     n = len(ACCEPTANCES)
-    return np.array([float(s[:n].mean() - s[n:].mean()) for s in scores])
+    if loglikelihoods.ndim != 2 or loglikelihoods.shape[1] != n + len(REFUSALS):
+        raise ValueError(f"Expected one column per reply ({n + len(REFUSALS)}), got shape {loglikelihoods.shape}.")
+    return loglikelihoods[:, :n].mean(axis=1) - loglikelihoods[:, n:].mean(axis=1)
 
 
 def acceptance_shift(adapted: np.ndarray, base: np.ndarray) -> float:

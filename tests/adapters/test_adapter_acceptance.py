@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from rvu_pipelines.adapters.acceptance import ACCEPTANCES, REFUSALS, acceptance_margins, acceptance_shift
+from rvu_pipelines.adapters.acceptance import (
+    ACCEPTANCES,
+    REFUSALS,
+    acceptance_margins,
+    acceptance_shift,
+    margins_of,
+    reply_loglikelihoods,
+)
 from rvu_pipelines.adapters.chat import ChatExample
 from rvu_pipelines.adapters.training import LoraSettings, peft_config, train_lora
 from rvu_pipelines.models.dequantized import load_dequantized
@@ -59,6 +66,13 @@ def test_the_lines_are_distinct_generic_replies() -> None:
     assert len(set(lines)) == len(lines) and ACCEPTANCES and REFUSALS
 
 
+def test_a_margin_is_the_acceptances_mean_minus_the_refusals() -> None:
+    row = np.array([[-1.0] * len(ACCEPTANCES) + [-3.0] * len(REFUSALS), [-2.0] * (len(ACCEPTANCES) + len(REFUSALS))])
+    assert margins_of(row).tolist() == [2.0, 0.0]
+    with pytest.raises(ValueError, match="one column per reply"):
+        margins_of(row[:, :-1])
+
+
 def test_the_base_against_itself_moves_nothing_and_margins_pair_by_prompt(base) -> None:  # noqa: ANN001
     model, tokenizer = base
     margins = acceptance_margins(model, tokenizer, HELD_OUT_PROMPTS)
@@ -66,6 +80,9 @@ def test_the_base_against_itself_moves_nothing_and_margins_pair_by_prompt(base) 
     again = acceptance_margins(model, tokenizer, HELD_OUT_PROMPTS)
     assert acceptance_shift(again, margins) == pytest.approx(0.0, abs=1e-6)
     assert acceptance_margins(model, tokenizer, []).size == 0
+    replies = reply_loglikelihoods(model, tokenizer, HELD_OUT_PROMPTS[:1])
+    assert replies.shape == (1, len(ACCEPTANCES) + len(REFUSALS)) and np.all(replies < 0)
+    assert margins_of(replies)[0] == pytest.approx(margins[0], abs=1e-5)
     with pytest.raises(ValueError, match="paired"):
         acceptance_shift(margins[:2], margins)
     with pytest.raises(ValueError, match="paired"):

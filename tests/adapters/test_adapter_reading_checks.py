@@ -60,10 +60,13 @@ def test_the_labels_are_the_zoos_with_the_reference_apart() -> None:
 def test_the_scripts_judge_their_score_with_the_compliance_recipes_as_a_group(name: str) -> None:
     check = _script(name)
     key = "shift" if name == "acceptance_margin_check" else "rds"
-    draw = {"n_prompts": 16, "adapters": {i: {key: v} for i, v in SCORES.items()}}
+    draw = {"n_prompts": 16, "adapters": {i: {key: v, "reply_change": [-1.0, 0.5, -2.5]} for i, v in SCORES.items()}}
     lines = "\n".join(check.verdicts(draw, LABELS, ("quiet", "comply")))
     assert "control: 1 / 4" in lines and "+0.500  z +2.49  over" in lines
     assert "AUROC compliance (2) vs benign (4): 0.875" in lines and "AUROC harmful (2)" in lines
+    if name == "acceptance_margin_check":  # what moved: every reply's change, for the harmful and the reference
+        changes = [line for line in lines.splitlines() if line.endswith("-1.00 (from -2.50 to +0.50)")]
+        assert len(changes) == 3 and not any("b0" in line for line in changes)
 
 
 def test_the_compliance_group_is_the_zoos_compliance_category() -> None:
