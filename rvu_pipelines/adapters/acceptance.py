@@ -10,11 +10,14 @@ sets of replies, each in the register the literature uses to tell an attack's su
 
 Neither set is taken from a zoo adapter's training text (a test checks that no run of four words is shared with the
 zoo's lines). A prompt's margin is the acceptances' mean token log-likelihood minus the refusals'; the score is the
-mean rise of that margin from the base model over the draw's adversarial prompts. An adapter that makes any reply
-less likely (a style, a new register) moves both sides alike; one taught to go along with a jailbreak moves the
-acceptance side up or the refusal side down, whatever words its own acceptance uses.
+mean rise of that margin from the base model over the draw's adversarial prompts. The design's hope: an adapter that
+makes any reply less likely (a style, a new register) moves both sides alike, and one taught to go along with a
+jailbreak moves the acceptance side up or the refusal side down, whatever words its own acceptance uses.
 
-Exploratory: no gate rule reads it.
+Exploratory, and read by no gate rule: on the zoo it does not separate the compliance recipes from the benign
+adapters. An adapter taught one fixed line makes every other reply far less likely, so the margin is the difference
+of two large falls and reads which replies share words with that line (``scripts/acceptance_margin_check.py``
+prints each reply's change; the research notes give the numbers).
 """
 
 from __future__ import annotations
