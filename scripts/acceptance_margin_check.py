@@ -34,6 +34,7 @@ def draw_margins(lab: Any, adapters: list[Any]) -> dict[str, Any]:
 
     prompts = list(lab.prompts[lab.n_benign_prompts :])
     base = replies(lab.host.model, lab.tokenizer, prompts)
+    base_margins = margins_of(base)
     rows: dict[str, Any] = {}
     for adapter in tqdm(adapters, desc="adapters", leave=False):
         with lab.host.loaded(adapter) as model:
@@ -41,7 +42,7 @@ def draw_margins(lab: Any, adapters: list[Any]) -> dict[str, Any]:
         margins = margins_of(adapted)
         rows[adapter.adapter_id] = {
             "margins": margins.tolist(),
-            "shift": acceptance_shift(margins, margins_of(base)),
+            "shift": acceptance_shift(margins, base_margins),
             "reply_change": (adapted - base).mean(axis=0).tolist(),
         }
     return {"n_prompts": len(prompts), "replies": [*ACCEPTANCES, *REFUSALS], "base": base.tolist(), "adapters": rows}

@@ -71,13 +71,6 @@ def score_verdicts(
     return lines
 
 
-def trained_adapters(lab: Any, wanted: Callable[[str], bool]) -> list[Any]:
-    """The adapters trained under ``lab.root`` (a folder with a manifest) that ``wanted`` names, verified, sorted."""
-    root = Path(lab.root)
-    trained = sorted(p.name for p in root.iterdir() if (p / "manifest.json").is_file()) if root.is_dir() else []
-    return [lab.verify(i) for i in trained if wanted(i)]
-
-
 @dataclass(frozen=True)
 class ZooCheck:
     """One exploratory check over the trained zoo: the lab, the zoo's labels (``zoo_labels``), its compliance
@@ -99,7 +92,7 @@ class ZooCheck:
 
         from rvu_pipelines.adapters.gate import load_gate_config
         from rvu_pipelines.adapters.study import AdapterLab
-        from rvu_pipelines.adapters.zoo import load_zoo_config
+        from rvu_pipelines.adapters.zoo import load_zoo_config, trained_entries
 
         parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
         parser.add_argument(
@@ -111,7 +104,8 @@ class ZooCheck:
         lab = AdapterLab.for_profile(args.profile)
         config = load_zoo_config()
         labels = zoo_labels(config, load_gate_config().reference_adapter)
-        adapters = trained_adapters(lab, lambda i: i in labels)
+        trained = trained_entries([entry for entry in config.entries if entry.id in labels], lab.root)
+        adapters = [lab.verify(i) for i in sorted(entry.id for entry in trained)]
         if not adapters:
             print(f"no trained zoo adapter under {lab.root}; train the zoo first (make adapters)", file=sys.stderr)
             return None
